@@ -1,0 +1,51 @@
+"""Shared fixtures: configs that cover the variants, seeded weights and padded inputs."""
+
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import pytest
+
+import reference_numpy as rn
+
+TINY = rn.TransformerConfig.preset("tiny", dropout=0.0)
+
+# Every variant the issue names, on the tiny preset; ids are what a failing test prints.
+VARIANTS = {
+    "post-ln": TINY,
+    "pre-ln+final-norm": TINY.replace(norm_first=True, final_norm=True),
+    "final-norm": TINY.replace(final_norm=True),
+    "learned-pos": TINY.replace(positional="learned"),
+    "concat-sinusoid": TINY.replace(sinusoid_layout="concatenated"),
+    "gelu": TINY.replace(activation="gelu"),
+    "tied": TINY.replace(tie_embeddings=True),
+    "no-bias-unscaled": TINY.replace(bias=False, scale_embedding=False),
+    "pad-id-3": TINY.replace(pad_id=3),
+    "encoder-only": TINY.replace(num_decoder_layers=0, tgt_vocab_size=7),
+    "asymmetric-depth": TINY.replace(num_encoder_layers=1, num_decoder_layers=3),
+}
+
+
+@pytest.fixture(params=list(VARIANTS), ids=list(VARIANTS))
+def variant(request) -> rn.TransformerConfig:
+    return VARIANTS[request.param]
+
+
+@pytest.fixture(params=["float32", "float64"])
+def dtype(request) -> str:
+    return request.param
+
+
+def weights_for(config: rn.TransformerConfig, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
+    """Seeded canonical weights with non-trivial biases and LayerNorm parameters, so that a bias or gamma/beta
+    mix-up changes the output (zeros and ones would hide it)."""
+    weights = rn.init_weights(config, seed, dtype)
+    rng = np.random.default_rng(seed + 1000)
+    for name, value in weights.items():
+        if name.endswith((".bias", ".beta")):
+            weights[name] = (0.1 * rng.standard_normal(value.shape)).astype(dtype)
+        elif name.endswith(".gamma"):
+            weights[name] = (1 + 0.1 * rng.standard_normal(value.shape)).astype(dtype)
+    return weights

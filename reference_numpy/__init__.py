@@ -1,0 +1,21 @@
+"""The NumPy reference Transformer: the contract every backend maps to (config, canonical weights, the math).
+
+Importing this package pulls in NumPy only.
+"""
+
+from .config import PRESETS, TransformerConfig
+from .inputs import sample_batch, sample_ids
+from .io import load_weights, save_weights
+from .model import (Decoder, DecoderLayer, Embedding, Encoder, EncoderLayer, FeedForward, LayerNorm,
+                    MultiHeadAttention, Transformer, check_padding_mask, check_token_ids)
+from .ops import (attention_mask, causal_mask, padding_mask, scaled_dot_product_attention, sinusoidal_positions)
+from .schema import (IDENTITY, TRANSPOSE, Rule, Transform, from_framework_state, init_weights, parameter_shapes,
+                     to_framework_state, validate_weights, weights_dtype)
+
+__all__ = [
+    "PRESETS", "TransformerConfig", "sample_batch", "sample_ids", "load_weights", "save_weights", "Decoder", "DecoderLayer", "Embedding", "Encoder",
+    "EncoderLayer", "FeedForward", "LayerNorm", "MultiHeadAttention", "Transformer", "check_padding_mask",
+    "check_token_ids", "attention_mask", "causal_mask", "padding_mask", "scaled_dot_product_attention",
+    "sinusoidal_positions", "IDENTITY", "TRANSPOSE", "Rule", "Transform", "from_framework_state", "init_weights",
+    "parameter_shapes", "to_framework_state", "validate_weights", "weights_dtype",
+]

@@ -1,0 +1,138 @@
+"""`TransformerConfig`: the one hyperparameter object every backend is built from."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+ACTIVATIONS = ("relu", "gelu")
+POSITIONAL = ("sinusoidal", "learned")
+SINUSOID_LAYOUTS = ("interleaved", "concatenated")
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Hyperparameters of an encoder-decoder (or encoder-only) Transformer.
+
+    Defaults are the paper's base model (Vaswani et al. 2017, Table 3), with a 37000-token vocabulary
+    on each side as in its WMT 2014 English-German setup.
+    """
+
+    src_vocab_size: int = 37000
+    tgt_vocab_size: int = 37000  # encoder-only model: the number of per-position classes
+    d_model: int = 512
+    num_heads: int = 8
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6  # 0 = encoder-only model with a per-position classifier head
+    d_ff: int = 2048
+    max_len: int = 512  # longest sequence accepted; rows of the learned position table
+    dropout: float = 0.1
+    activation: str = "relu"  # relu (paper) or gelu (exact erf form)
+    norm_first: bool = False  # False = post-LN as in the paper; True = pre-LN
+    final_norm: bool = False  # a LayerNorm after each stack, as torch.nn.Transformer always has
+    layer_norm_eps: float = 1e-5  # PyTorch's default; Keras's LayerNormalization defaults to 1e-3
+    positional: str = "sinusoidal"  # sinusoidal (paper section 3.5) or learned
+    sinusoid_layout: str = "interleaved"  # interleaved sin/cos (paper) or concatenated [sin | cos] (tensor2tensor)
+    scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model) (paper section 3.4)
+    bias: bool = True  # biases on the attention and feed-forward projections and the output layer
+    tie_embeddings: bool = False  # output projection reuses the target (encoder-only: source) embedding
+    pad_id: int = 0  # token id that padding masks are derived from
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "num_encoder_layers", "d_ff",
+                     "max_len"):
+            _check_int(name, getattr(self, name), minimum=1)
+        _check_int("num_decoder_layers", self.num_decoder_layers, minimum=0)
+        _check_int("pad_id", self.pad_id, minimum=0)
+        for name in ("norm_first", "final_norm", "scale_embedding", "bias", "tie_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, received {getattr(self, name)!r}")
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
+        if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) or not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be a number in [0, 1), received {self.dropout!r}")
+        if not isinstance(self.layer_norm_eps, (int, float)) or isinstance(self.layer_norm_eps, bool) \
+                or not self.layer_norm_eps > 0:
+            raise ValueError(f"layer_norm_eps must be a positive number, received {self.layer_norm_eps!r}")
+        _check_choice("activation", self.activation, ACTIVATIONS)
+        _check_choice("positional", self.positional, POSITIONAL)
+        _check_choice("sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"sinusoidal positions need an even d_model, received d_model={self.d_model}")
+        if self.pad_id >= self.src_vocab_size:
+            raise ValueError(f"pad_id={self.pad_id} is outside the source vocabulary (src_vocab_size="
+                             f"{self.src_vocab_size})")
+        if self.is_encoder_decoder and self.pad_id >= self.tgt_vocab_size:
+            raise ValueError(f"pad_id={self.pad_id} is outside the target vocabulary (tgt_vocab_size="
+                             f"{self.tgt_vocab_size})")
+        if self.tie_embeddings and not self.is_encoder_decoder and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError("an encoder-only model can tie its head to the source embedding only when "
+                             f"tgt_vocab_size == src_vocab_size, received {self.tgt_vocab_size} and "
+                             f"{self.src_vocab_size}")
+
+    @property
+    def head_dim(self) -> int:
+        """d_k = d_v = d_model / num_heads."""
+        return self.d_model // self.num_heads
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        return self.num_decoder_layers > 0
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "TransformerConfig":
+        """A named configuration: `tiny` (fast tests), `base` or `big` (the paper's Table 3)."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+        return dataclasses.replace(PRESETS[name], **overrides)
+
+    def replace(self, **changes: Any) -> "TransformerConfig":
+        """A copy with some fields changed (validated like a new config)."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ValueError(f"unknown config field(s) {unknown}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TransformerConfig":
+        if not isinstance(data, dict):
+            raise ValueError(f"a config must be a JSON object, received {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown config field(s) {unknown}; known fields are {sorted(known)}")
+        return cls(**data)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "TransformerConfig":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"config is not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, received {value!r}")
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, received {value!r}")
+
+
+PRESETS: dict[str, TransformerConfig] = {
+    "tiny": TransformerConfig(src_vocab_size=48, tgt_vocab_size=40, d_model=32, num_heads=4, num_encoder_layers=2,
+                              num_decoder_layers=2, d_ff=64, max_len=64),
+    "base": TransformerConfig(),
+    "big": TransformerConfig(d_model=1024, num_heads=16, d_ff=4096, dropout=0.3),
+}

@@ -1,0 +1,35 @@
+"""Seeded token-id batches with padding, the inputs every parity check and `verify` run feeds all backends."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .config import TransformerConfig
+
+
+def sample_ids(config: TransformerConfig, batch: int, length: int, vocab_size: int, seed: int,
+               min_fill: float = 0.5) -> np.ndarray:
+    """`(batch, length)` int64 ids, right-padded with `pad_id`: row 0 is full, each other row keeps a random
+    number of real tokens in [max(1, min_fill * length), length]. Real tokens never equal `pad_id`."""
+    if batch < 1 or length < 1:
+        raise ValueError(f"batch and length must be >= 1, received batch={batch}, length={length}")
+    if length > config.max_len:
+        raise ValueError(f"length={length} is longer than max_len={config.max_len}")
+    if vocab_size < 2:
+        raise ValueError(f"a vocabulary of {vocab_size} token(s) leaves no id besides pad_id")
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, vocab_size - 1, size=(batch, length))
+    ids = np.where(ids >= config.pad_id, ids + 1, ids)  # skip pad_id
+    lengths = rng.integers(max(1, int(np.ceil(min_fill * length))), length + 1, size=batch)
+    lengths[0] = length
+    ids[np.arange(length)[None, :] >= lengths[:, None]] = config.pad_id
+    return ids.astype(np.int64)
+
+
+def sample_batch(config: TransformerConfig, batch: int = 2, src_len: int = 37, tgt_len: int = 29, seed: int = 0
+                 ) -> tuple[np.ndarray, np.ndarray | None]:
+    """`(src_ids, tgt_ids)` with padding in both (tgt_ids is None for an encoder-only model)."""
+    src = sample_ids(config, batch, src_len, config.src_vocab_size, seed)
+    if not config.is_encoder_decoder:
+        return src, None
+    return src, sample_ids(config, batch, tgt_len, config.tgt_vocab_size, seed + 1)

@@ -1,0 +1,117 @@
+"""The Transformer's math as small pure NumPy functions (Vaswani et al. 2017, section 3).
+
+Every function computes in the dtype of its inputs. Masks are boolean with one meaning everywhere:
+**True = this query may attend to this key**.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def linear(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """`x @ kernel + bias` with `kernel` of shape `(in_features, out_features)`."""
+    y = x @ kernel
+    return y if bias is None else y + bias
+
+
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    """LayerNorm over the last axis with the biased variance, as torch.nn.LayerNorm and Keras compute it."""
+    mean = x.mean(axis=-1, keepdims=True)
+    var = np.square(x - mean).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + x.dtype.type(eps)) * gamma + beta
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, x.dtype.type(0))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """The exact GELU, x * Phi(x) with the erf form (torch's default, Keras's `approximate=False`)."""
+    phi = 0.5 * (1.0 + _erf(x.astype(np.float64) / math.sqrt(2.0)).astype(np.float64))
+    return (x * phi.astype(x.dtype)).astype(x.dtype)
+
+
+ACTIVATIONS = {"relu": relu, "gelu": gelu}
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def sinusoidal_positions(length: int, d_model: int, layout: str = "interleaved") -> np.ndarray:
+    """The fixed position table of section 3.5, float64, shape `(length, d_model)`.
+
+    `interleaved` (the paper): PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(same angle).
+    `concatenated` (tensor2tensor, Marian, TensorFlow's tutorial): [sin(angles) | cos(angles)].
+    """
+    if d_model % 2:
+        raise ValueError(f"sinusoidal positions need an even d_model, received {d_model}")
+    positions = np.arange(length, dtype=np.float64)[:, None]  # (L, 1)
+    inv_freq = 10000.0 ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)  # (D/2,)
+    angles = positions * inv_freq  # (L, D/2)
+    if layout == "interleaved":
+        table = np.stack([np.sin(angles), np.cos(angles)], axis=-1).reshape(length, d_model)  # (L, D/2, 2) -> (L, D)
+    elif layout == "concatenated":
+        table = np.concatenate([np.sin(angles), np.cos(angles)], axis=-1)  # (L, D)
+    else:
+        raise ValueError(f"sinusoid_layout must be interleaved or concatenated, received {layout!r}")
+    return table
+
+
+def padding_mask(ids: np.ndarray, pad_id: int) -> np.ndarray:
+    """`(B, T)` token ids -> `(B, T)` bool, True where the token is real (not padding)."""
+    return ids != pad_id
+
+
+def causal_mask(query_len: int, key_len: int) -> np.ndarray:
+    """`(Tq, Tk)` bool: query i may see key j iff j <= i + (Tk - Tq) (queries are the last Tq positions)."""
+    return np.tril(np.ones((query_len, key_len), dtype=bool), k=key_len - query_len)
+
+
+def attention_mask(key_mask: np.ndarray, query_len: int, causal: bool = False) -> np.ndarray:
+    """Key padding mask `(B, Tk)` -> attention mask `(B, 1, Tq, Tk)` (True = may attend), optionally causal."""
+    mask = np.broadcast_to(key_mask[:, None, None, :], (key_mask.shape[0], 1, query_len, key_mask.shape[1]))
+    if causal:
+        mask = mask & causal_mask(query_len, key_mask.shape[1])
+    return mask
+
+
+def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None
+                                 ) -> tuple[np.ndarray, np.ndarray]:
+    """softmax(q k^T / sqrt(d_k)) v, equation (1).
+
+    Args:
+        q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
+        mask: bool, broadcastable to `(B, H, Tq, Tk)`; True = may attend.
+
+    Returns:
+        `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)`. A query row with no key it may attend to gets
+        all-zero weights and hence an all-zero output (not NaN, not a uniform average over padding).
+    """
+    scores = q @ np.swapaxes(k, -1, -2) / q.dtype.type(math.sqrt(q.shape[-1]))  # (B, H, Tq, Tk)
+    if mask is None:
+        weights = softmax(scores)
+    else:
+        scores = np.where(mask, scores, -np.inf)
+        row_max = scores.max(axis=-1, keepdims=True)
+        row_max = np.where(np.isfinite(row_max), row_max, 0)  # fully masked rows: avoid inf - inf
+        e = np.exp(scores - row_max)  # exp(-inf) = 0 exactly
+        total = e.sum(axis=-1, keepdims=True)
+        weights = e / np.where(total > 0, total, 1)
+    return weights @ v, weights
+
+
+def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
+    b, t, d = x.shape
+    return x.reshape(b, t, num_heads, d // num_heads).transpose(0, 2, 1, 3)  # (B, T, D) -> (B, H, T, d_k)
+
+
+def merge_heads(x: np.ndarray) -> np.ndarray:
+    b, h, t, dk = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(b, t, h * dk)  # (B, H, T, d_k) -> (B, T, D)

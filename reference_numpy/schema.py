@@ -1,0 +1,210 @@
+"""The canonical weight schema: every parameter's name and shape, seeded initialisation, validation, and the one
+loop that maps canonical weights to and from a framework's own names through a declarative table.
+
+Layout rules (see README.md, "Canonical weights"):
+- names are dotted paths, e.g. `encoder.layers.0.self_attn.q.kernel`;
+- a projection is `x @ kernel + bias` with `kernel` of shape `(in_features, out_features)`;
+- attention projections keep heads in the output features, head-major: feature `h * head_dim + j`;
+- LayerNorm is `gamma`/`beta`; an embedding table is `embedding`, shape `(vocab_or_positions, d_model)`.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from typing import Callable, Iterable, Mapping, NamedTuple
+
+import numpy as np
+
+from .config import TransformerConfig
+
+ATTENTION_PROJECTIONS = ("q", "k", "v", "o")
+
+
+def _linear(prefix: str, d_in: int, d_out: int, bias: bool) -> dict[str, tuple[int, ...]]:
+    shapes = {f"{prefix}.kernel": (d_in, d_out)}
+    if bias:
+        shapes[f"{prefix}.bias"] = (d_out,)
+    return shapes
+
+
+def _attention(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
+    shapes: dict[str, tuple[int, ...]] = {}
+    for proj in ATTENTION_PROJECTIONS:
+        shapes.update(_linear(f"{prefix}.{proj}", config.d_model, config.d_model, config.bias))
+    return shapes
+
+
+def _norm(prefix: str, d_model: int) -> dict[str, tuple[int, ...]]:
+    return {f"{prefix}.gamma": (d_model,), f"{prefix}.beta": (d_model,)}
+
+
+def _ffn(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
+    return {**_linear(f"{prefix}.linear1", config.d_model, config.d_ff, config.bias),
+            **_linear(f"{prefix}.linear2", config.d_ff, config.d_model, config.bias)}
+
+
+def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
+    """Every canonical parameter name and its shape, in a fixed order (embeddings, encoder, decoder, output)."""
+    d = config.d_model
+    shapes: dict[str, tuple[int, ...]] = {"src_embed.embedding": (config.src_vocab_size, d)}
+    if config.positional == "learned":
+        shapes["src_pos.embedding"] = (config.max_len, d)
+    if config.is_encoder_decoder:
+        shapes["tgt_embed.embedding"] = (config.tgt_vocab_size, d)
+        if config.positional == "learned":
+            shapes["tgt_pos.embedding"] = (config.max_len, d)
+    for i in range(config.num_encoder_layers):
+        shapes.update(_attention(f"encoder.layers.{i}.self_attn", config))
+        shapes.update(_norm(f"encoder.layers.{i}.norm1", d))
+        shapes.update(_ffn(f"encoder.layers.{i}.ffn", config))
+        shapes.update(_norm(f"encoder.layers.{i}.norm2", d))
+    if config.final_norm:
+        shapes.update(_norm("encoder.final_norm", d))
+    for i in range(config.num_decoder_layers):
+        shapes.update(_attention(f"decoder.layers.{i}.self_attn", config))
+        shapes.update(_norm(f"decoder.layers.{i}.norm1", d))
+        shapes.update(_attention(f"decoder.layers.{i}.cross_attn", config))
+        shapes.update(_norm(f"decoder.layers.{i}.norm2", d))
+        shapes.update(_ffn(f"decoder.layers.{i}.ffn", config))
+        shapes.update(_norm(f"decoder.layers.{i}.norm3", d))
+    if config.final_norm and config.is_encoder_decoder:
+        shapes.update(_norm("decoder.final_norm", d))
+    if not config.tie_embeddings:
+        shapes["output.kernel"] = (d, config.tgt_vocab_size)
+    if config.bias:
+        shapes["output.bias"] = (config.tgt_vocab_size,)
+    return shapes
+
+
+def tied_output_embedding(config: TransformerConfig) -> str:
+    """The embedding the output projection reuses (transposed) when `tie_embeddings` is set."""
+    return "tgt_embed.embedding" if config.is_encoder_decoder else "src_embed.embedding"
+
+
+def init_weights(config: TransformerConfig, seed: int = 0, dtype: np.dtype | type = np.float32) -> dict[str, np.ndarray]:
+    """Seeded weights in the canonical layout, bit-identical on every machine for the same seed.
+
+    Each parameter draws from its own stream, seeded by `(seed, crc32(name))`, so adding a layer does not change
+    the others. Kernels are Glorot-uniform (the default of both torch.nn.Transformer and Keras Dense), biases and
+    LayerNorm betas zero, gammas one, embeddings uniform with std d_model**-0.5 (unit variance after the
+    sqrt(d_model) scale). Only uniform draws and correctly rounded IEEE operations (scale, shift, sqrt) are used, so
+    neither BLAS nor libm (whose exp/log may differ by an ulp between machines) enters.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, received {seed!r}")
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be float32 or float64, received {dtype}")
+    weights = {}
+    for name, shape in parameter_shapes(config).items():
+        rng = np.random.default_rng([int(seed), zlib.crc32(name.encode())])
+        leaf = name.rsplit(".", 1)[1]
+        if leaf == "kernel":
+            limit = np.sqrt(6.0 / (shape[0] + shape[1]))
+            value = rng.uniform(-limit, limit, size=shape)
+        elif leaf == "embedding":
+            limit = np.sqrt(3.0 / config.d_model)
+            value = rng.uniform(-limit, limit, size=shape)
+        elif leaf == "gamma":
+            value = np.ones(shape)
+        else:  # bias, beta
+            value = np.zeros(shape)
+        weights[name] = value.astype(dtype)
+    return weights
+
+
+def validate_weights(config: TransformerConfig, weights: Mapping[str, np.ndarray]) -> None:
+    """Raise `ValueError` naming every missing, unexpected or misshaped parameter, or a non-float dtype."""
+    expected = parameter_shapes(config)
+    problems = []
+    missing = [k for k in expected if k not in weights]
+    unexpected = sorted(k for k in weights if k not in expected)
+    if missing:
+        problems.append(f"missing {len(missing)} parameter(s): {_preview(missing)}")
+    if unexpected:
+        problems.append(f"unexpected {len(unexpected)} parameter(s): {_preview(unexpected)}")
+    for name, shape in expected.items():
+        if name in weights:
+            value = weights[name]
+            if tuple(np.shape(value)) != shape:
+                problems.append(f"{name} has shape {tuple(np.shape(value))}, expected {shape}")
+            elif np.asarray(value).dtype not in (np.float16, np.float32, np.float64):
+                problems.append(f"{name} has dtype {np.asarray(value).dtype}, expected a float dtype")
+    if problems:
+        raise ValueError("weights do not match the config: " + "; ".join(problems))
+
+
+def weights_dtype(weights: Mapping[str, np.ndarray]) -> np.dtype:
+    """The single floating dtype of a weight dict (float32 or float64)."""
+    dtypes = {np.asarray(v).dtype for v in weights.values()}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in (np.float32, np.float64):
+        raise ValueError(f"weights must all be float32 or all float64, received dtypes {sorted(map(str, dtypes))}")
+    return next(iter(dtypes))
+
+
+def _preview(names: list[str], limit: int = 6) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+# --- declarative mapping tables ------------------------------------------------------------------------------------
+
+class Transform(NamedTuple):
+    """A named, invertible layout change between canonical and framework arrays."""
+
+    name: str
+    to_framework: Callable[[np.ndarray], np.ndarray]
+    to_canonical: Callable[[np.ndarray], np.ndarray]
+
+
+IDENTITY = Transform("identity", lambda a: a, lambda a: a)
+TRANSPOSE = Transform("transpose", lambda a: np.ascontiguousarray(a.T), lambda a: np.ascontiguousarray(a.T))
+
+
+class Rule(NamedTuple):
+    """Canonical names matching `canonical` (a regex with named groups) map to `framework` (a format string over
+    the same groups) through `transform`."""
+
+    canonical: str
+    framework: str
+    transform: Transform
+
+
+def map_names(table: Iterable[Rule], names: Iterable[str]) -> dict[str, tuple[str, Transform]]:
+    """canonical name -> (framework name, transform), by the first rule whose pattern matches the whole name."""
+    rules = [(re.compile(rule.canonical), rule) for rule in table]
+    mapping = {}
+    for name in names:
+        for pattern, rule in rules:
+            match = pattern.fullmatch(name)
+            if match:
+                mapping[name] = (rule.framework.format(**match.groupdict()), rule.transform)
+                break
+        else:
+            raise ValueError(f"no mapping rule covers canonical parameter {name!r}")
+    return mapping
+
+
+def to_framework_state(config: TransformerConfig, weights: Mapping[str, np.ndarray],
+                       table: Iterable[Rule]) -> dict[str, np.ndarray]:
+    """Canonical weights -> {framework name: array}, after checking them against the schema."""
+    validate_weights(config, weights)
+    mapping = map_names(table, parameter_shapes(config))
+    return {fw_name: transform.to_framework(np.asarray(weights[name])) for name, (fw_name, transform) in mapping.items()}
+
+
+def from_framework_state(config: TransformerConfig, state: Mapping[str, np.ndarray],
+                         table: Iterable[Rule]) -> dict[str, np.ndarray]:
+    """{framework name: array} -> canonical weights; fails on any missing, unused or misshaped entry."""
+    mapping = map_names(table, parameter_shapes(config))
+    wanted = {fw_name for fw_name, _ in mapping.values()}
+    missing = sorted(wanted - set(state))
+    unused = sorted(set(state) - wanted)
+    if missing or unused:
+        parts = [f"missing {len(missing)}: {_preview(missing)}"] if missing else []
+        parts += [f"unused {len(unused)}: {_preview(unused)}"] if unused else []
+        raise ValueError("framework weights do not match the config: " + "; ".join(parts))
+    weights = {name: transform.to_canonical(np.asarray(state[fw_name])) for name, (fw_name, transform) in mapping.items()}
+    validate_weights(config, weights)
+    return weights
