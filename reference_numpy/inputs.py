@@ -9,8 +9,9 @@ from .config import TransformerConfig
 
 def sample_ids(config: TransformerConfig, batch: int, length: int, vocab_size: int, seed: int,
                min_fill: float = 0.5) -> np.ndarray:
-    """`(batch, length)` int64 ids, right-padded with `pad_id`: row 0 is full, each other row keeps a random
-    number of real tokens in [max(1, min_fill * length), length]. Real tokens never equal `pad_id`."""
+    """`(batch, length)` int64 ids, right-padded with `pad_id`: row 0 is full, every other row is padded, keeping
+    a random number of real tokens in [max(1, min_fill * length), length - 1] (length 1: unpadded). Real tokens
+    never equal `pad_id`."""
     if batch < 1 or length < 1:
         raise ValueError(f"batch and length must be >= 1, received batch={batch}, length={length}")
     if length > config.max_len:
@@ -20,7 +21,8 @@ def sample_ids(config: TransformerConfig, batch: int, length: int, vocab_size: i
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, vocab_size - 1, size=(batch, length))
     ids = np.where(ids >= config.pad_id, ids + 1, ids)  # skip pad_id
-    lengths = rng.integers(max(1, int(np.ceil(min_fill * length))), length + 1, size=batch)
+    shortest = min(max(1, int(np.ceil(min_fill * length))), max(1, length - 1))
+    lengths = rng.integers(shortest, max(shortest, length - 1) + 1, size=batch)
     lengths[0] = length
     ids[np.arange(length)[None, :] >= lengths[:, None]] = config.pad_id
     return ids.astype(np.int64)

@@ -1,0 +1,61 @@
+"""Scaled dot-product attention in PyTorch: a fused path and an explicit-softmax path, chosen by the caller.
+
+Mask convention (the project's, and `F.scaled_dot_product_attention`'s): bool, **True = may attend**. This module
+is the one place where torch_impl meets a framework attention convention.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+IMPLS = ("fused", "explicit")
+
+
+def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                 mask: torch.Tensor | None = None, *, causal: bool = False,
+                                 need_weights: bool = False, impl: str = "fused", dropout_p: float = 0.0
+                                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(q k^T / sqrt(d_k)) v (equation 1).
+
+    Args:
+        q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
+        mask: bool, broadcastable to `(B, H, Tq, Tk)`, True = may attend.
+        causal: also hide key j from query i when j > i + (Tk - Tq).
+        need_weights: return the attention weights too; this takes the explicit path.
+        impl: `fused` (`F.scaled_dot_product_attention`, whichever kernel PyTorch dispatches to) or `explicit`
+            (matmul, softmax, matmul in plain ops). The caller picks; nothing is feature-detected.
+        dropout_p: dropout on the attention weights (training only).
+
+    Returns:
+        `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)` or None. A query row with no key it may attend
+        to gets all-zero weights and an all-zero output, as in the NumPy reference.
+    """
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
+    if mask is not None and mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor (True = may attend), received dtype {mask.dtype}")
+    tq, tk = q.shape[-2], k.shape[-2]
+    if causal:
+        allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(diagonal=tk - tq)
+        if mask is None and tq == tk and not need_weights and impl == "fused":
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+            return out, None
+        mask = allowed if mask is None else mask & allowed
+    # Rows with no visible key: let them see every key (no NaN from an all -inf softmax), then zero them.
+    has_key = None if mask is None else mask.any(dim=-1, keepdim=True)  # (..., Tq, 1)
+    if impl == "fused" and not need_weights:
+        safe_mask = None if mask is None else mask | ~has_key
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout_p)
+        return (out if has_key is None else out.masked_fill(~has_key, 0)), None
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if has_key is not None:
+        weights = weights.masked_fill(~has_key, 0)
+    if dropout_p > 0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v, weights

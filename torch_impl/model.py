@@ -1,0 +1,347 @@
+"""The Transformer as PyTorch modules, class for class the same as `reference_numpy.model` and `tf_impl.model`.
+
+Weights enter and leave only through the canonical form: `Transformer.from_reference(config, weights)` and
+`model.to_reference()`, via the declarative `WEIGHT_TABLE`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import reference_numpy as rn
+from reference_numpy import IDENTITY, TRANSPOSE, Rule, TransformerConfig
+
+from .attention import scaled_dot_product_attention
+
+# canonical name pattern -> torch state_dict name; the only place the two naming schemes meet.
+WEIGHT_TABLE = (
+    Rule(r"(?P<side>src|tgt)_embed\.embedding", "{side}_embed.token.weight", IDENTITY),
+    Rule(r"(?P<side>src|tgt)_pos\.embedding", "{side}_embed.position.weight", IDENTITY),
+    Rule(r"(?P<path>.+)\.kernel", "{path}.weight", TRANSPOSE),  # (in, out) <-> nn.Linear's (out, in)
+    Rule(r"(?P<path>.+)\.bias", "{path}.bias", IDENTITY),
+    Rule(r"(?P<path>.+)\.gamma", "{path}.weight", IDENTITY),
+    Rule(r"(?P<path>.+)\.beta", "{path}.bias", IDENTITY),
+)
+
+Record = dict  # canonical sublayer name -> tensor, in execution order
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (section 3.2.2): self-attention when `x_q is x_kv`, else encoder-decoder attention."""
+
+    def __init__(self, config: TransformerConfig, name: str):
+        super().__init__()
+        self.config, self.name = config, name
+        d = config.d_model
+        self.q = nn.Linear(d, d, bias=config.bias)
+        self.k = nn.Linear(d, d, bias=config.bias)
+        self.v = nn.Linear(d, d, bias=config.bias)
+        self.o = nn.Linear(d, d, bias=config.bias)
+        self.impl = "fused"  # "explicit" forces matmul-softmax-matmul even without weights being asked for
+
+    def forward(self, x_q, x_kv, mask=None, need_weights: bool = False):
+        b, tq, d = x_q.shape
+        h, dk = self.config.num_heads, self.config.head_dim
+        q = self.q(x_q).view(b, tq, h, dk).transpose(1, 2)  # (B, H, Tq, d_k)
+        k = self.k(x_kv).view(b, -1, h, dk).transpose(1, 2)  # (B, H, Tk, d_k)
+        v = self.v(x_kv).view(b, -1, h, dk).transpose(1, 2)  # (B, H, Tk, d_k)
+        out, weights = scaled_dot_product_attention(
+            q, k, v, mask, need_weights=need_weights, impl=self.impl,
+            dropout_p=self.config.dropout if self.training else 0.0)
+        out = out.transpose(1, 2).reshape(b, tq, d)  # (B, H, Tq, d_k) -> (B, Tq, D)
+        return self.o(out), weights
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3)."""
+
+    def __init__(self, config: TransformerConfig, name: str):
+        super().__init__()
+        self.config, self.name = config, name
+        self.linear1 = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
+        self.linear2 = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+        self.activation = F.relu if config.activation == "relu" else F.gelu  # exact (erf) GELU
+
+    def forward(self, x):
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+
+
+class _ResidualLayer(nn.Module):
+    """Shared residual wiring of EncoderLayer and DecoderLayer: post-LN `norm(x + drop(f(x)))` (the paper) or
+    pre-LN `x + drop(f(norm(x)))`."""
+
+    def _sublayer(self, x, norm, fn, name, record, attention_weights):
+        out = fn(norm(x) if self.config.norm_first else x)
+        if isinstance(out, tuple):
+            out, weights = out
+            if record is not None and attention_weights:
+                record[f"{name}.weights"] = weights
+        if record is not None:
+            record[name] = out
+        out = self.dropout(out)
+        return x + out if self.config.norm_first else norm(x + out)
+
+
+class EncoderLayer(_ResidualLayer):
+    def __init__(self, config: TransformerConfig, name: str):
+        super().__init__()
+        self.config, self.name = config, name
+        eps = config.layer_norm_eps
+        self.self_attn = MultiHeadAttention(config, f"{name}.self_attn")
+        self.norm1 = nn.LayerNorm(config.d_model, eps=eps)
+        self.ffn = FeedForward(config, f"{name}.ffn")
+        self.norm2 = nn.LayerNorm(config.d_model, eps=eps)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False):
+        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, mask, attention_weights),
+                           self.self_attn.name, record, attention_weights)
+        x = self._sublayer(x, self.norm2, self.ffn, self.ffn.name, record, attention_weights)
+        if record is not None:
+            record[self.name] = x
+        return x
+
+
+class DecoderLayer(_ResidualLayer):
+    def __init__(self, config: TransformerConfig, name: str):
+        super().__init__()
+        self.config, self.name = config, name
+        eps = config.layer_norm_eps
+        self.self_attn = MultiHeadAttention(config, f"{name}.self_attn")
+        self.norm1 = nn.LayerNorm(config.d_model, eps=eps)
+        self.cross_attn = MultiHeadAttention(config, f"{name}.cross_attn")
+        self.norm2 = nn.LayerNorm(config.d_model, eps=eps)
+        self.ffn = FeedForward(config, f"{name}.ffn")
+        self.norm3 = nn.LayerNorm(config.d_model, eps=eps)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False):
+        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, attention_weights),
+                           self.self_attn.name, record, attention_weights)
+        x = self._sublayer(x, self.norm2, lambda y: self.cross_attn(y, memory, cross_mask, attention_weights),
+                           self.cross_attn.name, record, attention_weights)
+        x = self._sublayer(x, self.norm3, self.ffn, self.ffn.name, record, attention_weights)
+        if record is not None:
+            record[self.name] = x
+        return x
+
+
+class Embedding(nn.Module):
+    """Token embedding, times sqrt(d_model) if `scale_embedding`, plus sinusoidal or learned positions."""
+
+    def __init__(self, config: TransformerConfig, vocab_size: int):
+        super().__init__()
+        self.config = config
+        self.token = nn.Embedding(vocab_size, config.d_model)
+        if config.positional == "learned":
+            self.position = nn.Embedding(config.max_len, config.d_model)
+        else:
+            self.position = None
+            self.register_buffer("sinusoid", self._sinusoid_table(), persistent=False)  # (max_len, D)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def _sinusoid_table(self) -> torch.Tensor:
+        """The fixed table, computed once in float64 by the reference (cast later with the module's dtype)."""
+        c = self.config
+        return torch.from_numpy(rn.sinusoidal_positions(c.max_len, c.d_model, c.sinusoid_layout))
+
+    def reset_buffers(self) -> None:
+        if self.position is None:
+            self.sinusoid.copy_(self._sinusoid_table())
+
+    def forward(self, ids, offset: int = 0):
+        x = self.token(ids)  # (B, T, D)
+        if self.config.scale_embedding:
+            x = x * math.sqrt(self.config.d_model)
+        t = ids.shape[1]
+        pos = self.sinusoid[offset:offset + t] if self.position is None else self.position.weight[offset:offset + t]
+        return x + pos
+
+
+class Encoder(nn.Module):
+    def __init__(self, config: TransformerConfig, name: str = "encoder"):
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(config, f"{name}.layers.{i}")
+                                    for i in range(config.num_encoder_layers))
+        self.final_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.final_norm else None
+        self.name = name
+
+    def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False):
+        for layer in self.layers:
+            x = layer(x, mask, record, attention_weights)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            if record is not None:
+                record[f"{self.name}.final_norm"] = x
+        return x
+
+
+class Decoder(nn.Module):
+    def __init__(self, config: TransformerConfig, name: str = "decoder"):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(config, f"{name}.layers.{i}")
+                                    for i in range(config.num_decoder_layers))
+        self.final_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.final_norm else None
+        self.name = name
+
+    def forward(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False):
+        for layer in self.layers:
+            x = layer(x, memory, self_mask, cross_mask, record, attention_weights)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            if record is not None:
+                record[f"{self.name}.final_norm"] = x
+        return x
+
+
+class OutputProjection(nn.Module):
+    """Decoder (or encoder-only) states -> logits; with `tie_embeddings` the kernel is the embedding table."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        d, v = config.d_model, config.tgt_vocab_size
+        self.weight = None if config.tie_embeddings else nn.Parameter(torch.empty(v, d))
+        self.bias = nn.Parameter(torch.zeros(v)) if config.bias else None
+        if self.weight is not None:
+            nn.init.xavier_uniform_(self.weight)
+
+    def forward(self, x, tied_weight=None):
+        return F.linear(x, self.weight if self.weight is not None else tied_weight, self.bias)
+
+
+class Transformer(nn.Module):
+    """Embeddings -> encoder (-> decoder) -> logits; the PyTorch twin of `reference_numpy.Transformer`.
+
+    Args:
+        config: the hyperparameters.
+        dtype: parameter and compute dtype (default float32).
+
+    Call it with `(src_ids, tgt_ids)` of shape `(B, S)`, `(B, T)` (integer tensors or arrays); masks come from
+    `pad_id` unless `src_mask` / `tgt_mask` (bool, `(B, len)`, True = real token) are given. An encoder-only model
+    (`num_decoder_layers=0`) takes source ids alone. Dropout follows `train()` / `eval()`.
+    """
+
+    def __init__(self, config: TransformerConfig, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.config = config
+        self.src_embed = Embedding(config, config.src_vocab_size)
+        self.encoder = Encoder(config)
+        if config.is_encoder_decoder:
+            self.tgt_embed = Embedding(config, config.tgt_vocab_size)
+            self.decoder = Decoder(config)
+        self.output = OutputProjection(config)
+        self.to(dtype)
+
+    # --- weights through the canonical form ---
+
+    @classmethod
+    def from_reference(cls, config: TransformerConfig, weights: Mapping[str, np.ndarray],
+                       dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> "Transformer":
+        """Build from canonical weights; the model takes their dtype unless `dtype` says otherwise."""
+        state = rn.to_framework_state(config, weights, WEIGHT_TABLE)
+        if dtype is None:
+            dtype = getattr(torch, rn.weights_dtype(weights).name)
+        with torch.device("meta"):
+            model = cls(config, dtype=dtype)
+        model = model.to_empty(device=device)
+        model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in state.items()}, strict=True)
+        for module in model.modules():  # the sinusoid tables are buffers, not in the state dict
+            if isinstance(module, Embedding):
+                module.reset_buffers()
+        return model.eval()
+
+    def to_reference(self) -> dict[str, np.ndarray]:
+        """Canonical weights, bit-identical to those the model was built from."""
+        state = {k: v.detach().cpu().numpy() for k, v in self.state_dict().items()}
+        return rn.from_framework_state(self.config, state, WEIGHT_TABLE)
+
+    # --- forward ---
+
+    def encode(self, src_ids, src_mask=None, record: Record | None = None, attention_weights: bool = False):
+        """Source ids `(B, S)` -> memory `(B, S, D)`."""
+        src_ids, src_mask = self._inputs("src", src_ids, src_mask, self.config.src_vocab_size)
+        x = self.src_embed.dropout(self.src_embed(src_ids))
+        if record is not None:
+            record["encoder.embed"] = x
+        return self.encoder(x, attention_mask(src_mask, src_ids.shape[1]), record, attention_weights)
+
+    def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, record: Record | None = None,
+               attention_weights: bool = False):
+        """Target ids `(B, T)` and memory `(B, S, D)` -> logits `(B, T, tgt_vocab_size)`."""
+        tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, self.config.tgt_vocab_size)
+        src_mask = torch.as_tensor(src_mask, device=memory.device)
+        x = self.tgt_embed.dropout(self.tgt_embed(tgt_ids))
+        if record is not None:
+            record["decoder.embed"] = x
+        t = tgt_ids.shape[1]
+        x = self.decoder(x, memory, attention_mask(tgt_mask, t, causal=True), attention_mask(src_mask, t),
+                         record, attention_weights)
+        return self._logits(x, record)
+
+    def forward(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None):
+        """Logits `(B, T, tgt_vocab_size)` (encoder-only: `(B, S, tgt_vocab_size)`)."""
+        return self._forward(src_ids, tgt_ids, src_mask, tgt_mask, None, False)
+
+    def trace(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, attention_weights: bool = False
+              ) -> dict[str, torch.Tensor]:
+        """Every sublayer output under its canonical name, in execution order, ending with `logits`."""
+        record: Record = {}
+        self._forward(src_ids, tgt_ids, src_mask, tgt_mask, record, attention_weights)
+        return record
+
+    def _forward(self, src_ids, tgt_ids, src_mask, tgt_mask, record, attention_weights):
+        c = self.config
+        if c.is_encoder_decoder and tgt_ids is None:
+            raise ValueError("this encoder-decoder model needs tgt_ids, received None")
+        if not c.is_encoder_decoder and (tgt_ids is not None or tgt_mask is not None):
+            raise ValueError("this encoder-only model (num_decoder_layers=0) takes source ids alone, "
+                             "received tgt_ids or tgt_mask")
+        src_ids, src_mask = self._inputs("src", src_ids, src_mask, c.src_vocab_size)
+        if tgt_ids is not None:
+            tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, c.tgt_vocab_size)
+            if tgt_ids.shape[0] != src_ids.shape[0]:
+                raise ValueError(f"src_ids and tgt_ids have different batch sizes: {src_ids.shape[0]} and "
+                                 f"{tgt_ids.shape[0]}")
+        memory = self.encode(src_ids, src_mask, record, attention_weights)
+        if not c.is_encoder_decoder:
+            return self._logits(memory, record)
+        return self.decode(tgt_ids, memory, src_mask, tgt_mask, record, attention_weights)
+
+    def _logits(self, x, record):
+        tied = None
+        if self.config.tie_embeddings:
+            tied = (self.tgt_embed if self.config.is_encoder_decoder else self.src_embed).token.weight
+        logits = self.output(x, tied)
+        if record is not None:
+            record["logits"] = logits
+        return logits
+
+    def _inputs(self, side: str, ids, mask, vocab_size: int):
+        """Validate ids (and an explicit mask) with the reference's checks; returns tensors on the model's device."""
+        device = next(self.parameters()).device
+        rn.check_token_ids(f"{side}_ids", _host(ids), vocab_size, self.config.max_len)
+        ids = torch.as_tensor(ids, device=device)
+        if mask is None:
+            return ids, ids != self.config.pad_id
+        rn.check_padding_mask(f"{side}_mask", _host(mask), tuple(ids.shape))
+        return ids, torch.as_tensor(mask, device=device)
+
+
+def _host(x) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def attention_mask(key_mask: torch.Tensor, query_len: int, causal: bool = False) -> torch.Tensor:
+    """Key padding mask `(B, Tk)` (True = real token) -> `(B, 1, Tq, Tk)` attention mask, True = may attend."""
+    mask = key_mask[:, None, None, :].expand(-1, 1, query_len, -1)  # (B, 1, Tq, Tk)
+    if causal:
+        tk = key_mask.shape[1]
+        mask = mask & torch.ones(query_len, tk, dtype=torch.bool, device=key_mask.device).tril(tk - query_len)
+    return mask
