@@ -49,3 +49,54 @@ def weights_for(config: rn.TransformerConfig, seed: int = 0, dtype=np.float32) -
         elif name.endswith(".gamma"):
             weights[name] = (1 + 0.1 * rng.standard_normal(value.shape)).astype(dtype)
     return weights
+
+
+# --- backends: one adapter each, so model-level tests are written once ---------------------------------------------
+
+class TorchBackend:
+    name = "torch"
+
+    def __init__(self):
+        import torch
+        import torch_impl
+        self.torch, self.impl = torch, torch_impl
+
+    def build(self, config, weights, dtype):
+        return self.impl.Transformer.from_reference(config, weights, dtype=getattr(self.torch, dtype))
+
+    def trace(self, model, src, tgt=None, **kwargs) -> dict[str, np.ndarray]:
+        with self.torch.no_grad():
+            return {k: v.numpy() for k, v in model.trace(src, tgt, **kwargs).items()}
+
+    def logits(self, model, src, tgt=None, **kwargs) -> np.ndarray:
+        with self.torch.no_grad():
+            return model(src, tgt, **kwargs).numpy()
+
+
+class TFBackend:
+    name = "tf"
+
+    def __init__(self):
+        import tf_impl
+        self.impl = tf_impl
+
+    def build(self, config, weights, dtype):
+        return self.impl.Transformer.from_reference(config, weights, dtype=dtype)
+
+    def trace(self, model, src, tgt=None, **kwargs) -> dict[str, np.ndarray]:
+        return {k: np.asarray(v) for k, v in model.trace(src, tgt, **kwargs).items()}
+
+    def logits(self, model, src, tgt=None, **kwargs) -> np.ndarray:
+        return np.asarray(model(src, tgt, **kwargs))
+
+
+_BACKENDS = {"torch": TorchBackend, "tf": TFBackend}
+_backend_cache: dict = {}
+
+
+@pytest.fixture(params=list(_BACKENDS), scope="session")
+def backend(request):
+    """Each framework twin behind the same small adapter (build from canonical weights, trace, logits)."""
+    if request.param not in _backend_cache:
+        _backend_cache[request.param] = _BACKENDS[request.param]()
+    return _backend_cache[request.param]
