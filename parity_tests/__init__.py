@@ -1,0 +1,1 @@
+"""Parity tests: every backend against the float64 NumPy reference."""
