@@ -11,6 +11,9 @@ from .model import (Decoder, DecoderLayer, Embedding, Encoder, EncoderLayer, Fee
 from .ops import (attention_mask, causal_mask, padding_mask, scaled_dot_product_attention, sinusoidal_positions)
 from .schema import (IDENTITY, TRANSPOSE, Rule, Transform, from_framework_state, init_weights, parameter_shapes,
                      to_framework_state, validate_weights, weights_dtype)
+from .training import (SCHEDULES, AdamSettings, Schedule, adam_update, cosine_lr, noam_lr, token_cross_entropy)
+from .tasks import BOS_ID, EOS_ID, PAD_ID, TASKS, Batch, TaskSpec, accuracy, check_config
+from .decoding import choose_next, generate, reference_stepper
 
 __all__ = [
     "PRESETS", "TransformerConfig", "sample_batch", "sample_ids", "load_weights", "save_weights", "Decoder", "DecoderLayer", "Embedding", "Encoder",
@@ -18,4 +21,7 @@ __all__ = [
     "check_token_ids", "attention_mask", "causal_mask", "padding_mask", "scaled_dot_product_attention",
     "sinusoidal_positions", "IDENTITY", "TRANSPOSE", "Rule", "Transform", "from_framework_state", "init_weights",
     "parameter_shapes", "to_framework_state", "validate_weights", "weights_dtype",
+    "SCHEDULES", "AdamSettings", "Schedule", "adam_update", "cosine_lr", "noam_lr", "token_cross_entropy", "BOS_ID",
+    "EOS_ID", "PAD_ID", "TASKS", "Batch", "TaskSpec", "accuracy", "check_config", "choose_next", "generate",
+    "reference_stepper",
 ]
