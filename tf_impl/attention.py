@@ -1,0 +1,84 @@
+"""Scaled dot-product attention in TensorFlow: an explicit-softmax path and Keras's fused op, chosen by the caller.
+
+Mask convention (the project's, and `keras.ops.dot_product_attention`'s): bool, **True = may attend**. This module
+is the one place where tf_impl meets a framework attention convention.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import tensorflow as tf
+
+IMPLS = ("explicit", "keras")
+
+
+def causal_mask(query_len, key_len) -> tf.Tensor:
+    """`(Tq, Tk)` bool: query i may see key j iff j <= i + (Tk - Tq) (queries are the last Tq positions).
+
+    Lengths may be Python ints or scalar tensors (dynamic shapes inside `tf.function`).
+    """
+    # Not tf.linalg.band_part: a negative band (Tq > Tk) means "keep everything" there, not "hide everything".
+    rows = tf.range(query_len)[:, None]  # (Tq, 1)
+    cols = tf.range(key_len)[None, :]  # (1, Tk)
+    return cols <= rows + (key_len - query_len)
+
+
+def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask: tf.Tensor | None = None, *,
+                                 causal: bool = False, need_weights: bool = False, impl: str = "explicit",
+                                 dropout_p: float = 0.0, training: bool = False, seed=None
+                                 ) -> tuple[tf.Tensor, tf.Tensor | None]:
+    """softmax(q k^T / sqrt(d_k)) v (equation 1).
+
+    Args:
+        q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
+        mask: bool, broadcastable to `(B, H, Tq, Tk)`, True = may attend.
+        causal: also hide key j from query i when j > i + (Tk - Tq).
+        need_weights: return the attention weights too; this takes the explicit path.
+        impl: `explicit` (matmul, softmax, matmul in tf ops) or `keras` (`keras.ops.dot_product_attention`).
+            The caller picks; nothing is feature-detected. The `keras` op returns no weights and has no dropout,
+            so `need_weights` or active dropout take the explicit path.
+        dropout_p: dropout on the attention weights, applied only when `training` is true.
+        training: whether dropout is active.
+        seed: the calling layer's `keras.random.SeedGenerator` (or an int) for the dropout draw.
+
+    Returns:
+        `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)` or None. A query row with no key it may attend
+        to gets all-zero weights and an all-zero output, as in the NumPy reference.
+    """
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
+    if mask is not None:
+        mask = tf.convert_to_tensor(mask)
+        if mask.dtype != tf.bool:
+            raise TypeError(f"mask must be a bool tensor (True = may attend), received dtype {mask.dtype.name}")
+    if causal:
+        allowed = causal_mask(tf.shape(q)[-2], tf.shape(k)[-2])
+        mask = allowed if mask is None else tf.logical_and(mask, allowed)
+    # Rows with no visible key: let them see every key (no NaN from an all -inf softmax, in values or gradients),
+    # then zero them.
+    has_key = None if mask is None else tf.reduce_any(mask, axis=-1, keepdims=True)  # (..., Tq, 1)
+    safe_mask = None if mask is None else tf.logical_or(mask, tf.logical_not(has_key))
+    dropout = training and dropout_p > 0
+    if impl == "keras" and not need_weights and not dropout:
+        out = _keras_attention(q, k, v, safe_mask)
+        return (out if has_key is None else tf.where(has_key, out, tf.zeros_like(out))), None
+    scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+    if safe_mask is not None:
+        scores = tf.where(safe_mask, scores, tf.constant(-math.inf, scores.dtype))
+    weights = tf.nn.softmax(scores, axis=-1)
+    if has_key is not None:
+        weights = tf.where(has_key, weights, tf.zeros_like(weights))
+    if dropout:
+        weights = keras.random.dropout(weights, rate=dropout_p, seed=seed)
+    return tf.matmul(weights, v), weights
+
+
+def _keras_attention(q, k, v, mask):
+    """`keras.ops.dot_product_attention`, which takes `(B, T, H, d)` rather than `(B, H, T, d)`."""
+    # A tensor scale: the TF backend casts a Python float scale through float32, which float64 cannot afford.
+    scale = tf.constant(1.0 / math.sqrt(q.shape[-1]), dtype=q.dtype)
+    q, k, v = (tf.transpose(t, (0, 2, 1, 3)) for t in (q, k, v))  # (B, H, T, d) -> (B, T, H, d)
+    out = keras.ops.dot_product_attention(q, k, v, mask=mask, scale=scale)  # (B, Tq, H, d_v)
+    return tf.transpose(out, (0, 2, 1, 3))  # (B, Tq, H, d_v) -> (B, H, Tq, d_v)

@@ -1,0 +1,615 @@
+"""The Transformer as Keras 3 layers, class for class the same as `reference_numpy.model` and `torch_impl.model`.
+
+Weights enter and leave only through the canonical form: `Transformer.from_reference(config, weights)` and
+`model.to_reference()`, via the declarative `WEIGHT_TABLE` over the Keras variable paths.
+
+Differences from torch_impl that Keras asks for: a layer's `call()` returns its sublayer outputs as a dict next to
+its result (Keras rebuilds nested arguments, so a record dict passed in would not be filled in place), and the
+attention mask argument is called `attention_mask` (Keras gives an argument named `mask` a meaning of its own).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import reference_numpy as rn
+from reference_numpy import IDENTITY, Rule, TransformerConfig
+
+from .attention import IMPLS, causal_mask, scaled_dot_product_attention
+
+_LAYER = r"(?P<stack>encoder|decoder)\.layers\.(?P<i>\d+)"
+
+# canonical name pattern -> Keras variable path below the model; the only place the two naming schemes meet.
+# Keras Dense kernels are already (in, out), so every transform is the identity.
+WEIGHT_TABLE = (
+    Rule(r"(?P<side>src|tgt)_embed\.embedding", "{side}_embed/token/embeddings", IDENTITY),
+    Rule(r"(?P<side>src|tgt)_pos\.embedding", "{side}_embed/position/embeddings", IDENTITY),
+    Rule(_LAYER + r"\.(?P<attn>self_attn|cross_attn)\.(?P<proj>[qkvo])\.(?P<leaf>kernel|bias)",
+         "{stack}/layers_{i}/{attn}/{proj}/{leaf}", IDENTITY),
+    Rule(_LAYER + r"\.ffn\.(?P<linear>linear[12])\.(?P<leaf>kernel|bias)", "{stack}/layers_{i}/ffn/{linear}/{leaf}",
+         IDENTITY),
+    Rule(_LAYER + r"\.(?P<norm>norm[123])\.(?P<leaf>gamma|beta)", "{stack}/layers_{i}/{norm}/{leaf}", IDENTITY),
+    Rule(r"(?P<stack>encoder|decoder)\.final_norm\.(?P<leaf>gamma|beta)", "{stack}/final_norm/{leaf}", IDENTITY),
+    Rule(r"output\.(?P<leaf>kernel|bias)", "output/{leaf}", IDENTITY),
+)
+
+DTYPES = ("float32", "float64")
+
+Record = dict  # canonical sublayer name -> tensor, in execution order
+
+
+def _check_features(layer: str, arg: str, shape, d_model: int) -> None:
+    if shape is None or len(shape) != 3 or (shape[-1] is not None and shape[-1] != d_model):
+        raise ValueError(f"{layer}: {arg} must have shape (batch, length, d_model={d_model}), received shape "
+                         f"{None if shape is None else tuple(shape)}")
+
+
+def _gelu(x: tf.Tensor) -> tf.Tensor:
+    """The exact GELU, x * Phi(x) in the erf form.
+
+    Not `tf.nn.gelu(approximate=False)` (nor Keras's gelu, which calls it): it casts its Python constant 1/sqrt(2)
+    to float32 before the input's dtype, a 5e-9 error in float64, fifty times the float64 tolerance.
+    """
+    return 0.5 * x * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
+
+
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention (section 3.2.2): self-attention when `x_q is x_kv`, else encoder-decoder attention.
+
+    Args:
+        config: the hyperparameters.
+        impl: attention path, `explicit` or `keras` (see `tf_impl.attention`). A plain attribute: set `layer.impl`
+            to switch; a `tf.function` keeps the value it was traced with.
+    """
+
+    def __init__(self, config: TransformerConfig, impl: str = "explicit", **kwargs):
+        super().__init__(**kwargs)
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
+        self.config, self.impl = config, impl
+        dense = dict(units=config.d_model, use_bias=config.bias, dtype=self.dtype_policy)
+        self.q = keras.layers.Dense(**dense, name="q")
+        self.k = keras.layers.Dense(**dense, name="k")
+        self.v = keras.layers.Dense(**dense, name="v")
+        self.o = keras.layers.Dense(**dense, name="o")
+        self.seed_generator = keras.random.SeedGenerator(name="attention_dropout") if config.dropout > 0 else None
+
+    def build(self, x_q_shape, x_kv_shape):
+        d = self.config.d_model
+        _check_features(self.name, "x_q", x_q_shape, d)
+        _check_features(self.name, "x_kv", x_kv_shape, d)
+        self.q.build(x_q_shape)
+        self.k.build(x_kv_shape)
+        self.v.build(x_kv_shape)
+        self.o.build(x_q_shape)
+
+    def call(self, x_q, x_kv, attention_mask=None, need_weights: bool = False, training: bool = False):
+        """`(B, Tq, D)` queries, `(B, Tk, D)` keys/values, bool mask broadcastable to `(B, H, Tq, Tk)` ->
+        `(out, weights)`: `(B, Tq, D)` and `(B, H, Tq, Tk)` (None unless `need_weights`)."""
+        b, tq = tf.shape(x_q)[0], tf.shape(x_q)[1]
+        h, dk = self.config.num_heads, self.config.head_dim
+        q = tf.transpose(tf.reshape(self.q(x_q), (b, tq, h, dk)), (0, 2, 1, 3))  # (B, H, Tq, d_k)
+        k = tf.transpose(tf.reshape(self.k(x_kv), (b, -1, h, dk)), (0, 2, 1, 3))  # (B, H, Tk, d_k)
+        v = tf.transpose(tf.reshape(self.v(x_kv), (b, -1, h, dk)), (0, 2, 1, 3))  # (B, H, Tk, d_k)
+        out, weights = scaled_dot_product_attention(
+            q, k, v, attention_mask, need_weights=need_weights, impl=self.impl, dropout_p=self.config.dropout,
+            training=training, seed=self.seed_generator)
+        out = tf.reshape(tf.transpose(out, (0, 2, 1, 3)), (b, tq, h * dk))  # (B, H, Tq, d_k) -> (B, Tq, D)
+        return self.o(out), (weights if need_weights else None)
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict(), "impl": self.impl}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
+
+
+class FeedForward(keras.layers.Layer):
+    """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3)."""
+
+    def __init__(self, config: TransformerConfig, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config
+        self.linear1 = keras.layers.Dense(config.d_ff, use_bias=config.bias, dtype=self.dtype_policy, name="linear1")
+        self.linear2 = keras.layers.Dense(config.d_model, use_bias=config.bias, dtype=self.dtype_policy,
+                                          name="linear2")
+        self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
+        self.activation = tf.nn.relu if config.activation == "relu" else _gelu
+
+    def build(self, x_shape):
+        _check_features(self.name, "x", x_shape, self.config.d_model)
+        self.linear1.build(x_shape)
+        self.linear2.build((*x_shape[:-1], self.config.d_ff))
+
+    def call(self, x, training: bool = False):
+        return self.linear2(self.dropout(self.activation(self.linear1(x)), training=training))
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
+
+
+class _ResidualLayer(keras.layers.Layer):
+    """Shared residual wiring of EncoderLayer and DecoderLayer: post-LN `norm(x + drop(f(x)))` (the paper) or
+    pre-LN `x + drop(f(norm(x)))`."""
+
+    def _norm(self, name: str) -> keras.layers.LayerNormalization:
+        # Keras defaults to epsilon=1e-3; the config's (PyTorch's 1e-5 by default) is the one the reference uses.
+        return keras.layers.LayerNormalization(epsilon=self.config.layer_norm_eps, dtype=self.dtype_policy,
+                                               name=name)
+
+    def _sublayer(self, x, norm, fn, name, record, attention_weights, training):
+        out = fn(norm(x) if self.config.norm_first else x)
+        if isinstance(out, tuple):
+            out, weights = out
+            if attention_weights:
+                record[f"{name}.weights"] = weights
+        record[name] = out
+        out = self.dropout(out, training=training)
+        return x + out if self.config.norm_first else norm(x + out)
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict(), "impl": self.impl}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
+
+
+class EncoderLayer(_ResidualLayer):
+    """Self-attention and feed-forward sublayers. `call(x, attention_mask)` -> `(x, record)`, `record` holding
+    `self_attn` (and `self_attn.weights`) and `ffn`."""
+
+    def __init__(self, config: TransformerConfig, impl: str = "explicit", **kwargs):
+        super().__init__(**kwargs)
+        self.config, self.impl = config, impl
+        self.self_attn = MultiHeadAttention(config, impl, dtype=self.dtype_policy, name="self_attn")
+        self.norm1 = self._norm("norm1")
+        self.ffn = FeedForward(config, dtype=self.dtype_policy, name="ffn")
+        self.norm2 = self._norm("norm2")
+        self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
+
+    def build(self, x_shape):
+        _check_features(self.name, "x", x_shape, self.config.d_model)
+        self.self_attn.build(x_shape, x_shape)
+        self.norm1.build(x_shape)
+        self.ffn.build(x_shape)
+        self.norm2.build(x_shape)
+
+    def call(self, x, attention_mask=None, attention_weights: bool = False, training: bool = False):
+        record: Record = {}
+        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, attention_mask, need_weights=attention_weights,
+                                                                   training=training),
+                           "self_attn", record, attention_weights, training)
+        x = self._sublayer(x, self.norm2, lambda y: self.ffn(y, training=training), "ffn", record, attention_weights,
+                           training)
+        return x, record
+
+
+class DecoderLayer(_ResidualLayer):
+    """Masked self-attention, encoder-decoder attention and feed-forward sublayers. `call(x, memory, self_mask,
+    cross_mask)` -> `(x, record)`, `record` holding `self_attn`, `cross_attn` (and their `.weights`) and `ffn`."""
+
+    def __init__(self, config: TransformerConfig, impl: str = "explicit", **kwargs):
+        super().__init__(**kwargs)
+        self.config, self.impl = config, impl
+        self.self_attn = MultiHeadAttention(config, impl, dtype=self.dtype_policy, name="self_attn")
+        self.norm1 = self._norm("norm1")
+        self.cross_attn = MultiHeadAttention(config, impl, dtype=self.dtype_policy, name="cross_attn")
+        self.norm2 = self._norm("norm2")
+        self.ffn = FeedForward(config, dtype=self.dtype_policy, name="ffn")
+        self.norm3 = self._norm("norm3")
+        self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
+
+    def build(self, x_shape, memory_shape):
+        d = self.config.d_model
+        _check_features(self.name, "x", x_shape, d)
+        _check_features(self.name, "memory", memory_shape, d)
+        self.self_attn.build(x_shape, x_shape)
+        self.norm1.build(x_shape)
+        self.cross_attn.build(x_shape, memory_shape)
+        self.norm2.build(x_shape)
+        self.ffn.build(x_shape)
+        self.norm3.build(x_shape)
+
+    def call(self, x, memory, self_mask=None, cross_mask=None, attention_weights: bool = False,
+             training: bool = False):
+        record: Record = {}
+        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, need_weights=attention_weights,
+                                                                   training=training),
+                           "self_attn", record, attention_weights, training)
+        x = self._sublayer(x, self.norm2, lambda y: self.cross_attn(y, memory, cross_mask,
+                                                                    need_weights=attention_weights,
+                                                                    training=training),
+                           "cross_attn", record, attention_weights, training)
+        x = self._sublayer(x, self.norm3, lambda y: self.ffn(y, training=training), "ffn", record, attention_weights,
+                           training)
+        return x, record
+
+
+class Embedding(keras.layers.Layer):
+    """Token embedding, times sqrt(d_model) if `scale_embedding`, plus sinusoidal or learned positions, then
+    dropout (torch_impl applies the same dropout just after its Embedding)."""
+
+    def __init__(self, config: TransformerConfig, vocab_size: int, **kwargs):
+        super().__init__(**kwargs)
+        self.config, self.vocab_size = config, vocab_size
+        self.token = keras.layers.Embedding(vocab_size, config.d_model, dtype=self.dtype_policy, name="token")
+        if config.positional == "learned":
+            self.position = keras.layers.Embedding(config.max_len, config.d_model, dtype=self.dtype_policy,
+                                                   name="position")
+            self.sinusoid = None
+        else:
+            self.position = None
+            # A constant, not a weight: computed once in float64 by the reference, then cast to the compute dtype.
+            self.sinusoid = rn.sinusoidal_positions(config.max_len, config.d_model, config.sinusoid_layout
+                                                    ).astype(self.compute_dtype)  # (max_len, D)
+        self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
+
+    def build(self, ids_shape):
+        if ids_shape is None or len(ids_shape) != 2:
+            raise ValueError(f"{self.name}: ids must have shape (batch, length), received shape "
+                             f"{None if ids_shape is None else tuple(ids_shape)}")
+        self.token.build(ids_shape)
+        if self.position is not None:
+            self.position.build(ids_shape)
+
+    def call(self, ids, offset: int = 0, training: bool = False):
+        """`(B, T)` int ids -> `(B, T, D)`; positions start at `offset`."""
+        x = self.token(ids)  # (B, T, D)
+        if self.config.scale_embedding:
+            x = x * math.sqrt(self.config.d_model)
+        t = tf.shape(ids)[1]
+        table = tf.convert_to_tensor(self.sinusoid) if self.position is None else self.position.embeddings
+        return self.dropout(x + table[offset:offset + t], training=training)
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict(), "vocab_size": self.vocab_size}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
+
+
+class Encoder(keras.layers.Layer):
+    """`num_encoder_layers` EncoderLayers (and a final LayerNorm if `final_norm`). `call(x, attention_mask)` ->
+    `(x, record)` with canonical names (`encoder.layers.0.self_attn`, ...)."""
+
+    def __init__(self, config: TransformerConfig, impl: str = "explicit", name: str = "encoder", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.config, self.impl = config, impl
+        self.layers = [EncoderLayer(config, impl, dtype=self.dtype_policy, name=f"layers_{i}")
+                       for i in range(config.num_encoder_layers)]
+        self.final_norm = (keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, dtype=self.dtype_policy,
+                                                           name="final_norm") if config.final_norm else None)
+
+    def build(self, x_shape):
+        _check_features(self.name, "x", x_shape, self.config.d_model)
+        for layer in self.layers:
+            layer.build(x_shape)
+        if self.final_norm is not None:
+            self.final_norm.build(x_shape)
+
+    def call(self, x, attention_mask=None, attention_weights: bool = False, training: bool = False):
+        record: Record = {}
+        for i, layer in enumerate(self.layers):
+            x, sublayers = layer(x, attention_mask, attention_weights=attention_weights, training=training)
+            record.update({f"{self.name}.layers.{i}.{k}": v for k, v in sublayers.items()})
+            record[f"{self.name}.layers.{i}"] = x
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            record[f"{self.name}.final_norm"] = x
+        return x, record
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict(), "impl": self.impl}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
+
+
+class Decoder(keras.layers.Layer):
+    """`num_decoder_layers` DecoderLayers (and a final LayerNorm if `final_norm`). `call(x, memory, self_mask,
+    cross_mask)` -> `(x, record)` with canonical names (`decoder.layers.0.self_attn`, ...)."""
+
+    def __init__(self, config: TransformerConfig, impl: str = "explicit", name: str = "decoder", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.config, self.impl = config, impl
+        self.layers = [DecoderLayer(config, impl, dtype=self.dtype_policy, name=f"layers_{i}")
+                       for i in range(config.num_decoder_layers)]
+        self.final_norm = (keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, dtype=self.dtype_policy,
+                                                           name="final_norm") if config.final_norm else None)
+
+    def build(self, x_shape, memory_shape):
+        _check_features(self.name, "x", x_shape, self.config.d_model)
+        for layer in self.layers:
+            layer.build(x_shape, memory_shape)
+        if self.final_norm is not None:
+            self.final_norm.build(x_shape)
+
+    def call(self, x, memory, self_mask=None, cross_mask=None, attention_weights: bool = False,
+             training: bool = False):
+        record: Record = {}
+        for i, layer in enumerate(self.layers):
+            x, sublayers = layer(x, memory, self_mask, cross_mask, attention_weights=attention_weights,
+                                 training=training)
+            record.update({f"{self.name}.layers.{i}.{k}": v for k, v in sublayers.items()})
+            record[f"{self.name}.layers.{i}"] = x
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            record[f"{self.name}.final_norm"] = x
+        return x, record
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict(), "impl": self.impl}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
+
+
+class OutputProjection(keras.layers.Layer):
+    """Decoder (or encoder-only) states -> logits; with `tie_embeddings` the kernel is the embedding table."""
+
+    def __init__(self, config: TransformerConfig, name: str = "output", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.config = config
+
+    def build(self, x_shape):
+        c = self.config
+        _check_features(self.name, "x", x_shape, c.d_model)
+        self.kernel = None if c.tie_embeddings else self.add_weight(
+            shape=(c.d_model, c.tgt_vocab_size), initializer="glorot_uniform", name="kernel")  # (D, V)
+        self.bias = self.add_weight(shape=(c.tgt_vocab_size,), initializer="zeros", name="bias") if c.bias else None
+
+    def call(self, x, tied_embedding=None):
+        """`(B, T, D)` -> `(B, T, V)`; `tied_embedding` `(V, D)` is the kernel, transposed, when tied."""
+        if self.kernel is None:
+            logits = tf.matmul(x, tied_embedding, transpose_b=True)
+        else:
+            logits = tf.matmul(x, self.kernel)
+        return logits if self.bias is None else logits + self.bias
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
+
+
+class Transformer(keras.Model):
+    """Embeddings -> encoder (-> decoder) -> logits; the Keras twin of `reference_numpy.Transformer`.
+
+    Args:
+        config: the hyperparameters.
+        dtype: parameter and compute dtype, `float32` (default) or `float64`; every sublayer, softmax and LayerNorm
+            included, computes in it.
+        attention_impl: `explicit` or `keras`, see `tf_impl.attention`.
+
+    Call it with `(src_ids, tgt_ids)` of shape `(B, S)`, `(B, T)` (integer arrays or tensors); masks come from
+    `pad_id` unless `src_mask` / `tgt_mask` (bool, `(B, len)`, True = real token) are given. An encoder-only model
+    (`num_decoder_layers=0`) takes source ids alone. Dropout is active only with `training=True`.
+
+    Input checks: eagerly, ids and masks are checked on the host by the reference's own checks (rank, integer
+    dtype, ids inside the vocabulary, length <= max_len, batch sizes, mask dtype and shape), with the same error
+    texts as the other backends. Inside `tf.function` the values are unknown at trace time, so only what the
+    static shapes and dtypes tell is checked (rank, dtype, static lengths and batch sizes). An out-of-vocabulary id
+    there is not caught by us: TensorFlow's gather raises on ids >= vocab_size on CPU, Keras's `take` wraps
+    negative ids, and under XLA gathers clamp.
+    """
+
+    def __init__(self, config: TransformerConfig, dtype="float32", attention_impl: str = "explicit",
+                 name: str = "transformer", **kwargs):
+        dtype = keras.backend.standardize_dtype(getattr(dtype, "name", dtype))
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, received {dtype!r}")
+        super().__init__(dtype=dtype, name=name, **kwargs)
+        self.config, self.attention_impl = config, attention_impl
+        policy = self.dtype_policy
+        self.src_embed = Embedding(config, config.src_vocab_size, dtype=policy, name="src_embed")
+        self.encoder = Encoder(config, attention_impl, dtype=policy)
+        if config.is_encoder_decoder:
+            self.tgt_embed = Embedding(config, config.tgt_vocab_size, dtype=policy, name="tgt_embed")
+            self.decoder = Decoder(config, attention_impl, dtype=policy)
+        # Not `self.output`: keras.Model owns that attribute (the functional output).
+        self.output_projection = OutputProjection(config, dtype=policy)
+        # Ids arrive as arrays or tensors and are checked by `_inputs`; Keras must neither cast float "ids" to the
+        # compute dtype (the error would then name the wrong dtype) nor reject a NumPy array passed positionally.
+        self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True
+
+    def build(self, input_shape=None):
+        """Create every weight; they depend on the config alone, whatever the input shapes."""
+        c = self.config
+        states = (None, None, c.d_model)
+        self.src_embed.build((None, None))
+        self.encoder.build(states)
+        if c.is_encoder_decoder:
+            self.tgt_embed.build((None, None))
+            self.decoder.build(states, states)
+        self.output_projection.build(states)
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable, "dtype": self.compute_dtype,
+                "config": self.config.to_dict(), "attention_impl": self.attention_impl}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
+
+    # --- weights through the canonical form ---
+
+    @classmethod
+    def from_reference(cls, config: TransformerConfig, weights: Mapping[str, np.ndarray], dtype=None,
+                       attention_impl: str = "explicit") -> "Transformer":
+        """Build from canonical weights; the model takes their dtype unless `dtype` says otherwise."""
+        state = rn.to_framework_state(config, weights, WEIGHT_TABLE)
+        if dtype is None:
+            dtype = rn.weights_dtype(weights).name
+        model = cls(config, dtype=dtype, attention_impl=attention_impl)
+        model.build()
+        variables = model._variables()
+        missing, unused = sorted(set(variables) - set(state)), sorted(set(state) - set(variables))
+        if missing or unused:  # a WEIGHT_TABLE that disagrees with the layer names
+            raise ValueError(f"WEIGHT_TABLE does not match the Keras variables: model variables without a weight "
+                             f"{missing}, weights without a model variable {unused}")
+        for name, value in state.items():
+            variable = variables[name]
+            if tuple(variable.shape) != value.shape:
+                raise ValueError(f"{name} has shape {value.shape}, the Keras variable {tuple(variable.shape)}")
+            variable.assign(np.asarray(value, dtype=variable.dtype))
+        return model
+
+    def to_reference(self) -> dict[str, np.ndarray]:
+        """Canonical weights, bit-identical to those the model was built from."""
+        if not self.built:
+            self.build()
+        state = {name: np.asarray(variable.numpy()) for name, variable in self._variables().items()}
+        return rn.from_framework_state(self.config, state, WEIGHT_TABLE)
+
+    def _variables(self) -> dict[str, keras.Variable]:
+        """Every weight under its Keras path below the model (`encoder/layers_0/self_attn/q/kernel`)."""
+        prefix = f"{self.path}/"
+        variables = {}
+        for variable in self.weights:
+            if not variable.path.startswith(prefix) or variable.path[len(prefix):] in variables:
+                raise ValueError(f"unexpected or duplicate Keras variable path {variable.path!r}")
+            variables[variable.path[len(prefix):]] = variable
+        return variables
+
+    # --- forward ---
+
+    def encode(self, src_ids, src_mask=None, *, training: bool = False) -> tf.Tensor:
+        """Source ids `(B, S)` -> memory `(B, S, D)`."""
+        return self._encode(src_ids, src_mask, False, training)[0]
+
+    def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, *, training: bool = False) -> tf.Tensor:
+        """Target ids `(B, T)`, memory `(B, S, D)` and the source mask `(B, S)` -> logits `(B, T, tgt_vocab_size)`."""
+        return self._decode(tgt_ids, memory, src_mask, tgt_mask, False, training)[0]
+
+    def call(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, training: bool = False) -> tf.Tensor:
+        """Logits `(B, T, tgt_vocab_size)` (encoder-only: `(B, S, tgt_vocab_size)`)."""
+        return self._forward(src_ids, tgt_ids, src_mask, tgt_mask, False, training)[0]
+
+    def trace(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, attention_weights: bool = False
+              ) -> dict[str, tf.Tensor]:
+        """Every sublayer output under its canonical name, in execution order, ending with `logits` (inference)."""
+        if not self.built:
+            self.build()
+        return self._forward(src_ids, tgt_ids, src_mask, tgt_mask, attention_weights, False)[1]
+
+    def _encode(self, src_ids, src_mask, attention_weights, training):
+        src_ids, src_mask = self._inputs("src", src_ids, src_mask, self.config.src_vocab_size)
+        x = self.src_embed(src_ids, training=training)
+        record: Record = {"encoder.embed": x}
+        memory, layers = self.encoder(x, attention_mask(src_mask, tf.shape(src_ids)[1]),
+                                      attention_weights=attention_weights, training=training)
+        return memory, {**record, **layers}
+
+    def _decode(self, tgt_ids, memory, src_mask, tgt_mask, attention_weights, training):
+        tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, self.config.tgt_vocab_size)
+        src_mask = tf.convert_to_tensor(src_mask)
+        x = self.tgt_embed(tgt_ids, training=training)
+        record: Record = {"decoder.embed": x}
+        t = tf.shape(tgt_ids)[1]
+        x, layers = self.decoder(x, memory, attention_mask(tgt_mask, t, causal=True), attention_mask(src_mask, t),
+                                 attention_weights=attention_weights, training=training)
+        logits = self._logits(x)
+        return logits, {**record, **layers, "logits": logits}
+
+    def _forward(self, src_ids, tgt_ids, src_mask, tgt_mask, attention_weights, training):
+        c = self.config
+        if c.is_encoder_decoder and tgt_ids is None:
+            raise ValueError("this encoder-decoder model needs tgt_ids, received None")
+        if not c.is_encoder_decoder and (tgt_ids is not None or tgt_mask is not None):
+            raise ValueError("this encoder-only model (num_decoder_layers=0) takes source ids alone, "
+                             "received tgt_ids or tgt_mask")
+        src_ids, src_mask = self._inputs("src", src_ids, src_mask, c.src_vocab_size)
+        if tgt_ids is not None:
+            tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, c.tgt_vocab_size)
+            b_src, b_tgt = src_ids.shape[0], tgt_ids.shape[0]
+            if b_src is not None and b_tgt is not None and b_src != b_tgt:
+                raise ValueError(f"src_ids and tgt_ids have different batch sizes: {b_src} and {b_tgt}")
+        memory, record = self._encode(src_ids, src_mask, attention_weights, training)
+        if not c.is_encoder_decoder:
+            logits = self._logits(memory)
+            return logits, {**record, "logits": logits}
+        logits, decoder_record = self._decode(tgt_ids, memory, src_mask, tgt_mask, attention_weights, training)
+        return logits, {**record, **decoder_record}
+
+    def _logits(self, x):
+        tied = None
+        if self.config.tie_embeddings:
+            tied = (self.tgt_embed if self.config.is_encoder_decoder else self.src_embed).token.embeddings
+        return self.output_projection(x, tied)
+
+    def _inputs(self, side: str, ids, mask, vocab_size: int) -> tuple[tf.Tensor, tf.Tensor]:
+        """Validate ids (and an explicit mask): on the host with the reference's checks when eager, from static
+        shapes and dtypes inside `tf.function`. Returns tensors."""
+        name, max_len = f"{side}_ids", self.config.max_len
+        if tf.is_symbolic_tensor(ids):
+            _check_static_ids(name, ids, max_len)
+        else:
+            ids = rn.check_token_ids(name, _host(ids), vocab_size, max_len)
+        ids = tf.convert_to_tensor(ids)
+        if mask is None:
+            return ids, tf.not_equal(ids, tf.constant(self.config.pad_id, ids.dtype))
+        if tf.is_symbolic_tensor(mask) or tf.is_symbolic_tensor(ids):
+            mask = tf.convert_to_tensor(mask)
+            _check_static_mask(f"{side}_mask", mask, ids.shape)
+        else:
+            mask = rn.check_padding_mask(f"{side}_mask", _host(mask), tuple(ids.shape))
+        return ids, tf.convert_to_tensor(mask)
+
+
+def _host(x) -> np.ndarray:
+    return x.numpy() if tf.is_tensor(x) else np.asarray(x)
+
+
+def _check_static_ids(name: str, ids: tf.Tensor, max_len: int) -> None:
+    """What `rn.check_token_ids` checks, as far as a traced tensor's static shape and dtype tell (same texts)."""
+    shape = ids.shape
+    if shape.rank is not None and shape.rank != 2:
+        raise ValueError(f"{name} must have shape (batch, length), received shape {tuple(shape)}")
+    if not ids.dtype.is_integer:
+        raise TypeError(f"{name} must hold integer token ids, received dtype {ids.dtype.name}")
+    if shape.rank == 2 and 0 in tuple(shape):
+        raise ValueError(f"{name} must be non-empty, received shape {tuple(shape)}")
+    if shape.rank == 2 and shape[1] is not None and shape[1] > max_len:
+        raise ValueError(f"{name} has length {shape[1]}, longer than max_len={max_len}")
+
+
+def _check_static_mask(name: str, mask: tf.Tensor, ids_shape: tf.TensorShape) -> None:
+    """What `rn.check_padding_mask` checks, as far as static shapes and dtypes tell (same texts)."""
+    if mask.dtype != tf.bool:
+        raise TypeError(f"{name} must be a bool array (True = real token), received dtype {mask.dtype.name}")
+    if not mask.shape.is_compatible_with(ids_shape):
+        raise ValueError(f"{name} must have the shape of the ids {tuple(ids_shape)}, received {tuple(mask.shape)}")
+
+
+def attention_mask(key_mask: tf.Tensor, query_len, causal: bool = False) -> tf.Tensor:
+    """Key padding mask `(B, Tk)` (True = real token) -> `(B, 1, Tq, Tk)` attention mask, True = may attend."""
+    shape = tf.shape(key_mask)
+    mask = tf.broadcast_to(key_mask[:, None, None, :], (shape[0], 1, query_len, shape[1]))  # (B, 1, Tq, Tk)
+    if causal:
+        mask = tf.logical_and(mask, causal_mask(query_len, shape[1]))
+    return mask
