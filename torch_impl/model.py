@@ -32,6 +32,33 @@ WEIGHT_TABLE = (
 Record = dict  # canonical sublayer name -> tensor, in execution order
 
 
+class AttentionCache:
+    """The keys and values one attention layer has computed so far, for incremental decoding.
+
+    `static` (encoder-decoder attention): computed from the memory on the first call, reused afterwards.
+    Otherwise (causal self-attention) each call appends the keys and values of its new positions.
+    """
+
+    def __init__(self, static: bool):
+        self.static = static
+        self.k: torch.Tensor | None = None  # (B, H, T_cached, d_k)
+        self.v: torch.Tensor | None = None  # (B, H, T_cached, d_k)
+
+
+class KVCache:
+    """Incremental-decoding state of a decoder: per layer `(self_attn, cross_attn)` caches, plus the key mask of
+    the target positions processed so far. Make one per source batch with `Transformer.new_cache()`."""
+
+    def __init__(self, num_layers: int):
+        self.layers = [(AttentionCache(static=False), AttentionCache(static=True)) for _ in range(num_layers)]
+        self.key_mask: torch.Tensor | None = None  # (B, T_done) bool, True = real token
+
+    @property
+    def length(self) -> int:
+        """Target positions already decoded (the position offset of the next call)."""
+        return 0 if self.key_mask is None else self.key_mask.shape[1]
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (section 3.2.2): self-attention when `x_q is x_kv`, else encoder-decoder attention."""
 
@@ -45,12 +72,20 @@ class MultiHeadAttention(nn.Module):
         self.o = nn.Linear(d, d, bias=config.bias)
         self.impl = "fused"  # "explicit" forces matmul-softmax-matmul even without weights being asked for
 
-    def forward(self, x_q, x_kv, mask=None, need_weights: bool = False):
+    def forward(self, x_q, x_kv, mask=None, need_weights: bool = False, cache: AttentionCache | None = None):
         b, tq, d = x_q.shape
         h, dk = self.config.num_heads, self.config.head_dim
         q = self.q(x_q).view(b, tq, h, dk).transpose(1, 2)  # (B, H, Tq, d_k)
-        k = self.k(x_kv).view(b, -1, h, dk).transpose(1, 2)  # (B, H, Tk, d_k)
-        v = self.v(x_kv).view(b, -1, h, dk).transpose(1, 2)  # (B, H, Tk, d_k)
+        if cache is not None and cache.static and cache.k is not None:
+            k, v = cache.k, cache.v  # the memory's keys and values, from the first decoding step
+        else:
+            k = self.k(x_kv).view(b, -1, h, dk).transpose(1, 2)  # (B, H, Tk, d_k)
+            v = self.v(x_kv).view(b, -1, h, dk).transpose(1, 2)  # (B, H, Tk, d_k)
+            if cache is not None:
+                if not cache.static and cache.k is not None:
+                    k = torch.cat([cache.k, k], dim=2)  # (B, H, T_cached + Tk, d_k)
+                    v = torch.cat([cache.v, v], dim=2)  # (B, H, T_cached + Tk, d_k)
+                cache.k, cache.v = k, v
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, need_weights=need_weights, impl=self.impl,
             dropout_p=self.config.dropout if self.training else 0.0)
@@ -122,10 +157,13 @@ class DecoderLayer(_ResidualLayer):
         self.norm3 = nn.LayerNorm(config.d_model, eps=eps)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False):
-        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, attention_weights),
+    def forward(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False,
+                cache: tuple[AttentionCache, AttentionCache] | None = None):
+        self_cache, cross_cache = (None, None) if cache is None else cache
+        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, attention_weights, self_cache),
                            self.self_attn.name, record, attention_weights)
-        x = self._sublayer(x, self.norm2, lambda y: self.cross_attn(y, memory, cross_mask, attention_weights),
+        x = self._sublayer(x, self.norm2,
+                           lambda y: self.cross_attn(y, memory, cross_mask, attention_weights, cross_cache),
                            self.cross_attn.name, record, attention_weights)
         x = self._sublayer(x, self.norm3, self.ffn, self.ffn.name, record, attention_weights)
         if record is not None:
@@ -191,9 +229,11 @@ class Decoder(nn.Module):
         self.final_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.final_norm else None
         self.name = name
 
-    def forward(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False):
-        for layer in self.layers:
-            x = layer(x, memory, self_mask, cross_mask, record, attention_weights)
+    def forward(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False,
+                cache: KVCache | None = None):
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, self_mask, cross_mask, record, attention_weights,
+                      None if cache is None else cache.layers[i])
         if self.final_norm is not None:
             x = self.final_norm(x)
             if record is not None:
@@ -273,17 +313,37 @@ class Transformer(nn.Module):
         return self.encoder(x, attention_mask(src_mask, src_ids.shape[1]), record, attention_weights)
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, record: Record | None = None,
-               attention_weights: bool = False):
-        """Target ids `(B, T)` and memory `(B, S, D)` -> logits `(B, T, tgt_vocab_size)`."""
+               attention_weights: bool = False, cache: KVCache | None = None):
+        """Target ids `(B, T)` and memory `(B, S, D)` -> logits `(B, T, tgt_vocab_size)`.
+
+        With a `cache` (from `new_cache()`), `tgt_ids` (and `tgt_mask`) are only the positions after those already
+        decoded into it; their keys and values are appended, and the logits equal those of a full recomputation.
+        """
         tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, self.config.tgt_vocab_size)
         src_mask = torch.as_tensor(src_mask, device=memory.device)
-        x = self.tgt_embed.dropout(self.tgt_embed(tgt_ids))
+        t = tgt_ids.shape[1]
+        offset, key_mask = 0, tgt_mask
+        if cache is not None:
+            offset = cache.length
+            if offset + t > self.config.max_len:
+                raise ValueError(f"decoding {t} more position(s) after {offset} cached ones exceeds max_len="
+                                 f"{self.config.max_len}")
+            if cache.key_mask is not None:
+                key_mask = torch.cat([cache.key_mask, tgt_mask], dim=1)  # (B, T_cached + T)
+        x = self.tgt_embed.dropout(self.tgt_embed(tgt_ids, offset))
         if record is not None:
             record["decoder.embed"] = x
-        t = tgt_ids.shape[1]
-        x = self.decoder(x, memory, attention_mask(tgt_mask, t, causal=True), attention_mask(src_mask, t),
-                         record, attention_weights)
+        x = self.decoder(x, memory, attention_mask(key_mask, t, causal=True), attention_mask(src_mask, t),
+                         record, attention_weights, cache)
+        if cache is not None:
+            cache.key_mask = key_mask
         return self._logits(x, record)
+
+    def new_cache(self) -> KVCache:
+        """An empty key/value cache for incremental decoding with `decode(..., cache=...)`."""
+        if not self.config.is_encoder_decoder:
+            raise ValueError("an encoder-only model (num_decoder_layers=0) has no decoder to cache")
+        return KVCache(self.config.num_decoder_layers)
 
     def forward(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None):
         """Logits `(B, T, tgt_vocab_size)` (encoder-only: `(B, S, tgt_vocab_size)`)."""

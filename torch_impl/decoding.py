@@ -1,0 +1,52 @@
+"""`next_logits` steppers for `reference_numpy.generate`: incremental (key/value cache) or full recomputation."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from reference_numpy.decoding import NextLogits
+
+from .model import Transformer
+
+
+def _encode(model: Transformer, src_ids, src_mask):
+    device = next(model.parameters()).device
+    src_ids = torch.as_tensor(np.asarray(src_ids), device=device)
+    src_mask = src_ids != model.config.pad_id if src_mask is None else torch.as_tensor(src_mask, device=device)
+    with torch.no_grad():
+        memory = model.encode(src_ids, src_mask)
+    return memory, src_mask, device
+
+
+def cached_stepper(model: Transformer, src_ids, src_mask=None) -> NextLogits:
+    """Encode once; each call feeds only the positions not yet in the key/value cache (one per decoding step)."""
+    model.eval()
+    memory, src_mask, device = _encode(model, src_ids, src_mask)
+    cache = model.new_cache()
+
+    def next_logits(ids: np.ndarray) -> np.ndarray:
+        new = np.asarray(ids)[:, cache.length:]  # (B, T_new)
+        if new.shape[1] == 0:
+            raise ValueError(f"next_logits needs ids longer than the {cache.length} position(s) already cached")
+        new = torch.as_tensor(new, device=device)
+        with torch.no_grad():
+            logits = model.decode(new, memory, src_mask, tgt_mask=torch.ones_like(new, dtype=torch.bool),
+                                  cache=cache)
+        return logits[:, -1].cpu().numpy()
+
+    return next_logits
+
+
+def recompute_stepper(model: Transformer, src_ids, src_mask=None) -> NextLogits:
+    """Encode once; each call runs the decoder over the whole prefix again (the no-cache baseline)."""
+    model.eval()
+    memory, src_mask, device = _encode(model, src_ids, src_mask)
+
+    def next_logits(ids: np.ndarray) -> np.ndarray:
+        ids = torch.as_tensor(np.asarray(ids), device=device)
+        with torch.no_grad():
+            logits = model.decode(ids, memory, src_mask, tgt_mask=torch.ones_like(ids, dtype=torch.bool))
+        return logits[:, -1].cpu().numpy()
+
+    return next_logits
