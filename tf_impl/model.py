@@ -10,6 +10,7 @@ attention mask argument is called `attention_mask` (Keras gives an argument name
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Mapping
 
@@ -370,13 +371,16 @@ class OutputProjection(keras.layers.Layer):
     def __init__(self, config: TransformerConfig, name: str = "output", **kwargs):
         super().__init__(name=name, **kwargs)
         self.config = config
+        self.kernel_initializer = keras.initializers.get("glorot_uniform")  # as Dense's, so from_reference can skip it
+        self.bias_initializer = keras.initializers.get("zeros")
 
     def build(self, x_shape):
         c = self.config
         _check_features(self.name, "x", x_shape, c.d_model)
         self.kernel = None if c.tie_embeddings else self.add_weight(
-            shape=(c.d_model, c.tgt_vocab_size), initializer="glorot_uniform", name="kernel")  # (D, V)
-        self.bias = self.add_weight(shape=(c.tgt_vocab_size,), initializer="zeros", name="bias") if c.bias else None
+            shape=(c.d_model, c.tgt_vocab_size), initializer=self.kernel_initializer, name="kernel")  # (D, V)
+        self.bias = (self.add_weight(shape=(c.tgt_vocab_size,), initializer=self.bias_initializer, name="bias")
+                     if c.bias else None)
 
     def call(self, x, tied_embedding=None):
         """`(B, T, D)` -> `(B, T, V)`; `tied_embedding` `(V, D)` is the kernel, transposed, when tied."""
@@ -466,7 +470,8 @@ class Transformer(keras.Model):
         if dtype is None:
             dtype = rn.weights_dtype(weights).name
         model = cls(config, dtype=dtype, attention_impl=attention_impl)
-        model.build()
+        with _zero_initializers(model):
+            model.build()
         variables = model._variables()
         missing, unused = sorted(set(variables) - set(state)), sorted(set(state) - set(variables))
         if missing or unused:  # a WEIGHT_TABLE that disagrees with the layer names
@@ -579,6 +584,25 @@ class Transformer(keras.Model):
         else:
             mask = rn.check_padding_mask(f"{side}_mask", _host(mask), tuple(ids.shape))
         return ids, tf.convert_to_tensor(mask)
+
+
+_INITIALIZERS = ("kernel_initializer", "bias_initializer", "embeddings_initializer", "gamma_initializer",
+                 "beta_initializer")
+
+
+@contextlib.contextmanager
+def _zero_initializers(model: keras.layers.Layer):
+    """Build with zeros instead of random draws when every weight is overwritten right after (what torch_impl's
+    meta device saves: about 60M uniform draws on the base preset); the layers' own initializers come back after."""
+    saved = [(layer, attr, getattr(layer, attr)) for layer in model._flatten_layers() for attr in _INITIALIZERS
+             if hasattr(layer, attr)]
+    for layer, attr, _ in saved:
+        setattr(layer, attr, keras.initializers.Zeros())
+    try:
+        yield
+    finally:
+        for layer, attr, initializer in saved:
+            setattr(layer, attr, initializer)
 
 
 def _host(x) -> np.ndarray:
