@@ -1,0 +1,267 @@
+"""Keras checkpoint files (`.weights.h5`) and Keras's own `MultiHeadAttention` layout, mapped to canonical weights.
+
+This module needs h5py and NumPy only: a `.weights.h5` is an HDF5 file whose layout Keras derives from the model's
+structure, so it is written and read here directly, without building a model or importing TensorFlow (which
+alone costs ~0.5 GB and ~3 s). `weights_h5_table(config)` is that layout as a declarative table over
+`tf_impl.Transformer`'s structure; the tests check it against files `model.save_weights()` writes and that
+`model.load_weights()` reads ours, for every variant. Two Keras quirks the table encodes:
+
+- layers reached through a Python list are named by class, not by attribute: the i-th encoder layer is
+  `encoder/layers/encoder_layer_{i}` (the first one without `_0`), and layers reached only through the model's
+  own `layers` list are `layers/embedding` (source), `layers/embedding_1` (target), `layers/output_projection`;
+- a layer's variables are numbered in creation order (`vars/0` kernel, `vars/1` bias; a tied output layer's bias
+  is `vars/0`).
+
+The config travels as the root attribute `transformer_parity_config` (Keras ignores it). A `.weights.h5` written by
+`tf_impl.Transformer.save_weights()` has none; pass the config explicitly then.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+import reference_numpy as rn
+from reference_numpy import IDENTITY, Rule, Transform, TransformerConfig
+from reference_numpy.schema import map_names
+
+FORMAT_TAG = "transformer-parity/keras"
+FORMAT_VERSION = "1"
+CONFIG_ATTR = "transformer_parity_config"
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+
+_LAYER = r"(?P<stack>encoder|decoder)\.layers\.(?P<i>\d+)"
+_LIST_ITEM = re.compile(r"(encoder|decoder)_layer_(\d+)/")
+
+
+def weights_h5_table(config: TransformerConfig) -> tuple[Rule, ...]:
+    """canonical name -> dataset path in the `.weights.h5` of a `tf_impl.Transformer` with this config. The paths
+    use `{stack}_layer_{i}` for every list item; `keras_path` drops the `_0` as Keras does."""
+    bias = "1" if config.bias else None
+    layer = "{stack}/layers/{stack}_layer_{i}"
+    rules = [
+        Rule(r"src_embed\.embedding", "layers/embedding/token/vars/0", IDENTITY),
+        Rule(r"src_pos\.embedding", "layers/embedding/position/vars/0", IDENTITY),
+        Rule(r"tgt_embed\.embedding", "layers/embedding_1/token/vars/0", IDENTITY),
+        Rule(r"tgt_pos\.embedding", "layers/embedding_1/position/vars/0", IDENTITY),
+        Rule(_LAYER + r"\.(?P<attn>self_attn|cross_attn)\.(?P<proj>[qkvo])\.kernel",
+             layer + "/{attn}/{proj}/vars/0", IDENTITY),
+        Rule(_LAYER + r"\.ffn\.(?P<linear>linear[12])\.kernel", layer + "/ffn/{linear}/vars/0", IDENTITY),
+        Rule(_LAYER + r"\.(?P<norm>norm[123])\.gamma", layer + "/{norm}/vars/0", IDENTITY),
+        Rule(_LAYER + r"\.(?P<norm>norm[123])\.beta", layer + "/{norm}/vars/1", IDENTITY),
+        Rule(r"(?P<stack>encoder|decoder)\.final_norm\.gamma", "{stack}/final_norm/vars/0", IDENTITY),
+        Rule(r"(?P<stack>encoder|decoder)\.final_norm\.beta", "{stack}/final_norm/vars/1", IDENTITY),
+        Rule(r"output\.kernel", "layers/output_projection/vars/0", IDENTITY),
+        Rule(r"output\.bias", f"layers/output_projection/vars/{1 - config.tie_embeddings}", IDENTITY),
+    ]
+    if bias:
+        rules += [
+            Rule(_LAYER + r"\.(?P<attn>self_attn|cross_attn)\.(?P<proj>[qkvo])\.bias",
+                 layer + "/{attn}/{proj}/vars/" + bias, IDENTITY),
+            Rule(_LAYER + r"\.ffn\.(?P<linear>linear[12])\.bias", layer + "/ffn/{linear}/vars/" + bias, IDENTITY),
+        ]
+    return tuple(rules)
+
+
+def keras_path(table_path: str) -> str:
+    """`encoder/layers/encoder_layer_0/...` -> `encoder/layers/encoder_layer/...` (Keras leaves the first unnumbered)."""
+    return _LIST_ITEM.sub(lambda m: f"{m[1]}_layer/" if m[2] == "0" else m[0], table_path)
+
+
+def table_path(keras_path_: str) -> str:
+    """The inverse of `keras_path`."""
+    return re.sub(r"(encoder|decoder)_layer/", r"\1_layer_0/", keras_path_)
+
+
+def layer_groups(config: TransformerConfig) -> dict[str, str]:
+    """Every layer group Keras writes (group path -> layer name), variables or not: the file's skeleton."""
+    groups = {"": "transformer"}
+
+    def embed(path: str, name: str) -> None:
+        groups.update({path: name, f"{path}/token": "token", f"{path}/dropout": "dropout"})
+        if config.positional == "learned":
+            groups[f"{path}/position"] = "position"
+
+    def attention(path: str, name: str) -> None:
+        groups[path] = name
+        groups.update({f"{path}/{p}": p for p in "qkvo"})
+
+    embed("layers/embedding", "src_embed")
+    if config.is_encoder_decoder:
+        embed("layers/embedding_1", "tgt_embed")
+    groups["layers/output_projection"] = "output"
+    for stack, depth in (("encoder", config.num_encoder_layers), ("decoder", config.num_decoder_layers)):
+        if depth == 0:
+            continue
+        groups[stack] = stack
+        if config.final_norm:
+            groups[f"{stack}/final_norm"] = "final_norm"
+        for i in range(depth):
+            path = keras_path(f"{stack}/layers/{stack}_layer_{i}/")[:-1]
+            groups.update({path: f"layers_{i}", f"{path}/dropout": "dropout", f"{path}/ffn": "ffn",
+                           f"{path}/ffn/dropout": "dropout", f"{path}/ffn/linear1": "linear1",
+                           f"{path}/ffn/linear2": "linear2", f"{path}/norm1": "norm1", f"{path}/norm2": "norm2"})
+            attention(f"{path}/self_attn", "self_attn")
+            if stack == "decoder":
+                attention(f"{path}/cross_attn", "cross_attn")
+                groups[f"{path}/norm3"] = "norm3"
+    return groups
+
+
+def save_weights_h5(path: str | os.PathLike, config: TransformerConfig, weights: Mapping[str, np.ndarray],
+                    on_tensor: Callable[[str, int], None] | None = None) -> None:
+    """Write a `.weights.h5` that `tf_impl.Transformer(config).load_weights(path)` accepts, with the config as a root
+    attribute (the caller makes it atomic: pass a temporary path ending in `.weights.h5`, then rename)."""
+    import h5py
+
+    rn.validate_weights(config, weights)
+    mapping = map_names(weights_h5_table(config), rn.parameter_shapes(config))
+    with h5py.File(path, "w") as f:
+        f.attrs[CONFIG_ATTR] = config.to_json()
+        f.attrs["format"] = FORMAT_TAG
+        f.attrs["format_version"] = FORMAT_VERSION
+        for group, name in layer_groups(config).items():
+            vars_group = f.require_group(f"{group}/vars" if group else "vars")
+            vars_group.attrs["name"] = name
+        for name, (fw_name, transform) in mapping.items():
+            array = np.ascontiguousarray(transform.to_framework(np.asarray(weights[name])))
+            f.create_dataset(keras_path(fw_name), data=array)
+            if on_tensor is not None:
+                on_tensor(name, array.nbytes)
+
+
+def read_h5_file(path: str | os.PathLike) -> tuple[TransformerConfig | None, dict[str, np.ndarray]]:
+    """`(stored config or None, {table path: array})` of a `.weights.h5`; `ValueError` for anything else."""
+    import h5py
+
+    path = Path(path)
+    try:
+        with h5py.File(path, "r") as f:
+            text = f.attrs.get(CONFIG_ATTR)
+            datasets: dict[str, np.ndarray] = {}
+
+            def collect(name: str, obj: Any) -> None:
+                if isinstance(obj, h5py.Dataset):
+                    datasets[table_path(name)] = obj[()]
+
+            f.visititems(collect)
+    except (OSError, KeyError, ValueError) as exc:
+        raise ValueError(f"{path} is not a readable HDF5 file (truncated or corrupt?): {exc}") from None
+    config = None
+    if text is not None:
+        try:
+            config = TransformerConfig.from_json(text.decode() if isinstance(text, bytes) else str(text))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: the config stored in its attributes is invalid: {exc}") from None
+    return config, datasets
+
+
+def load_weights_h5(path: str | os.PathLike, fields: Mapping[str, Any] | None = None
+                    ) -> tuple[TransformerConfig, dict[str, np.ndarray]]:
+    """Canonical `(config, weights)` from a `.weights.h5`. The config is the stored one with `fields` applied; a file
+    that stores none (one `model.save_weights()` wrote) needs the whole config in `fields`."""
+    stored, datasets = read_h5_file(path)
+    if stored is None and not fields:
+        raise ValueError(f"{path} carries no transformer-parity config (a plain Keras save_weights file?); "
+                         "give one with --config FILE.json")
+    try:
+        config = stored.replace(**(fields or {})) if stored is not None else TransformerConfig.from_dict(dict(fields))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: invalid config: {exc}") from None
+    if not datasets:
+        raise ValueError(f"{path} holds no weights")
+    dtypes = {a.dtype for a in datasets.values()}
+    if not all(np.issubdtype(d, np.floating) for d in dtypes):
+        raise ValueError(f"{path}: expected floating-point weights, found dtypes {sorted(map(str, dtypes))}")
+    try:
+        return config, rn.from_framework_state(config, datasets, weights_h5_table(config))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+# --- keras.layers.MultiHeadAttention <-> a canonical attention block ------------------------------------------------
+
+KERAS_MHA_VARIABLES = ("query/kernel", "query/bias", "key/kernel", "key/bias", "value/kernel", "value/bias",
+                       "attention_output/kernel", "attention_output/bias")  # layer.get_weights() order
+
+
+def keras_mha_table(num_heads: int) -> tuple[Rule, ...]:
+    """Canonical block names (`q.kernel`, ...) -> Keras MultiHeadAttention variable names, with the per-head
+    reshapes Keras's einsum kernels need: q/k/v kernels `(D, H*dk)` <-> `(D, H, dk)`, their biases `(H*dk,)` <->
+    `(H, dk)`, the output kernel `(H*dk, D)` <-> `(H, dk, D)`. Canonical features are head-major (`h * dk + j`),
+    which is exactly how a C-order reshape splits them."""
+    def heads(axis: int) -> Transform:
+        def split(a: np.ndarray) -> np.ndarray:
+            shape = a.shape[:axis] + (num_heads, a.shape[axis] // num_heads) + a.shape[axis + 1:]
+            return a.reshape(shape)  # (.., H*dk, ..) -> (.., H, dk, ..)
+
+        def merge(a: np.ndarray) -> np.ndarray:
+            return a.reshape(a.shape[:axis] + (a.shape[axis] * a.shape[axis + 1],) + a.shape[axis + 2:])
+
+        return Transform(f"heads@{axis}", split, merge)
+
+    return (
+        Rule(r"(?P<p>[qkv])\.kernel", "{p}/kernel", heads(1)),
+        Rule(r"(?P<p>[qkv])\.bias", "{p}/bias", heads(0)),
+        Rule(r"o\.kernel", "o/kernel", heads(0)),
+        Rule(r"o\.bias", "o/bias", IDENTITY),
+    )
+
+
+_KERAS_NAMES = {"q": "query", "k": "key", "v": "value", "o": "attention_output"}
+
+
+def _block_names(bias: bool) -> list[str]:
+    return [f"{p}.{leaf}" for p in "qkvo" for leaf in (("kernel", "bias") if bias else ("kernel",))]
+
+
+def canonical_to_keras_mha(block: Mapping[str, np.ndarray], num_heads: int, prefix: str = "") -> list[np.ndarray]:
+    """A canonical attention block (`{prefix}q.kernel`, ... `{prefix}o.bias`) -> the list
+    `keras.layers.MultiHeadAttention(num_heads, key_dim=D // num_heads).set_weights()` takes."""
+    bias = f"{prefix}q.bias" in block
+    names = _block_names(bias)
+    missing = [prefix + n for n in names if prefix + n not in block]
+    if missing:
+        raise ValueError(f"attention block is missing {missing}")
+    d = np.shape(block[f"{prefix}q.kernel"])[0]
+    if d % num_heads:
+        raise ValueError(f"d_model={d} is not divisible by num_heads={num_heads}")
+    mapping = map_names(keras_mha_table(num_heads), names)
+    out = {}
+    for name, (fw_name, transform) in mapping.items():
+        value = np.asarray(block[prefix + name])
+        expected = (d,) if name.endswith("bias") else (d, d)
+        if value.shape != expected:
+            raise ValueError(f"{prefix}{name} has shape {value.shape}, expected {expected}")
+        proj, leaf = fw_name.split("/")
+        out[f"{_KERAS_NAMES[proj]}/{leaf}"] = transform.to_framework(value)
+    return [out[k] for k in KERAS_MHA_VARIABLES if k in out]
+
+
+def keras_mha_to_canonical(values: Sequence[np.ndarray], num_heads: int, prefix: str = "") -> dict[str, np.ndarray]:
+    """The inverse: `keras.layers.MultiHeadAttention.get_weights()` (with `key_dim = value_dim = D // num_heads`
+    and the default output width) -> canonical `{prefix}q.kernel`, ..., `{prefix}o.bias`."""
+    if len(values) not in (4, 8):
+        raise ValueError(f"expected the 8 (or, without biases, 4) arrays of MultiHeadAttention.get_weights(), "
+                         f"received {len(values)}")
+    bias = len(values) == 8
+    keras_names = [k for k in KERAS_MHA_VARIABLES if bias or k.endswith("kernel")]
+    by_name = dict(zip(keras_names, (np.asarray(v) for v in values)))
+    q = by_name["query/kernel"]
+    if q.ndim != 3 or q.shape[1] != num_heads or q.shape[0] != q.shape[1] * q.shape[2]:
+        raise ValueError(f"query kernel has shape {q.shape}; expected (D, num_heads={num_heads}, D // num_heads)")
+    mapping = map_names(keras_mha_table(num_heads), _block_names(bias))
+    out = {}
+    for name, (fw_name, transform) in mapping.items():
+        proj, leaf = fw_name.split("/")
+        value = by_name[f"{_KERAS_NAMES[proj]}/{leaf}"]
+        out[prefix + name] = transform.to_canonical(value)
+        expected = (q.shape[0],) if leaf == "bias" else (q.shape[0], q.shape[0])
+        if out[prefix + name].shape != expected:
+            raise ValueError(f"{_KERAS_NAMES[proj]}/{leaf} has shape {value.shape}; it does not map to a canonical "
+                             f"{expected}")
+    return out

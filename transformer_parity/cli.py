@@ -1,0 +1,418 @@
+"""The `transformer-parity` command line: init, convert, verify (and subcommands other modules register).
+
+Exit status: 0 success (verify: every sublayer within tolerance), 1 verify found a divergence, 2 bad input or
+usage (one line on stderr; `--debug` shows the traceback), 130 interrupted.
+
+Importing this module imports neither PyTorch nor TensorFlow: `--help` is instant, and each command loads only the
+frameworks its files and backends need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import importlib.util
+import json
+import os
+import pickle
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import __version__
+from .errors import UsageError
+
+PROG = "transformer-parity"
+COMMAND_MODULES = ["benchmarks.cli", "transformer_parity.training_cli"]
+FORMAT_CHOICES = ("canonical", "torch", "nn-transformer", "keras")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (and exit 2) instead of the usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=32)
+
+
+# --- shared option handling -----------------------------------------------------------------------------------------
+
+def _add_common(parser: argparse.ArgumentParser, top: bool = False) -> None:
+    """--quiet and --debug, accepted before or after the subcommand."""
+    default = False if top else argparse.SUPPRESS
+    if "--quiet" not in parser._option_string_actions:
+        parser.add_argument("-q", "--quiet", action="store_true", default=default,
+                            help="print no tables, notes or progress; errors still go to stderr")
+    if "--debug" not in parser._option_string_actions:
+        parser.add_argument("--debug", action="store_true", default=default,
+                            help="show the full traceback of an error instead of one line")
+
+
+def _add_config_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE.json",
+                        help="config fields as a JSON object (all or some TransformerConfig fields)")
+    parser.add_argument("--set", metavar="FIELD=VALUE", action="append", default=[], dest="sets",
+                        help="set one config field (repeatable; wins over --config), e.g. --set num_heads=4")
+
+
+def parse_fields(config_file: str | None, sets: Sequence[str]) -> dict[str, Any]:
+    """--config FILE.json and --set FIELD=VALUE pairs -> config fields (values typed like the field's default)."""
+    import reference_numpy as rn
+
+    defaults = rn.TransformerConfig().to_dict()
+    fields: dict[str, Any] = {}
+    if config_file:
+        path = Path(config_file)
+        if not path.is_file():
+            raise UsageError(f"--config {config_file}: no such file" if not path.exists()
+                             else f"--config {config_file} is not a file")
+        try:
+            data = json.loads(path.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UsageError(f"--config {config_file} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"--config {config_file} must hold a JSON object, received {type(data).__name__}")
+        fields.update(data)
+    for item in sets:
+        name, sep, text = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep:
+            raise UsageError(f"--set expects FIELD=VALUE, received {item!r}")
+        if name not in defaults:
+            raise UsageError(f"--set {item}: unknown config field {name!r}; fields are {', '.join(defaults)}")
+        fields[name] = _typed(name, text.strip(), defaults[name])
+    unknown = sorted(set(fields) - set(defaults))
+    if unknown:
+        raise UsageError(f"unknown config field(s) {unknown}; fields are {', '.join(defaults)}")
+    return fields
+
+
+def _typed(name: str, text: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        lowered = text.lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise UsageError(f"--set {name}={text}: expected true or false")
+    try:
+        return type(default)(text) if isinstance(default, (int, float)) else text
+    except ValueError:
+        raise UsageError(f"--set {name}={text}: expected {type(default).__name__}") from None
+
+
+def _console(args, stderr: bool = False):
+    """A rich console; off a terminal (pipes, CI logs) 120 columns wide so that tables are not squeezed."""
+    from rich.console import Console
+
+    console = Console(stderr=stderr, quiet=bool(getattr(args, "quiet", False)) and not stderr, highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = 120
+    return console
+
+
+def _note(args, message: str) -> None:
+    if not getattr(args, "quiet", False):
+        _console(args, stderr=True).print(f"note: {message}", markup=False)
+
+
+class _Bytes:
+    """A rich progress bar over bytes of tensors (only drawn on a terminal, never with --quiet)."""
+
+    def __init__(self, args, description: str, total: int | None):
+        from rich.progress import (BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn,
+                                   TimeElapsedColumn)
+
+        console = _console(args, stderr=True)
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                 TimeElapsedColumn(), console=console, transient=True,
+                                 disable=bool(getattr(args, "quiet", False)) or not console.is_terminal)
+        self.task = self.progress.add_task(description, total=total)
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+    def advance(self, name: str, nbytes: int) -> None:
+        self.progress.advance(self.task, nbytes)
+
+    def describe(self, description: str, total: int | None = None) -> None:
+        self.progress.reset(self.task, description=description, total=total)
+
+
+# --- init -----------------------------------------------------------------------------------------------------------
+
+INIT_EXAMPLES = """\
+examples:
+  transformer-parity init -o base.safetensors                     # the paper's base model, seeded
+  transformer-parity init --preset tiny --seed 3 -o tiny.pt        # straight to a PyTorch file
+  transformer-parity init --preset base --set num_heads=16 --set layer_norm_eps=1e-6 -o custom.safetensors
+  transformer-parity init --config my_config.json -o mine.weights.h5
+  transformer-parity init --exercise-all -o base.safetensors       # non-zero biases, non-unit gammas too
+"""
+
+
+def cmd_init(args) -> int:
+    import numpy as np
+
+    import reference_numpy as rn
+
+    from . import formats
+    from .verify import seeded_weights
+
+    fields = parse_fields(args.config, args.sets)
+    out_format = formats.output_format(args.output, args.to)
+    formats.check_output(args.output, args.force)
+    if args.seed < 0:
+        raise UsageError(f"--seed must be >= 0, received {args.seed}")
+    try:
+        config = rn.TransformerConfig.preset(args.preset, **fields)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"invalid config: {exc}") from None
+    start = time.perf_counter()
+    dtype = np.dtype(args.dtype)
+    weights = seeded_weights(config, args.seed, dtype) if args.exercise_all else rn.init_weights(config, args.seed,
+                                                                                                    dtype)
+    total = sum(w.nbytes for w in weights.values())
+    with _Bytes(args, f"writing {Path(args.output).name}", total) as bar:
+        path, fmt = formats.save(args.output, config, weights, out_format, args.force, bar.advance)
+    if not args.quiet:
+        _console(args).print(f"wrote {path} ({fmt}, {args.preset} preset, {_size(weights)}) in "
+                             f"{time.perf_counter() - start:.1f} s", markup=False)
+    return 0
+
+
+def _size(weights) -> str:
+    n = sum(int(v.size) for v in weights.values())
+    nbytes = sum(int(v.nbytes) for v in weights.values())
+    return f"{n / 1e6:.1f} M parameters, {nbytes / 1e6:.1f} MB"
+
+
+# --- convert --------------------------------------------------------------------------------------------------------
+
+CONVERT_EXAMPLES = """\
+examples:
+  transformer-parity convert base.safetensors base.pt                 # canonical -> PyTorch
+  transformer-parity convert base.pt base.weights.h5                   # PyTorch -> Keras weights
+  transformer-parity convert base.weights.h5 back.safetensors --force  # overwrite an existing file
+  # a model built around torch.nn.Transformer (e.g. PyTorch's translation tutorial), heads given explicitly:
+  transformer-parity convert seq2seq.pt seq2seq.safetensors --from nn-transformer --set num_heads=8
+  # canonical -> the tutorial's own state-dict layout (loads with model.load_state_dict):
+  transformer-parity convert model.safetensors tutorial.pt --to nn-transformer
+
+formats: canonical (.safetensors), torch (.pt/.pth), nn-transformer (.pt/.pth/.bin, a torch.nn.Transformer
+model's state dict), keras (.weights.h5). Inferred from content and extension; --from/--to override.
+"""
+
+
+def cmd_convert(args) -> int:
+    from . import formats
+
+    fields = parse_fields(args.config, args.sets)
+    in_path = formats.check_input(args.input)
+    out_format = formats.output_format(args.output, args.to)
+    out_path = formats.check_output(args.output, args.force)
+    if out_path.exists() and out_path.resolve() == in_path.resolve():
+        raise UsageError(f"{args.output} is the input file; write the conversion elsewhere")
+    start = time.perf_counter()
+    size = in_path.stat().st_size
+    with _Bytes(args, f"reading {in_path.name}", size) as bar:
+        loaded = formats.load(in_path, args.from_, fields, bar.advance)
+        bar.describe(f"writing {out_path.name}", loaded.nbytes)
+        path, fmt = formats.save(out_path, loaded.config, loaded.weights, out_format, args.force, bar.advance)
+    for note in loaded.notes:
+        _note(args, note)
+    if not args.quiet:
+        _console(args).print(f"converted {in_path} ({loaded.format}) -> {path} ({fmt}), {_size(loaded.weights)}, "
+                             f"in {time.perf_counter() - start:.1f} s", markup=False)
+    return 0
+
+
+# --- verify ---------------------------------------------------------------------------------------------------------
+
+VERIFY_EXAMPLES = """\
+examples:
+  transformer-parity verify                                  # the base preset, seeded, in every backend
+  transformer-parity verify --preset tiny --seed 7           # a quick one
+  transformer-parity verify model.safetensors                # one checkpoint in every backend
+  transformer-parity verify model.pt model.weights.h5        # a port: each file in its own framework
+  transformer-parity verify model.pt model.weights.h5 --json report.json
+  transformer-parity verify model.pt --backends torch --dtype float64 --batch 4 --src-len 64 --tgt-len 48
+  transformer-parity verify seq2seq.pt --set num_heads=8     # config-less files take --set/--config
+
+The first checkpoint is the reference: the judge is the NumPy reference in float64 on its weights. Each sublayer's
+tolerance is K x its floor (the NumPy float32-vs-float64 error on the same inputs), K = 10; see README.
+exit status: 0 all within tolerance, 1 divergence found, 2 bad input or usage.
+"""
+
+
+def cmd_verify(args) -> int:
+    from . import report as rep
+    from . import verify
+
+    fields = parse_fields(args.config, args.sets)
+    if args.json and args.json != "-":
+        from . import formats
+        formats.check_output(args.json, args.force)
+    backends = None
+    if args.backends:
+        backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    quiet = args.quiet or args.json == "-"
+    console_err = _console(args, stderr=True)
+    status = None
+    if not quiet and console_err.is_terminal:
+        status = console_err.status("verifying")
+        status.start()
+
+    def progress(step: str) -> None:
+        if status is not None:
+            status.update(f"running {step}" if not step.startswith(("reading", "seeding")) else step)
+
+    try:
+        result = verify.run(args.checkpoints, preset=args.preset, fields=fields, backends=backends,
+                            dtype=args.dtype, batch=args.batch, src_len=args.src_len, tgt_len=args.tgt_len,
+                            seed=args.seed, progress=progress)
+    finally:
+        if status is not None:
+            status.stop()
+    if args.json:
+        text = rep.to_json_text(result)
+        if args.json == "-":
+            sys.stdout.write(text + "\n")
+        else:
+            from . import formats
+            with formats.atomic_path(Path(args.json)) as tmp:
+                tmp.write_text(text + "\n")
+    if not quiet:
+        console = _console(args)
+        rep.print_report(result, console)
+        console.print(rep.verdict(result), style="bold green" if result.passed else "bold red", markup=False)
+    elif args.quiet and not result.passed:
+        print(rep.verdict(result), file=sys.stderr)
+    return 0 if result.passed else 1
+
+
+# --- the parser -----------------------------------------------------------------------------------------------------
+
+DESCRIPTION = """\
+Convert Transformer checkpoints between NumPy (safetensors), PyTorch and Keras, and verify that every backend
+computes the same function, sublayer by sublayer, with tolerances derived from measured float32 rounding.
+
+start here:
+  transformer-parity verify                 # NumPy vs PyTorch vs Keras on the paper's base model
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description=DESCRIPTION, formatter_class=_Formatter)
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    _add_common(parser, top=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("init", help="write a seeded model of a preset or config", epilog=INIT_EXAMPLES,
+                       formatter_class=_Formatter, description="Write seeded weights for a preset or config.")
+    p.add_argument("--preset", choices=("tiny", "base", "big"), default="base",
+                   help="starting config (default: base, the paper's)")
+    _add_config_options(p)
+    p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="weight dtype")
+    p.add_argument("--exercise-all", action="store_true",
+                   help="draw biases and LayerNorm parameters at random too (better for verification)")
+    p.add_argument("--to", choices=FORMAT_CHOICES, help="output format (default: from the extension)")
+    p.add_argument("-o", "--output", required=True, metavar="PATH", help="file to write")
+    p.add_argument("--force", action="store_true", help="overwrite PATH if it exists")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("convert", help="convert a checkpoint to another format", epilog=CONVERT_EXAMPLES,
+                       formatter_class=_Formatter,
+                       description="Read a checkpoint in any supported format and write it in another, atomically.")
+    p.add_argument("input", metavar="IN", help="checkpoint to read")
+    p.add_argument("output", metavar="OUT", help="file to write")
+    p.add_argument("--from", dest="from_", choices=FORMAT_CHOICES, help="input format (default: inferred)")
+    p.add_argument("--to", choices=FORMAT_CHOICES, help="output format (default: from OUT's extension)")
+    _add_config_options(p)
+    p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser("verify", help="compare every sublayer across backends or checkpoints",
+                       epilog=VERIFY_EXAMPLES, formatter_class=_Formatter,
+                       description="Run seeded, padded inputs through each backend (or each checkpoint in its own "
+                                   "framework) and compare every sublayer with the float64 NumPy reference.")
+    p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT",
+                   help="none: the preset with seeded weights; one: it in every backend; several: each in its "
+                        "own framework, the first being the reference")
+    p.add_argument("--preset", choices=("tiny", "base", "big"), default="base",
+                   help="model to seed when no checkpoint is given (default: base)")
+    p.add_argument("--backends", metavar="LIST",
+                   help="comma-separated backends for zero or one checkpoint: numpy,torch,keras (default: all "
+                        "installed frameworks)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                   help="compute dtype of the backends under test (default float32)")
+    p.add_argument("--batch", type=int, default=2, help="sequences per batch (default 2)")
+    p.add_argument("--src-len", type=int, default=37, help="source length, with padding (default 37)")
+    p.add_argument("--tgt-len", type=int, default=29, help="target length, with padding (default 29)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs (and of the preset's weights)")
+    _add_config_options(p)
+    p.add_argument("--json", metavar="PATH", help="also write a machine-readable report ('-': stdout only)")
+    p.add_argument("--force", action="store_true", help="overwrite the --json file if it exists")
+    p.set_defaults(func=cmd_verify)
+
+    for name in COMMAND_MODULES:
+        _register(sub, name)
+    for subparser in sub.choices.values():
+        _add_common(subparser)
+    return parser
+
+
+def _register(sub, module_name: str) -> None:
+    """Let another module add its subcommands: `module.register(subparsers)`, if the module exists."""
+    try:
+        if importlib.util.find_spec(module_name) is None:
+            return
+    except ModuleNotFoundError:  # its package is absent
+        return
+    try:
+        importlib.import_module(module_name).register(sub)
+    except Exception as exc:  # a broken plug-in must not take init/convert/verify down with it
+        print(f"{PROG}: warning: subcommands from {module_name} unavailable: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in text:
+        text = f"{exc.filename}: {text}"
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (the console script passes it to sys.exit)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors
+        return exc.code if isinstance(exc.code, int) else 2
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except (UsageError, ValueError, OSError, pickle.UnpicklingError, EOFError) as exc:
+        if args.debug:
+            raise
+        print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2

@@ -1,0 +1,282 @@
+"""Checkpoint formats: which one a file is, reading any of them into canonical weights, writing any of them.
+
+Orchestration only: the canonical format's streaming IO is `safetensors_io`, the PyTorch files are
+`torch_impl.checkpoints`, the Keras files `tf_impl.checkpoints` (h5py only). Frameworks are imported only when a
+file of theirs is read or written.
+
+| format           | extensions            | content                                   | runs in |
+|------------------|-----------------------|-------------------------------------------|---------|
+| `canonical`      | `.safetensors`        | canonical names, config in the metadata    | numpy   |
+| `torch`          | `.pt`, `.pth`         | torch_impl state dict + config (zip)       | torch   |
+| `nn-transformer` | `.pt`, `.pth`, `.bin` | a model around `torch.nn.Transformer`      | torch   |
+| `keras`          | `.weights.h5`, `.h5`  | tf_impl `save_weights` layout + config     | keras   |
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+
+import reference_numpy as rn
+
+from .errors import UsageError
+
+FORMATS = ("canonical", "torch", "nn-transformer", "keras")
+FRAMEWORK = {"canonical": "numpy", "torch": "torch", "nn-transformer": "torch", "keras": "keras"}
+EXTENSIONS = {".safetensors": "canonical", ".pt": "torch", ".pth": "torch", ".bin": "nn-transformer",
+              ".weights.h5": "keras", ".h5": "keras"}
+# What the first bytes say: the container, which may hold more than one of our formats.
+CONTENT_FORMATS = {"safetensors": ("canonical",), "zip": ("torch", "nn-transformer"),
+                   "pickle": ("torch", "nn-transformer"), "hdf5": ("keras",)}
+
+OnTensor = Callable[[str, int], None]  # (canonical name, bytes) after each tensor is read or written
+
+
+@dataclass
+class Loaded:
+    """A checkpoint read into canonical form."""
+
+    path: Path
+    format: str
+    config: rn.TransformerConfig
+    weights: dict[str, np.ndarray]
+    notes: list[str] = field(default_factory=list)  # guesses and assumptions worth telling the user
+
+    @property
+    def framework(self) -> str:
+        return FRAMEWORK[self.format]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(np.asarray(v).nbytes for v in self.weights.values())
+
+
+def extension_format(path: str | os.PathLike) -> str | None:
+    name = Path(path).name.lower()
+    for ext in sorted(EXTENSIONS, key=len, reverse=True):
+        if name.endswith(ext):
+            return EXTENSIONS[ext]
+    return None
+
+
+def sniff(path: Path) -> str | None:
+    """The container the first bytes announce: safetensors, zip (torch.save), pickle (legacy torch.save), hdf5."""
+    with open(path, "rb") as f:
+        head = f.read(9)
+    if head.startswith(b"\x89HDF\r\n\x1a\n"):
+        return "hdf5"
+    if head.startswith(b"PK\x03\x04"):
+        return "zip"
+    if head[:1] == b"\x80":
+        return "pickle"
+    if len(head) == 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") <= path.stat().st_size - 8:
+        return "safetensors"
+    return None
+
+
+def check_input(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"no such file: {path}")
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory, expected a checkpoint file")
+    if path.stat().st_size == 0:
+        raise UsageError(f"{path} is empty (0 bytes)")
+    return path
+
+
+def detect_format(path: str | os.PathLike, declared: str | None = None) -> str:
+    """The format of an existing file, from its content and extension (`declared`, the user's --from, wins over
+    the extension but not over content that plainly says otherwise)."""
+    path = check_input(path)
+    content = sniff(path)
+    by_ext = extension_format(path)
+    if declared is not None:
+        if declared not in FORMATS:
+            raise UsageError(f"unknown format {declared!r}; choose one of {', '.join(FORMATS)}")
+        if content is not None and declared not in CONTENT_FORMATS[content]:
+            raise UsageError(f"{path} is a {content} file, which cannot hold the {declared} format "
+                             f"(it could be: {', '.join(CONTENT_FORMATS[content])})")
+        return declared
+    if content is None:
+        if path.name.lower().endswith(".keras"):
+            raise UsageError(f"{path}: whole-model .keras archives are not supported; save the weights with "
+                             "model.save_weights('NAME.weights.h5') and convert that")
+        expected = f" for a {by_ext} file" if by_ext else ""
+        raise UsageError(f"{path} is not a checkpoint this tool knows: its first bytes match no supported format"
+                         f"{expected} (safetensors, PyTorch zip or pickle, HDF5); truncated or corrupt?")
+    if content == "zip" and path.name.lower().endswith(".keras"):
+        raise UsageError(f"{path}: whole-model .keras archives are not supported; save the weights with "
+                         "model.save_weights('NAME.weights.h5') and convert that")
+    if by_ext is not None and by_ext not in CONTENT_FORMATS[content]:
+        raise UsageError(f"{path} has a {by_ext} extension but its content is {content}; pass --from "
+                         f"{CONTENT_FORMATS[content][0]} to read it anyway")
+    if content in ("zip", "pickle"):
+        return by_ext if by_ext in CONTENT_FORMATS[content] else "torch"  # refined after loading
+    return CONTENT_FORMATS[content][0]
+
+
+def load(path: str | os.PathLike, fmt: str | None = None, fields: Mapping[str, Any] | None = None,
+         on_tensor: OnTensor | None = None) -> Loaded:
+    """Read any supported checkpoint into canonical weights.
+
+    `fields` (the CLI's --config/--set) override the stored config, or supply what a file without one cannot tell;
+    the weights are validated against the result.
+    """
+    fields = dict(fields or {})
+    path = Path(path)
+    fmt = detect_format(path, fmt)
+    try:
+        if fmt == "canonical":
+            return _load_canonical(path, fields, on_tensor)
+        if fmt in ("torch", "nn-transformer"):
+            return _load_torch(path, fields)
+        return _load_keras(path, fields)
+    except ImportError as exc:
+        raise UsageError(f"reading {path} ({fmt}) needs {exc.name}, which is not installed") from None
+
+
+def _config_from_fields(path: Path, fields: Mapping[str, Any]) -> rn.TransformerConfig:
+    if not fields:
+        raise UsageError(f"{path} carries no config; give one with --config FILE.json (or --set FIELD=VALUE ...)")
+    return rn.TransformerConfig.from_dict(dict(fields))
+
+
+def _load_canonical(path: Path, fields: Mapping[str, Any], on_tensor: OnTensor | None) -> Loaded:
+    from .safetensors_io import read_canonical
+
+    stored, tensors, _ = read_canonical(path, on_tensor)
+    config = stored.replace(**fields) if stored is not None and fields else stored or _config_from_fields(path, fields)
+    try:
+        rn.validate_weights(config, tensors)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return Loaded(path, "canonical", config, tensors)
+
+
+def _load_torch(path: Path, fields: Mapping[str, Any]) -> Loaded:
+    from torch_impl import checkpoints as tc
+
+    obj = tc.read_torch_file(path)
+    if tc.is_project_file(obj):
+        config, weights = tc.load_pt(obj, path, fields)
+        return Loaded(path, "torch", config, weights)
+    state, wrapper = tc.unwrap_state_dict(obj, path)
+    if tc.looks_like_nn_transformer(state):
+        config, weights, notes = tc.import_nn_transformer(state, path, fields, stored=tc.stored_nn_config(state))
+        if wrapper:
+            notes.insert(0, f"read the state dict under key {wrapper!r}")
+        return Loaded(path, "nn-transformer", config, weights, notes)
+    if tc.looks_like_torch_impl_state(state):
+        config = _config_from_fields(path, fields)
+        return Loaded(path, "torch", config, tc.load_torch_impl_state(state, path, config))
+    raise UsageError(f"{path} is a PyTorch file but neither a transformer-parity checkpoint, a torch_impl state "
+                     "dict, nor a model built around torch.nn.Transformer (no key ending in "
+                     "'layers.0.self_attn.in_proj_weight')")
+
+
+def _load_keras(path: Path, fields: Mapping[str, Any]) -> Loaded:
+    from tf_impl import checkpoints as kc
+
+    config, weights = kc.load_weights_h5(path, fields)
+    return Loaded(path, "keras", config, weights)
+
+
+# --- writing ------------------------------------------------------------------------------------------------------
+
+def output_format(path: str | os.PathLike, declared: str | None = None) -> str:
+    """The format to write: `declared` (--to), else the extension; they must not contradict each other."""
+    by_ext = extension_format(path)
+    if declared is not None:
+        if declared not in FORMATS:
+            raise UsageError(f"unknown format {declared!r}; choose one of {', '.join(FORMATS)}")
+        if declared == "keras" and not str(path).endswith(".weights.h5"):
+            raise UsageError(f"{path}: Keras weights files must end in .weights.h5 (keras.Model.load_weights "
+                             "requires it)")
+        if by_ext is not None and FRAMEWORK[by_ext] != FRAMEWORK[declared]:
+            raise UsageError(f"{path} has a {by_ext} extension, but --to {declared} was asked for")
+        return declared
+    if by_ext is None:
+        if str(path).lower().endswith(".keras"):
+            raise UsageError(f"{path}: whole-model .keras archives are not supported; write NAME.weights.h5")
+        raise UsageError(f"cannot tell the output format from {Path(path).name!r}; use an extension "
+                         f"({', '.join(EXTENSIONS)}) or --to FORMAT")
+    if by_ext == "keras" and not str(path).endswith(".weights.h5"):
+        raise UsageError(f"{path}: Keras weights files must end in .weights.h5 (keras.Model.load_weights requires it)")
+    return by_ext
+
+
+def check_output(path: str | os.PathLike, force: bool) -> Path:
+    """Refuse a directory, a missing parent, or an existing file without `force` — before any work is done."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory; give a file name to write")
+    if not path.parent.is_dir():
+        raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
+    if path.exists() and not force:
+        raise UsageError(f"{path} exists; pass --force to overwrite it")
+    return path
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path beside `path` (same suffixes, so libraries that check them are content), renamed onto
+    `path` when the block succeeds and removed when it fails or is interrupted (Ctrl-C, SIGTERM)."""
+    suffix = "".join(path.suffixes[-2:]) if path.name.endswith(".weights.h5") else path.suffix
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{suffix}", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    previous = _raise_on_sigterm()
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_on_sigterm():
+    """Turn SIGTERM into KeyboardInterrupt while a file is being written, so the temporary file is cleaned up."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        return None
+
+
+def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
+         fmt: str | None = None, force: bool = False, on_tensor: OnTensor | None = None) -> tuple[Path, str]:
+    """Write canonical weights as `fmt` (default: from the extension), atomically; returns `(path, format)`."""
+    path = Path(path)
+    fmt = output_format(path, fmt)
+    check_output(path, force)
+    rn.validate_weights(config, weights)
+    try:
+        with atomic_path(path) as tmp:
+            if fmt == "canonical":
+                from .safetensors_io import write_canonical
+                write_canonical(tmp, config, weights, on_tensor)
+            elif fmt == "torch":
+                from torch_impl import checkpoints as tc
+                tc.save_pt(tmp, config, weights)
+            elif fmt == "nn-transformer":
+                from torch_impl import checkpoints as tc
+                tc.save_nn_transformer(tmp, config, weights)
+            else:
+                from tf_impl import checkpoints as kc
+                kc.save_weights_h5(tmp, config, weights, on_tensor)
+    except ImportError as exc:
+        raise UsageError(f"writing {fmt} needs {exc.name}, which is not installed") from None
+    return path, fmt

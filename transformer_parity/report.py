@@ -1,0 +1,96 @@
+"""Rendering a verify `Report`: the rich table, the one-line verdict, the JSON file."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .verify import Report, Row
+
+
+def _num(x: float) -> str:
+    return "inf" if x != x or x == float("inf") else f"{x:.1e}"
+
+
+def _ratio(x: float) -> str:
+    if x != x or x == float("inf"):
+        return "inf"
+    return f"{x:.2f}" if x < 100 else f"{x:.1e}"
+
+
+def pair_label(pair: tuple[str, str]) -> str:
+    from .verify import JUDGE
+
+    return pair[0] if pair[1] == JUDGE else f"{pair[0]} vs {pair[1]}"
+
+
+def table(report: "Report") -> "Table":
+    """One row per sublayer and comparison, in execution order: a backend against the judge (or two backends against
+    each other), its max abs and max relative error, the sublayer's floor, error / floor, and the status. The first
+    divergent sublayer is marked."""
+    from rich import box
+    from rich.table import Table
+
+    from .verify import JUDGE
+
+    first = report.first_divergence
+    pairs = report.comparisons
+    reference = report.judge.split(" on ", 1)[-1]
+    sources = ""
+    if any(s["source"] != reference for s in report.subjects):
+        sources = "; ".join(f"{s['label']} = {s['source']}" for s in report.subjects)
+    title = f"every sublayer against {report.judge} ({report.dtype})" + (f"; {sources}" if sources else "")
+    t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False, box=box.SIMPLE_HEAD)
+    t.add_column("sublayer", no_wrap=True)
+    t.add_column("backends", no_wrap=True)
+    for name in ("max abs", "max rel", "floor", "abs/floor"):
+        t.add_column(name, justify="right", no_wrap=True)
+    t.add_column("status", no_wrap=True)
+    by_key = {(r.sublayer, r.backends): r for r in report.rows}
+    for name in report.sublayers:
+        for i, pair in enumerate(pairs):
+            r: Row = by_key[(name, pair)]
+            if not r.passed:
+                status = "[bold red]FAIL ◀ first[/]" if name == first and r.against_judge else "[red]FAIL[/]"
+            else:
+                status = "[green]ok[/]"
+            ratio = _ratio(r.ratio) if r.passed else f"[bold red]{_ratio(r.ratio)}[/]"
+            t.add_row(name if i == 0 else "", pair_label(r.backends), _num(r.max_abs_err), _num(r.max_rel_err),
+                      _num(r.floor), ratio, status)
+    limits = sorted({r.limit for r in report.rows})
+    t.caption = (f"backends: one name = that backend vs the {JUDGE} judge; floor: NumPy float32 vs float64 on the "
+                 f"same inputs;\npass: max abs <= {limits[0]:g} x floor"
+                 + (f" ({limits[-1]:g} x floor between two backends)" if len(limits) > 1 else ""))
+    t.caption_justify = "left"
+    return t
+
+
+def verdict(report: "Report") -> str:
+    """One line: PASS with the largest ratio seen, or the first divergent sublayer and by how much."""
+    from .verify import RATIO_LIMIT
+
+    n = len(report.rows)
+    if report.passed:
+        return (f"PASS: all {n} comparisons within tolerance; largest error {_ratio(report.max_ratio())} x floor "
+                f"(limit {RATIO_LIMIT:g})")
+    row = report.first_failure
+    failed = sum(not r.passed for r in report.rows)
+    return (f"DIVERGED: first divergent sublayer {row.sublayer} ({row.backends[0]} vs {row.backends[1]}: "
+            f"max abs err {_num(row.max_abs_err)} = {_ratio(row.ratio)} x floor, limit "
+            f"{row.limit:g}); {failed} of {n} comparisons fail")
+
+
+def print_report(report: "Report", console: "Console") -> None:
+    console.print(table(report))
+    for line in report.config_differences:
+        console.print(f"[yellow]config differs[/] {line}")
+    for line in report.notes:
+        console.print(f"note: {line}")
+
+
+def to_json_text(report: "Report") -> str:
+    return json.dumps(report.to_json(), indent=2, allow_nan=False)

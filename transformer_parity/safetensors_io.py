@@ -1,0 +1,150 @@
+"""Streaming reads and writes of canonical `.safetensors` checkpoints, one tensor at a time.
+
+The files are the format `reference_numpy.save_weights` writes (same metadata: format tag, version, config JSON)
+and load with `safetensors` and `reference_numpy.load_weights`. This module exists for memory: the library's
+`save` builds the whole file in memory as bytes and `reference_numpy.load_weights` reads the whole file before
+splitting it, so a conversion would peak at twice the checkpoint. Here the header is validated up front (as
+strictly as `safetensors` does: known dtypes, sizes that match shapes, offsets that tile the data exactly) and
+each tensor is read into its own array or written from it, so the checkpoint is held once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+
+import reference_numpy as rn
+from reference_numpy.io import FORMAT_TAG, FORMAT_VERSION
+
+DTYPES = {"F16": np.dtype("<f2"), "F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "I64": np.dtype("<i8"),
+          "I32": np.dtype("<i4"), "U8": np.dtype("u1"), "BOOL": np.dtype("?")}
+_CODES = {v: k for k, v in DTYPES.items()}
+MAX_HEADER = 100_000_000  # safetensors' own limit on the JSON header
+
+
+class SafetensorsHeader:
+    """The parsed, validated header of a safetensors file: tensor entries and string metadata."""
+
+    def __init__(self, path: Path, entries: dict[str, tuple[np.dtype, tuple[int, ...], int, int]],
+                 metadata: dict[str, str], data_start: int):
+        self.path, self.entries, self.metadata, self.data_start = path, entries, metadata, data_start
+
+
+def read_header(path: str | os.PathLike) -> SafetensorsHeader:
+    """Parse and check the header; `ValueError` naming the problem for anything that is not a valid file."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size == 0:
+        raise ValueError(f"{path} is empty (0 bytes)")
+    if size < 8:
+        raise ValueError(f"{path} is not a safetensors file: only {size} bytes")
+    with open(path, "rb") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        if header_len > MAX_HEADER or header_len > size - 8:
+            raise ValueError(f"{path} is not a valid safetensors file: header length {header_len} exceeds the file "
+                             f"size {size} (truncated or not safetensors)")
+        raw = f.read(header_len)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a valid safetensors file: its header is not JSON ({exc})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path} is not a valid safetensors file: header is a JSON {type(header).__name__}, "
+                         "expected an object")
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise ValueError(f"{path} is not a valid safetensors file: __metadata__ must map strings to strings")
+    data_len = size - 8 - header_len
+    entries, spans = {}, []
+    for name, info in header.items():
+        try:
+            code, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{path} is not a valid safetensors file: entry {name!r} lacks dtype, shape or "
+                             f"data_offsets, received {info!r}") from None
+        if code not in DTYPES:
+            raise ValueError(f"{path}: tensor {name!r} has dtype {code!r}; supported: {', '.join(DTYPES)}")
+        if not (isinstance(shape, list) and all(isinstance(n, int) and n >= 0 for n in shape)):
+            raise ValueError(f"{path}: tensor {name!r} has an invalid shape {shape!r}")
+        dtype = DTYPES[code]
+        if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end):
+            raise ValueError(f"{path}: tensor {name!r} has invalid data_offsets {[begin, end]!r}")
+        if end - begin != math.prod(shape) * dtype.itemsize:
+            raise ValueError(f"{path}: tensor {name!r} of shape {shape} and dtype {code} needs "
+                             f"{math.prod(shape) * dtype.itemsize} bytes, its offsets span {end - begin}")
+        entries[name] = (dtype, tuple(shape), begin, end)
+        spans.append((begin, end, name))
+    position = 0
+    for begin, end, name in sorted(spans):
+        if begin != position:
+            raise ValueError(f"{path} is not a valid safetensors file: tensor {name!r} starts at byte {begin}, "
+                             f"expected {position} (overlapping or missing data)")
+        position = end
+    if position != data_len:
+        raise ValueError(f"{path} is not a valid safetensors file: the header describes {position} bytes of data, "
+                         f"the file holds {data_len} (truncated or padded)")
+    return SafetensorsHeader(path, entries, metadata, 8 + header_len)
+
+
+def read_tensors(header: SafetensorsHeader, names: Iterable[str] | None = None,
+                 on_tensor: Callable[[str, int], None] | None = None) -> dict[str, np.ndarray]:
+    """Read tensors (all by default) into fresh arrays in native byte order, one read per tensor."""
+    names = list(header.entries) if names is None else list(names)
+    tensors = {}
+    with open(header.path, "rb") as f:
+        for name in names:
+            dtype, shape, begin, end = header.entries[name]
+            f.seek(header.data_start + begin)
+            array = np.fromfile(f, dtype=dtype, count=math.prod(shape)).reshape(shape)
+            tensors[name] = array.astype(dtype.newbyteorder("="), copy=False)
+            if on_tensor is not None:
+                on_tensor(name, end - begin)
+    return tensors
+
+
+def read_canonical(path: str | os.PathLike, on_tensor: Callable[[str, int], None] | None = None
+                   ) -> tuple[rn.TransformerConfig | None, dict[str, np.ndarray], dict[str, str]]:
+    """`(stored config or None, tensors, metadata)` of a safetensors file."""
+    header = read_header(path)
+    config = None
+    if "config" in header.metadata:
+        try:
+            config = rn.TransformerConfig.from_json(header.metadata["config"])
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: the config stored in its metadata is invalid: {exc}") from None
+    return config, read_tensors(header, on_tensor=on_tensor), header.metadata
+
+
+def write_canonical(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
+                    on_tensor: Callable[[str, int], None] | None = None) -> None:
+    """Write weights in `parameter_shapes` order with the config in the metadata, tensor by tensor, to `path`
+    (the caller owns atomicity: pass a temporary path and rename it)."""
+    rn.validate_weights(config, weights)
+    names = list(rn.parameter_shapes(config))
+    header: dict = {"__metadata__": {"format": FORMAT_TAG, "format_version": FORMAT_VERSION,
+                                     "config": config.to_json()}}
+    offset = 0
+    for name in names:
+        array = np.asarray(weights[name])
+        dtype = array.dtype.newbyteorder("<")
+        if dtype not in _CODES:
+            raise ValueError(f"{name} has dtype {array.dtype}, which safetensors cannot store here")
+        header[name] = {"dtype": _CODES[dtype], "shape": list(array.shape),
+                        "data_offsets": [offset, offset + array.nbytes]}
+        offset += array.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # safetensors aligns the data section to 8 bytes
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for name in names:
+            array = np.ascontiguousarray(weights[name], dtype=np.asarray(weights[name]).dtype.newbyteorder("<"))
+            f.write(memoryview(array).cast("B"))
+            if on_tensor is not None:
+                on_tensor(name, array.nbytes)

@@ -1,0 +1,362 @@
+"""`verify`: run the same seeded, padded inputs through every backend and compare every sublayer output against the
+float64 NumPy reference, each with a tolerance derived from that sublayer's measured float32 rounding floor.
+
+The tolerance rule (README, "How verify decides"):
+
+1. The **judge** is the NumPy reference in float64 on the reference weights (the first checkpoint's, or the seeded
+   preset's).
+2. The **floor** of a sublayer is how far the same NumPy reference drifts from the judge when it computes in float32
+   on the same weights and inputs: `floor = max(max|f32 - f64|, eps32 * max|f64|)`. The second term (one float32
+   rounding at the output's largest magnitude) keeps a sublayer that float32 happens to compute exactly (an
+   embedding lookup) from getting a zero floor. With `--dtype float64` the floor is scaled by eps64 / eps32 = 2**-29.
+3. A backend **passes** a sublayer when `max|backend - judge| <= K * floor`, K = `RATIO_LIMIT`. Two backends
+   compared with each other get `2 * K` (each may sit K floors from the judge, on opposite sides).
+4. The **first divergent sublayer** is the first, in execution order, that fails against the judge. Errors flow
+   downstream, so everything after it usually fails too; the first one is where to look.
+
+K was chosen from measurements (`benchmarks/verify_calibration.py`): correct ports stay below ~3 floors over
+hundreds of seeds, configs and shapes, while the planted porting faults sit at hundreds of floors and more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+import reference_numpy as rn
+
+from .errors import UsageError
+
+EPS32 = float(np.finfo(np.float32).eps)
+EPS64 = float(np.finfo(np.float64).eps)
+RATIO_LIMIT = 10.0  # K: see the module docstring and benchmarks/verify_calibration.py
+PAIR_RATIO_LIMIT = 2 * RATIO_LIMIT
+JUDGE = "numpy-f64"
+BACKENDS = ("numpy", "torch", "keras")
+DEFAULT_SHAPE = {"batch": 2, "src_len": 37, "tgt_len": 29}
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Subject:
+    """One thing to check against the judge: a backend running some canonical weights under some config."""
+
+    label: str  # how the report names it: the backend ("torch"), numbered if two subjects share one ("torch#2")
+    backend: str  # numpy | torch | keras
+    config: rn.TransformerConfig
+    weights: Mapping[str, np.ndarray]
+    source: str = ""  # the checkpoint file (or preset) it was loaded from
+
+
+@dataclass
+class Row:
+    """One comparison of one sublayer: `backends[0]` (actual) against `backends[1]` (the judge or another backend)."""
+
+    sublayer: str
+    backends: tuple[str, str]
+    max_abs_err: float
+    max_rel_err: float  # max_abs_err / max|desired|
+    floor: float
+    ratio: float  # max_abs_err / floor
+    limit: float  # ratio allowed
+    passed: bool
+
+    @property
+    def against_judge(self) -> bool:
+        return self.backends[1] == JUDGE
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sublayer": self.sublayer, "backends": list(self.backends), "max_abs_err": _finite(self.max_abs_err),
+                "max_rel_err": _finite(self.max_rel_err), "floor": self.floor, "ratio": _finite(self.ratio),
+                "tolerance": self.limit * self.floor, "passed": self.passed}
+
+
+@dataclass
+class Report:
+    """Everything `verify` found; `passed`, `first_divergence` and `rows` are the verdict."""
+
+    sublayers: list[str]
+    floors: dict[str, float]
+    rows: list[Row]
+    subjects: list[dict[str, str]]  # label, backend, source
+    judge: str
+    dtype: str
+    inputs: dict[str, int]
+    config_differences: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(row.passed for row in self.rows)
+
+    @property
+    def first_failure(self) -> Row | None:
+        """The failing judge comparison of the earliest sublayer (the worst one, if several backends fail there)."""
+        for name in self.sublayers:
+            failing = [r for r in self.rows if r.sublayer == name and not r.passed and r.against_judge]
+            if failing:
+                return max(failing, key=lambda r: r.ratio)
+        failing = [r for r in self.rows if not r.passed]
+        return failing[0] if failing else None
+
+    @property
+    def first_divergence(self) -> str | None:
+        row = self.first_failure
+        return None if row is None else row.sublayer
+
+    @property
+    def comparisons(self) -> list[tuple[str, str]]:
+        """The distinct backend pairs, in report order."""
+        return list(dict.fromkeys(r.backends for r in self.rows))
+
+    def max_ratio(self, pair: tuple[str, str] | None = None) -> float:
+        return max((r.ratio for r in self.rows if pair is None or r.backends == pair), default=0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        first = self.first_failure
+        return {
+            "schema": "transformer-parity/verify-report", "schema_version": 1,
+            "passed": self.passed,
+            "first_divergence": self.first_divergence,
+            "first_divergence_backends": list(first.backends) if first else None,
+            "judge": self.judge, "subjects": self.subjects, "dtype": self.dtype, "inputs": self.inputs,
+            "tolerance": {"rule": "max_abs_err <= limit * floor; floor = max(max|numpy_f32 - numpy_f64|, "
+                                  "eps32 * max|numpy_f64|), times eps64/eps32 for float64",
+                          "ratio_limit": RATIO_LIMIT, "pair_ratio_limit": PAIR_RATIO_LIMIT},
+            "config_differences": self.config_differences, "notes": self.notes,
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "rows": [r.to_json() for r in self.rows],
+        }
+
+
+def _finite(x: float) -> float | None:
+    """JSON has no inf/NaN: a non-finite error (NaN or inf in an output) is written as null."""
+    return x if math.isfinite(x) else None
+
+
+# --- weights and backends -------------------------------------------------------------------------------------------
+
+def seeded_weights(config: rn.TransformerConfig, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
+    """`init_weights` plus non-trivial biases and LayerNorm parameters (0.1 N(0, 1) biases and betas, gammas
+    1 + 0.1 N(0, 1)): initial zeros and ones would hide a port that mixes up a bias, a beta or a gamma."""
+    weights = rn.init_weights(config, seed, dtype)
+    rng = np.random.default_rng([seed, 7919])
+    for name, value in weights.items():
+        if name.endswith((".bias", ".beta")):
+            weights[name] = (0.1 * rng.standard_normal(value.shape)).astype(dtype)
+        elif name.endswith(".gamma"):
+            weights[name] = (1 + 0.1 * rng.standard_normal(value.shape)).astype(dtype)
+    return weights
+
+
+def available_backends() -> list[str]:
+    """The framework backends whose packages are installed (found without importing them)."""
+    from importlib.util import find_spec
+
+    found = {"torch": find_spec("torch") is not None,
+             "keras": find_spec("keras") is not None and find_spec("tensorflow") is not None}
+    return [b for b in ("torch", "keras") if found[b]]
+
+
+def trace(backend: str, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], dtype: str,
+          src: np.ndarray, tgt: np.ndarray | None) -> dict[str, np.ndarray]:
+    """Every sublayer output of `backend` on these inputs, as NumPy arrays, under canonical names."""
+    if backend == "numpy":
+        return rn.Transformer(config, weights, np.dtype(dtype)).trace(src, tgt)
+    if backend == "torch":
+        import torch
+        import torch_impl
+
+        model = torch_impl.Transformer.from_reference(config, weights, dtype=getattr(torch, dtype))
+        with torch.no_grad():
+            return {k: v.numpy() for k, v in model.trace(src, tgt).items()}
+    if backend == "keras":
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        import tf_impl
+
+        model = tf_impl.Transformer.from_reference(config, weights, dtype=dtype)
+        return {k: np.asarray(v) for k, v in model.trace(src, tgt).items()}
+    raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+# --- the comparison -------------------------------------------------------------------------------------------------
+
+def _max_abs(x: np.ndarray) -> float:
+    return float(np.max(np.abs(x))) if x.size else 0.0
+
+
+def compare(actual: np.ndarray, desired: np.ndarray) -> tuple[float, float]:
+    """`(max abs error, max abs error / max|desired|)`, computed in float64; inf if shapes differ or `actual` has
+    a NaN or inf where `desired` is finite."""
+    actual, desired = np.asarray(actual, np.float64), np.asarray(desired, np.float64)
+    if actual.shape != desired.shape or not np.all(np.isfinite(actual)):
+        return math.inf, math.inf
+    err = _max_abs(actual - desired)
+    scale = _max_abs(desired)
+    return err, (err / scale if scale > 0 else (0.0 if err == 0 else math.inf))
+
+
+def floors(judge: Mapping[str, np.ndarray], floor_run: Mapping[str, np.ndarray], dtype: str) -> dict[str, float]:
+    """Per-sublayer rounding floor (see the module docstring)."""
+    out = {}
+    for name, desired in judge.items():
+        measured, _ = compare(floor_run[name], desired)
+        floor = max(measured, EPS32 * _max_abs(desired))
+        if floor == 0:  # an all-zero output computed exactly: any error at all is a divergence
+            floor = np.finfo(np.float32).tiny
+        out[name] = floor * (EPS64 / EPS32 if dtype == "float64" else 1.0)
+    return out
+
+
+def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str = "float32", batch: int = 2,
+                   src_len: int = 37, tgt_len: int = 29, seed: int = 0, progress: Progress | None = None,
+                   notes: Sequence[str] = ()) -> Report:
+    """Run the judge and the floor on `reference`'s weights, then every subject, and compare.
+
+    The subjects must share the reference's architecture (parameter shapes); other config differences (epsilon,
+    heads, mask or position conventions) are exactly what verify exists to catch, so they run and are reported.
+    """
+    if dtype not in ("float32", "float64"):
+        raise UsageError(f"--dtype must be float32 or float64, received {dtype!r}")
+    for name, value in (("batch", batch), ("src-len", src_len), ("tgt-len", tgt_len)):
+        if value < 1:
+            raise UsageError(f"--{name} must be >= 1, received {value}")
+    config = reference.config
+    differences = []
+    for s in subjects:
+        if rn.parameter_shapes(s.config) != rn.parameter_shapes(config):
+            changed = {k: (getattr(config, k), v) for k, v in s.config.to_dict().items() if getattr(config, k) != v}
+            raise UsageError(f"{s.label} is not the same architecture as {reference.label}: (reference, this) = "
+                             f"{changed}")
+        differences += [f"{s.label}: {k}={v!r} (reference {reference.label}: {getattr(config, k)!r})"
+                        for k, v in s.config.to_dict().items() if getattr(config, k) != v]
+    try:
+        src, tgt = rn.sample_batch(config, batch, src_len, tgt_len, seed)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+    seconds: dict[str, float] = {}
+
+    def run(label: str, backend: str, cfg, weights, run_dtype: str) -> dict[str, np.ndarray]:
+        if progress:
+            progress(label)
+        start = time.perf_counter()
+        out = trace(backend, cfg, weights, run_dtype, src, tgt)
+        seconds[label] = time.perf_counter() - start
+        return out
+
+    judge = run(JUDGE, "numpy", config, reference.weights, "float64")
+    floor = floors(judge, run("numpy-f32 (floor)", "numpy", config, reference.weights, "float32"), dtype)
+    outputs = {s.label: run(s.label, s.backend, s.config, s.weights, dtype) for s in subjects}
+
+    rows = []
+    for name in judge:
+        for s in subjects:
+            rows.append(_row(name, (s.label, JUDGE), outputs[s.label].get(name), judge[name], floor[name],
+                             RATIO_LIMIT))
+        for a, b in itertools.combinations([s.label for s in subjects], 2):
+            rows.append(_row(name, (a, b), outputs[a].get(name), outputs[b].get(name), floor[name],
+                             PAIR_RATIO_LIMIT))
+    return Report(sublayers=list(judge), floors=floor, rows=rows,
+                  subjects=[{"label": s.label, "backend": s.backend, "source": s.source} for s in subjects],
+                  judge=f"{JUDGE} on {reference.source or reference.label}", dtype=dtype,
+                  inputs={"batch": batch, "src_len": src_len, "tgt_len": tgt_len, "seed": seed},
+                  config_differences=differences, notes=list(notes), seconds=seconds)
+
+
+def _row(name: str, backends: tuple[str, str], actual, desired, floor: float, limit: float) -> Row:
+    if actual is None or desired is None:
+        err = rel = math.inf
+    else:
+        err, rel = compare(actual, desired)
+    ratio = err / floor
+    return Row(name, backends, err, rel, floor, ratio, limit, bool(ratio <= limit))
+
+
+# --- entry point: checkpoints or a preset ---------------------------------------------------------------------------
+
+def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", fields: Mapping[str, Any] | None = None,
+        backends: Sequence[str] | None = None, formats: Sequence[str | None] | None = None, dtype: str = "float32",
+        batch: int = 2, src_len: int = 37, tgt_len: int = 29, seed: int = 0,
+        progress: Progress | None = None) -> Report:
+    """Verify checkpoints (or, with none, the `preset` with seeded weights).
+
+    - no checkpoint: seeded weights for `preset` (with `fields` applied) in every backend;
+    - one checkpoint: it in every backend;
+    - two or more: each in its own framework (a `.pt` in torch, a `.weights.h5` in Keras, a `.safetensors` in
+      NumPy at `dtype`), the first checkpoint's weights being the reference the judge runs.
+
+    `backends` limits the framework backends of the first two modes (default: every installed one).
+    """
+    from . import formats as fmt
+
+    notes: list[str] = []
+    if backends is not None:
+        unknown = sorted(set(backends) - set(BACKENDS))
+        if unknown:
+            raise UsageError(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}")
+    if len(checkpoints) >= 2:
+        if backends is not None:
+            raise UsageError("--backends applies to zero or one checkpoint; with several, each runs in its own "
+                             "framework")
+        loaded = []
+        for i, path in enumerate(checkpoints):
+            if progress:
+                progress(f"reading {Path(path).name}")
+            loaded.append(fmt.load(path, (formats or [None] * len(checkpoints))[i], fields))
+        labels = _labels([item.framework for item in loaded])
+        sources = _sources(loaded)
+        subjects = [Subject(label, item.framework, item.config, item.weights, source)
+                    for label, item, source in zip(labels, loaded, sources)]
+        for source, item in zip(sources, loaded):
+            notes += [f"{source}: {n}" for n in item.notes]
+        reference = subjects[0]
+    else:
+        if checkpoints:
+            if progress:
+                progress(f"reading {Path(checkpoints[0]).name}")
+            item = fmt.load(checkpoints[0], (formats or [None])[0], fields)
+            notes += [f"{item.path.name}: {n}" for n in item.notes]
+            config, weights, label = item.config, item.weights, item.path.name
+        else:
+            try:
+                config = rn.TransformerConfig.preset(preset, **dict(fields or {}))
+            except (TypeError, ValueError) as exc:
+                raise UsageError(f"invalid config: {exc}") from None
+            if progress:
+                progress(f"seeding {preset} weights")
+            weights, label = seeded_weights(config, seed), f"{preset} preset, seed {seed}"
+        installed = available_backends()
+        chosen = list(backends) if backends is not None else installed
+        missing = [b for b in chosen if b != "numpy" and b not in installed]
+        if missing:
+            raise UsageError(f"backend(s) {missing} not installed (pip install 'transformer-parity[torch,tf]')")
+        if backends is None:
+            notes += [f"{b} not installed: skipped" for b in ("torch", "keras") if b not in installed]
+        if not chosen:
+            raise UsageError("no backend to compare with the reference: install torch and/or tensorflow+keras")
+        reference = Subject(label, "numpy", config, weights, label)
+        subjects = [Subject(b if b != "numpy" else f"numpy-f{dtype[5:]}", b, config, weights, label) for b in chosen]
+    return judge_subjects(reference, subjects, dtype=dtype, batch=batch, src_len=src_len, tgt_len=tgt_len,
+                          seed=seed, progress=progress, notes=notes)
+
+
+def _labels(frameworks: Sequence[str]) -> list[str]:
+    """Short report names: the framework, numbered where several checkpoints run in the same one."""
+    return [f if frameworks.count(f) == 1 else f"{f}#{frameworks[:i + 1].count(f)}" for i, f in enumerate(frameworks)]
+
+
+def _sources(loaded) -> list[str]:
+    """File names, or paths where names repeat."""
+    names = [item.path.name for item in loaded]
+    return names if len(set(names)) == len(names) else [str(item.path) for item in loaded]
