@@ -1,0 +1,776 @@
+"""The benchmark engine: cases and grids, FLOP counting, timing, the machine's measured peak, memory, rows.
+
+Method, per (case, implementation):
+1. inputs are drawn once per case (float64, rounded to the case dtype) and the float64 NumPy reference is computed
+   on exactly those values;
+2. the implementation is built, then its **first call** is timed on its own (tracing, XLA compilation, kernel
+   selection, lazy initialisation all land here);
+3. one warm-up call doubles as the **memory** measurement and provides the output checked against the reference
+   (**max abs error**, so a fast wrong kernel shows);
+4. the steady state is timed with `torch.utils.benchmark.Timer.blocked_autorange` (which synchronises CUDA around
+   every block and sets the thread count explicitly; its default would be one thread), long enough for at least
+   `min_runs` runs; the row reports the median and the inter-quartile range;
+5. for PyTorch, one more call under `torch.profiler` names the aten kernel that actually ran.
+An out-of-memory error becomes an `oom` row; an implementation that cannot run a case becomes an `unsupported` row
+(or `not installed`), listed under the table rather than in it.
+
+FLOP convention (the FlashAttention papers'): the attention core counts its two matmuls, `4 * B * H * Nq * Nk * D`
+forward, halved for a causal mask; a padding mask changes nothing (dense kernels compute the padded scores too);
+backward counts 2.5x the forward, so `fwd+bwd` is 3.5x. A block adds its four projections,
+`4 * B * (Nq + Nk) * D_model^2` forward, and 2x that for their backward (input and weight gradients). Softmax,
+scaling and masking are not counted. GFLOP/s = counted FLOPs / median time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import datetime
+import gc
+import itertools
+import math
+import os
+import platform
+import sys
+import time
+import timeit
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from . import reference as ref
+
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+MASKS = ("none", "causal", "padded", "padded+causal")
+MODES = ("fwd", "fwd+bwd")
+SCOPES = ("kernel", "block")
+DEVICES = ("cpu", "cuda")
+STATUSES = ("ok", "oom", "error", "unsupported", "not installed")
+
+FLOP_CONVENTION = ("attention core 4*B*H*Nq*Nk*D forward (two matmuls), x0.5 causal, padding not subtracted; "
+                   "backward 2.5x forward (fwd+bwd = 3.5x); block adds projections 4*B*(Nq+Nk)*Dm^2 forward, "
+                   "2x that backward; softmax/scale/mask not counted")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One point of the grid: an attention problem on a device, in a dtype, forward or forward+backward."""
+
+    batch: int = 4
+    heads: int = 8
+    q_len: int = 1024
+    k_len: int = 1024
+    head_dim: int = 64
+    dtype: str = "float32"
+    mask: str = "none"  # none | causal | padded | padded+causal
+    mode: str = "fwd"  # fwd | fwd+bwd
+    scope: str = "kernel"  # kernel: q, k, v already projected; block: the multi-head block with its projections
+    device: str = "cpu"
+
+    def __post_init__(self):
+        for name in ("batch", "heads", "q_len", "k_len", "head_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, received {value!r}")
+        for name, choices in (("dtype", DTYPES), ("mask", MASKS), ("mode", MODES), ("scope", SCOPES),
+                              ("device", DEVICES)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {', '.join(choices)}, received {getattr(self, name)!r}")
+
+    @property
+    def d_model(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def causal(self) -> bool:
+        return self.mask in ("causal", "padded+causal")
+
+    @property
+    def shape(self) -> str:
+        seq = str(self.q_len) if self.q_len == self.k_len else f"{self.q_len}x{self.k_len}"
+        return f"B{self.batch} H{self.heads} N{seq} D{self.head_dim}"
+
+    @property
+    def flops(self) -> float:
+        """Counted FLOPs of one call (see the module docstring)."""
+        core = 4.0 * self.batch * self.heads * self.q_len * self.k_len * self.head_dim
+        if self.causal:
+            core /= 2
+        proj = 4.0 * self.batch * (self.q_len + self.k_len) * self.d_model ** 2 if self.scope == "block" else 0.0
+        if self.mode == "fwd+bwd":
+            return 3.5 * core + 3.0 * proj
+        return core + proj
+
+    def group(self) -> tuple:
+        """Everything but the dtype and device: rows in one group compute the same problem."""
+        return (self.scope, self.mode, self.mask, self.batch, self.heads, self.q_len, self.k_len, self.head_dim)
+
+
+# --- grids ----------------------------------------------------------------------------------------------------------
+
+def _cases(**axes) -> list[dict]:
+    """The cartesian product of the given axes (lists) as Case keyword dicts; `seq` sets q_len = k_len."""
+    keys = list(axes)
+    out = []
+    for values in itertools.product(*(axes[k] for k in keys)):
+        kw = dict(zip(keys, values))
+        if "seq" in kw:
+            kw["q_len"] = kw["k_len"] = kw.pop("seq")
+        out.append(kw)
+    return out
+
+
+# A preset is a list of (case keyword dicts, implementation patterns or None for every implementation).
+PRESETS: dict[str, list[tuple[list[dict], list[str] | None]]] = {
+    # About two minutes on a 2-core CPU. The sequence sweep feeds the plot; the issue's shape (B4 H8 N1024 D64)
+    # carries the masks; backward and the full block are measured at N512.
+    "default": [
+        (_cases(seq=[128, 256, 512, 1024]), None),
+        (_cases(seq=[1024], mask=["causal", "padded"]), None),
+        (_cases(seq=[512], mode=["fwd+bwd"]), None),
+        (_cases(seq=[512], scope=["block"], mode=["fwd", "fwd+bwd"]), None),
+    ],
+    # Seconds: every implementation once on a tiny problem (what CI's smoke test runs).
+    "smoke": [
+        (_cases(batch=[1], heads=[2], seq=[16], head_dim=[8], mask=["padded"]), None),
+    ],
+    # A GPU sweep (PyTorch kernels in three dtypes, NumPy float32 as the baseline where it is affordable).
+    "gpu": [
+        (_cases(heads=[16], seq=[512, 1024, 2048, 4096, 8192], dtype=["bfloat16", "float16", "float32"]),
+         ["torch*"]),
+        (_cases(heads=[16], seq=[512, 1024, 2048], device=["cpu"]), ["numpy"]),
+        (_cases(heads=[16], seq=[1024, 4096], dtype=["bfloat16"], mask=["causal", "padded"]), ["torch*"]),
+        (_cases(heads=[16], seq=[1024, 4096], dtype=["bfloat16"], mode=["fwd+bwd"]), ["torch*"]),
+        (_cases(heads=[16], seq=[1024], dtype=["bfloat16", "float32"], scope=["block"], mode=["fwd", "fwd+bwd"]),
+         ["torch*"]),
+        (_cases(heads=[16], seq=[1024], scope=["block"], mode=["fwd", "fwd+bwd"], device=["cpu"]), ["numpy"]),
+    ],
+}
+
+
+def preset_cases(name: str, devices: Iterable[str]) -> list[tuple[Case, list[str] | None]]:
+    """A preset's cases on the given devices (a case that names its own device keeps it)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    out = []
+    for kwargs_list, patterns in PRESETS[name]:
+        for kwargs in kwargs_list:
+            for device in ([kwargs["device"]] if "device" in kwargs else devices):
+                out.append((Case(**{**kwargs, "device": device}), patterns))
+    return out
+
+
+# --- rows and reports -------------------------------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    """One measured (or skipped) implementation on one case; every field lands in the JSON and CSV files."""
+
+    impl: str
+    framework: str
+    status: str  # ok | oom | error | unsupported | not installed
+    scope: str
+    mode: str
+    mask: str
+    dtype: str
+    device: str
+    device_name: str
+    batch: int
+    heads: int
+    q_len: int
+    k_len: int
+    head_dim: int
+    shape: str
+    kernel: str = ""
+    threads: int | None = None
+    median_ms: float | None = None
+    iqr_ms: float | None = None
+    runs: int | None = None
+    gflops: float | None = None  # counted GFLOP per call / median seconds
+    gflop: float | None = None  # counted GFLOP per call
+    peak_gflops: float | None = None  # the machine's measured GEMM peak for this device and dtype
+    pct_peak: float | None = None
+    speedup: float | None = None  # baseline median / this median
+    baseline: str = ""
+    peak_mem_mib: float | None = None
+    mem_method: str = ""
+    first_call_ms: float | None = None
+    max_abs_err: float | None = None
+    err_output: str = ""  # which output (out, grad_q, ...) had the largest error
+    err_scope: str = ""  # "all", or the slice checked on shapes too big for a full float64 reference
+    note: str = ""
+
+    @property
+    def case(self) -> Case:
+        return Case(self.batch, self.heads, self.q_len, self.k_len, self.head_dim, self.dtype, self.mask, self.mode,
+                    self.scope, self.device)
+
+
+@dataclass
+class Report:
+    meta: dict[str, Any]
+    peaks: list[dict[str, Any]]
+    rows: list[Row]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"meta": self.meta, "peaks": self.peaks, "rows": [dataclasses.asdict(r) for r in self.rows]}
+
+    @classmethod
+    def from_json_dict(cls, data: dict[str, Any]) -> "Report":
+        if not isinstance(data, dict) or not {"meta", "peaks", "rows"} <= set(data):
+            raise ValueError("not a benchmark result: expected a JSON object with meta, peaks and rows")
+        names = {f.name for f in dataclasses.fields(Row)}
+        rows = [Row(**{k: v for k, v in r.items() if k in names}) for r in data["rows"]]
+        return cls(data["meta"], data["peaks"], rows)
+
+
+# --- options ----------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Options:
+    threads: int = field(default_factory=lambda: os.cpu_count() or 1)
+    min_time: float = 0.25  # seconds of steady-state timing per row, at least
+    max_time: float = 2.0  # ... and at most (a row still gets one run)
+    min_runs: int = 5
+    seed: int = 0
+    ref_limit: int = 1 << 26  # score elements (B*H*Nq*Nk) above which the float64 check uses a slice
+    profile_kernels: bool = True
+    progress: Callable[[str], None] | None = None
+
+
+# --- the machine --------------------------------------------------------------------------------------------------
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        import torch
+        return torch.cuda.get_device_name()
+    return cpu_name()
+
+
+def available_devices() -> list[str]:
+    devices = ["cpu"]
+    try:
+        import torch
+        if torch.cuda.is_available():
+            devices.append("cuda")
+    except ImportError:
+        pass
+    return devices
+
+
+def versions() -> dict[str, str]:
+    """Library versions, read from package metadata (importing TensorFlow just for its version would be slow)."""
+    from importlib import metadata
+    out = {"python": platform.python_version()}
+    for dist in ("numpy", "torch", "tensorflow", "tensorflow-cpu", "keras"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def configure_threads(threads: int, frameworks: Iterable[str]) -> dict[str, Any]:
+    """Set every framework's thread count explicitly; returns what each ended up with.
+
+    TensorFlow fixes its pools when its runtime starts, so this must run before the first TensorFlow op; inter-op
+    parallelism is set to 1 so that independent ops do not compete for the same cores as each op's own threads.
+    """
+    out: dict[str, Any] = {}
+    frameworks = set(frameworks)
+    if "torch" in frameworks or _importable("torch"):
+        import torch
+        torch.set_num_threads(threads)
+        out["torch"] = torch.get_num_threads()
+    if "tf" in frameworks:
+        try:
+            import tensorflow as tf
+        except ImportError:
+            pass
+        else:
+            try:
+                tf.config.threading.set_intra_op_parallelism_threads(threads)
+                tf.config.threading.set_inter_op_parallelism_threads(1)
+            except RuntimeError:  # the runtime already started (another test used TensorFlow first)
+                pass
+            out["tf_intra_op"] = tf.config.threading.get_intra_op_parallelism_threads() or "default"
+            out["tf_inter_op"] = tf.config.threading.get_inter_op_parallelism_threads() or "default"
+    try:
+        import threadpoolctl  # optional: NumPy's BLAS pool
+        threadpoolctl.threadpool_limits(threads, user_api="blas")
+        out["numpy_blas"] = threads
+    except ImportError:
+        out["numpy_blas"] = "BLAS default (threadpoolctl not installed)"
+    return out
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+    return importlib.util.find_spec(module) is not None
+
+
+# --- timing -----------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Timing:
+    median: float
+    iqr: float
+    runs: int
+
+
+def measure(fn: Callable[[], Any], threads: int, min_run_time: float, device: str = "cpu") -> Timing:
+    """Median and IQR of `fn()` with torch.utils.benchmark (CUDA synchronised, `threads` set), or an equivalent
+    timeit loop where PyTorch is not installed."""
+    try:
+        from torch.utils.benchmark import Timer
+    except ImportError:
+        return _measure_timeit(fn, min_run_time)
+    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
+    m = timer.blocked_autorange(min_run_time=min_run_time)
+    return Timing(m.median, m.iqr, len(m.times) * m.number_per_run)
+
+
+def _measure_timeit(fn, min_run_time: float) -> Timing:
+    number, elapsed = 1, 0.0
+    while True:  # blocks of at least 1 ms (and 1/1000 of the budget), as torch's blocked_autorange
+        elapsed = timeit.timeit(fn, number=number)
+        if elapsed >= max(1e-3, min_run_time / 1000) or number >= 1 << 30:
+            break
+        number *= 10
+    times, total = [], 0.0
+    while total < min_run_time:
+        t = timeit.timeit(fn, number=number)
+        times.append(t / number)
+        total += t
+    q25, q50, q75 = np.quantile(times, [0.25, 0.5, 0.75])
+    return Timing(float(q50), float(q75 - q25), len(times) * number)
+
+
+def _sync(device: str, framework: str) -> None:
+    if device != "cuda":
+        return
+    if framework == "torch":
+        import torch
+        torch.cuda.synchronize()
+    elif framework == "tf":
+        import tensorflow as tf
+        tf.test.experimental.sync_devices()
+
+
+# --- the machine's measured peak --------------------------------------------------------------------------------------
+
+def gemm_size(device: str, dtype: str) -> int:
+    if device == "cuda":
+        return 8192
+    return 2048 if dtype in ("float32", "float64") else 512  # CPUs without native half matmul crawl in float16
+
+
+def measure_peak(device: str, dtype: str, frameworks: Iterable[str], threads: int) -> dict[str, Any]:
+    """The best square-GEMM throughput any installed framework reaches on this device and dtype, measured now."""
+    n = gemm_size(device, dtype)
+    best: dict[str, Any] = {"device": device, "dtype": dtype, "n": n, "gflops": None, "by": "", "all": {}}
+    for framework in frameworks:
+        try:
+            fn = _gemm(framework, device, dtype, n)
+        except (ImportError, _Skip):
+            continue
+        fn()
+        _sync(device, framework)
+        t = measure(fn, threads, min_run_time=0.3, device=device)
+        gflops = 2 * n ** 3 / t.median / 1e9
+        best["all"][framework] = round(gflops, 2)
+        if best["gflops"] is None or gflops > best["gflops"]:
+            best["gflops"], best["by"] = gflops, framework
+    return best
+
+
+class _Skip(Exception):
+    pass
+
+
+def _gemm(framework: str, device: str, dtype: str, n: int) -> Callable[[], Any]:
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+    if framework == "numpy":
+        if device != "cpu" or dtype not in ("float32", "float64"):
+            raise _Skip
+        a, b = a.astype(dtype), b.astype(dtype)
+        return lambda: a @ b
+    if framework == "torch":
+        import torch
+        if device == "cuda" and not torch.cuda.is_available():
+            raise _Skip
+        ta = torch.tensor(a, dtype=getattr(torch, dtype), device=device)
+        tb = torch.tensor(b, dtype=getattr(torch, dtype), device=device)
+        return lambda: ta @ tb
+    if framework == "tf":
+        import tensorflow as tf
+        tf_device = "/GPU:0" if device == "cuda" else "/CPU:0"
+        if device == "cuda" and not tf.config.list_physical_devices("GPU"):
+            raise _Skip
+        with tf.device(tf_device):
+            ta, tb = tf.cast(tf.constant(a), dtype), tf.cast(tf.constant(b), dtype)
+        matmul = tf.function(tf.linalg.matmul)
+        matmul(ta, tb)
+        return lambda: matmul(ta, tb)
+    raise _Skip
+
+
+# --- memory -----------------------------------------------------------------------------------------------------------
+
+class _RSSPeak:
+    """Peak resident memory added during a call: reset the kernel's high-water mark (`/proc/self/clear_refs`),
+    return freed heap pages to the OS first (`malloc_trim`), then read VmHWM - VmRSS. It sees every allocator in the
+    process (NumPy, PyTorch's CPU allocator, TensorFlow/Eigen, oneDNN scratch), which tracemalloc does not; it cannot
+    see memory an allocator reuses from its own cache, so it is a lower bound. Linux only."""
+
+    method = "cpu: peak RSS growth (VmHWM reset)"
+
+    def __init__(self):
+        self._libc = None
+        try:
+            self._libc = ctypes.CDLL("libc.so.6")
+        except OSError:
+            pass
+
+    @staticmethod
+    def available() -> bool:
+        return os.access("/proc/self/clear_refs", os.W_OK) and os.path.exists("/proc/self/status")
+
+    @staticmethod
+    def _status_kib(key: str) -> int:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+        raise OSError(f"{key} not in /proc/self/status")
+
+    def __enter__(self):
+        gc.collect()
+        if self._libc is not None:
+            self._libc.malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current RSS
+        self.start = self._status_kib("VmRSS")
+        return self
+
+    def __exit__(self, *exc):
+        self.peak_mib = max(0, self._status_kib("VmHWM") - self.start) / 1024
+        return False
+
+
+class _TracemallocPeak:
+    """Fallback where /proc is not writable: Python-level allocations only (NumPy reports to tracemalloc; PyTorch
+    and TensorFlow do not, so their rows get no figure)."""
+
+    method = "cpu: tracemalloc peak (NumPy only)"
+
+    def __enter__(self):
+        import tracemalloc
+        tracemalloc.start()
+        return self
+
+    def __exit__(self, *exc):
+        import tracemalloc
+        self.peak_mib = tracemalloc.get_traced_memory()[1] / 2 ** 20
+        tracemalloc.stop()
+        return False
+
+
+class _CudaPeak:
+    """`torch.cuda.max_memory_allocated` (or TensorFlow's `get_memory_info` peak) above what was allocated before the
+    call: the tensors the call itself creates, workspace included."""
+
+    def __init__(self, framework: str):
+        self.framework = framework
+        self.method = ("cuda: torch.cuda.max_memory_allocated" if framework == "torch"
+                       else "cuda: tf.config.experimental.get_memory_info peak")
+
+    def __enter__(self):
+        if self.framework == "torch":
+            import torch
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.start = torch.cuda.memory_allocated()
+        else:
+            import tensorflow as tf
+            tf.config.experimental.reset_memory_stats("GPU:0")
+            self.start = tf.config.experimental.get_memory_info("GPU:0")["current"]
+        return self
+
+    def __exit__(self, *exc):
+        if self.framework == "torch":
+            import torch
+            torch.cuda.synchronize()
+            self.peak_mib = (torch.cuda.max_memory_allocated() - self.start) / 2 ** 20
+        else:
+            import tensorflow as tf
+            tf.test.experimental.sync_devices()
+            self.peak_mib = (tf.config.experimental.get_memory_info("GPU:0")["peak"] - self.start) / 2 ** 20
+        return False
+
+
+def memory_meter(device: str, framework: str):
+    if device == "cuda":
+        return _CudaPeak(framework)
+    if _RSSPeak.available():
+        return _RSSPeak()
+    return _TracemallocPeak() if framework == "numpy" else None
+
+
+# --- errors that become rows --------------------------------------------------------------------------------------
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    name = type(exc).__name__
+    if name in ("OutOfMemoryError", "ResourceExhaustedError"):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text
+                                               or "failed to allocate" in text)
+
+
+def _available_ram() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _largest_intermediate(case: Case, framework: str) -> float:
+    """Bytes of one materialised (B, H, Nq, Nk) score tensor in float64 (what the reference needs several of)."""
+    return 8.0 * case.batch * case.heads * case.q_len * case.k_len
+
+
+def _free_memory(framework: str | None = None) -> None:
+    gc.collect()
+    if "torch" in sys.modules:
+        import torch
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+# --- the run ------------------------------------------------------------------------------------------------------
+
+def _blank_row(impl, case: Case, status: str, note: str = "", device_names: dict | None = None) -> Row:
+    return Row(impl=impl.name, framework=impl.framework, status=status, scope=case.scope, mode=case.mode,
+               mask=case.mask, dtype=case.dtype, device=case.device,
+               device_name=(device_names or {}).get(case.device, ""), batch=case.batch, heads=case.heads,
+               q_len=case.q_len, k_len=case.k_len, head_dim=case.head_dim, shape=case.shape,
+               gflop=case.flops / 1e9, note=note)
+
+
+def run(plan: list[tuple[Case, list]], options: Options) -> Report:
+    """Run every (case, implementations) pair of `plan`; returns the report with the header, peaks and rows."""
+    from . import implementations as impls_mod
+
+    say = options.progress or (lambda msg: None)
+    frameworks = {impl.framework for _, impls in plan for impl in impls}
+    thread_info = configure_threads(options.threads, frameworks)
+    devices = sorted({case.device for case, _ in plan})
+    device_names = {d: device_name(d) for d in devices}
+    tf32 = _disable_tf32(frameworks)
+
+    peaks: dict[tuple[str, str], dict] = {}
+    peak_frameworks = [f for f in ("numpy", "torch", "tf") if f in frameworks or f != "tf"]
+    for device, dtype in sorted({(c.device, c.dtype) for c, impls in plan if impls}):
+        say(f"peak: {dtype} GEMM on {device}")
+        peaks[(device, dtype)] = measure_peak(device, dtype, [f for f in peak_frameworks if _importable(
+            {"numpy": "numpy", "torch": "torch", "tf": "tensorflow"}[f])], options.threads)
+
+    rows: list[Row] = []
+    for case, impls in plan:
+        if not impls:
+            continue
+        inputs = ref.make_inputs(case, options.seed)
+        desired, err_scope, slicer = _reference(case, inputs, options, say)
+        for impl in impls:
+            say(f"{case.shape} {case.scope} {case.mode} {case.mask} {case.dtype} {case.device}: {impl.name}")
+            row = _run_one(impl, case, inputs, desired, err_scope, slicer, options, device_names, impls_mod)
+            peak = peaks.get((case.device, case.dtype), {}).get("gflops")
+            if row.gflops is not None and peak:
+                row.peak_gflops, row.pct_peak = peak, 100 * row.gflops / peak
+            rows.append(row)
+        del inputs, desired
+        _free_memory()
+    _fill_speedups(rows)
+
+    meta = {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+        "versions": versions(),
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "threads": options.threads,
+        "thread_settings": thread_info,
+        "devices": device_names,
+        "tf32": tf32,
+        "flop_convention": FLOP_CONVENTION,
+        "timing": (f"torch.utils.benchmark.Timer.blocked_autorange, >= {options.min_time}s and >= "
+                   f"{options.min_runs} runs (capped at {options.max_time}s) per row after a timed first call and "
+                   "one warm-up call; median and IQR"),
+        "memory": {"cpu": (_RSSPeak.method if _RSSPeak.available() else _TracemallocPeak.method),
+                   "cuda": "torch.cuda.max_memory_allocated above the pre-call allocation"},
+        "error": "max |actual - float64 NumPy reference| over the output (and input gradients for fwd+bwd)",
+        "baseline": "NumPy reference (reference_numpy) on the CPU, same case, same dtype or else float32",
+    }
+    return Report(meta, [{k: v for k, v in p.items()} for p in peaks.values()], rows)
+
+
+def _disable_tf32(frameworks) -> str:
+    """TF32 off everywhere, so float32 rows are float32 (their error column would otherwise measure TF32)."""
+    notes = []
+    if "torch" in frameworks or _importable("torch"):
+        import torch
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+        notes.append("torch: allow_tf32=False, matmul precision highest")
+    if "tf" in frameworks and _importable("tensorflow"):
+        import tensorflow as tf
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+        notes.append("tf: tensor_float_32_execution disabled")
+    return "; ".join(notes) or "n/a"
+
+
+def _reference(case: Case, inputs, options: Options, say):
+    """The float64 answers, on a slice of the problem when the full one would be too big to check."""
+    slicer = ref.Slicer.for_case(case, options.ref_limit)
+    say(f"{case.shape} {case.scope} {case.mode} {case.mask} {case.dtype}: float64 reference ({slicer.describe()})")
+    need = 4 * _largest_intermediate(case, "numpy") * slicer.fraction_of(case)
+    available = _available_ram()
+    if available is not None and need > 0.8 * available:
+        return None, f"skipped: the float64 reference needs ~{need / 2**30:.1f} GiB", slicer
+    try:
+        return ref.reference(case, slicer.inputs(inputs)), slicer.describe(), slicer
+    except MemoryError:
+        _free_memory()
+        return None, "skipped: the float64 reference ran out of memory", slicer
+
+
+def _run_one(impl, case, inputs, desired, err_scope, slicer, options, device_names, impls_mod) -> Row:
+    row = _blank_row(impl, case, "ok", device_names=device_names)
+    row.threads = options.threads
+    try:
+        runner = impl.build(case, inputs)
+    except impls_mod.NotInstalled as exc:
+        row.status, row.note = "not installed", str(exc)
+        return row
+    except impls_mod.Unsupported as exc:
+        row.status, row.note = "unsupported", str(exc)
+        return row
+    except Exception as exc:  # noqa: BLE001 - a broken implementation is a row, not a crashed run
+        return _failed(row, exc)
+    try:
+        with runner.context():
+            t0 = time.perf_counter()
+            runner.fn()
+            _sync(case.device, impl.framework)
+            row.first_call_ms = 1e3 * (time.perf_counter() - t0)
+
+            meter = memory_meter(case.device, impl.framework)
+            t0 = time.perf_counter()
+            with meter if meter is not None else contextlib.nullcontext():
+                out = runner.fn()
+                _sync(case.device, impl.framework)
+            per_call = time.perf_counter() - t0
+            if meter is not None:
+                row.peak_mem_mib, row.mem_method = meter.peak_mib, meter.method
+            if desired is not None:
+                actual = slicer.outputs(runner.to_numpy(out))
+                row.max_abs_err, row.err_output = ref.max_abs_error(actual, desired)
+                if row.max_abs_err != row.max_abs_err:
+                    row.note = f"{row.err_output} has NaN or Inf"
+            row.err_scope = err_scope
+            del out
+
+            budget = min(options.max_time, max(options.min_time, options.min_runs * per_call))
+            timing = measure(runner.fn, options.threads, budget, case.device)
+            row.median_ms, row.iqr_ms, row.runs = 1e3 * timing.median, 1e3 * timing.iqr, timing.runs
+            row.gflops = case.flops / timing.median / 1e9
+            if options.profile_kernels and runner.kernel is not None:
+                row.kernel = runner.kernel()
+            elif runner.kernel_name:
+                row.kernel = runner.kernel_name
+    except Exception as exc:  # noqa: BLE001
+        return _failed(row, exc)
+    finally:
+        del runner
+        _free_memory()
+    return row
+
+
+def _failed(row: Row, exc: BaseException) -> Row:
+    if is_oom(exc):
+        row.status, row.note = "oom", f"{type(exc).__name__}: {_first_line(exc)}"
+    elif type(exc).__name__ == "Unsupported" or "No available kernel" in str(exc):
+        row.status, row.note = "unsupported", _first_line(exc)
+    else:
+        row.status, row.note = "error", f"{type(exc).__name__}: {_first_line(exc)}"
+    row.median_ms = row.iqr_ms = row.gflops = row.runs = None
+    _free_memory()
+    return row
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def _fill_speedups(rows: list[Row]) -> None:
+    """speedup = the NumPy reference's median on the same problem (same dtype, else float32) / this row's median."""
+    numpy_rows = {(r.case.group(), r.dtype): r for r in rows if r.framework == "numpy" and r.median_ms}
+    for row in rows:
+        if not row.median_ms:
+            continue
+        base = numpy_rows.get((row.case.group(), row.dtype)) or numpy_rows.get((row.case.group(), "float32"))
+        if base is not None:
+            row.speedup = base.median_ms / row.median_ms
+            row.baseline = f"numpy {base.dtype}"
+
+
+def ratios_to_fastest_builtin(rows: list[Row]) -> list[dict[str, Any]]:
+    """For every problem and dtype, our fastest torch_impl / tf_impl row against the fastest built-in row of the same
+    framework: ratio = our median / built-in median (1.00 = as fast; the goal is <= 1.10)."""
+    from .implementations import REGISTRY
+    ours = {"torch": "torch_impl.", "tf": "tf_impl."}
+    out = []
+    groups: dict[tuple, list[Row]] = {}
+    for row in rows:
+        if row.median_ms and row.framework in ours:
+            groups.setdefault((row.case.group(), row.dtype, row.device, row.framework), []).append(row)
+    for (group, dtype, device, framework), members in groups.items():
+        mine = [r for r in members if r.impl.startswith(ours[framework])]
+        builtin = [r for r in members if not r.impl.startswith(ours[framework]) and REGISTRY[r.impl].builtin]
+        if not mine or not builtin:
+            continue
+        best_mine = min(mine, key=lambda r: r.median_ms)
+        best_builtin = min(builtin, key=lambda r: r.median_ms)
+        out.append({"framework": framework, "device": device, "dtype": dtype, "scope": members[0].scope,
+                    "mode": members[0].mode, "mask": members[0].mask, "shape": members[0].shape,
+                    "ours": best_mine.impl, "ours_ms": best_mine.median_ms, "builtin": best_builtin.impl,
+                    "builtin_ms": best_builtin.median_ms, "ratio": best_mine.median_ms / best_builtin.median_ms})
+    return out
+
+
+def geomean(values: Iterable[float]) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")

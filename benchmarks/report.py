@@ -1,0 +1,268 @@
+"""Showing and saving benchmark reports: the terminal table (rich, or plain text without it), JSON, CSV, and the
+comparison of two saved runs."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import os
+import sys
+import tempfile
+from typing import Any, Iterable
+
+from .engine import Report, Row, geomean, ratios_to_fastest_builtin
+
+SHOWN = ("ok", "oom", "error")  # statuses that get a table row; the rest are summarised under the table
+
+
+# --- files ------------------------------------------------------------------------------------------------------------
+
+def write_atomic(path: str, data: bytes, force: bool = False) -> None:
+    """Write via a temporary file in the same folder and a rename, so a reader never sees half a file."""
+    if os.path.exists(path) and not force:
+        raise FileExistsError(f"{path} exists; pass --force to overwrite it")
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _finite(value):
+    """JSON has no NaN/Infinity: such floats become null (the row's note says the output was not finite)."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def to_json(report: Report) -> bytes:
+    return (json.dumps(_finite(report.to_json_dict()), indent=1, allow_nan=False) + "\n").encode()
+
+
+def to_csv(report: Report) -> bytes:
+    out = io.StringIO()
+    names = [f.name for f in dataclasses.fields(Row)]
+    writer = csv.DictWriter(out, fieldnames=names, lineterminator="\n")
+    writer.writeheader()
+    for row in report.rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in dataclasses.asdict(row).items()})
+    return out.getvalue().encode()
+
+
+def load(path: str) -> Report:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not JSON: {exc}") from None
+    try:
+        return Report.from_json_dict(data)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+# --- number formatting ------------------------------------------------------------------------------------------------
+
+def _sig(x: float | None, digits: int = 3) -> str:
+    if x is None:
+        return ""
+    if x == 0:
+        return "0"
+    if abs(x) >= 10 ** digits:
+        return f"{x:.0f}"
+    return f"{x:.{digits}g}"
+
+
+def _err(x: float | None) -> str:
+    if x is None:
+        return ""
+    if x != x:  # NaN
+        return "NaN"
+    return f"{x:.1e}"
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{x:.0f}%"
+
+
+# --- the table ----------------------------------------------------------------------------------------------------
+
+COLUMNS = ("implementation", "kernel", "median ms", "IQR ms", "runs", "GFLOP/s", "% peak", "x numpy", "mem MiB",
+           "1st call ms", "max err")
+TEXT_COLUMNS = 2  # left-aligned
+
+
+def _cells(row: Row) -> list[str]:
+    if row.status != "ok":
+        return [row.impl, row.kernel, row.status.upper(), "", "", "", "", "", "", "", row.note[:60]]
+    return [row.impl, row.kernel, _sig(row.median_ms), _sig(row.iqr_ms, 2), str(row.runs),
+            _sig(row.gflops), _pct(row.pct_peak), "" if row.speedup is None else f"{row.speedup:.3g}x",
+            _sig(row.peak_mem_mib), _sig(row.first_call_ms), _err(row.max_abs_err)]
+
+
+def sections(rows: Iterable[Row]) -> dict[tuple, list[Row]]:
+    """Rows grouped by what they compute: (device, scope, mode, shape, mask, dtype), in first-seen order."""
+    out: dict[tuple, list[Row]] = {}
+    for row in rows:
+        if row.status in SHOWN:
+            out.setdefault((row.device, row.scope, row.mode, row.shape, row.mask, row.dtype), []).append(row)
+    return out
+
+
+def _title(key: tuple) -> str:
+    device, scope, mode, shape, mask, dtype = key
+    return f"{scope} {mode}  {shape}  mask {mask}  {dtype} on {device}"
+
+
+def header_lines(report: Report) -> list[str]:
+    m = report.meta
+    versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items())
+    lines = [f"date {m.get('date', '?')}   {versions}",
+             f"CPU {m.get('cpu', '?')} ({m.get('cpu_count', '?')} logical cores), threads {m.get('threads', '?')}: "
+             f"{m.get('thread_settings', {})}"]
+    for device, name in m.get("devices", {}).items():
+        if device != "cpu":
+            lines.append(f"{device}: {name}")
+    for peak in report.peaks:
+        if peak.get("gflops"):
+            others = ", ".join(f"{k} {v:.1f}" for k, v in peak.get("all", {}).items())
+            lines.append(f"measured peak {peak['device']} {peak['dtype']}: {peak['gflops']:.1f} GFLOP/s "
+                         f"({peak['n']}^3 GEMM; {others})")
+    lines.append(f"FLOPs: {m.get('flop_convention', '')}")
+    lines.append(f"TF32: {m.get('tf32', '')}; memory: {m.get('memory', {}).get('cpu', '')}")
+    return lines
+
+
+def footer_lines(report: Report) -> list[str]:
+    skipped: dict[tuple[str, str], list[str]] = {}
+    for row in report.rows:
+        if row.status not in SHOWN:
+            names = skipped.setdefault((row.status, row.note), [])
+            if row.impl not in names:
+                names.append(row.impl)
+    lines = [f"not run ({status}): {', '.join(names)} -- {note}" for (status, note), names in skipped.items()]
+    ratios = ratios_to_fastest_builtin(report.rows)
+    if ratios:
+        lines.append("ours / fastest built-in of the same framework (median time ratio; goal <= 1.10):")
+        for framework in ("torch", "tf"):
+            mine = [r for r in ratios if r["framework"] == framework]
+            if not mine:
+                continue
+            worst = max(mine, key=lambda r: r["ratio"])
+            lines.append(f"  {framework}: geomean {geomean(r['ratio'] for r in mine):.2f} over {len(mine)} problems, "
+                         f"worst {worst['ratio']:.2f} ({worst['ours']} vs {worst['builtin']}, {worst['shape']} "
+                         f"{worst['scope']} {worst['mode']} {worst['mask']} {worst['dtype']})")
+    return lines
+
+
+def render(report: Report, console=None) -> None:
+    """Print the report on the terminal: rich when installed, plain text otherwise."""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        print(render_text(report))
+        return
+    if console is None:
+        import shutil
+        console = Console(width=None if sys.stdout.isatty() else max(150, shutil.get_terminal_size().columns))
+    for line in header_lines(report):
+        console.print(line, highlight=False, soft_wrap=True)
+    for key, rows in sections(report.rows).items():
+        table = Table(title=_title(key), title_justify="left", show_edge=False, pad_edge=False)
+        for i, name in enumerate(COLUMNS):
+            table.add_column(name, justify="left" if i < TEXT_COLUMNS else "right", no_wrap=name != "kernel",
+                             overflow="fold")
+        for row in rows:
+            style = None if row.status == "ok" else "red"
+            table.add_row(*_cells(row), style=style)
+        console.print(table)
+    for line in footer_lines(report):
+        console.print(line, highlight=False, soft_wrap=True)
+
+
+def render_text(report: Report) -> str:
+    out = list(header_lines(report))
+    for key, rows in sections(report.rows).items():
+        cells = [list(COLUMNS)] + [_cells(r) for r in rows]
+        widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
+        out.append("")
+        out.append(_title(key))
+        for c in cells:
+            out.append("  ".join(v.ljust(w) if i < TEXT_COLUMNS else v.rjust(w)
+                                 for i, (v, w) in enumerate(zip(c, widths))))
+    out.append("")
+    out.extend(footer_lines(report))
+    return "\n".join(out)
+
+
+def markdown_table(report: Report) -> str:
+    """One markdown table of every measured row (for README.md): GFLOP/s and % of measured peak side by side."""
+    lines = ["| problem | implementation | kernel | median ms (IQR) | GFLOP/s | % peak | x numpy | max err |",
+             "|---|---|---|---|---|---|---|---|"]
+    for key, rows in sections(report.rows).items():
+        for row in rows:
+            problem = _title(key)
+            if row.status != "ok":
+                lines.append(f"| {problem} | {row.impl} | | {row.status.upper()} | | | | |")
+                continue
+            speed = "" if row.speedup is None else f"{row.speedup:.3g}x"
+            lines.append(f"| {problem} | {row.impl} | {row.kernel} | {_sig(row.median_ms)} ({_sig(row.iqr_ms, 2)}) "
+                         f"| {_sig(row.gflops)} | {_pct(row.pct_peak)} | {speed} | {_err(row.max_abs_err)} |")
+    return "\n".join(lines)
+
+
+# --- compare ------------------------------------------------------------------------------------------------------
+
+def _key(row: Row) -> tuple:
+    return (row.impl, row.device, row.scope, row.mode, row.mask, row.dtype, row.shape)
+
+
+def compare(a: Report, b: Report) -> tuple[list[dict[str, Any]], list[tuple], list[tuple]]:
+    """Rows measured in both runs with ratio = B median / A median (< 1: B is faster); keys only in A; only in B."""
+    rows_a = {_key(r): r for r in a.rows if r.median_ms}
+    rows_b = {_key(r): r for r in b.rows if r.median_ms}
+    both = [{"impl": k[0], "device": k[1], "problem": f"{k[2]} {k[3]} {k[6]} {k[4]} {k[5]}",
+             "a_ms": rows_a[k].median_ms, "b_ms": rows_b[k].median_ms,
+             "a_gflops": rows_a[k].gflops, "b_gflops": rows_b[k].gflops,
+             "ratio": rows_b[k].median_ms / rows_a[k].median_ms} for k in rows_a if k in rows_b]
+    return both, [k for k in rows_a if k not in rows_b], [k for k in rows_b if k not in rows_a]
+
+
+def render_compare(a: Report, b: Report, path_a: str, path_b: str) -> str:
+    both, only_a, only_b = compare(a, b)
+    lines = [f"A = {path_a}: {a.meta.get('date', '?')}, {_where(a)}",
+             f"B = {path_b}: {b.meta.get('date', '?')}, {_where(b)}",
+             "ratio = B median / A median (< 1: B is faster)"]
+    cells = [["implementation", "problem", "A ms", "B ms", "A GFLOP/s", "B GFLOP/s", "B/A"]]
+    for r in both:
+        cells.append([r["impl"], r["problem"], _sig(r["a_ms"]), _sig(r["b_ms"]), _sig(r["a_gflops"]),
+                      _sig(r["b_gflops"]), f"{r['ratio']:.3f}"])
+    widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
+    for c in cells:
+        lines.append("  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(c, widths))))
+    if both:
+        lines.append(f"geomean B/A over {len(both)} rows: {geomean(r['ratio'] for r in both):.3f}")
+    else:
+        lines.append("no measured row appears in both runs")
+    if only_a:
+        lines.append(f"{len(only_a)} row(s) only in A, {len(only_b)} only in B")
+    elif only_b:
+        lines.append(f"{len(only_b)} row(s) only in B")
+    return "\n".join(lines)
+
+
+def _where(report: Report) -> str:
+    devices = report.meta.get("devices", {})
+    return ", ".join(f"{d}: {n}" for d, n in devices.items()) or "?"
