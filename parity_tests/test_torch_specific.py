@@ -170,3 +170,15 @@ def test_cuda_model_matches_the_reference(impl):
     desired = rn.Transformer(config, weights).trace(src, tgt)
     for name in desired:
         np.testing.assert_allclose(traced[name], desired[name], rtol=0, atol=atol("float32"), err_msg=name)
+
+
+def test_weights_never_alias_between_model_and_canonical_dicts():
+    """An optimizer step on the model must not reach back into the dict it was built from or exported to."""
+    weights = weights_for(TINY)
+    model = ti.Transformer.from_reference(TINY, weights)
+    exported = model.to_reference()
+    before = {k: v.copy() for k, v in weights.items()}
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(1.0)
+    assert all(np.array_equal(weights[k], before[k]) and np.array_equal(exported[k], before[k]) for k in weights)

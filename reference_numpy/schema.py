@@ -158,7 +158,9 @@ class Transform(NamedTuple):
     to_canonical: Callable[[np.ndarray], np.ndarray]
 
 
-IDENTITY = Transform("identity", lambda a: a, lambda a: a)
+# Both transforms return fresh arrays, so a framework model never shares memory with the canonical dict it came
+# from or went to (a later optimizer step must not reach back into either).
+IDENTITY = Transform("identity", np.array, np.array)
 TRANSPOSE = Transform("transpose", lambda a: np.ascontiguousarray(a.T), lambda a: np.ascontiguousarray(a.T))
 
 

@@ -288,10 +288,12 @@ class Transformer(nn.Module):
         state = rn.to_framework_state(config, weights, WEIGHT_TABLE)
         if dtype is None:
             dtype = getattr(torch, rn.weights_dtype(weights).name)
-        with torch.device("meta"):
+        with torch.device("meta"):  # no random init of weights that are about to be replaced
             model = cls(config, dtype=dtype)
         model = model.to_empty(device=device)
-        model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in state.items()}, strict=True)
+        # the state arrays are fresh copies (see reference_numpy.schema), so they can become the parameters
+        model.load_state_dict({k: torch.from_numpy(v).to(device=device, dtype=dtype) for k, v in state.items()},
+                              strict=True, assign=True)
         for module in model.modules():  # the sinusoid tables are buffers, not in the state dict
             if isinstance(module, Embedding):
                 module.reset_buffers()
