@@ -365,7 +365,8 @@ def import_nn_transformer(state: Mapping[str, Any], path: str | os.PathLike = "<
     inferred["tgt_vocab_size"] = arrays[head].shape[0]
     if layout.positions is not None:
         table = arrays[layout.positions].reshape(-1, d_model)  # (L, 1, D) / (1, L, D) -> (L, D)
-        inferred["max_len"] = table.shape[0]
+        if stored is None:  # our exports pad the table to the tutorials' 5000 rows; the stored max_len is the truth
+            inferred["max_len"] = table.shape[0]
         kind = _classify_positions(table)
         inferred.update(positional="sinusoidal", sinusoid_layout=kind) if kind else inferred.update(positional="learned")
     base = stored.to_dict() if stored is not None else {**rn.TransformerConfig().to_dict(), **NN_TRANSFORMER_DEFAULTS}

@@ -263,6 +263,11 @@ def cmd_verify(args) -> int:
     if args.json and args.json != "-":
         from . import formats
         formats.check_output(args.json, args.force)
+    declared = args.from_ or []
+    if len(declared) not in (0, 1, len(args.checkpoints)):
+        raise UsageError(f"--from given {len(declared)} times for {len(args.checkpoints)} checkpoints; give it once "
+                         "(for all) or once per checkpoint")
+    declared = declared * len(args.checkpoints) if len(declared) == 1 else declared
     backends = None
     if args.backends:
         backends = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -279,6 +284,7 @@ def cmd_verify(args) -> int:
 
     try:
         result = verify.run(args.checkpoints, preset=args.preset, fields=fields, backends=backends,
+                            formats=declared or None,
                             dtype=args.dtype, batch=args.batch, src_len=args.src_len, tgt_len=args.tgt_len,
                             seed=args.seed, progress=progress)
     finally:
@@ -350,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT",
                    help="none: the preset with seeded weights; one: it in every backend; several: each in its "
                         "own framework, the first being the reference")
+    p.add_argument("--from", dest="from_", choices=FORMAT_CHOICES, action="append",
+                   help="checkpoint format (default: inferred); once for all, or once per checkpoint in order")
     p.add_argument("--preset", choices=("tiny", "base", "big"), default="base",
                    help="model to seed when no checkpoint is given (default: base)")
     p.add_argument("--backends", metavar="LIST",

@@ -66,6 +66,11 @@ def extension_format(path: str | os.PathLike) -> str | None:
     return None
 
 
+def _extension(path: str | os.PathLike) -> str:
+    name = Path(path).name.lower()
+    return next((ext for ext in sorted(EXTENSIONS, key=len, reverse=True) if name.endswith(ext)), "")
+
+
 def sniff(path: Path) -> str | None:
     """The container the first bytes announce: safetensors, zip (torch.save), pickle (legacy torch.save), hdf5."""
     with open(path, "rb") as f:
@@ -109,15 +114,17 @@ def detect_format(path: str | os.PathLike, declared: str | None = None) -> str:
         if path.name.lower().endswith(".keras"):
             raise UsageError(f"{path}: whole-model .keras archives are not supported; save the weights with "
                              "model.save_weights('NAME.weights.h5') and convert that")
-        expected = f" for a {by_ext} file" if by_ext else ""
-        raise UsageError(f"{path} is not a checkpoint this tool knows: its first bytes match no supported format"
-                         f"{expected} (safetensors, PyTorch zip or pickle, HDF5); truncated or corrupt?")
+        if by_ext is not None:  # let that format's reader say precisely what is wrong
+            return by_ext
+        raise UsageError(f"{path} is not a checkpoint this tool knows: its first bytes match no supported format "
+                         "(safetensors, PyTorch zip or pickle, HDF5) and its extension names none "
+                         f"({', '.join(EXTENSIONS)})")
     if content == "zip" and path.name.lower().endswith(".keras"):
         raise UsageError(f"{path}: whole-model .keras archives are not supported; save the weights with "
                          "model.save_weights('NAME.weights.h5') and convert that")
     if by_ext is not None and by_ext not in CONTENT_FORMATS[content]:
-        raise UsageError(f"{path} has a {by_ext} extension but its content is {content}; pass --from "
-                         f"{CONTENT_FORMATS[content][0]} to read it anyway")
+        raise UsageError(f"{path} has a {by_ext} ({_extension(path)}) extension but its content is {content}; "
+                         f"pass --from {CONTENT_FORMATS[content][0]} to read it anyway")
     if content in ("zip", "pickle"):
         return by_ext if by_ext in CONTENT_FORMATS[content] else "torch"  # refined after loading
     return CONTENT_FORMATS[content][0]

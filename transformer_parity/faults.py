@@ -1,0 +1,240 @@
+"""Planted porting faults: the ways real ports break, planted where a real port would have them, to show that
+`verify` catches each one and names the sublayer where it starts.
+
+- in the weights (`WEIGHT_FAULTS`): query and key kernels swapped, a kernel transposed, one weight nudged by 1e-3,
+  one layer's weights copied from another layer;
+- in the port's config (`CONFIG_FAULTS`): LayerNorm epsilon 1e-3 instead of 1e-5, the other sinusoid layout;
+- in the port's code (`CODE_FAULTS`, context managers that patch a backend while active): an inverted mask
+  convention, attention scaled by sqrt(d_model) instead of sqrt(d_k), a LayerNorm built with Keras's default
+  epsilon, the other sinusoid layout.
+
+Each fault also says which sublayer should be named first: `expected(config)`. Used by the tests and by
+`benchmarks/verify_calibration.py`; nothing else imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterator, Mapping
+
+import numpy as np
+
+import reference_numpy as rn
+
+
+def _first_after_norm(config: rn.TransformerConfig) -> str:
+    """The first recorded output that a wrong LayerNorm changes: pre-LN normalizes before the first attention;
+    post-LN's first norm (after it) first feeds the feed-forward sublayer."""
+    return "encoder.layers.0.self_attn" if config.norm_first else "encoder.layers.0.ffn"
+
+
+@dataclass(frozen=True)
+class WeightFault:
+    name: str
+    apply: Callable[[rn.TransformerConfig, dict], dict]
+    expected: Callable[[rn.TransformerConfig], str]
+
+
+def _swap_qk(block: str) -> Callable:
+    def apply(config, weights):
+        w = dict(weights)
+        w[f"{block}.q.kernel"], w[f"{block}.k.kernel"] = weights[f"{block}.k.kernel"], weights[f"{block}.q.kernel"]
+        return w
+    return apply
+
+
+def _transpose(name: str) -> Callable:
+    def apply(config, weights):
+        return {**weights, name: np.ascontiguousarray(np.asarray(weights[name]).T)}  # (D, D): still fits
+    return apply
+
+
+def _nudge(name: str, index: tuple[int, ...], delta: float = 1e-3) -> Callable:
+    def apply(config, weights):
+        value = np.array(weights[name], copy=True)
+        value[index] += value.dtype.type(delta)
+        return {**weights, name: value}
+    return apply
+
+
+def _copy_layer(source: str, target: str) -> Callable:
+    def apply(config, weights):
+        w = dict(weights)
+        for name, value in weights.items():
+            if name.startswith(source + "."):
+                w[target + name[len(source):]] = value
+        return w
+    return apply
+
+
+def _decoder_or_encoder(config: rn.TransformerConfig, decoder: str, encoder: str) -> str:
+    return decoder if config.is_encoder_decoder else encoder
+
+
+WEIGHT_FAULTS = {
+    "swapped-qk": WeightFault("swapped-qk", _swap_qk("encoder.layers.0.self_attn"),
+                              lambda c: "encoder.layers.0.self_attn"),
+    "swapped-qk-cross": WeightFault("swapped-qk-cross", lambda c, w: _swap_qk("decoder.layers.0.cross_attn")(c, w),
+                                    lambda c: "decoder.layers.0.cross_attn"),
+    "transposed-kernel": WeightFault("transposed-kernel", _transpose("encoder.layers.1.self_attn.v.kernel"),
+                                     lambda c: "encoder.layers.1.self_attn"),
+    "transposed-out-kernel": WeightFault("transposed-out-kernel", _transpose("decoder.layers.1.self_attn.o.kernel"),
+                                         lambda c: "decoder.layers.1.self_attn"),
+    "nudged-weight": WeightFault("nudged-weight", _nudge("encoder.layers.1.ffn.linear2.kernel", (3, 5)),
+                                 lambda c: "encoder.layers.1.ffn"),
+    "nudged-attention-weight": WeightFault("nudged-attention-weight",
+                                           _nudge("decoder.layers.0.cross_attn.o.kernel", (2, 7)),
+                                           lambda c: "decoder.layers.0.cross_attn"),
+    "layer-copied": WeightFault("layer-copied", _copy_layer("encoder.layers.0", "encoder.layers.1"),
+                                lambda c: "encoder.layers.1.self_attn"),
+}
+
+# A port whose config says something else than the original: run it from a second checkpoint with this config.
+CONFIG_FAULTS = {
+    "eps-1e-3": ({"layer_norm_eps": 1e-3}, _first_after_norm),
+    "sinusoid-layout": (lambda c: {"sinusoid_layout": "concatenated" if c.sinusoid_layout == "interleaved"
+                                   else "interleaved"}, lambda c: "encoder.embed"),
+}
+
+
+def config_fault(name: str, config: rn.TransformerConfig) -> tuple[rn.TransformerConfig, str]:
+    """`(the port's wrong config, the sublayer verify should name first)`."""
+    change, expected = CONFIG_FAULTS[name]
+    fields = change(config) if callable(change) else change
+    return config.replace(**fields), expected(config)
+
+
+# --- faults in a backend's code -------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _patched(obj, attr: str, value) -> Iterator[None]:
+    original = getattr(obj, attr)
+    setattr(obj, attr, value)
+    try:
+        yield
+    finally:
+        setattr(obj, attr, original)
+
+
+def _attention_module(backend: str):
+    if backend == "torch":
+        import torch_impl.model as module
+    elif backend == "keras":
+        import tf_impl.model as module
+    else:
+        raise ValueError(f"code faults are planted in torch or keras, received {backend!r}")
+    return module
+
+
+@contextlib.contextmanager
+def inverted_mask(backend: str) -> Iterator[None]:
+    """The port hands the attention op a mask with the opposite convention (True = padding, as
+    `nn.MultiheadAttention`'s key_padding_mask) while the op expects True = may attend."""
+    module = _attention_module(backend)
+    original = module.scaled_dot_product_attention
+
+    def wrong(q, k, v, mask=None, **kwargs):
+        if mask is not None:
+            mask = ~mask if backend == "torch" else _tf_not(mask)
+        return original(q, k, v, mask, **kwargs)
+
+    with _patched(module, "scaled_dot_product_attention", wrong):
+        yield
+
+
+def _tf_not(mask):
+    import tensorflow as tf
+
+    return tf.logical_not(mask)
+
+
+@contextlib.contextmanager
+def d_model_scale(backend: str, d_model: int) -> Iterator[None]:
+    """The port scales scores by 1/sqrt(d_model) instead of 1/sqrt(d_k): same as queries times sqrt(d_k/d_model)."""
+    module = _attention_module(backend)
+    original = module.scaled_dot_product_attention
+
+    def wrong(q, k, v, mask=None, **kwargs):
+        return original(q * math.sqrt(q.shape[-1] / d_model), k, v, mask, **kwargs)
+
+    with _patched(module, "scaled_dot_product_attention", wrong):
+        yield
+
+
+@contextlib.contextmanager
+def layer_norm_eps(backend: str, eps: float = 1e-3) -> Iterator[None]:
+    """The port builds its LayerNorms with another epsilon than the config's (Keras's default 1e-3)."""
+    if backend == "torch":
+        import torch.nn as nn
+
+        import torch_impl.model as module
+
+        class WrongEps(nn.LayerNorm):
+            def __init__(self, shape, **kwargs):
+                kwargs["eps"] = eps
+                super().__init__(shape, **kwargs)
+
+        with _patched(module.nn, "LayerNorm", WrongEps):
+            yield
+    else:
+        import keras
+
+        original = keras.layers.LayerNormalization
+
+        class WrongEpsKeras(original):
+            def __init__(self, *args, **kwargs):
+                kwargs["epsilon"] = eps
+                super().__init__(*args, **kwargs)
+
+        with _patched(keras.layers, "LayerNormalization", WrongEpsKeras):
+            yield
+
+
+@contextlib.contextmanager
+def sinusoid_layout(backend: str) -> Iterator[None]:
+    """The port builds its position table in the other layout (tensor2tensor's [sin | cos] for the paper's
+    interleaved sin/cos, or the reverse)."""
+    def other(layout: str) -> str:
+        return "concatenated" if layout == "interleaved" else "interleaved"
+
+    if backend == "torch":
+        import torch
+
+        import torch_impl.model as module
+
+        def table(self):
+            c = self.config
+            return torch.from_numpy(rn.sinusoidal_positions(c.max_len, c.d_model, other(c.sinusoid_layout)))
+
+        with _patched(module.Embedding, "_sinusoid_table", table):
+            yield
+    else:
+        import tf_impl.model as module
+
+        original = module.Embedding.__init__
+
+        def init(self, config, vocab_size, **kwargs):
+            original(self, config, vocab_size, **kwargs)
+            if self.sinusoid is not None:
+                self.sinusoid = rn.sinusoidal_positions(config.max_len, config.d_model, other(config.sinusoid_layout)
+                                                        ).astype(self.compute_dtype)
+
+        with _patched(module.Embedding, "__init__", init):
+            yield
+
+
+CODE_FAULTS: dict[str, tuple[Callable[[str, rn.TransformerConfig], contextlib.AbstractContextManager],
+                             Callable[[rn.TransformerConfig], str]]] = {
+    "inverted-mask": (lambda b, c: inverted_mask(b), lambda c: "encoder.layers.0.self_attn"),
+    "sqrt-d-model-scale": (lambda b, c: d_model_scale(b, c.d_model), lambda c: "encoder.layers.0.self_attn"),
+    "eps-1e-3-in-code": (lambda b, c: layer_norm_eps(b, 1e-3), _first_after_norm),
+    "sinusoid-layout-in-code": (lambda b, c: sinusoid_layout(b), lambda c: "encoder.embed"),
+}
+
+
+def apply_weight_fault(name: str, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray]
+                       ) -> tuple[dict[str, np.ndarray], str]:
+    fault = WEIGHT_FAULTS[name]
+    return fault.apply(config, dict(weights)), fault.expected(config)
