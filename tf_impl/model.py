@@ -44,6 +44,33 @@ DTYPES = ("float32", "float64")
 Record = dict  # canonical sublayer name -> tensor, in execution order
 
 
+class AttentionCache:
+    """The keys and values one attention layer has computed so far, for incremental decoding (eager only).
+
+    `static` (encoder-decoder attention): computed from the memory on the first call, reused afterwards.
+    Otherwise (causal self-attention) each call appends the keys and values of its new positions.
+    """
+
+    def __init__(self, static: bool):
+        self.static = static
+        self.k: tf.Tensor | None = None  # (B, H, T_cached, d_k)
+        self.v: tf.Tensor | None = None  # (B, H, T_cached, d_k)
+
+
+class KVCache:
+    """Incremental-decoding state of a decoder: per layer `(self_attn, cross_attn)` caches, plus the key mask of
+    the target positions processed so far. Make one per source batch with `Transformer.new_cache()`."""
+
+    def __init__(self, num_layers: int):
+        self.layers = [(AttentionCache(static=False), AttentionCache(static=True)) for _ in range(num_layers)]
+        self.key_mask: tf.Tensor | None = None  # (B, T_done) bool, True = real token
+
+    @property
+    def length(self) -> int:
+        """Target positions already decoded (the position offset of the next call)."""
+        return 0 if self.key_mask is None else int(self.key_mask.shape[1])
+
+
 def _check_features(layer: str, arg: str, shape, d_model: int) -> None:
     if shape is None or len(shape) != 3 or (shape[-1] is not None and shape[-1] != d_model):
         raise ValueError(f"{layer}: {arg} must have shape (batch, length, d_model={d_model}), received shape "
@@ -89,14 +116,24 @@ class MultiHeadAttention(keras.layers.Layer):
         self.v.build(x_kv_shape)
         self.o.build(x_q_shape)
 
-    def call(self, x_q, x_kv, attention_mask=None, need_weights: bool = False, training: bool = False):
+    def call(self, x_q, x_kv, attention_mask=None, need_weights: bool = False, training: bool = False,
+             cache: AttentionCache | None = None):
         """`(B, Tq, D)` queries, `(B, Tk, D)` keys/values, bool mask broadcastable to `(B, H, Tq, Tk)` ->
-        `(out, weights)`: `(B, Tq, D)` and `(B, H, Tq, Tk)` (None unless `need_weights`)."""
+        `(out, weights)`: `(B, Tq, D)` and `(B, H, Tq, Tk)` (None unless `need_weights`). `cache`: see
+        `AttentionCache`; the mask must then cover the cached keys too."""
         b, tq = tf.shape(x_q)[0], tf.shape(x_q)[1]
         h, dk = self.config.num_heads, self.config.head_dim
         q = tf.transpose(tf.reshape(self.q(x_q), (b, tq, h, dk)), (0, 2, 1, 3))  # (B, H, Tq, d_k)
-        k = tf.transpose(tf.reshape(self.k(x_kv), (b, -1, h, dk)), (0, 2, 1, 3))  # (B, H, Tk, d_k)
-        v = tf.transpose(tf.reshape(self.v(x_kv), (b, -1, h, dk)), (0, 2, 1, 3))  # (B, H, Tk, d_k)
+        if cache is not None and cache.static and cache.k is not None:
+            k, v = cache.k, cache.v  # the memory's keys and values, from the first decoding step
+        else:
+            k = tf.transpose(tf.reshape(self.k(x_kv), (b, -1, h, dk)), (0, 2, 1, 3))  # (B, H, Tk, d_k)
+            v = tf.transpose(tf.reshape(self.v(x_kv), (b, -1, h, dk)), (0, 2, 1, 3))  # (B, H, Tk, d_k)
+            if cache is not None:
+                if not cache.static and cache.k is not None:
+                    k = tf.concat([cache.k, k], axis=2)  # (B, H, T_cached + Tk, d_k)
+                    v = tf.concat([cache.v, v], axis=2)  # (B, H, T_cached + Tk, d_k)
+                cache.k, cache.v = k, v
         out, weights = scaled_dot_product_attention(
             q, k, v, attention_mask, need_weights=need_weights, impl=self.impl, dropout_p=self.config.dropout,
             training=training, seed=self.seed_generator)
@@ -226,14 +263,15 @@ class DecoderLayer(_ResidualLayer):
         self.norm3.build(x_shape)
 
     def call(self, x, memory, self_mask=None, cross_mask=None, attention_weights: bool = False,
-             training: bool = False):
+             training: bool = False, cache: tuple[AttentionCache, AttentionCache] | None = None):
         record: Record = {}
+        self_cache, cross_cache = (None, None) if cache is None else cache
         x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, need_weights=attention_weights,
-                                                                   training=training),
+                                                                   training=training, cache=self_cache),
                            "self_attn", record, attention_weights, training)
         x = self._sublayer(x, self.norm2, lambda y: self.cross_attn(y, memory, cross_mask,
                                                                     need_weights=attention_weights,
-                                                                    training=training),
+                                                                    training=training, cache=cross_cache),
                            "cross_attn", record, attention_weights, training)
         x = self._sublayer(x, self.norm3, lambda y: self.ffn(y, training=training), "ffn", record, attention_weights,
                            training)
@@ -344,11 +382,11 @@ class Decoder(keras.layers.Layer):
             self.final_norm.build(x_shape)
 
     def call(self, x, memory, self_mask=None, cross_mask=None, attention_weights: bool = False,
-             training: bool = False):
+             training: bool = False, cache: KVCache | None = None):
         record: Record = {}
         for i, layer in enumerate(self.layers):
             x, sublayers = layer(x, memory, self_mask, cross_mask, attention_weights=attention_weights,
-                                 training=training)
+                                 training=training, cache=None if cache is None else cache.layers[i])
             record.update({f"{self.name}.layers.{i}.{k}": v for k, v in sublayers.items()})
             record[f"{self.name}.layers.{i}"] = x
         if self.final_norm is not None:
@@ -507,9 +545,21 @@ class Transformer(keras.Model):
         """Source ids `(B, S)` -> memory `(B, S, D)`."""
         return self._encode(src_ids, src_mask, False, training)[0]
 
-    def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, *, training: bool = False) -> tf.Tensor:
-        """Target ids `(B, T)`, memory `(B, S, D)` and the source mask `(B, S)` -> logits `(B, T, tgt_vocab_size)`."""
-        return self._decode(tgt_ids, memory, src_mask, tgt_mask, False, training)[0]
+    def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, *, training: bool = False,
+               cache: KVCache | None = None) -> tf.Tensor:
+        """Target ids `(B, T)`, memory `(B, S, D)` and the source mask `(B, S)` -> logits `(B, T, tgt_vocab_size)`.
+
+        With a `cache` (from `new_cache()`; eager only), `tgt_ids` (and `tgt_mask`) are only the positions after
+        those already decoded into it; their keys and values are appended, and the logits equal those of a full
+        recomputation.
+        """
+        return self._decode(tgt_ids, memory, src_mask, tgt_mask, False, training, cache)[0]
+
+    def new_cache(self) -> KVCache:
+        """An empty key/value cache for incremental decoding with `decode(..., cache=...)`."""
+        if not self.config.is_encoder_decoder:
+            raise ValueError("an encoder-only model (num_decoder_layers=0) has no decoder to cache")
+        return KVCache(self.config.num_decoder_layers)
 
     def call(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, training: bool = False) -> tf.Tensor:
         """Logits `(B, T, tgt_vocab_size)` (encoder-only: `(B, S, tgt_vocab_size)`)."""
@@ -530,14 +580,24 @@ class Transformer(keras.Model):
                                       attention_weights=attention_weights, training=training)
         return memory, {**record, **layers}
 
-    def _decode(self, tgt_ids, memory, src_mask, tgt_mask, attention_weights, training):
+    def _decode(self, tgt_ids, memory, src_mask, tgt_mask, attention_weights, training, cache=None):
         tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, self.config.tgt_vocab_size)
         src_mask = tf.convert_to_tensor(src_mask)
-        x = self.tgt_embed(tgt_ids, training=training)
-        record: Record = {"decoder.embed": x}
         t = tf.shape(tgt_ids)[1]
-        x, layers = self.decoder(x, memory, attention_mask(tgt_mask, t, causal=True), attention_mask(src_mask, t),
-                                 attention_weights=attention_weights, training=training)
+        offset, key_mask = 0, tgt_mask
+        if cache is not None:
+            offset = cache.length
+            if offset + int(tgt_ids.shape[1]) > self.config.max_len:
+                raise ValueError(f"decoding {int(tgt_ids.shape[1])} more position(s) after {offset} cached ones "
+                                 f"exceeds max_len={self.config.max_len}")
+            if cache.key_mask is not None:
+                key_mask = tf.concat([cache.key_mask, tgt_mask], axis=1)  # (B, T_cached + T)
+        x = self.tgt_embed(tgt_ids, offset=offset, training=training)
+        record: Record = {"decoder.embed": x}
+        x, layers = self.decoder(x, memory, attention_mask(key_mask, t, causal=True), attention_mask(src_mask, t),
+                                 attention_weights=attention_weights, training=training, cache=cache)
+        if cache is not None:
+            cache.key_mask = key_mask
         logits = self._logits(x)
         return logits, {**record, **layers, "logits": logits}
 
