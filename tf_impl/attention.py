@@ -11,7 +11,9 @@ import math
 import keras
 import tensorflow as tf
 
-IMPLS = ("explicit", "keras")
+from .blockwise_attention import blockwise_attention
+
+IMPLS = ("explicit", "keras", "blockwise")
 
 
 def causal_mask(query_len, key_len) -> tf.Tensor:
@@ -36,9 +38,10 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
         mask: bool, broadcastable to `(B, H, Tq, Tk)`, True = may attend.
         causal: also hide key j from query i when j > i + (Tk - Tq).
         need_weights: return the attention weights too; this takes the explicit path.
-        impl: `explicit` (matmul, softmax, matmul in tf ops) or `keras` (`keras.ops.dot_product_attention`).
-            The caller picks; nothing is feature-detected. The `keras` op returns no weights and has no dropout,
-            so `need_weights` or active dropout take the explicit path.
+        impl: `explicit` (matmul, softmax, matmul in tf ops), `keras` (`keras.ops.dot_product_attention`) or
+            `blockwise` (one block of queries at a time, `tf_impl.blockwise_attention`; the fast CPU path).
+            The caller picks; nothing is feature-detected. `keras` and `blockwise` return no weights and have no
+            dropout, so `need_weights` or active dropout take the explicit path.
         dropout_p: dropout on the attention weights, applied only when `training` is true.
         training: whether dropout is active.
         seed: the calling layer's `keras.random.SeedGenerator` (or an int) for the dropout draw.
@@ -53,6 +56,9 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
         mask = tf.convert_to_tensor(mask)
         if mask.dtype != tf.bool:
             raise TypeError(f"mask must be a bool tensor (True = may attend), received dtype {mask.dtype.name}")
+    if impl == "blockwise" and not need_weights and not (training and dropout_p > 0):
+        # Before the causal mask is materialised: the blockwise path skips the keys a causal block cannot see.
+        return blockwise_attention(q, k, v, mask, causal=causal), None
     if causal:
         allowed = causal_mask(tf.shape(q)[-2], tf.shape(k)[-2])
         mask = allowed if mask is None else tf.logical_and(mask, allowed)
