@@ -237,6 +237,8 @@ class Options:
     seed: int = 0
     ref_limit: int = 1 << 26  # score elements (B*H*Nq*Nk) above which the float64 check uses a slice
     profile_kernels: bool = True
+    peak_n: int | None = None  # GEMM size for the peak (default: gemm_size); tests use a small one
+    peak_time: float = 0.3  # seconds of timing for each peak GEMM
     progress: Callable[[str], None] | None = None
 
 
@@ -378,9 +380,10 @@ def gemm_size(device: str, dtype: str) -> int:
     return 2048 if dtype in ("float32", "float64") else 512  # CPUs without native half matmul crawl in float16
 
 
-def measure_peak(device: str, dtype: str, frameworks: Iterable[str], threads: int) -> dict[str, Any]:
+def measure_peak(device: str, dtype: str, frameworks: Iterable[str], threads: int, n: int | None = None,
+                 min_run_time: float = 0.3) -> dict[str, Any]:
     """The best square-GEMM throughput any installed framework reaches on this device and dtype, measured now."""
-    n = gemm_size(device, dtype)
+    n = n or gemm_size(device, dtype)
     best: dict[str, Any] = {"device": device, "dtype": dtype, "n": n, "gflops": None, "by": "", "all": {}}
     for framework in frameworks:
         try:
@@ -389,7 +392,7 @@ def measure_peak(device: str, dtype: str, frameworks: Iterable[str], threads: in
             continue
         fn()
         _sync(device, framework)
-        t = measure(fn, threads, min_run_time=0.3, device=device)
+        t = measure(fn, threads, min_run_time=min_run_time, device=device)
         gflops = 2 * n ** 3 / t.median / 1e9
         best["all"][framework] = round(gflops, 2)
         if best["gflops"] is None or gflops > best["gflops"]:
@@ -594,7 +597,8 @@ def run(plan: list[tuple[Case, list]], options: Options) -> Report:
     for device, dtype in sorted({(c.device, c.dtype) for c, impls in plan if impls}):
         say(f"peak: {dtype} GEMM on {device}")
         peaks[(device, dtype)] = measure_peak(device, dtype, [f for f in peak_frameworks if _importable(
-            {"numpy": "numpy", "torch": "torch", "tf": "tensorflow"}[f])], options.threads)
+            {"numpy": "numpy", "torch": "torch", "tf": "tensorflow"}[f])], options.threads, options.peak_n,
+            options.peak_time)
 
     rows: list[Row] = []
     for case, impls in plan:

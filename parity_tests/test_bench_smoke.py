@@ -1,0 +1,156 @@
+"""The benchmarks run: a tiny problem through the engine and through pytest-benchmark, every output of the `bench`
+command, an out-of-memory row, and the CUDA path (marked gpu). Nothing here asserts anything about speed."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import cli, engine, implementations, reference, report
+from parity_tests.tolerances import atol
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = dict(batch=1, heads=2, q_len=8, k_len=8, head_dim=4)
+QUICK = engine.Options(threads=1, min_time=0.005, max_time=0.01, min_runs=2, profile_kernels=False, peak_n=128,
+                       peak_time=0.01)
+SMOKE_IMPLS = ["numpy", "torch_impl.fused", "torch_impl.explicit", "torch.sdpa.math", "torch.nn.MHA",
+               "tf_impl.blockwise.function", "keras.MHA.function"]
+
+
+def _run(cases, names, options=QUICK):
+    plan = [(case, [i for i in implementations.select(names) if case.scope in i.scopes]) for case in cases]
+    return engine.run(plan, options)
+
+
+def test_engine_runs_every_framework_and_checks_against_the_reference():
+    cases = [engine.Case(**TINY, mask="padded"), engine.Case(**TINY, mask="causal", mode="fwd+bwd", scope="block")]
+    result = _run(cases, SMOKE_IMPLS)
+    by_status = {}
+    for row in result.rows:
+        by_status.setdefault(row.status, []).append(row.impl)
+    assert "error" not in by_status, [(r.impl, r.note) for r in result.rows if r.status == "error"]
+    ok = [r for r in result.rows if r.status == "ok"]
+    assert {r.framework for r in ok} >= {"numpy", "torch"}
+    for row in ok:
+        assert row.runs >= 1 and row.median_ms > 0 and row.gflops > 0
+        assert row.max_abs_err < atol("float32"), (row.impl, row.scope, row.max_abs_err)
+        assert row.first_call_ms is not None
+    assert any(r.speedup for r in ok if r.framework != "numpy")  # NumPy rows are the baseline
+    assert result.peaks and result.peaks[0]["gflops"] > 0
+    assert {"versions", "cpu", "threads", "flop_convention", "date"} <= set(result.meta)
+
+
+def test_flop_convention():
+    case = engine.Case(batch=2, heads=3, q_len=5, k_len=7, head_dim=4)
+    core = 4 * 2 * 3 * 5 * 7 * 4
+    assert case.flops == core
+    assert engine.Case(**{**TINY, "mask": "causal"}).flops == 4 * 1 * 2 * 8 * 8 * 4 / 2
+    assert engine.Case(batch=2, heads=3, q_len=5, k_len=7, head_dim=4, mode="fwd+bwd").flops == 3.5 * core
+    proj = 4 * 2 * (5 + 7) * 12 ** 2
+    assert engine.Case(batch=2, heads=3, q_len=5, k_len=7, head_dim=4, scope="block").flops == core + proj
+
+
+def test_reference_slice_matches_full_reference():
+    """Huge problems are checked on a slice; the slice of the full answer must be the answer of the slice."""
+    case = engine.Case(batch=2, heads=3, q_len=6, k_len=6, head_dim=4, mask="padded+causal")
+    inputs = reference.make_inputs(case)
+    full = reference.reference(case, inputs)
+    slicer = reference.Slicer(batch=1, heads=2, rows=3)
+    part = reference.reference(case, slicer.inputs(inputs))
+    np.testing.assert_allclose(part["out"], slicer.outputs(full)["out"], rtol=0, atol=1e-12)
+
+
+def test_out_of_memory_is_a_row():
+    def build(case, inputs):
+        def fn():
+            raise MemoryError("simulated: cannot allocate 64 GiB")
+        return implementations.Runner(fn=fn, to_numpy=dict)
+    oom = implementations.Implementation("test.oom", "numpy", "always out of memory", ("kernel",), False, build)
+    result = engine.run([(engine.Case(**TINY), [oom])], QUICK)
+    (row,) = result.rows
+    assert row.status == "oom" and "64 GiB" in row.note and row.median_ms is None
+    assert "OOM" in report.render_text(result)
+
+
+def test_unsupported_and_unknown_implementations():
+    result = _run([engine.Case(**TINY)], ["torch.sdpa.efficient"])
+    assert [r.status for r in result.rows] == ["unsupported"] or engine.available_devices() != ["cpu"]
+    with pytest.raises(ValueError, match="unknown implementation 'no-such-thing'"):
+        implementations.select(["no-such-thing"])
+
+
+def test_cli_outputs_compare_and_list(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = {kind: tmp_path / f"run.{kind}" for kind in ("json", "csv", "png")}
+    argv = ["--impl", "numpy", "--batch", "1", "--heads", "1", "--seq", "8,16", "--head-dim", "4", "--mask",
+            "none,padded", "--threads", "1", "--min-time", "0.005", "--max-time", "0.01", "--quiet", "--peak-size", "128",
+            "--json", str(out["json"]), "--csv", str(out["csv"]), "--plot", str(out["png"])]
+    assert cli.main(argv) == 0
+    data = json.loads(out["json"].read_text())
+    assert len(data["rows"]) == 4 and all(r["status"] == "ok" for r in data["rows"])
+    assert out["csv"].read_text().splitlines()[0].startswith("impl,framework,status")
+    assert len(out["csv"].read_text().splitlines()) == 5
+    assert out["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capsys.readouterr()
+
+    assert cli.main(argv) == 2  # the files exist and --force was not given
+    assert "exists; pass --force" in capsys.readouterr().err
+
+    assert cli.main(["compare", str(out["json"]), str(out["json"])]) == 0
+    text = capsys.readouterr().out
+    assert "1.000" in text and "geomean B/A over 4 rows: 1.000" in text
+
+    assert cli.main(["plot", str(out["json"]), str(tmp_path / "again.png")]) == 0
+    assert cli.main(["--list"]) == 0
+    listing = capsys.readouterr().out
+    assert all(name in listing for name in implementations.REGISTRY)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--impl", "nope"], "unknown implementation 'nope'"),
+    (["--seq", "0"], "--seq values must be >= 1, received 0"),
+    (["--dtype", "float8"], "--dtype takes comma-separated values"),
+    (["--preset", "smoke", "--seq", "8"], "use --preset or grid options"),
+    (["compare", "missing-a.json", "missing-b.json"], "no such result file: missing-a.json"),
+])
+def test_cli_bad_input_is_one_line(argv, message, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_main_cli_has_bench():
+    main = pytest.importorskip("transformer_parity.cli")
+    assert main.main(["bench", "--impl", "nope"]) == 2
+
+
+def test_pytest_benchmark_suite_runs_one_tiny_benchmark(tmp_path):
+    pytest.importorskip("pytest_benchmark")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "benchmarks/test_attention_bench.py::test_smoke_tiny", "--benchmark-only",
+         "-q", "-p", "no:cacheprovider", f"--benchmark-json={tmp_path / 'bench.json'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    (bench,) = json.loads((tmp_path / "bench.json").read_text())["benchmarks"]
+    assert bench["extra_info"]["tflops"] > 0 and bench["extra_info"]["max_abs_err"] < 1e-5
+
+
+@pytest.mark.gpu
+def test_cuda_path():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    cases = [engine.Case(**{**TINY, "head_dim": 64}, dtype=dtype, device="cuda", mask=mask)
+             for dtype in ("float16", "bfloat16", "float32") for mask in ("none", "causal")]
+    cases.append(engine.Case(**{**TINY, "head_dim": 64}, dtype="float16", device="cuda", mode="fwd+bwd",
+                             scope="block"))
+    result = _run(cases, ["torch*"])
+    assert not [r for r in result.rows if r.status == "error"], [(r.impl, r.note) for r in result.rows]
+    ok = [r for r in result.rows if r.status == "ok"]
+    assert {"torch_impl.fused", "torch.sdpa.math"} <= {r.impl for r in ok}
+    for row in ok:
+        assert row.mem_method.startswith("cuda") and row.peak_mem_mib is not None
+        assert row.max_abs_err < (1e-2 if row.dtype != "float32" else 1e-4), (row.impl, row.dtype, row.max_abs_err)
