@@ -189,16 +189,21 @@ def map_names(table: Iterable[Rule], names: Iterable[str]) -> dict[str, tuple[st
 
 
 def to_framework_state(config: TransformerConfig, weights: Mapping[str, np.ndarray],
-                       table: Iterable[Rule]) -> dict[str, np.ndarray]:
-    """Canonical weights -> {framework name: array}, after checking them against the schema."""
+                       table: Iterable[Rule], *, consume: bool = False) -> dict[str, np.ndarray]:
+    """Canonical weights -> {framework name: array}, after checking them against the schema.
+
+    `consume=True` removes each entry from `weights` (a dict) once it is mapped, so that converting a checkpoint
+    holds it about once rather than twice.
+    """
     validate_weights(config, weights)
     mapping = map_names(table, parameter_shapes(config))
-    return {fw_name: transform.to_framework(np.asarray(weights[name])) for name, (fw_name, transform) in mapping.items()}
+    return _apply(mapping.items(), weights, consume, lambda t, a: t.to_framework(a))
 
 
 def from_framework_state(config: TransformerConfig, state: Mapping[str, np.ndarray],
-                         table: Iterable[Rule]) -> dict[str, np.ndarray]:
-    """{framework name: array} -> canonical weights; fails on any missing, unused or misshaped entry."""
+                         table: Iterable[Rule], *, consume: bool = False) -> dict[str, np.ndarray]:
+    """{framework name: array} -> canonical weights; fails on any missing, unused or misshaped entry.
+    `consume=True` removes each entry from `state` (a dict) once it is mapped."""
     mapping = map_names(table, parameter_shapes(config))
     wanted = {fw_name for fw_name, _ in mapping.values()}
     missing = sorted(wanted - set(state))
@@ -207,6 +212,23 @@ def from_framework_state(config: TransformerConfig, state: Mapping[str, np.ndarr
         parts = [f"missing {len(missing)}: {_preview(missing)}"] if missing else []
         parts += [f"unused {len(unused)}: {_preview(unused)}"] if unused else []
         raise ValueError("framework weights do not match the config: " + "; ".join(parts))
-    weights = {name: transform.to_canonical(np.asarray(state[fw_name])) for name, (fw_name, transform) in mapping.items()}
+    weights = _apply(((fw, (name, t)) for name, (fw, t) in mapping.items()), state, consume,
+                     lambda t, a: t.to_canonical(a))
     validate_weights(config, weights)
     return weights
+
+
+def _apply(pairs, source, consume: bool, convert) -> dict[str, np.ndarray]:
+    """{target: convert(transform, source[key])} for (key, (target, transform)) pairs; with `consume`, each source
+    entry is deleted after the last pair that reads it (a table may read one entry twice, e.g. a shared table)."""
+    pairs = list(pairs)
+    remaining: dict[str, int] = {}
+    for key, _ in pairs:
+        remaining[key] = remaining.get(key, 0) + 1
+    out = {}
+    for key, (target, transform) in pairs:
+        out[target] = convert(transform, np.asarray(source[key]))
+        remaining[key] -= 1
+        if consume and remaining[key] == 0:
+            del source[key]
+    return out
