@@ -1,0 +1,165 @@
+"""Decoding parity: the key/value caches of torch and Keras against full recomputation by the NumPy reference, and
+greedy and seeded-sampling outputs that are identical token for token in all three backends."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import reference_numpy as rn
+
+from .torch_threads import one_torch_thread  # noqa: F401 (autouse)
+from .conftest import VARIANTS, weights_for
+from .tolerances import atol
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAINED = ROOT / "benchmarks" / "results" / "reverse" / "torch" / "checkpoint.safetensors"
+CACHE_VARIANTS = ["post-ln", "pre-ln+final-norm", "learned-pos", "tied", "pad-id-3", "asymmetric-depth"]
+
+
+
+def steppers(framework, config, weights, src, dtype):
+    """`(cached, recompute)` next_logits callables of a framework."""
+    if framework == "torch":
+        import torch
+
+        import torch_impl
+        from torch_impl.decoding import cached_stepper, recompute_stepper
+        model = torch_impl.Transformer.from_reference(config, weights, dtype=getattr(torch, dtype))
+    else:
+        import tf_impl
+        from tf_impl.decoding import cached_stepper, recompute_stepper
+        model = tf_impl.Transformer.from_reference(config, weights, dtype=dtype)
+    return cached_stepper(model, src), recompute_stepper(model, src)
+
+
+def all_backends(config, weights, src, dtype):
+    """`{backend: next_logits}`: NumPy (recomputation), torch and Keras (cached)."""
+    backends = {"numpy": rn.reference_stepper(rn.Transformer(config, weights, np.dtype(dtype)), src)}
+    for framework in ("torch", "tf"):
+        backends[framework] = steppers(framework, config, weights, src, dtype)[0]
+    return backends
+
+
+CACHE_CASES = [("torch", name) for name in CACHE_VARIANTS] + [("tf", name) for name in CACHE_VARIANTS[:3]]
+
+
+@pytest.mark.parametrize("framework, name", CACHE_CASES, ids=[f"{f}-{n}" for f, n in CACHE_CASES])
+def test_cache_gives_the_logits_of_full_recomputation(framework, name, dtype):
+    """Step by step, the cached logits equal the reference's recomputation over the whole prefix (the framework's
+    own recomputation is `decode`, covered by test_model_parity)."""
+    config = VARIANTS[name]
+    weights = weights_for(config, dtype=dtype)
+    src, _ = rn.sample_batch(config, batch=3, src_len=9, seed=4)
+    desired = rn.reference_stepper(rn.Transformer(config, weights), src)
+    cached, _ = steppers(framework, config, weights, src, dtype)
+    ids = rn.sample_ids(config, 3, 10, config.tgt_vocab_size, seed=5)
+    ids[ids == config.pad_id] = config.pad_id + 1  # decoder inputs of generation are all real tokens
+    for t in range(1, ids.shape[1] + 1):
+        np.testing.assert_allclose(cached(ids[:, :t]), desired(ids[:, :t]), rtol=0, atol=atol(dtype),
+                                   err_msg=f"position {t - 1}")
+
+
+def test_recompute_stepper_matches_cached_one():
+    config = VARIANTS["post-ln"]
+    weights = weights_for(config, dtype="float64")
+    src, _ = rn.sample_batch(config, batch=2, src_len=7, seed=4)
+    ids = np.array([[1, 5, 6, 7], [1, 8, 9, 10]])
+    for framework in ("torch", "tf"):
+        cached, recompute = steppers(framework, config, weights, src, "float64")
+        for t in range(1, 5):
+            np.testing.assert_allclose(cached(ids[:, :t]), recompute(ids[:, :t]), rtol=0, atol=atol("float64"))
+
+
+def test_cache_bookkeeping():
+    import torch
+
+    import torch_impl
+
+    config = VARIANTS["post-ln"]
+    model = torch_impl.Transformer.from_reference(config, weights_for(config, dtype="float64"))
+    src, tgt = rn.sample_batch(config, batch=2, src_len=5, tgt_len=6, seed=1)
+    memory = model.encode(src)
+    cache = model.new_cache()
+    with torch.no_grad():
+        first = model.decode(tgt[:, :4], memory, src != config.pad_id, cache=cache)  # a prompt of 4 at once
+        rest = model.decode(tgt[:, 4:], memory, src != config.pad_id, cache=cache)
+        full = model.decode(tgt, memory, src != config.pad_id)
+    assert cache.length == 6
+    np.testing.assert_allclose(torch.cat([first, rest], 1).numpy(), full.numpy(), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="max_len"):
+        model.decode(np.ones((2, config.max_len), dtype=np.int64), memory, src != config.pad_id, cache=cache)
+    with pytest.raises(ValueError, match="encoder-only"):
+        torch_impl.Transformer.from_reference(VARIANTS["encoder-only"],
+                                              weights_for(VARIANTS["encoder-only"])).new_cache()
+
+
+@pytest.mark.parametrize("name", ["post-ln", "pre-ln+final-norm"], ids=["post-ln", "pre-ln"])
+def test_greedy_tokens_identical_random_weights(name, dtype):
+    config = VARIANTS[name]
+    weights = weights_for(config, dtype=dtype)
+    src, _ = rn.sample_batch(config, batch=4, src_len=9, seed=6)
+    outputs = {backend: rn.generate(step, 4, bos_id=1, eos_id=2, pad_id=config.pad_id, max_new_tokens=16)
+               for backend, step in all_backends(config, weights, src, dtype).items()}
+    for backend in ("torch", "tf"):
+        np.testing.assert_array_equal(outputs[backend], outputs["numpy"], err_msg=backend)
+
+
+@pytest.mark.skipif(not TRAINED.exists(), reason=f"no trained checkpoint at {TRAINED}")
+def test_greedy_tokens_identical_trained_checkpoint():
+    """The committed reversal model: the same tokens everywhere, and they are the right answers."""
+    config, weights = rn.load_weights(TRAINED)
+    task = rn.TaskSpec()
+    batch = task.make_batch(24, np.random.default_rng(11))
+    outputs = {backend: rn.generate(step, 24, bos_id=rn.BOS_ID, eos_id=rn.EOS_ID, pad_id=rn.PAD_ID,
+                                    max_new_tokens=task.target_len)
+               for backend, step in all_backends(config, weights, batch.src, "float32").items()}
+    for backend in ("torch", "tf"):
+        np.testing.assert_array_equal(outputs[backend], outputs["numpy"], err_msg=backend)
+    token, _ = rn.accuracy(outputs["numpy"][:, 1:], batch.labels)
+    assert token >= 0.99
+
+
+@pytest.mark.parametrize("temperature, top_k", [(1.0, None), (0.7, 5)], ids=["t1", "t0.7-top5"])
+def test_seeded_sampling_identical(temperature, top_k):
+    config = VARIANTS["post-ln"]
+    weights = weights_for(config, dtype="float64")
+    src, _ = rn.sample_batch(config, batch=3, src_len=9, seed=8)
+    outputs = {backend: rn.generate(step, 3, bos_id=1, eos_id=2, pad_id=config.pad_id, max_new_tokens=12,
+                                    greedy=False, temperature=temperature, top_k=top_k,
+                                    rng=np.random.default_rng(42))
+               for backend, step in all_backends(config, weights, src, "float64").items()}
+    for backend in ("torch", "tf"):
+        np.testing.assert_array_equal(outputs[backend], outputs["numpy"], err_msg=backend)
+
+
+def test_choose_next_rules():
+    logits = np.log(np.array([[0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]]))
+    np.testing.assert_array_equal(rn.choose_next(logits), [3, 0])
+    draws = np.stack([rn.choose_next(logits, greedy=False, top_k=2, rng=np.random.default_rng(s))
+                      for s in range(400)])
+    assert set(draws[:, 0]) == {2, 3} and set(draws[:, 1]) == {0, 1}  # only the two best
+    assert 0.3 < (draws[:, 0] == 2).mean() < 0.55  # 0.3 / 0.7 = 0.43
+    cold = [rn.choose_next(logits, greedy=False, temperature=1e-3, rng=np.random.default_rng(s)) for s in range(20)]
+    assert all((c == [3, 0]).all() for c in cold)
+    rng_a, rng_b = np.random.default_rng(1), np.random.default_rng(1)
+    rn.choose_next(logits, greedy=False, rng=rng_a)
+    rn.choose_next(logits, greedy=False, top_k=1, temperature=3.0, rng=rng_b)
+    assert rng_a.random() == rng_b.random()  # one draw per row whatever the settings
+    for kwargs, message in ((dict(temperature=0.0), "temperature"), (dict(top_k=0), "top_k"),
+                            (dict(top_k=5), "larger than the vocabulary"), (dict(rng=None), "Generator")):
+        with pytest.raises(ValueError, match=message):
+            rn.choose_next(logits, greedy=False, **{"rng": np.random.default_rng(0), **kwargs})
+
+
+def test_generate_stops_and_pads_after_eos():
+    eos, pad = 2, 0
+
+    def next_logits(ids):
+        logits = np.zeros((2, 5))
+        logits[0, eos if ids.shape[1] == 2 else 4] = 1  # row 0 ends at its 2nd token
+        logits[1, eos if ids.shape[1] == 4 else 3] = 1  # row 1 at its 4th
+        return logits
+
+    out = rn.generate(next_logits, 2, bos_id=1, eos_id=eos, pad_id=pad, max_new_tokens=8)
+    np.testing.assert_array_equal(out, [[1, 4, 2, 0, 0, 0, 0, 0, 0], [1, 3, 3, 3, 2, 0, 0, 0, 0]])
