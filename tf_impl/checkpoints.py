@@ -113,9 +113,10 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
 
 
 def save_weights_h5(path: str | os.PathLike, config: TransformerConfig, weights: Mapping[str, np.ndarray],
-                    on_tensor: Callable[[str, int], None] | None = None) -> None:
+                    on_tensor: Callable[[str, int], None] | None = None, consume: bool = False) -> None:
     """Write a `.weights.h5` that `tf_impl.Transformer(config).load_weights(path)` accepts, with the config as a root
-    attribute (the caller makes it atomic: pass a temporary path ending in `.weights.h5`, then rename)."""
+    attribute (the caller makes it atomic: pass a temporary path ending in `.weights.h5`, then rename).
+    `consume=True` deletes each entry of `weights` (a dict) once written."""
     import h5py
 
     rn.validate_weights(config, weights)
@@ -128,8 +129,8 @@ def save_weights_h5(path: str | os.PathLike, config: TransformerConfig, weights:
             vars_group = f.require_group(f"{group}/vars" if group else "vars")
             vars_group.attrs["name"] = name
         for name, (fw_name, transform) in mapping.items():
-            array = np.ascontiguousarray(transform.to_framework(np.asarray(weights[name])))
-            f.create_dataset(keras_path(fw_name), data=array)
+            array = np.asarray(weights.pop(name) if consume else weights[name])
+            f.create_dataset(keras_path(fw_name), data=np.ascontiguousarray(transform.to_framework(array)))
             if on_tensor is not None:
                 on_tensor(name, array.nbytes)
 
@@ -178,7 +179,7 @@ def load_weights_h5(path: str | os.PathLike, fields: Mapping[str, Any] | None = 
     if not all(np.issubdtype(d, np.floating) for d in dtypes):
         raise ValueError(f"{path}: expected floating-point weights, found dtypes {sorted(map(str, dtypes))}")
     try:
-        return config, rn.from_framework_state(config, datasets, weights_h5_table(config))
+        return config, rn.from_framework_state(config, datasets, weights_h5_table(config), consume=True)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
 

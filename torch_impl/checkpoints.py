@@ -76,9 +76,12 @@ def is_project_file(obj: Any) -> bool:
     return isinstance(obj, Mapping) and obj.get("format") == FORMAT_TAG
 
 
-def _numpy_state(state: Mapping[str, Any], path: Path | str) -> dict[str, np.ndarray]:
+def _numpy_state(state: Mapping[str, Any], path: Path | str, consume: bool = False) -> dict[str, np.ndarray]:
+    """Tensors -> NumPy arrays (sharing memory); `consume=True` empties `state` (a dict) as it goes, so that the
+    arrays are the only owners of the weights."""
     out = {}
-    for key, value in state.items():
+    for key in list(state):
+        value = state.pop(key) if consume else state[key]
         if not isinstance(value, torch.Tensor):
             raise ValueError(f"{path}: entry {key!r} is a {type(value).__name__}, expected a tensor")
         if not value.is_floating_point():
@@ -91,9 +94,11 @@ def _numpy_state(state: Mapping[str, Any], path: Path | str) -> dict[str, np.nda
 
 # --- the project's .pt ------------------------------------------------------------------------------------------------
 
-def save_pt(path: str | os.PathLike, config: TransformerConfig, weights: Mapping[str, np.ndarray]) -> None:
-    """Write the project's `.pt` (torch_impl state dict + config) to `path` (the caller makes it atomic)."""
-    state = rn.to_framework_state(config, weights, WEIGHT_TABLE)
+def save_pt(path: str | os.PathLike, config: TransformerConfig, weights: Mapping[str, np.ndarray],
+            consume: bool = False) -> None:
+    """Write the project's `.pt` (torch_impl state dict + config) to `path` (the caller makes it atomic);
+    `consume=True` empties `weights` (a dict) as it converts them."""
+    state = rn.to_framework_state(config, weights, WEIGHT_TABLE, consume=consume)
     torch.save({"format": FORMAT_TAG, "format_version": FORMAT_VERSION, "config": config.to_json(),
                 "state_dict": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}}, path)
 
@@ -113,7 +118,8 @@ def load_pt(obj: Mapping[str, Any], path: str | os.PathLike, fields: Mapping[str
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: invalid config: {exc}") from None
     try:
-        return config, rn.from_framework_state(config, _numpy_state(obj["state_dict"], path), WEIGHT_TABLE)
+        return config, rn.from_framework_state(config, _numpy_state(obj["state_dict"], path, consume=True),
+                                               WEIGHT_TABLE, consume=True)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
 
@@ -126,7 +132,7 @@ def load_torch_impl_state(state: Mapping[str, Any], path: str | os.PathLike, con
                           ) -> dict[str, np.ndarray]:
     """A bare `torch_impl.Transformer.state_dict()` (no config stored) under an explicitly given config."""
     try:
-        return rn.from_framework_state(config, _numpy_state(state, path), WEIGHT_TABLE)
+        return rn.from_framework_state(config, _numpy_state(state, path, consume=True), WEIGHT_TABLE, consume=True)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
 
@@ -334,18 +340,21 @@ def _classify_positions(table: np.ndarray) -> str | None:
 
 def import_nn_transformer(state: Mapping[str, Any], path: str | os.PathLike = "<state dict>",
                           fields: Mapping[str, Any] | None = None,
-                          stored: TransformerConfig | None = None) -> tuple[TransformerConfig, dict[str, np.ndarray],
-                                                                              list[str]]:
+                          stored: TransformerConfig | None = None, consume: bool = False
+                          ) -> tuple[TransformerConfig, dict[str, np.ndarray], list[str]]:
     """Canonical `(config, weights, notes)` from an nn.Transformer-based state dict (tensors or arrays).
 
     The config is, in increasing precedence: nn.Transformer's defaults, a config this module stored in the file
     (`stored`), what the weights show (sizes, depths, biases, final norms, tied output, positional table), and
     `fields` given by the user. The notes name every default that was assumed.
+    `consume=True` empties `state` (a dict) as it goes.
     """
     fields = dict(fields or {})
-    arrays = {k: (v.detach().cpu().float().numpy() if isinstance(v, torch.Tensor) and v.dtype == torch.bfloat16
-                  else v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v))
-              for k, v in state.items()}
+    arrays = {}
+    for k in list(state):
+        v = state.pop(k) if consume else state[k]
+        arrays[k] = (v.detach().cpu().float().numpy() if isinstance(v, torch.Tensor) and v.dtype == torch.bfloat16
+                     else v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v))
     layout, notes = detect_layout(arrays, path)
     enc, dec = layout.encoder, layout.decoder
     d_model = arrays[f"{enc}layers.0.self_attn.in_proj_weight"].shape[1]
@@ -394,17 +403,18 @@ def import_nn_transformer(state: Mapping[str, Any], path: str | os.PathLike = "<
     if layout.positions is not None and config.positional == "sinusoidal":
         arrays.pop(layout.positions)  # a fixed table: recomputed exactly, not a parameter
         layout = NNLayout(**{**layout.__dict__, "positions": None})
-    shape = state[layout.positions].shape if layout.positions else None
+    shape = arrays[layout.positions].shape if layout.positions else None
     table = NN_TRANSFORMER_TABLE(layout, tuple(shape) if shape is not None else None)
     try:
-        weights = rn.from_framework_state(config, split_in_proj(arrays), table)
+        arrays = split_in_proj(arrays)  # the q/k/v parts are views of the packed arrays
+        weights = rn.from_framework_state(config, arrays, table, consume=True)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
     return config, weights, notes
 
 
 def export_nn_transformer(config: TransformerConfig, weights: Mapping[str, np.ndarray],
-                          layout: NNLayout | None = None) -> "OrderedDict[str, torch.Tensor]":
+                          layout: NNLayout | None = None, consume: bool = False) -> "OrderedDict[str, torch.Tensor]":
     """Canonical weights -> a state dict that `load_state_dict(strict=True)` accepts for the tutorial's model
     (`TRANSLATION_TUTORIAL`, or `LANGUAGE_MODEL_TUTORIAL` for an encoder-only config), config in `_metadata`."""
     if layout is None:
@@ -425,10 +435,11 @@ def export_nn_transformer(config: TransformerConfig, weights: Mapping[str, np.nd
     else:
         tied = config
     table = NN_TRANSFORMER_TABLE(out_layout)
-    state = fuse_in_proj(rn.to_framework_state(tied, weights, [r for r in table if "pos" not in r.canonical]))
+    dtype = rn.weights_dtype(weights)
+    state = rn.to_framework_state(tied, weights, [r for r in table if "pos" not in r.canonical], consume=consume)
+    state = fuse_in_proj(state)
     if not config.bias:
         state = {k: v for k, v in state.items() if not re.search(r"(^|\.)norm\d?\.bias$", k)}
-    dtype = rn.weights_dtype(weights)
     rows = max(config.max_len, TUTORIAL_MAX_LEN)
     positions = rn.sinusoidal_positions(rows, config.d_model, config.sinusoid_layout).astype(dtype)
     result: OrderedDict[str, torch.Tensor] = OrderedDict(
@@ -445,6 +456,7 @@ def stored_nn_config(state: Any) -> TransformerConfig | None:
     return TransformerConfig.from_json(text) if isinstance(text, str) else None
 
 
-def save_nn_transformer(path: str | os.PathLike, config: TransformerConfig, weights: Mapping[str, np.ndarray]) -> None:
+def save_nn_transformer(path: str | os.PathLike, config: TransformerConfig, weights: Mapping[str, np.ndarray],
+                        consume: bool = False) -> None:
     """Write the tutorial-layout state dict to `path` (the caller makes it atomic)."""
-    torch.save(export_nn_transformer(config, weights), path)
+    torch.save(export_nn_transformer(config, weights, consume=consume), path)

@@ -183,10 +183,11 @@ def cmd_init(args) -> int:
     weights = seeded_weights(config, args.seed, dtype) if args.exercise_all else rn.init_weights(config, args.seed,
                                                                                                     dtype)
     total = sum(w.nbytes for w in weights.values())
+    size_text = _size(weights)
     with _Bytes(args, f"writing {Path(args.output).name}", total) as bar:
-        path, fmt = formats.save(args.output, config, weights, out_format, args.force, bar.advance)
+        path, fmt = formats.save(args.output, config, weights, out_format, args.force, bar.advance, consume=True)
     if not args.quiet:
-        _console(args).print(f"wrote {path} ({fmt}, {args.preset} preset, {_size(weights)}) in "
+        _console(args).print(f"wrote {path} ({fmt}, {args.preset} preset, {size_text}) in "
                              f"{time.perf_counter() - start:.1f} s", markup=False)
     return 0
 
@@ -228,11 +229,13 @@ def cmd_convert(args) -> int:
     with _Bytes(args, f"reading {in_path.name}", size) as bar:
         loaded = formats.load(in_path, args.from_, fields, bar.advance)
         bar.describe(f"writing {out_path.name}", loaded.nbytes)
-        path, fmt = formats.save(out_path, loaded.config, loaded.weights, out_format, args.force, bar.advance)
+        size_text = _size(loaded.weights)
+        path, fmt = formats.save(out_path, loaded.config, loaded.weights, out_format, args.force, bar.advance,
+                                 consume=True)
     for note in loaded.notes:
         _note(args, note)
     if not args.quiet:
-        _console(args).print(f"converted {in_path} ({loaded.format}) -> {path} ({fmt}), {_size(loaded.weights)}, "
+        _console(args).print(f"converted {in_path} ({loaded.format}) -> {path} ({fmt}), {size_text}, "
                              f"in {time.perf_counter() - start:.1f} s", markup=False)
     return 0
 

@@ -177,7 +177,8 @@ def _load_torch(path: Path, fields: Mapping[str, Any]) -> Loaded:
         return Loaded(path, "torch", config, weights)
     state, wrapper = tc.unwrap_state_dict(obj, path)
     if tc.looks_like_nn_transformer(state):
-        config, weights, notes = tc.import_nn_transformer(state, path, fields, stored=tc.stored_nn_config(state))
+        config, weights, notes = tc.import_nn_transformer(state, path, fields, stored=tc.stored_nn_config(state),
+                                                          consume=True)
         if wrapper:
             notes.insert(0, f"read the state dict under key {wrapper!r}")
         return Loaded(path, "nn-transformer", config, weights, notes)
@@ -264,8 +265,13 @@ def _raise_on_sigterm():
 
 
 def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
-         fmt: str | None = None, force: bool = False, on_tensor: OnTensor | None = None) -> tuple[Path, str]:
-    """Write canonical weights as `fmt` (default: from the extension), atomically; returns `(path, format)`."""
+         fmt: str | None = None, force: bool = False, on_tensor: OnTensor | None = None,
+         consume: bool = False) -> tuple[Path, str]:
+    """Write canonical weights as `fmt` (default: from the extension), atomically; returns `(path, format)`.
+
+    `consume=True` lets the writer delete each entry of `weights` (a dict) once converted, so a conversion holds the
+    checkpoint about once; the dict is left empty or partly emptied.
+    """
     path = Path(path)
     fmt = output_format(path, fmt)
     check_output(path, force)
@@ -274,16 +280,16 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
         with atomic_path(path) as tmp:
             if fmt == "canonical":
                 from .safetensors_io import write_canonical
-                write_canonical(tmp, config, weights, on_tensor)
+                write_canonical(tmp, config, weights, on_tensor, consume)
             elif fmt == "torch":
                 from torch_impl import checkpoints as tc
-                tc.save_pt(tmp, config, weights)
+                tc.save_pt(tmp, config, weights, consume)
             elif fmt == "nn-transformer":
                 from torch_impl import checkpoints as tc
-                tc.save_nn_transformer(tmp, config, weights)
+                tc.save_nn_transformer(tmp, config, weights, consume)
             else:
                 from tf_impl import checkpoints as kc
-                kc.save_weights_h5(tmp, config, weights, on_tensor)
+                kc.save_weights_h5(tmp, config, weights, on_tensor, consume)
     except ImportError as exc:
         raise UsageError(f"writing {fmt} needs {exc.name}, which is not installed") from None
     return path, fmt

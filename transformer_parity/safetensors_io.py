@@ -122,9 +122,10 @@ def read_canonical(path: str | os.PathLike, on_tensor: Callable[[str, int], None
 
 
 def write_canonical(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
-                    on_tensor: Callable[[str, int], None] | None = None) -> None:
+                    on_tensor: Callable[[str, int], None] | None = None, consume: bool = False) -> None:
     """Write weights in `parameter_shapes` order with the config in the metadata, tensor by tensor, to `path`
-    (the caller owns atomicity: pass a temporary path and rename it)."""
+    (the caller owns atomicity: pass a temporary path and rename it). `consume=True` deletes each entry of
+    `weights` (a dict) once written."""
     rn.validate_weights(config, weights)
     names = list(rn.parameter_shapes(config))
     header: dict = {"__metadata__": {"format": FORMAT_TAG, "format_version": FORMAT_VERSION,
@@ -144,7 +145,8 @@ def write_canonical(path: str | os.PathLike, config: rn.TransformerConfig, weigh
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for name in names:
-            array = np.ascontiguousarray(weights[name], dtype=np.asarray(weights[name]).dtype.newbyteorder("<"))
+            value = np.asarray(weights.pop(name) if consume else weights[name])
+            array = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
             f.write(memoryview(array).cast("B"))
             if on_tensor is not None:
                 on_tensor(name, array.nbytes)
