@@ -72,14 +72,14 @@ def correct_ports(seeds: int, backends: list[str]) -> dict[str, list[float]]:
     return ratios
 
 
-def planted(seeds: int, backends: list[str]) -> dict[str, list[tuple[float, bool]]]:
+def planted(seeds: int, backends: list[str], configs=FAULT_CONFIGS) -> dict[str, list[tuple[float, bool]]]:
     results: dict[str, list[tuple[float, bool]]] = {}
 
     def record(fault: str, report: verify.Report, expected: str) -> None:
         at = max(r.ratio for r in report.rows if r.sublayer == expected and r.against_judge)
         results.setdefault(fault, []).append((at, report.first_divergence == expected))
 
-    for name in FAULT_CONFIGS:
+    for name in configs:
         config = CONFIGS[name]
         for seed in range(seeds):
             shape = shape_for(seed, config)
@@ -112,6 +112,8 @@ def main(argv=None) -> int:
     parser.add_argument("--fault-seeds", type=int, default=3, help="seeds per config for planted faults")
     parser.add_argument("--backends", default=",".join(verify.available_backends()),
                         help="comma-separated: torch,keras (default: installed)")
+    parser.add_argument("--base", action="store_true",
+                        help="also plant every fault in the base preset (one seed, adds minutes)")
     parser.add_argument("--json", help="write the raw figures here")
     args = parser.parse_args(argv)
     backends = [b for b in args.backends.split(",") if b]
@@ -120,6 +122,11 @@ def main(argv=None) -> int:
     ratios = correct_ports(args.seeds, backends)
     print(f"planted faults: {len(FAULT_CONFIGS)} configs x {args.fault_seeds} seeds")
     fault_results = planted(args.fault_seeds, backends)
+    if args.base:
+        CONFIGS["base"] = rn.TransformerConfig.preset("base", dropout=0.0)
+        print("planted faults: base preset x 1 seed")
+        for key, values in planted(1, backends, ("base",)).items():
+            fault_results.setdefault(key.replace(" (", " (base, "), []).extend(values)
 
     print(f"\nK = verify.RATIO_LIMIT = {verify.RATIO_LIMIT:g} (pairs of backends: {verify.PAIR_RATIO_LIMIT:g})\n")
     print(f"{'correct port (error / floor)':44s} {'rows':>7s} {'median':>8s} {'p99.9':>8s} {'max':>8s}")
@@ -132,8 +139,8 @@ def main(argv=None) -> int:
         at = np.asarray([r for r, _ in values])
         hits = sum(ok for _, ok in values)
         print(f"{key:44s} {len(values):7d} {at.min():10.3g} {np.median(at):10.3g} {hits:>5d}/{len(values):<4d}")
-    worst_correct = max(max(v) for v in ratios.values())
-    weakest_fault = min(min(r for r, _ in v) for v in fault_results.values())
+    worst_correct = max((max(v) for v in ratios.values()), default=float("nan"))
+    weakest_fault = min((min(r for r, _ in v) for v in fault_results.values()), default=float("nan"))
     print(f"\nlargest correct-port ratio {worst_correct:.3f}; smallest planted-fault ratio {weakest_fault:.3g}; "
           f"K = {verify.RATIO_LIMIT:g}; {time.perf_counter() - start:.0f} s")
     if args.json:

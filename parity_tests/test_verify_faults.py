@@ -62,10 +62,10 @@ def test_faults_in_a_backends_code_are_caught_and_localized(fault, backend):
 def test_float64_catches_what_float32_cannot_see():
     """A nudge of 1e-9 hides in float32 rounding, but not from a float64 port (floor scaled by eps64 / eps32)."""
     weights = seeded_weights(TINY, 4, np.float64)
-    bad = faults._nudge("encoder.layers.1.ffn.linear2.kernel", (3, 5), 1e-9)(TINY, weights)
+    bad = faults._nudge("encoder.layers.1.self_attn.v.kernel", (3, 5), 1e-9)(TINY, weights)
     assert check(TINY, weights, Subject("torch", "torch", TINY, bad)).passed
     assert_localized(check(TINY, weights, Subject("torch", "torch", TINY, bad), dtype="float64"),
-                     "encoder.layers.1.ffn")
+                     "encoder.layers.1.self_attn")
 
 
 @pytest.mark.parametrize("name", list(VARIANTS), ids=list(VARIANTS))

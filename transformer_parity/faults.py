@@ -82,8 +82,10 @@ WEIGHT_FAULTS = {
                                      lambda c: "encoder.layers.1.self_attn"),
     "transposed-out-kernel": WeightFault("transposed-out-kernel", _transpose("decoder.layers.1.self_attn.o.kernel"),
                                          lambda c: "decoder.layers.1.self_attn"),
-    "nudged-weight": WeightFault("nudged-weight", _nudge("encoder.layers.1.ffn.linear2.kernel", (3, 5)),
-                                 lambda c: "encoder.layers.1.ffn"),
+    # A weight every token uses (a value projection). A nudge behind a ReLU unit that no input token activates
+    # changes no output at all, so no output-comparing check can see it on those inputs.
+    "nudged-weight": WeightFault("nudged-weight", _nudge("encoder.layers.1.self_attn.v.kernel", (3, 5)),
+                                 lambda c: "encoder.layers.1.self_attn"),
     "nudged-attention-weight": WeightFault("nudged-attention-weight",
                                            _nudge("decoder.layers.0.cross_attn.o.kernel", (2, 7)),
                                            lambda c: "decoder.layers.0.cross_attn"),

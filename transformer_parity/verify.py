@@ -238,7 +238,8 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
             changed = {k: (getattr(config, k), v) for k, v in s.config.to_dict().items() if getattr(config, k) != v}
             raise UsageError(f"{s.label} is not the same architecture as {reference.label}: (reference, this) = "
                              f"{changed}")
-        differences += [f"{s.label}: {k}={v!r} (reference {reference.label}: {getattr(config, k)!r})"
+        name, ref = s.source or s.label, reference.source or reference.label
+        differences += [f"{name} ({s.label}): {k}={v!r} (reference {ref}: {getattr(config, k)!r})"
                         for k, v in s.config.to_dict().items() if getattr(config, k) != v]
     try:
         src, tgt = rn.sample_batch(config, batch, src_len, tgt_len, seed)
