@@ -122,21 +122,29 @@ def _cases(**axes) -> list[dict]:
     return out
 
 
+# The implementations the default grid times: every path once in its fastest form. Eager TensorFlow and tf_impl's
+# keras path are timed on the issue's shape only (`--impl` selects any of them anywhere).
+DEFAULT_IMPLS = ["numpy", "torch_impl.*", "torch.sdpa.*", "torch.nn.MHA", "tf_impl.explicit.function",
+                 "tf_impl.explicit.xla", "tf_impl.blockwise.function", "tf_impl.blockwise.xla", "keras.*.function",
+                 "keras.*.xla"]
+
 # A preset is a list of (case keyword dicts, implementation patterns or None for every implementation).
 PRESETS: dict[str, list[tuple[list[dict], list[str] | None]]] = {
     # About two minutes on a 2-core CPU. The sequence sweep feeds the plot; the issue's shape (B4 H8 N1024 D64)
-    # carries the masks; backward and the full block are measured at N512.
+    # carries the masks and the eager rows; backward and the full block are measured at N512.
     "default": [
-        (_cases(seq=[128, 256, 512, 1024]), None),
-        (_cases(seq=[1024], mask=["causal", "padded"]), None),
-        (_cases(seq=[512], mode=["fwd+bwd"]), None),
-        (_cases(seq=[512], scope=["block"], mode=["fwd", "fwd+bwd"]), None),
+        (_cases(seq=[128, 256, 512, 1024]), DEFAULT_IMPLS),
+        (_cases(seq=[1024]), ["tf_impl.*.eager", "tf_impl.keras.function", "keras.dpa.eager"]),
+        (_cases(seq=[1024], mask=["causal", "padded"]), DEFAULT_IMPLS),
+        (_cases(seq=[512], mode=["fwd+bwd"]), DEFAULT_IMPLS),
+        (_cases(seq=[512], scope=["block"], mode=["fwd", "fwd+bwd"]), DEFAULT_IMPLS),
     ],
-    # Seconds: every implementation once on a tiny problem (what CI's smoke test runs).
+    # Seconds: every implementation once on a tiny problem.
     "smoke": [
         (_cases(batch=[1], heads=[2], seq=[16], head_dim=[8], mask=["padded"]), None),
+        (_cases(batch=[1], heads=[2], seq=[16], head_dim=[8], scope=["block"], mode=["fwd+bwd"]), None),
     ],
-    # A GPU sweep (PyTorch kernels in three dtypes, NumPy float32 as the baseline where it is affordable).
+    # A GPU sweep: PyTorch's kernels in three dtypes on CUDA, the NumPy float32 baseline on the CPU where affordable.
     "gpu": [
         (_cases(heads=[16], seq=[512, 1024, 2048, 4096, 8192], dtype=["bfloat16", "float16", "float32"]),
          ["torch*"]),
@@ -288,8 +296,9 @@ def versions() -> dict[str, str]:
 def configure_threads(threads: int, frameworks: Iterable[str]) -> dict[str, Any]:
     """Set every framework's thread count explicitly; returns what each ended up with.
 
-    TensorFlow fixes its pools when its runtime starts, so this must run before the first TensorFlow op; inter-op
-    parallelism is set to 1 so that independent ops do not compete for the same cores as each op's own threads.
+    TensorFlow fixes its pools when its runtime starts, so this must run before the first TensorFlow op. Both of its
+    pools get `threads` (its own default is the core count for both): the intra-op pool splits one op, the inter-op
+    pool runs independent ops at once, which blockwise attention's independent blocks use.
     """
     out: dict[str, Any] = {}
     frameworks = set(frameworks)
@@ -305,7 +314,7 @@ def configure_threads(threads: int, frameworks: Iterable[str]) -> dict[str, Any]
         else:
             try:
                 tf.config.threading.set_intra_op_parallelism_threads(threads)
-                tf.config.threading.set_inter_op_parallelism_threads(1)
+                tf.config.threading.set_inter_op_parallelism_threads(threads)
             except RuntimeError:  # the runtime already started (another test used TensorFlow first)
                 pass
             out["tf_intra_op"] = tf.config.threading.get_intra_op_parallelism_threads() or "default"
@@ -564,7 +573,10 @@ def _largest_intermediate(case: Case, framework: str) -> float:
 
 
 def _free_memory(framework: str | None = None) -> None:
+    """Collect the last row's garbage, then freeze what survives (framework internals, caches): with TensorFlow
+    loaded a full collection takes ~0.3 s, a collection over only the objects made since the last freeze ~nothing."""
     gc.collect()
+    gc.freeze()
     if "torch" in sys.modules:
         import torch
         if torch.cuda.is_available():
@@ -585,7 +597,12 @@ def run(plan: list[tuple[Case, list]], options: Options) -> Report:
     """Run every (case, implementations) pair of `plan`; returns the report with the header, peaks and rows."""
     from . import implementations as impls_mod
 
-    say = options.progress or (lambda msg: None)
+    started = time.perf_counter()
+    progress = options.progress or (lambda msg: None)
+
+    def say(message: str) -> None:
+        progress(f"[{time.perf_counter() - started:6.1f}s] {message}")
+
     frameworks = {impl.framework for _, impls in plan for impl in impls}
     thread_info = configure_threads(options.threads, frameworks)
     devices = sorted({case.device for case, _ in plan})
@@ -601,20 +618,10 @@ def run(plan: list[tuple[Case, list]], options: Options) -> Report:
             options.peak_time)
 
     rows: list[Row] = []
-    for case, impls in plan:
-        if not impls:
-            continue
-        inputs = ref.make_inputs(case, options.seed)
-        desired, err_scope, slicer = _reference(case, inputs, options, say)
-        for impl in impls:
-            say(f"{case.shape} {case.scope} {case.mode} {case.mask} {case.dtype} {case.device}: {impl.name}")
-            row = _run_one(impl, case, inputs, desired, err_scope, slicer, options, device_names, impls_mod)
-            peak = peaks.get((case.device, case.dtype), {}).get("gflops")
-            if row.gflops is not None and peak:
-                row.peak_gflops, row.pct_peak = peak, 100 * row.gflops / peak
-            rows.append(row)
-        del inputs, desired
-        _free_memory()
+    try:
+        _run_cases(plan, options, peaks, device_names, rows, say, impls_mod)
+    finally:
+        gc.unfreeze()  # _free_memory froze survivors to keep collections cheap; leave the process as it was
     _fill_speedups(rows)
 
     meta = {
@@ -631,12 +638,30 @@ def run(plan: list[tuple[Case, list]], options: Options) -> Report:
         "timing": (f"torch.utils.benchmark.Timer.blocked_autorange, >= {options.min_time}s and >= "
                    f"{options.min_runs} runs (capped at {options.max_time}s) per row after a timed first call and "
                    "one warm-up call; median and IQR"),
+        "wall_s": round(time.perf_counter() - started, 1),
         "memory": {"cpu": (_RSSPeak.method if _RSSPeak.available() else _TracemallocPeak.method),
                    "cuda": "torch.cuda.max_memory_allocated above the pre-call allocation"},
         "error": "max |actual - float64 NumPy reference| over the output (and input gradients for fwd+bwd)",
         "baseline": "NumPy reference (reference_numpy) on the CPU, same case, same dtype or else float32",
     }
     return Report(meta, [{k: v for k, v in p.items()} for p in peaks.values()], rows)
+
+
+def _run_cases(plan, options, peaks, device_names, rows, say, impls_mod) -> None:
+    for case, impls in plan:
+        if not impls:
+            continue
+        inputs = ref.make_inputs(case, options.seed)
+        desired, err_scope, slicer = _reference(case, inputs, options, say)
+        for impl in impls:
+            say(f"{case.shape} {case.scope} {case.mode} {case.mask} {case.dtype} {case.device}: {impl.name}")
+            row = _run_one(impl, case, inputs, desired, err_scope, slicer, options, device_names, impls_mod)
+            peak = peaks.get((case.device, case.dtype), {}).get("gflops")
+            if row.gflops is not None and peak:
+                row.peak_gflops, row.pct_peak = peak, 100 * row.gflops / peak
+            rows.append(row)
+        del inputs, desired
+        _free_memory()
 
 
 def _disable_tf32(frameworks) -> str:
