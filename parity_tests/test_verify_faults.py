@@ -6,7 +6,6 @@ import json
 import numpy as np
 import pytest
 
-import reference_numpy as rn
 from transformer_parity import cli, faults, verify
 from transformer_parity.formats import save
 from transformer_parity.verify import Subject, seeded_weights

@@ -10,7 +10,6 @@ frameworks its files and backends need.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import importlib.util
 import json
@@ -343,7 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("convert", help="convert a checkpoint to another format", epilog=CONVERT_EXAMPLES,
                        formatter_class=_Formatter,
-                       description="Read a checkpoint in any supported format and write it in another, atomically.")
+                       description="Read a checkpoint in any supported format and write it in another, atomically\n"
+                                   "(a temporary file renamed into place; nothing is left behind on error or Ctrl-C).")
     p.add_argument("input", metavar="IN", help="checkpoint to read")
     p.add_argument("output", metavar="OUT", help="file to write")
     p.add_argument("--from", dest="from_", choices=FORMAT_CHOICES, help="input format (default: inferred)")
@@ -355,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="compare every sublayer across backends or checkpoints",
                        epilog=VERIFY_EXAMPLES, formatter_class=_Formatter,
                        description="Run seeded, padded inputs through each backend (or each checkpoint in its own "
-                                   "framework) and compare every sublayer with the float64 NumPy reference.")
+                                   "framework)\nand compare every sublayer with the float64 NumPy reference.")
     p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT",
                    help="none: the preset with seeded weights; one: it in every backend; several: each in its "
                         "own framework, the first being the reference")

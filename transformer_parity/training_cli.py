@@ -146,6 +146,9 @@ def _add_task_options(p) -> None:
 def _add_plot_output(p) -> None:
     p.add_argument("-o", "--output", required=True, metavar="PNG", help="file to write")
     p.add_argument("--force", action="store_true", help="overwrite it if it exists")
+    # the CLI adds --quiet/--debug to each subcommand; these nested ones need them too
+    p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="print nothing")
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
 
 
 def _quiet(args) -> bool:

@@ -20,7 +20,6 @@ hundreds of seeds, configs and shapes, while the planted porting faults sit at h
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import os
