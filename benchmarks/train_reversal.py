@@ -86,6 +86,9 @@ def main(argv=None) -> int:
     from transformer_parity.training_run import CHECKPOINT, LOG, read_log
 
     wall = {}
+    if args.report_only and (out / "summary.json").is_file():  # keep the process times of the training runs
+        previous = json.loads((out / "summary.json").read_text()).get("frameworks", {})
+        wall = {f: v.get("process_seconds") for f, v in previous.items()}
     if not args.report_only:
         out.mkdir(parents=True, exist_ok=True)
         for framework in ("torch", "tf"):

@@ -128,7 +128,7 @@ def plot_attention(path: str | Path, maps: Mapping[str, np.ndarray], title: str,
 
 def plot_loss_curves(path: str | Path, logs: Sequence[tuple[str, dict]], force: bool = False) -> Path:
     """Training loss of one or more runs on one chart (log scale), their token accuracy, and, for two runs, the
-    relative difference of their losses step by step."""
+    relative difference of their losses step by step (relative to the first run's)."""
     path = check_output(path, force)
     if not logs:
         raise UsageError("give at least one training log")
@@ -159,11 +159,12 @@ def plot_loss_curves(path: str | Path, logs: Sequence[tuple[str, dict]], force: 
         a = {int(s): v for s, v, _ in log_a["loss"]}
         b = {int(s): v for s, v, _ in log_b["loss"]}
         steps = sorted(set(a) & set(b))
-        rel = np.array([abs(a[s] - b[s]) / abs(b[s]) for s in steps])
-        axes[2].semilogy(steps, np.maximum(rel, 1e-12), linewidth=0.8)
+        rel = np.array([abs(b[s] - a[s]) / abs(a[s]) for s in steps])
+        axes[2].loglog(steps, np.maximum(rel, 1e-12), linewidth=0.8)  # log steps: the early agreement shows
         axes[2].axhline(1e-3, color="gray", linestyle=":", label="1e-3")
-        axes[2].set_xlabel("step")
-        axes[2].set_ylabel(f"|loss {label_a} - loss {label_b}| / loss {label_b}")
+        axes[2].axvline(100, color="gray", linestyle="--", linewidth=0.8, label="step 100")
+        axes[2].set_xlabel("step (log scale)")
+        axes[2].set_ylabel(f"|loss {label_b} - loss {label_a}| / loss {label_a}  (0 drawn at 1e-12)")
         axes[2].set_title("relative loss difference per step")
         axes[2].legend()
     fig.tight_layout()
