@@ -88,8 +88,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                         help="cpu (default), cuda, or every device present")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for every framework (default: os.cpu_count())")
-    parser.add_argument("--min-time", type=float, default=0.25, help="seconds of timing per row, at least")
-    parser.add_argument("--max-time", type=float, default=2.0, help="seconds of timing per row, at most")
+    parser.add_argument("--min-time", type=float, default=0.2, help="seconds of timing per row, at least")
+    parser.add_argument("--max-time", type=float, default=1.0, help="seconds of timing per row, at most")
     parser.add_argument("--peak-size", type=int, default=None, metavar="N",
                         help="N x N GEMM for the measured peak (default: 2048 on the CPU, 8192 on CUDA)")
     parser.add_argument("--no-kernel-names", action="store_true",

@@ -122,11 +122,10 @@ def _cases(**axes) -> list[dict]:
     return out
 
 
-# The implementations the default grid times: every path once in its fastest form. Eager TensorFlow and tf_impl's
-# keras path are timed on the shape only (`--impl` selects any of them anywhere).
+# The implementations the default grid times everywhere. Eager TensorFlow, tf_impl's keras path and the blockwise
+# path under XLA are timed on the shape only (`--impl` selects any of them anywhere).
 DEFAULT_IMPLS = ["numpy", "torch_impl.*", "torch.sdpa.*", "torch.nn.MHA", "tf_impl.explicit.function",
-                 "tf_impl.explicit.xla", "tf_impl.blockwise.function", "tf_impl.blockwise.xla", "keras.*.function",
-                 "keras.*.xla"]
+                 "tf_impl.explicit.xla", "tf_impl.blockwise.function", "keras.*.function", "keras.*.xla"]
 
 # A preset is a list of (case keyword dicts, implementation patterns or None for every implementation).
 PRESETS: dict[str, list[tuple[list[dict], list[str] | None]]] = {
@@ -134,7 +133,7 @@ PRESETS: dict[str, list[tuple[list[dict], list[str] | None]]] = {
     # carries the masks and the eager rows; backward and the full block are measured at N512.
     "default": [
         (_cases(seq=[128, 256, 512, 1024]), DEFAULT_IMPLS),
-        (_cases(seq=[1024]), ["tf_impl.*.eager", "tf_impl.keras.function", "keras.dpa.eager"]),
+        (_cases(seq=[1024]), ["tf_impl.*.eager", "tf_impl.keras.function", "tf_impl.blockwise.xla", "keras.dpa.eager"]),
         (_cases(seq=[1024], mask=["causal", "padded"]), DEFAULT_IMPLS),
         (_cases(seq=[512], mode=["fwd+bwd"]), DEFAULT_IMPLS),
         (_cases(seq=[512], scope=["block"], mode=["fwd", "fwd+bwd"]), DEFAULT_IMPLS),
@@ -149,6 +148,7 @@ PRESETS: dict[str, list[tuple[list[dict], list[str] | None]]] = {
         (_cases(heads=[16], seq=[512, 1024, 2048, 4096, 8192], dtype=["bfloat16", "float16", "float32"]),
          ["torch*"]),
         (_cases(heads=[16], seq=[512, 1024, 2048], device=["cpu"]), ["numpy"]),
+        (_cases(heads=[16], seq=[1024]), ["tf_impl.*.function", "keras.dpa.function"]),  # TensorFlow, if installed
         (_cases(heads=[16], seq=[1024, 4096], dtype=["bfloat16"], mask=["causal", "padded"]), ["torch*"]),
         (_cases(heads=[16], seq=[1024, 4096], dtype=["bfloat16"], mode=["fwd+bwd"]), ["torch*"]),
         (_cases(heads=[16], seq=[1024], dtype=["bfloat16", "float32"], scope=["block"], mode=["fwd", "fwd+bwd"]),
@@ -239,8 +239,8 @@ class Report:
 @dataclass
 class Options:
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)
-    min_time: float = 0.25  # seconds of steady-state timing per row, at least
-    max_time: float = 2.0  # ... and at most (a row still gets one run)
+    min_time: float = 0.2  # seconds of steady-state timing per row, at least
+    max_time: float = 1.0  # ... and at most (a row still gets one run)
     min_runs: int = 5
     seed: int = 0
     ref_limit: int = 1 << 26  # score elements (B*H*Nq*Nk) above which the float64 check uses a slice

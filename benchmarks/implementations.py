@@ -478,9 +478,9 @@ def _build_tf_impl(case, inputs, impl: str, mode: str) -> Runner:
             return tf_impl.attention.scaled_dot_product_attention(q, k, v, mask, causal=case.causal, impl=impl)[0]
         return _tf_kernel_runner(case, inputs, attend, mode)
     with tf.device(device):
-        layer = tf_impl.model.MultiHeadAttention(ref.block_config(case), impl=impl, name=ref.BLOCK_NAME, dtype=case.dtype)
-        shape = (case.batch, case.q_len, case.d_model)
-        layer.build(shape, (case.batch, case.k_len, case.d_model))
+        layer = tf_impl.model.MultiHeadAttention(ref.block_config(case), impl=impl, name=ref.BLOCK_NAME,
+                                                 dtype=case.dtype)
+        layer.build((case.batch, case.q_len, case.d_model), (case.batch, case.k_len, case.d_model))
         for proj in ("q", "k", "v", "o"):
             dense = getattr(layer, proj)
             dense.kernel.assign(inputs.weights[f"{ref.BLOCK_NAME}.{proj}.kernel"])

@@ -28,6 +28,9 @@ def write_atomic(path: str, data: bytes, force: bool = False) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a result file is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

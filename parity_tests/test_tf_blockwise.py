@@ -46,13 +46,18 @@ LENGTHS = [(13, 13), (5, 13), (13, 5)]  # square, fewer queries (a decoder step)
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("tq,tk", LENGTHS, ids=[f"{a}x{b}" for a, b in LENGTHS])
-def test_values_match_reference(kind, tq, tk, dtype):
+def test_values_match_reference(kind, tq, tk, dtype, monkeypatch):
     q, k, v, _ = _inputs(tq, tk)
     mask, causal, full = _mask(kind, tq, tk)
     desired, _ = rn.scaled_dot_product_attention(q, k, v, full)
     cast = (lambda a: tf.constant(a.astype(dtype)))
     actual = bw.blockwise_attention(cast(q), cast(k), cast(v), None if mask is None else tf.constant(mask),
-                                    causal=causal, block_size=4)  # 4 blocks, the last one ragged
+                                    causal=causal, block_size=4)  # 4 query blocks, the last one ragged
+    np.testing.assert_allclose(actual.numpy(), desired, rtol=0, atol=atol(dtype))
+    assert np.isfinite(actual.numpy()).all()
+    monkeypatch.setattr(bw, "_BLOCK_BYTES", 4 * H * tk)  # one batch element and a few queries per block
+    actual = bw.blockwise_attention(cast(q), cast(k), cast(v), None if mask is None else tf.constant(mask),
+                                    causal=causal)
     np.testing.assert_allclose(actual.numpy(), desired, rtol=0, atol=atol(dtype))
     assert np.isfinite(actual.numpy()).all()
 
@@ -101,9 +106,10 @@ def test_weights_or_dropout_take_the_explicit_path():
     assert weights is not None and weights.shape == (1, 2, 5, 5)
 
 
-def test_block_size_keeps_scores_small():
-    assert bw.block_size_for(32, 1024) == 128
-    assert bw.block_size_for(256, 4096) == 16  # never below 16 queries
-    assert bw.block_size_for(None, 1024) == bw.BLOCK_QUERIES
+def test_block_shape_keeps_scores_small():
+    assert bw.block_shape(4, 8, 1024) == (1, 128)  # 8 heads x 128 queries x 1024 keys x 4 bytes = 4 MiB
+    assert bw.block_shape(4, 8, 128) == (4, 128)  # short sequences: the whole batch in one block
+    assert bw.block_shape(2, 64, 8192) == (1, 16)  # never below 16 queries
+    assert bw.block_shape(None, None, 1024) == (1, bw.BLOCK_QUERIES)
     with pytest.raises(ValueError, match="block_size must be >= 1, received 0"):
         bw.blockwise_attention(tf.zeros((1, 1, 2, 2)), tf.zeros((1, 1, 2, 2)), tf.zeros((1, 1, 2, 2)), block_size=0)

@@ -1,12 +1,13 @@
 """Blockwise scaled dot-product attention for TensorFlow on the CPU: the function of the explicit path, computed one
-block of queries at a time so that the full `(B, H, Tq, Tk)` score tensor is never built.
+block of (batch elements, queries) at a time so that the full `(B, H, Tq, Tk)` score tensor is never built.
 
-Why (measured in benchmarks/, see README "Attention benchmarks"): the explicit path writes the whole score matrix
-(128 MiB at batch 4, 8 heads, 1024 x 1024 in float32) and walks it again for the scale, the mask, the softmax and
-the second matmul, each pass from DRAM; an allocation that large also bypasses the allocator's free lists (glibc
-maps anything above 32 MiB afresh, page faults and all). PyTorch's fused CPU kernel never materialises it. Cutting
-the queries into blocks keeps one block's scores (at most `_BLOCK_BYTES`) in cache and in reused memory, while each
-matmul is still a block of queries against all keys, large enough for oneDNN to run near GEMM speed. Also:
+Why (measured by `python -m benchmarks.tf_cpu_study`; README "Attention benchmarks"): the explicit path writes the
+whole score matrix (128 MiB at batch 4, 8 heads, 1024 x 1024 in float32) and walks it again for the scale, the
+mask, the softmax and the second matmul, every pass from DRAM, where PyTorch's fused CPU kernel never materialises
+it. Here each block's scores stay within a few MiB (`_BLOCK_BYTES`), in cache and in memory the allocator reuses,
+and the blocks are independent ops that TensorFlow's inter-op pool runs side by side. Also:
+- each block's two matmuls are compiled by XLA on their own (XLA's CPU dot runs these batched GEMMs faster than
+  TensorFlow's oneDNN BatchMatMul), the softmax stays in TensorFlow ops (faster than XLA's CPU fusions of them);
 - the 1/sqrt(d) scale is folded into q (Tq*d multiplies instead of Tq*Tk);
 - under a causal mask a query block reads only the keys it can see: about half the matmul work, as fused kernels do;
 - the softmax is normalised after the second matmul (Tq*d divisions instead of Tq*Tk), and its row max is constant
@@ -15,7 +16,8 @@ matmul is still a block of queries against all keys, large enough for oneDNN to 
 
 Mask semantics are the project's: bool, broadcastable to `(B, H, Tq, Tk)`, True = may attend; a query row with no
 key it may attend to gets an all-zero output. float16/bfloat16 inputs take their scores and softmax in float32.
-Without static sequence lengths (a `tf.function` traced with `None` lengths) the whole sequence is one block.
+Without static sequence lengths (a `tf.function` traced with `None` lengths) the whole sequence is one block. XLA
+compiles each distinct block shape once (a causal mask gives every query block its own key length).
 """
 
 from __future__ import annotations
@@ -25,12 +27,19 @@ import math
 import tensorflow as tf
 
 BLOCK_QUERIES = 128  # queries per block, at most
-_BLOCK_BYTES = 16 * 2 ** 20  # ... and a block's scores stay under this (glibc's mmap threshold tops out at 32 MiB)
+_BLOCK_BYTES = 4 * 2 ** 20  # a block's (b, H, n, Tk) scores: a few MiB stay in the last-level cache
 
 
-# The two matmuls of a block, each compiled by XLA on its own: XLA's CPU dot runs these batched (B*H) GEMMs faster
-# than TensorFlow's oneDNN BatchMatMul (measured: see the README), while the elementwise softmax ops stay regular
-# TensorFlow ops, which run faster than XLA's CPU fusions of them. One compilation per block shape.
+def block_shape(batch: int | None, heads: int | None, key_len: int, itemsize: int = 4) -> tuple[int, int]:
+    """(batch elements, queries) per block: up to `BLOCK_QUERIES` queries (never fewer than 16), then as many batch
+    elements as keep the block's scores within `_BLOCK_BYTES`. Unknown sizes count as 1."""
+    per_query = max(1, (heads or 1) * key_len * itemsize)  # bytes of scores per query and batch element
+    queries = int(max(16, min(BLOCK_QUERIES, _BLOCK_BYTES // per_query // 16 * 16)))
+    batch_block = max(1, _BLOCK_BYTES // (queries * per_query))
+    return (min(batch_block, batch) if batch else 1), queries
+
+
+# The two matmuls of a block, each compiled by XLA on its own (one compilation per block shape).
 @tf.function(jit_compile=True)
 def _scores(q, k):
     return tf.matmul(q, k, transpose_b=True)  # (B, H, n, Tk)
@@ -41,23 +50,15 @@ def _mix(weights, v):
     return tf.matmul(weights, v)  # (B, H, n, d_v)
 
 
-def block_size_for(batch_heads: int | None, key_len: int, itemsize: int = 4) -> int:
-    """Queries per block: `BLOCK_QUERIES`, fewer when a block's `(B, H, n, Tk)` scores would pass `_BLOCK_BYTES`."""
-    if not batch_heads:
-        return BLOCK_QUERIES
-    rows = _BLOCK_BYTES // max(1, batch_heads * key_len * itemsize)
-    return int(max(16, min(BLOCK_QUERIES, rows // 16 * 16)))
-
-
 def blockwise_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask: tf.Tensor | None = None, *,
                         causal: bool = False, block_size: int | None = None) -> tf.Tensor:
-    """softmax(q k^T / sqrt(d_k)) v, one block of queries at a time (see the module docstring).
+    """softmax(q k^T / sqrt(d_k)) v, one block of (batch elements, queries) at a time (see the module docstring).
 
     Args:
         q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
         mask: bool, broadcastable to `(B, H, Tq, Tk)`, True = may attend.
         causal: also hide key j from query i when j > i + (Tk - Tq).
-        block_size: queries per block (default: `block_size_for` the shapes).
+        block_size: queries per block (default: `block_shape` of the shapes).
 
     Returns:
         `(B, H, Tq, d_v)`, in the dtype of `v`.
@@ -80,28 +81,34 @@ def blockwise_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask: tf.Tenso
         if causal:
             diagonal = tf.range(tk_d)[None, :] <= tf.range(tq_d)[:, None] + (tk_d - tq_d)  # (Tq, Tk)
         return _attend(q, k, v, _visible(mask, diagonal), compute)
-    batch_heads = None
-    if q.shape[0] is not None and q.shape[1] is not None:
-        batch_heads = q.shape[0] * q.shape[1]
-    size = block_size or block_size_for(batch_heads, tk, compute.size)
-    outputs = []
-    for start in range(0, tq, size):
-        stop = min(start + size, tq)
-        # The keys this block may see under the causal mask: j <= i + (Tk - Tq) for its last query i = stop - 1.
-        key_stop = max(0, min(tk, stop + tk - tq)) if causal else tk
-        if key_stop == 0:  # every query of the block precedes the first key: it sees nothing, its output is zero
-            outputs.append(tf.zeros_like(q[..., start:stop, :1]) * tf.zeros_like(v[..., :1, :]))
-            continue
-        block_mask = None
-        if mask is not None:
-            rows = slice(start, stop) if mask.shape[-2] != 1 else slice(None)
-            block_mask = mask[..., rows, :key_stop]  # (B|1, H|1, n|1, Tk')
-        diagonal = None
-        if causal and key_stop > start + tk - tq + 1:  # the block straddles the diagonal
-            diagonal = tf.range(key_stop)[None, :] <= tf.range(start, stop)[:, None] + (tk - tq)  # (n, Tk')
-        outputs.append(_attend(q[..., start:stop, :], k[..., :key_stop, :], v[..., :key_stop, :],
-                               _visible(block_mask, diagonal), compute))
-    return outputs[0] if len(outputs) == 1 else tf.concat(outputs, axis=-2)  # (B, H, Tq, d_v)
+    batch = q.shape[0]
+    batch_block, size = block_shape(batch, q.shape[1], tk, compute.size)
+    size = block_size or size
+    batches = [slice(None)] if batch is None else [slice(b, min(b + batch_block, batch))
+                                                   for b in range(0, batch, batch_block)]
+    per_batch = []
+    for rows_b in batches:
+        q_b, k_b, v_b = q[rows_b], k[rows_b], v[rows_b]  # (b, H, T, d)
+        mask_b = None if mask is None else (mask if mask.shape[0] == 1 else mask[rows_b])
+        outputs = []
+        for start in range(0, tq, size):
+            stop = min(start + size, tq)
+            # The keys this block may see under the causal mask: j <= i + (Tk - Tq) for its last query i = stop - 1.
+            key_stop = max(0, min(tk, stop + tk - tq)) if causal else tk
+            if key_stop == 0:  # every query of the block precedes the first key: it sees nothing, output zero
+                outputs.append(tf.zeros_like(q_b[..., start:stop, :1]) * tf.zeros_like(v_b[..., :1, :]))
+                continue
+            block_mask = None
+            if mask_b is not None:
+                rows = slice(start, stop) if mask_b.shape[-2] != 1 else slice(None)
+                block_mask = mask_b[..., rows, :key_stop]  # (b|1, H|1, n|1, Tk')
+            diagonal = None
+            if causal and key_stop > start + tk - tq + 1:  # the block straddles the diagonal
+                diagonal = tf.range(key_stop)[None, :] <= tf.range(start, stop)[:, None] + (tk - tq)  # (n, Tk')
+            outputs.append(_attend(q_b[..., start:stop, :], k_b[..., :key_stop, :], v_b[..., :key_stop, :],
+                                   _visible(block_mask, diagonal), compute))
+        per_batch.append(outputs[0] if len(outputs) == 1 else tf.concat(outputs, axis=-2))  # (b, H, Tq, d_v)
+    return per_batch[0] if len(per_batch) == 1 else tf.concat(per_batch, axis=0)  # (B, H, Tq, d_v)
 
 
 def _visible(mask, diagonal):
