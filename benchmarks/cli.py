@@ -7,6 +7,7 @@ benchmarks.cli`).
     transformer-parity bench --preset gpu --out-dir benchmarks/results/h100
     transformer-parity bench compare A.json B.json    # ratio of medians, row by row
     transformer-parity bench plot A.json A.png        # the plot from a saved run
+    transformer-parity bench markdown A.json          # the README tables from a saved run
 
 PyTorch and TensorFlow are imported only when a benchmark runs.
 """
@@ -68,7 +69,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                     "them replaces the preset by their product (unset axes: batch 4, heads 8, seq 1024, head-dim "
                     "64, float32, no mask, fwd, kernel).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="actions: `bench compare A.json B.json` (ratio of two saved runs), `bench plot A.json OUT.png`")
+        epilog="actions: `bench compare A.json B.json` (ratio of two saved runs), `bench plot A.json OUT.png`, "
+               "`bench markdown A.json` (the README tables)")
     parser.add_argument("--list", action="store_true", help="list implementation names and exit")
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
                         help="a named grid (default: 'default', the CPU grid; 'gpu' for a CUDA sweep)")
@@ -88,8 +90,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                         help="cpu (default), cuda, or every device present")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for every framework (default: os.cpu_count())")
-    parser.add_argument("--min-time", type=float, default=0.2, help="seconds of timing per row, at least")
-    parser.add_argument("--max-time", type=float, default=1.0, help="seconds of timing per row, at most")
+    parser.add_argument("--min-time", type=float, default=0.15, help="seconds of timing per row, at least")
+    parser.add_argument("--max-time", type=float, default=0.75, help="seconds of timing per row, at most")
     parser.add_argument("--peak-size", type=int, default=None, metavar="N",
                         help="N x N GEMM for the measured peak (default: 2048 on the CPU, 8192 on CUDA)")
     parser.add_argument("--no-kernel-names", action="store_true",
@@ -103,7 +105,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                              "matplotlib is installed)")
     parser.add_argument("--force", action="store_true", help="overwrite existing output files")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    actions = parser.add_subparsers(dest="bench_action", metavar="{compare,plot}")
+    actions = parser.add_subparsers(dest="bench_action", metavar="{compare,plot,markdown}")
     cmp = actions.add_parser("compare", help="ratio of medians between two saved runs (B / A)")
     cmp.add_argument("a", metavar="A.json")
     cmp.add_argument("b", metavar="B.json")
@@ -112,6 +114,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     plt.add_argument("out", metavar="OUT.png")
     plt.add_argument("--metric", choices=("gflops", "time"), default="gflops")
     plt.add_argument("--force", action="store_true", help="overwrite OUT.png")
+    md = actions.add_parser("markdown", help="the README tables (GFLOP/s and %% of peak, ratios) of a saved run")
+    md.add_argument("result", metavar="RESULT.json")
     parser.set_defaults(func=handler)
     return parser
 
@@ -132,6 +136,9 @@ def _handle(args) -> int:
     if action == "compare":
         a, b = (_load(path) for path in (args.a, args.b))
         print(report.render_compare(a, b, args.a, args.b))
+        return 0
+    if action == "markdown":
+        print(report.markdown(_load(args.result)))
         return 0
     if action == "plot":
         from . import plot

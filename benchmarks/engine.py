@@ -239,8 +239,8 @@ class Report:
 @dataclass
 class Options:
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)
-    min_time: float = 0.2  # seconds of steady-state timing per row, at least
-    max_time: float = 1.0  # ... and at most (a row still gets one run)
+    min_time: float = 0.15  # seconds of steady-state timing per row, at least
+    max_time: float = 0.75  # ... and at most (a row still gets one run)
     min_runs: int = 5
     seed: int = 0
     ref_limit: int = 1 << 26  # score elements (B*H*Nq*Nk) above which the float64 check uses a slice

@@ -269,3 +269,104 @@ def render_compare(a: Report, b: Report, path_a: str, path_b: str) -> str:
 def _where(report: Report) -> str:
     devices = report.meta.get("devices", {})
     return ", ".join(f"{d}: {n}" for d, n in devices.items()) or "?"
+
+
+# --- README tables ----------------------------------------------------------------------------------------------
+
+def _problem(row: Row) -> str:
+    """A compact column label: `fwd N1024 causal`, `block fwd+bwd N512`, with dtype/device when not float32/cpu."""
+    seq = f"N{row.q_len}" if row.q_len == row.k_len else f"N{row.q_len}x{row.k_len}"
+    parts = (["block"] if row.scope == "block" else []) + [row.mode, seq]
+    parts += [row.mask] if row.mask != "none" else []
+    parts += [row.dtype] if row.dtype != "float32" else []
+    parts += [row.device] if row.device != "cpu" else []
+    if (row.batch, row.heads, row.head_dim) != (4, 8, 64):
+        parts.append(f"B{row.batch} H{row.heads} D{row.head_dim}")
+    return " ".join(parts)
+
+
+def markdown_pivot(report: Report) -> str:
+    """Implementations down, problems across; each cell `GFLOP/s (% of the measured peak)`."""
+    problems = list(dict.fromkeys(_problem(r) for r in report.rows if r.status in SHOWN))
+    impls = list(dict.fromkeys(r.impl for r in report.rows if r.status in SHOWN))
+    cells = {(r.impl, _problem(r)): r for r in report.rows if r.status in SHOWN}
+    lines = ["| implementation | " + " | ".join(problems) + " |", "|---" * (len(problems) + 1) + "|"]
+    for impl in impls:
+        out = []
+        for problem in problems:
+            row = cells.get((impl, problem))
+            if row is None:
+                out.append("")
+            elif row.status != "ok":
+                out.append(row.status.upper())
+            else:
+                out.append(f"{row.gflops:.3g} ({_pct(row.pct_peak)})" if row.pct_peak is not None
+                           else f"{row.gflops:.3g}")
+        lines.append(f"| {impl} | " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
+def markdown_ratios(report: Report) -> str:
+    """Per problem: our fastest path against the fastest built-in of the same framework (median time ratio)."""
+    ratios = ratios_to_fastest_builtin(report.rows)
+    by_problem: dict[str, dict[str, dict]] = {}
+    for r in ratios:
+        label = _problem(next(row for row in report.rows if row.impl == r["ours"] and row.shape == r["shape"]
+                              and row.scope == r["scope"] and row.mode == r["mode"] and row.mask == r["mask"]
+                              and row.dtype == r["dtype"] and row.device == r["device"]))
+        by_problem.setdefault(label, {})[r["framework"]] = r
+    lines = ["| problem | ours (torch) | fastest torch built-in | ratio | ours (TF) | fastest TF built-in | ratio |",
+             "|---|---|---|---|---|---|---|"]
+
+    def cell(r):
+        if r is None:
+            return ["", "", ""]
+        return [f"{r['ours']} {r['ours_ms']:.3g} ms", f"{r['builtin']} {r['builtin_ms']:.3g} ms", f"{r['ratio']:.2f}"]
+    for label, fw in by_problem.items():
+        lines.append(f"| {label} | " + " | ".join(cell(fw.get("torch")) + cell(fw.get("tf"))) + " |")
+    for framework in ("torch", "tf"):
+        mine = [r["ratio"] for r in ratios if r["framework"] == framework]
+        if mine:
+            lines.append(f"\n{framework}: geometric mean {geomean(mine):.2f}, worst {max(mine):.2f} over {len(mine)} "
+                         "problems (goal <= 1.10)")
+    return "\n".join(lines)
+
+
+TF_BEFORE = ("tf_impl.explicit.", "tf_impl.keras.", "keras.")  # TensorFlow's attention paths before blockwise
+
+
+def markdown_tf_vs_torch(report: Report) -> str:
+    """Per problem: TensorFlow's best GFLOP/s before the blockwise path and with it, as a fraction of PyTorch's best."""
+    groups: dict[str, list[Row]] = {}
+    for row in report.rows:
+        if row.status == "ok" and row.framework in ("torch", "tf"):
+            groups.setdefault(_problem(row), []).append(row)
+    lines = ["| problem | PyTorch best | TF best before | fraction | tf_impl.blockwise best | fraction |",
+             "|---|---|---|---|---|---|"]
+    for label, rows in groups.items():
+        torch_rows = [r for r in rows if r.framework == "torch"]
+        before = [r for r in rows if r.impl.startswith(TF_BEFORE)]
+        after = [r for r in rows if r.impl.startswith("tf_impl.blockwise.")]
+        if not torch_rows or not before:
+            continue
+        best_torch = max(torch_rows, key=lambda r: r.gflops)
+        best_before = max(before, key=lambda r: r.gflops)
+        cells = [f"{best_torch.impl} {best_torch.gflops:.3g}", f"{best_before.impl} {best_before.gflops:.3g}",
+                 f"{best_before.gflops / best_torch.gflops:.2f}"]
+        if after:
+            best_after = max(after, key=lambda r: r.gflops)
+            cells += [f"{best_after.impl} {best_after.gflops:.3g}", f"{best_after.gflops / best_torch.gflops:.2f}"]
+        else:
+            cells += ["", ""]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def markdown(report: Report) -> str:
+    """Everything README.md shows for a run: header, GFLOP/s and % of peak, ratios, TF against PyTorch."""
+    return "\n\n".join(["\n".join(f"- {line}" for line in header_lines(report)),
+                        "GFLOP/s (% of the measured GEMM peak):\n\n" + markdown_pivot(report),
+                        "Our attention against the fastest built-in of its framework (median time ratio):\n\n"
+                        + markdown_ratios(report),
+                        "TensorFlow's best attention against PyTorch's best, in GFLOP/s:\n\n"
+                        + markdown_tf_vs_torch(report)])

@@ -100,7 +100,7 @@ def _worker(spec: dict) -> dict[str, float]:
         variants.update({
             "part: scores, whole sequence": lambda: scores(tq, tk),
             "part: scores, one 128-query block": lambda: scores(block_q, tk),
-            "part: scores, one block, XLA": lambda: scores_xla(block_q, tk),
+            "part: scores, one 128-query block, XLA": lambda: scores_xla(block_q, tk),
             "part: softmax, one block": lambda: softmax(block),
             "part: values, one block": lambda: values(block, tv),
             "part: values, one block, XLA": lambda: values_xla(block, tv),
