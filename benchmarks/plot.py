@@ -37,14 +37,19 @@ def plot(report: Report, path: str, metric: str = "gflops", force: bool = False)
     groups = panels(report.rows)
     if not groups:
         raise ValueError("nothing to plot: the report has no measured square (Nq = Nk) rows")
-    cols = min(3, len(groups))
+    cols = min(2, len(groups))
     rows_n = (len(groups) + cols - 1) // cols
-    fig, axes = plt.subplots(rows_n, cols, figsize=(6.4 * cols, 4.8 * rows_n), squeeze=False)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(8.6 * cols, 5.2 * rows_n), squeeze=False)
+    colors = plt.get_cmap("tab20").colors
+    styles = {"numpy": ":", "torch": "-", "tf": "--"}
     for ax, (key, series) in zip(axes.flat, groups.items()):
         device, scope, mode, mask, dtype, b, h, d = key
-        for impl, points in sorted(series.items()):
+        swept = {impl: pts for impl, pts in series.items() if len(pts) > 1} or series  # lines, not lone points
+        for i, (impl, points) in enumerate(sorted(swept.items())):
             points.sort(key=lambda p: p[0])
-            ax.plot([n for n, _ in points], [value(r) for _, r in points], marker="o", label=impl)
+            framework = points[0][1].framework
+            ax.plot([n for n, _ in points], [value(r) for _, r in points], marker="o", markersize=4,
+                    linestyle=styles.get(framework, "-"), color=colors[i % len(colors)], label=impl)
         peak = next((r.peak_gflops for pts in series.values() for _, r in pts if r.peak_gflops), None)
         if metric == "gflops" and peak:
             ax.axhline(peak, color="grey", linestyle="--", linewidth=1, label=f"measured GEMM peak {peak:.0f}")
@@ -54,7 +59,7 @@ def plot(report: Report, path: str, metric: str = "gflops", force: bool = False)
         ax.set_ylabel(label)
         ax.set_title(f"{scope} {mode}, {mask} mask, {dtype} on {device}\nB{b} H{h} D{d}", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     for ax in list(axes.flat)[len(groups):]:
         ax.axis("off")
     names = report.meta.get("devices", {})
