@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import tensorflow as tf
 
 from reference_numpy.decoding import NextLogits
 
-from .model import Transformer
+from .model import KVCache, Transformer
 
 
 def _encode(model: Transformer, src_ids, src_mask):
@@ -17,8 +19,13 @@ def _encode(model: Transformer, src_ids, src_mask):
     return model.encode(src_ids, src_mask), src_mask
 
 
-def cached_stepper(model: Transformer, src_ids, src_mask=None) -> NextLogits:
-    """Encode once; each call feeds only the positions not yet in the key/value cache (one per decoding step)."""
+def cached_stepper(model: Transformer, src_ids, src_mask=None, compiled: bool = True) -> NextLogits:
+    """Encode once; each call feeds only the positions not yet in the key/value cache (one per decoding step).
+
+    `compiled`: after the first (eager) step, which fills the cache, run each step as one `tf.function` with the
+    cache passed in and out as tensors (traced once per model, dynamic lengths). Eager Keras spends ~0.1 s per
+    step in Python dispatch on a small model, which would hide what the cache saves.
+    """
     memory, src_mask = _encode(model, src_ids, src_mask)
     cache = model.new_cache()
 
@@ -26,10 +33,51 @@ def cached_stepper(model: Transformer, src_ids, src_mask=None) -> NextLogits:
         new = np.asarray(ids)[:, cache.length:]  # (B, T_new)
         if new.shape[1] == 0:
             raise ValueError(f"next_logits needs ids longer than the {cache.length} position(s) already cached")
+        if compiled and cache.key_mask is not None:
+            step = _compiled_step(model)
+            logits, key_mask, tensors = step(tf.constant(new, tf.int64), memory, src_mask, cache.key_mask, _flatten(cache))
+            cache.key_mask = key_mask
+            _unflatten(cache, tensors)
+            return np.asarray(logits)
         logits = model.decode(new, memory, src_mask, tgt_mask=np.ones(new.shape, dtype=bool), cache=cache)
         return np.asarray(logits[:, -1])
 
     return next_logits
+
+
+def _flatten(cache: KVCache) -> list[tf.Tensor]:
+    return [t for self_cache, cross_cache in cache.layers for t in (self_cache.k, self_cache.v, cross_cache.k,
+                                                                    cross_cache.v)]
+
+
+def _unflatten(cache: KVCache, tensors) -> None:
+    for i, (self_cache, cross_cache) in enumerate(cache.layers):
+        self_cache.k, self_cache.v, cross_cache.k, cross_cache.v = tensors[4 * i:4 * i + 4]
+
+
+_STEPS: "weakref.WeakKeyDictionary[Transformer, tf.types.experimental.GenericFunction]" = weakref.WeakKeyDictionary()
+
+
+def _compiled_step(model: Transformer):
+    """One decoding step as a `tf.function` of (new ids, memory, source mask, cached key mask, cached keys and
+    values) -> (last logits, key mask, keys and values), with every batch and length dimension dynamic."""
+    if model not in _STEPS:
+        c, dtype = model.config, model.compute_dtype
+        heads = tf.TensorSpec((None, c.num_heads, None, c.head_dim), dtype)  # (B, H, T, d_k)
+        signature = [tf.TensorSpec((None, None), tf.int64), tf.TensorSpec((None, None, c.d_model), dtype),
+                     tf.TensorSpec((None, None), tf.bool), tf.TensorSpec((None, None), tf.bool),
+                     [heads] * (4 * c.num_decoder_layers)]
+
+        def step(new_ids, memory, src_mask, key_mask, tensors):
+            cache = model.new_cache()
+            cache.key_mask = key_mask
+            _unflatten(cache, tensors)
+            logits = model.decode(new_ids, memory, src_mask, tgt_mask=tf.ones_like(new_ids, dtype=tf.bool),
+                                  cache=cache)
+            return logits[:, -1], cache.key_mask, _flatten(cache)
+
+        _STEPS[model] = tf.function(step, input_signature=signature)
+    return _STEPS[model]
 
 
 def recompute_stepper(model: Transformer, src_ids, src_mask=None) -> NextLogits:

@@ -66,9 +66,13 @@ class KVCache:
         self.key_mask: tf.Tensor | None = None  # (B, T_done) bool, True = real token
 
     @property
-    def length(self) -> int:
-        """Target positions already decoded (the position offset of the next call)."""
-        return 0 if self.key_mask is None else int(self.key_mask.shape[1])
+    def length(self):
+        """Target positions already decoded (the position offset of the next call): an int, or a scalar tensor
+        inside `tf.function` when the cached length is dynamic (see `tf_impl.decoding.cached_stepper`)."""
+        if self.key_mask is None:
+            return 0
+        static = self.key_mask.shape[1]
+        return int(static) if static is not None else tf.shape(self.key_mask)[1]
 
 
 def _check_features(layer: str, arg: str, shape, d_model: int) -> None:
@@ -587,9 +591,10 @@ class Transformer(keras.Model):
         offset, key_mask = 0, tgt_mask
         if cache is not None:
             offset = cache.length
-            if offset + int(tgt_ids.shape[1]) > self.config.max_len:
-                raise ValueError(f"decoding {int(tgt_ids.shape[1])} more position(s) after {offset} cached ones "
-                                 f"exceeds max_len={self.config.max_len}")
+            new = tgt_ids.shape[1]
+            if isinstance(offset, int) and new is not None and offset + new > self.config.max_len:
+                raise ValueError(f"decoding {new} more position(s) after {offset} cached ones exceeds max_len="
+                                 f"{self.config.max_len}")
             if cache.key_mask is not None:
                 key_mask = tf.concat([cache.key_mask, tgt_mask], axis=1)  # (B, T_cached + T)
         x = self.tgt_embed(tgt_ids, offset=offset, training=training)
