@@ -4,6 +4,7 @@ For each framework (each in its own process, so torch's and TensorFlow's thread 
 each model (the reversal model of README.md and the paper's base model, seeded weights), time
 `reference_numpy.generate` over 64 new tokens with `cached_stepper` and with `recompute_stepper`, with
 `torch.utils.benchmark` (median of blocked runs), check that both give the same tokens, and print the ratio.
+Keras runs twice: each step as a `tf.function` (both paths compiled, the default of `tf_impl.decoding`) and eager.
 
     python -m benchmarks.bench_decoding [--length 64] [--frameworks torch,tf] [--models reverse,base]
 """
@@ -29,6 +30,7 @@ MODELS = {
 
 
 def measure(framework: str, model_name: str, length: int, min_run_time: float) -> dict:
+    """`framework`: torch, tf (each step one tf.function) or tf-eager (plain eager Keras)."""
     import torch
     from torch.utils.benchmark import Timer
 
@@ -42,9 +44,14 @@ def measure(framework: str, model_name: str, length: int, min_run_time: float) -
         from torch_impl.decoding import cached_stepper, recompute_stepper
         model = torch_impl.Transformer.from_reference(config, weights)
     else:
+        import functools
+
         import tf_impl
-        from tf_impl.decoding import cached_stepper, recompute_stepper
+        from tf_impl import decoding
         model = tf_impl.Transformer.from_reference(config, weights)
+        compiled = framework == "tf"
+        cached_stepper = functools.partial(decoding.cached_stepper, compiled=compiled)
+        recompute_stepper = functools.partial(decoding.recompute_stepper, compiled=compiled)
 
     def run(make_stepper):
         # eos_id=-1 never matches: exactly `length` steps whatever the weights choose
@@ -66,7 +73,8 @@ def measure(framework: str, model_name: str, length: int, min_run_time: float) -
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--length", type=int, default=64, help="new tokens per sequence (default 64)")
-    parser.add_argument("--frameworks", default="torch,tf")
+    parser.add_argument("--frameworks", default="torch,tf,tf-eager",
+                        help="torch, tf (steps compiled with tf.function), tf-eager")
     parser.add_argument("--models", default="reverse,base")
     parser.add_argument("--min-run-time", type=float, default=3.0, help="seconds per timing (default 3)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -80,13 +80,36 @@ def _compiled_step(model: Transformer):
     return _STEPS[model]
 
 
-def recompute_stepper(model: Transformer, src_ids, src_mask=None) -> NextLogits:
-    """Encode once; each call runs the decoder over the whole prefix again (the no-cache baseline)."""
+def recompute_stepper(model: Transformer, src_ids, src_mask=None, compiled: bool = True) -> NextLogits:
+    """Encode once; each call runs the decoder over the whole prefix again (the no-cache baseline).
+
+    `compiled`: as one `tf.function` per model with dynamic lengths, like `cached_stepper`, so that the two are
+    compared on equal terms."""
     memory, src_mask = _encode(model, src_ids, src_mask)
 
     def next_logits(ids: np.ndarray) -> np.ndarray:
         ids = np.asarray(ids)
+        if compiled:
+            return np.asarray(_compiled_recompute(model)(tf.constant(ids, tf.int64), memory, src_mask))
         logits = model.decode(ids, memory, src_mask, tgt_mask=np.ones(ids.shape, dtype=bool))
         return np.asarray(logits[:, -1])
 
     return next_logits
+
+
+_RECOMPUTE: "weakref.WeakKeyDictionary[Transformer, tf.types.experimental.GenericFunction]" = \
+    weakref.WeakKeyDictionary()
+
+
+def _compiled_recompute(model: Transformer):
+    if model not in _RECOMPUTE:
+        signature = [tf.TensorSpec((None, None), tf.int64),
+                     tf.TensorSpec((None, None, model.config.d_model), model.compute_dtype),
+                     tf.TensorSpec((None, None), tf.bool)]
+
+        def step(ids, memory, src_mask):
+            logits = model.decode(ids, memory, src_mask, tgt_mask=tf.ones_like(ids, dtype=tf.bool))
+            return logits[:, -1]
+
+        _RECOMPUTE[model] = tf.function(step, input_signature=signature)
+    return _RECOMPUTE[model]
