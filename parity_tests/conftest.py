@@ -40,15 +40,11 @@ def dtype(request) -> str:
 
 def weights_for(config: rn.TransformerConfig, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
     """Seeded canonical weights with non-trivial biases and LayerNorm parameters, so that a bias or gamma/beta
-    mix-up changes the output (zeros and ones would hide it)."""
-    weights = rn.init_weights(config, seed, dtype)
-    rng = np.random.default_rng(seed + 1000)
-    for name, value in weights.items():
-        if name.endswith((".bias", ".beta")):
-            weights[name] = (0.1 * rng.standard_normal(value.shape)).astype(dtype)
-        elif name.endswith(".gamma"):
-            weights[name] = (1 + 0.1 * rng.standard_normal(value.shape)).astype(dtype)
-    return weights
+    mix-up changes the output (zeros and ones would hide it); the same weights `verify` and `init --exercise-all`
+    use."""
+    from transformer_parity.verify import seeded_weights
+
+    return seeded_weights(config, seed, dtype)
 
 
 # --- backends: one adapter each, so model-level tests are written once ---------------------------------------------
