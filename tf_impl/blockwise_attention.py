@@ -10,9 +10,9 @@ and the blocks are independent ops that TensorFlow's inter-op pool runs side by 
   TensorFlow's oneDNN BatchMatMul), the softmax stays in TensorFlow ops (faster than XLA's CPU fusions of them);
 - the 1/sqrt(d) scale is folded into q (Tq*d multiplies instead of Tq*Tk);
 - under a causal mask a query block reads only the keys it can see: about half the matmul work, as fused kernels do;
-- the softmax is normalised after the second matmul (Tq*d divisions instead of Tq*Tk), and its row max is constant
-  to autodiff (`stop_gradient`: softmax does not depend on the shift, so gradients are unchanged and the max's own
-  backward pass disappears).
+- the softmax is normalised after the second matmul (Tq*d divisions instead of Tq*Tk);
+- the backward pass is FlashAttention's: each block keeps only its row max and sum and recomputes its scores, so
+  autodiff does not keep (and re-read) every block's weights, the whole score tensor over again.
 
 Mask semantics are the project's: bool, broadcastable to `(B, H, Tq, Tk)`, True = may attend; a query row with no
 key it may attend to gets an all-zero output. float16/bfloat16 inputs take their scores and softmax in float32.
@@ -39,15 +39,10 @@ def block_shape(batch: int | None, heads: int | None, key_len: int, itemsize: in
     return (min(batch_block, batch) if batch else 1), queries
 
 
-# The two matmuls of a block, each compiled by XLA on its own (one compilation per block shape).
+# A block's matmuls, each compiled by XLA on its own (one compilation per shape and transpose pattern).
 @tf.function(jit_compile=True)
-def _scores(q, k):
-    return tf.matmul(q, k, transpose_b=True)  # (B, H, n, Tk)
-
-
-@tf.function(jit_compile=True)
-def _mix(weights, v):
-    return tf.matmul(weights, v)  # (B, H, n, d_v)
+def _matmul(a, b, transpose_a=False, transpose_b=False):
+    return tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
 
 
 def blockwise_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask: tf.Tensor | None = None, *,
@@ -118,16 +113,40 @@ def _visible(mask, diagonal):
 
 
 def _attend(q, k, v, visible, compute):
-    """One block: `(B, H, n, d_k)` queries (already scaled) against `(B, H, Tk, d_k)` keys -> `(B, H, n, d_v)`."""
-    scores = tf.cast(_scores(q, k), compute)  # (B, H, n, Tk)
-    if visible is not None:
-        scores = tf.where(visible, scores, tf.constant(-math.inf, compute))
-    row_max = tf.stop_gradient(tf.reduce_max(scores, axis=-1, keepdims=True))  # (B, H, n, 1)
-    if visible is not None:  # a row that sees no key has max -inf: shift it by 0 instead (exp(-inf) = 0)
-        row_max = tf.where(tf.math.is_finite(row_max), row_max, tf.zeros_like(row_max))
-    weights = tf.exp(scores - row_max)  # unnormalised softmax, (B, H, n, Tk)
-    total = tf.reduce_sum(weights, axis=-1, keepdims=True)  # (B, H, n, 1)
-    out = tf.cast(_mix(tf.cast(weights, v.dtype), v), compute)  # (B, H, n, d_v)
-    # A row with no visible key has total 0 and output 0: 0 / 0 -> 0.
-    out = out / total if visible is None else tf.math.divide_no_nan(out, total)
-    return tf.cast(out, v.dtype)
+    """One block: `(B, H, n, d_k)` queries (already scaled) against `(B, H, Tk, d_k)` keys -> `(B, H, n, d_v)`.
+
+    Its gradient is FlashAttention's: rather than keeping the block's `(n, Tk)` weights for the backward pass
+    (every block's together would be the whole score tensor again), it keeps the row max and sum and recomputes
+    the scores, one more matmul for four fewer passes over memory.
+    """
+
+    def probabilities(q, k):
+        scores = tf.cast(_matmul(q, k, transpose_b=True), compute)  # (B, H, n, Tk)
+        if visible is not None:
+            scores = tf.where(visible, scores, tf.constant(-math.inf, compute))
+        return scores
+
+    @tf.custom_gradient
+    def block(q, k, v):
+        scores = probabilities(q, k)
+        row_max = tf.reduce_max(scores, axis=-1, keepdims=True)  # (B, H, n, 1)
+        if visible is not None:  # a row that sees no key has max -inf: shift it by 0 instead (exp(-inf) = 0)
+            row_max = tf.where(tf.math.is_finite(row_max), row_max, tf.zeros_like(row_max))
+        weights = tf.exp(scores - row_max)  # unnormalised softmax, (B, H, n, Tk)
+        total = tf.reduce_sum(weights, axis=-1, keepdims=True)  # (B, H, n, 1); 0 for a row that sees no key
+        out = tf.cast(_matmul(tf.cast(weights, v.dtype), v), compute)  # (B, H, n, d_v)
+        out = tf.math.divide_no_nan(out, total)  # a blind row: 0 / 0 -> 0
+
+        def grad(d_out):
+            d_out = tf.cast(d_out, compute)
+            probs = tf.math.divide_no_nan(tf.exp(probabilities(q, k) - row_max), total)  # (B, H, n, Tk)
+            d_v = _matmul(tf.cast(probs, v.dtype), tf.cast(d_out, v.dtype), transpose_a=True)  # (B, H, Tk, d_v)
+            d_probs = tf.cast(_matmul(tf.cast(d_out, v.dtype), v, transpose_b=True), compute)  # (B, H, n, Tk)
+            # softmax backward: dS = P * (dP - rowsum(dP * P)), and rowsum(dP * P) = rowsum(dO * O)
+            d_scores = probs * (d_probs - tf.reduce_sum(d_out * out, axis=-1, keepdims=True))
+            d_scores = tf.cast(d_scores, q.dtype)
+            return _matmul(d_scores, k), _matmul(d_scores, q, transpose_a=True), d_v
+
+        return tf.cast(out, v.dtype), grad
+
+    return block(q, k, v)
