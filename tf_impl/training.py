@@ -137,13 +137,15 @@ class Trainer:
         dtype: "float32" or "float64".
         adam, schedule, label_smoothing: the optimisation settings.
         seed: seeds the dropout masks of step `s` with `(seed, s)`, so a resumed run draws the same masks.
+        compiled: run each training step as one `tf.function` (traced on the first step, a few seconds); False
+            runs eagerly, quicker for a handful of steps.
     """
 
     framework = "tf"
 
     def __init__(self, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], *, dtype: str = "float32",
                  adam: AdamSettings = AdamSettings(), schedule: Schedule = Schedule(), label_smoothing: float = 0.0,
-                 seed: int = 0):
+                 seed: int = 0, compiled: bool = True):
         check_label_smoothing(label_smoothing)
         self.config, self.label_smoothing, self.seed = config, label_smoothing, seed
         self.adam, self.schedule = adam, schedule
@@ -152,8 +154,8 @@ class Trainer:
         self.optimizer = Adam.from_settings(adam, schedule)
         self.optimizer.build(list(self.variables.values()))
         self._seed_states = [v for v in self.model.variables if v.path.endswith("seed_generator_state")]
-        self._train_step = tf.function(self._train_step_eager, reduce_retracing=True)
-        self._logits = tf.function(lambda src, tgt: self.model(src, tgt, training=False), reduce_retracing=True)
+        self._train_step = tf.function(self._train_step_eager, reduce_retracing=True) if compiled \
+            else self._train_step_eager
 
     @property
     def step(self) -> int:
@@ -181,7 +183,7 @@ class Trainer:
 
     def logits(self, src_ids: np.ndarray, tgt_in: np.ndarray) -> np.ndarray:
         """Teacher-forced logits in inference mode (no dropout)."""
-        return np.asarray(self._logits(tf.constant(src_ids), tf.constant(tgt_in)))
+        return np.asarray(self.model(src_ids, tgt_in, training=False))  # eager: evaluations are rare, tracing is not free
 
     def weights(self) -> dict[str, np.ndarray]:
         return self.model.to_reference()
