@@ -123,7 +123,8 @@ def main(argv=None) -> int:
 
     print(f"\nreversal of 1-{task.max_len} symbols over {task.num_symbols} (+ PAD/BOS/EOS), float32, dropout off\n")
     print("| framework | steps | training wall time | steps to 99% token acc. | token acc. | sequence acc. | "
-          f"greedy token / exact-match acc. ({args.examples} inputs) | greedy tokens identical in NumPy, torch, Keras |")
+          f"greedy token / exact-match acc. ({args.examples} inputs) | greedy tokens identical in NumPy, torch, "
+          "Keras |")
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print("\nfloat32 loss curves, max |loss_keras - loss_torch| / loss_torch over the first k steps:")

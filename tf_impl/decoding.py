@@ -35,7 +35,8 @@ def cached_stepper(model: Transformer, src_ids, src_mask=None, compiled: bool = 
             raise ValueError(f"next_logits needs ids longer than the {cache.length} position(s) already cached")
         if compiled and cache.key_mask is not None:
             step = _compiled_step(model)
-            logits, key_mask, tensors = step(tf.constant(new, tf.int64), memory, src_mask, cache.key_mask, _flatten(cache))
+            logits, key_mask, tensors = step(tf.constant(new, tf.int64), memory, src_mask, cache.key_mask,
+                                             _flatten(cache))
             cache.key_mask = key_mask
             _unflatten(cache, tensors)
             return np.asarray(logits)

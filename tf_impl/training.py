@@ -183,7 +183,7 @@ class Trainer:
 
     def logits(self, src_ids: np.ndarray, tgt_in: np.ndarray) -> np.ndarray:
         """Teacher-forced logits in inference mode (no dropout)."""
-        return np.asarray(self.model(src_ids, tgt_in, training=False))  # eager: evaluations are rare, tracing is not free
+        return np.asarray(self.model(src_ids, tgt_in, training=False))  # eager: rare, and tracing costs seconds
 
     def weights(self) -> dict[str, np.ndarray]:
         return self.model.to_reference()
