@@ -8,6 +8,7 @@ checkpoints, and the overlaid loss-curve plot.
 
     python -m benchmarks.train_reversal [--out benchmarks/results/reverse] [--steps 3000] [--force]
     python -m benchmarks.train_reversal --report-only      # re-read existing runs, train nothing
+    python -m benchmarks.train_reversal --out /tmp/w100 --steps 101 -- --warmup 100   # extra `train` options
 """
 
 from __future__ import annotations
@@ -34,16 +35,17 @@ TRAIN_OPTIONS = ["--task", "reverse", "--num-symbols", "10", "--min-len", "1", "
 THREADS = {"torch": "1", "tf": None}  # torch: 1 thread is faster for this model on a busy 2-core machine
 
 
-def train(framework: str, out: Path, steps: int, force: bool) -> float:
+def train(framework: str, out: Path, steps: int, force: bool, extra: list[str]) -> float:
     command = [sys.executable, "-m", "transformer_parity", "train", "--framework", framework, "--out", str(out),
-               "--steps", str(steps), *TRAIN_OPTIONS]
+               "--steps", str(steps), *TRAIN_OPTIONS, *extra]
     if THREADS[framework]:
         command += ["--threads", THREADS[framework]]
     if force:
         command.append("--force")
     print("$", " ".join(command[1:]), flush=True)
     started = time.perf_counter()
-    subprocess.run(command, check=True, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    if subprocess.run(command, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}).returncode:
+        sys.exit(f"training {framework} failed (see above)")
     return time.perf_counter() - started
 
 
@@ -80,6 +82,8 @@ def main(argv=None) -> int:
     parser.add_argument("--examples", type=int, default=256, help="held-out inputs for greedy decoding")
     parser.add_argument("--force", action="store_true", help="retrain over existing runs")
     parser.add_argument("--report-only", action="store_true", help="report on existing runs, train nothing")
+    parser.add_argument("train_options", nargs=argparse.REMAINDER,
+                        help="after --: more `transformer-parity train` options (the last of a repeated one wins)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     from transformer_parity import plots
@@ -92,7 +96,8 @@ def main(argv=None) -> int:
     if not args.report_only:
         out.mkdir(parents=True, exist_ok=True)
         for framework in ("torch", "tf"):
-            wall[framework] = train(framework, out / framework, args.steps, args.force)
+            extra = args.train_options[1:] if args.train_options[:1] == ["--"] else args.train_options
+            wall[framework] = train(framework, out / framework, args.steps, args.force, extra)
     logs = {f: read_log(out / f / LOG) for f in ("torch", "tf")}
     task = rn.TaskSpec.from_dict(logs["torch"]["settings"]["task"])
 
@@ -115,7 +120,7 @@ def main(argv=None) -> int:
     tf_loss = np.array([row[1] for row in logs["tf"]["loss"]])
     n = min(len(torch_loss), len(tf_loss))
     relative = np.abs(tf_loss[:n] - torch_loss[:n]) / np.abs(torch_loss[:n])
-    agreement = {f"first_{k}": float(relative[:k].max()) for k in (25, 50, 100, 200, 500, n) if k <= n}
+    agreement = {f"first_{k}": float(relative[:k].max()) for k in sorted({25, 50, 100, 200, 500, n}) if k <= n}
     summary["loss_curve_relative_difference"] = agreement
     plot_path = out / "loss_curves.png"
     plots.plot_loss_curves(plot_path, [("torch", logs["torch"]), ("keras", logs["tf"])], force=True)
