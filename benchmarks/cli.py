@@ -92,6 +92,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                         help="CPU threads for every framework (default: os.cpu_count())")
     parser.add_argument("--min-time", type=float, default=0.15, help="seconds of timing per row, at least")
     parser.add_argument("--max-time", type=float, default=0.75, help="seconds of timing per row, at most")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="interleaved timing rounds over a problem's implementations (default 5)")
     parser.add_argument("--peak-size", type=int, default=None, metavar="N",
                         help="N x N GEMM for the measured peak (default: 2048 on the CPU, 8192 on CUDA)")
     parser.add_argument("--no-kernel-names", action="store_true",
@@ -153,7 +155,7 @@ def _handle(args) -> int:
     outputs = _outputs(args)
     from . import engine
     options = engine.Options(threads=threads, min_time=args.min_time, max_time=args.max_time,
-                             profile_kernels=not args.no_kernel_names, peak_n=args.peak_size,
+                             profile_kernels=not args.no_kernel_names, peak_n=args.peak_size, rounds=args.rounds,
                              progress=None if args.quiet else _progress(len(plan)))
     result = engine.run(plan, options)
     report.render(result)
@@ -199,6 +201,8 @@ def _plan(args, implementations):
     threads = args.threads if args.threads is not None else (os.cpu_count() or 1)
     if threads < 1:
         raise ValueError(f"--threads must be >= 1, received {threads}")
+    if args.rounds < 1:
+        raise ValueError(f"--rounds must be >= 1, received {args.rounds}")
     if args.peak_size is not None and args.peak_size < 1:
         raise ValueError(f"--peak-size must be >= 1, received {args.peak_size}")
     if args.min_time <= 0 or args.max_time < args.min_time:

@@ -1,15 +1,15 @@
 """The benchmark engine: cases and grids, FLOP counting, timing, the machine's measured peak, memory, rows.
 
-Method, per (case, implementation):
-1. inputs are drawn once per case (float64, rounded to the case dtype) and the float64 NumPy reference is computed
-   on exactly those values;
-2. the implementation is built, then its **first call** is timed on its own (tracing, XLA compilation, kernel
+Method, per problem (case):
+1. inputs are drawn once (float64, rounded to the case dtype) and the float64 NumPy reference is computed on exactly
+   those values;
+2. each implementation is built, then its **first call** is timed on its own (tracing, XLA compilation, kernel
    selection, lazy initialisation all land here);
 3. one warm-up call doubles as the **memory** measurement and provides the output checked against the reference
    (**max abs error**, so a fast wrong kernel shows);
-4. the steady state is timed with `torch.utils.benchmark.Timer.blocked_autorange` (which synchronises CUDA around
-   every block and sets the thread count explicitly; its default would be one thread), long enough for at least
-   `min_runs` runs; the row reports the median and the inter-quartile range;
+4. the steady state of all the problem's implementations is timed in interleaved rounds of >= 1 ms blocks (the
+   device synchronised around each block, every framework's thread count set explicitly), so a noisy neighbour
+   slows them alike and their ratios hold; each row reports the median and inter-quartile range over its blocks;
 5. for PyTorch, one more call under `torch.profiler` names the aten kernel that actually ran.
 An out-of-memory error becomes an `oom` row; an implementation that cannot run a case becomes an `unsupported` row
 (or `not installed`), listed under the table rather than in it.
@@ -242,6 +242,7 @@ class Options:
     min_time: float = 0.15  # seconds of steady-state timing per row, at least
     max_time: float = 0.75  # ... and at most (a row still gets one run)
     min_runs: int = 5
+    rounds: int = 5  # interleaved timing rounds per problem (a row slower than its budget takes part in fewer)
     seed: int = 0
     ref_limit: int = 1 << 26  # score elements (B*H*Nq*Nk) above which the float64 check uses a slice
     profile_kernels: bool = True
@@ -334,40 +335,46 @@ def _importable(module: str) -> bool:
 
 
 # --- timing -----------------------------------------------------------------------------------------------------------
+# The equivalent of torch.utils.benchmark's blocked_autorange, interleaved: every implementation of a problem is timed
+# in blocks of calls (each block at least 1 ms, so the clock and the CUDA synchronisation cost < 0.1%), a share of
+# its budget per round, round after round, so that a noisy neighbour slows all of them alike. Threads are set for
+# every framework once, by configure_threads (torch.utils.benchmark.Timer would otherwise run torch on one thread).
 
 @dataclass
 class Timing:
-    median: float
+    median: float  # seconds per call
     iqr: float
     runs: int
 
 
-def measure(fn: Callable[[], Any], threads: int, min_run_time: float, device: str = "cpu") -> Timing:
-    """Median and IQR of `fn()` with torch.utils.benchmark (CUDA synchronised, `threads` set), or an equivalent
-    timeit loop where PyTorch is not installed."""
-    try:
-        from torch.utils.benchmark import Timer
-    except ImportError:
-        return _measure_timeit(fn, min_run_time)
-    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
-    m = timer.blocked_autorange(min_run_time=min_run_time)
-    return Timing(m.median, m.iqr, len(m.times) * m.number_per_run)
+def block_size(per_call: float) -> int:
+    """Calls per timed block: enough that a block lasts at least 1 ms."""
+    return max(1, math.ceil(1e-3 / max(per_call, 1e-9)))
 
 
-def _measure_timeit(fn, min_run_time: float) -> Timing:
-    number, elapsed = 1, 0.0
-    while True:  # blocks of at least 1 ms (and 1/1000 of the budget), as torch's blocked_autorange
-        elapsed = timeit.timeit(fn, number=number)
-        if elapsed >= max(1e-3, min_run_time / 1000) or number >= 1 << 30:
-            break
-        number *= 10
-    times, total = [], 0.0
-    while total < min_run_time:
-        t = timeit.timeit(fn, number=number)
-        times.append(t / number)
-        total += t
-    q25, q50, q75 = np.quantile(times, [0.25, 0.5, 0.75])
-    return Timing(float(q50), float(q75 - q25), len(times) * number)
+def time_block(fn: Callable[[], Any], number: int, device: str = "cpu", framework: str = "torch") -> float:
+    """Seconds per call over `number` calls, the device synchronised before the clock starts and before it stops."""
+    _sync(device, framework)
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
+    _sync(device, framework)
+    return (time.perf_counter() - start) / number
+
+
+def summarize(block_times: list[float], number: int) -> Timing:
+    q25, q50, q75 = np.quantile(block_times, [0.25, 0.5, 0.75])
+    return Timing(float(q50), float(q75 - q25), len(block_times) * number)
+
+
+def measure(fn: Callable[[], Any], min_run_time: float, device: str = "cpu", framework: str = "torch") -> Timing:
+    """Time `fn` alone (one warm-up call, then blocks until `min_run_time`, at least 3 blocks)."""
+    per_call = time_block(fn, 1, device, framework)
+    number = block_size(per_call)
+    times: list[float] = []
+    while len(times) < 3 or sum(times) * number < min_run_time:
+        times.append(time_block(fn, number, device, framework))
+    return summarize(times, number)
 
 
 def _sync(device: str, framework: str) -> None:
@@ -399,9 +406,7 @@ def measure_peak(device: str, dtype: str, frameworks: Iterable[str], threads: in
             fn = _gemm(framework, device, dtype, n)
         except (ImportError, _Skip):
             continue
-        fn()
-        _sync(device, framework)
-        t = measure(fn, threads, min_run_time=min_run_time, device=device)
+        t = measure(fn, min_run_time, device, framework)
         gflops = 2 * n ** 3 / t.median / 1e9
         best["all"][framework] = round(gflops, 2)
         if best["gflops"] is None or gflops > best["gflops"]:
@@ -635,9 +640,9 @@ def run(plan: list[tuple[Case, list]], options: Options) -> Report:
         "devices": device_names,
         "tf32": tf32,
         "flop_convention": FLOP_CONVENTION,
-        "timing": (f"torch.utils.benchmark.Timer.blocked_autorange, >= {options.min_time}s and >= "
-                   f"{options.min_runs} runs (capped at {options.max_time}s) per row after a timed first call and "
-                   "one warm-up call; median and IQR"),
+        "timing": (f"blocks of >= 1 ms (device synchronised), {options.rounds} interleaved rounds over a problem's "
+                   f"implementations, >= {options.min_time}s and >= {options.min_runs} runs per row (capped at "
+                   f"{options.max_time}s) after a timed first call and one warm-up call; median and IQR over blocks"),
         "wall_s": round(time.perf_counter() - started, 1),
         "memory": {"cpu": (_RSSPeak.method if _RSSPeak.available() else _TracemallocPeak.method),
                    "cuda": "torch.cuda.max_memory_allocated above the pre-call allocation"},
@@ -653,9 +658,8 @@ def _run_cases(plan, options, peaks, device_names, rows, say, impls_mod) -> None
             continue
         inputs = ref.make_inputs(case, options.seed)
         desired, err_scope, slicer = _reference(case, inputs, options, say)
-        for impl in impls:
-            say(f"{case.shape} {case.scope} {case.mode} {case.mask} {case.dtype} {case.device}: {impl.name}")
-            row = _run_one(impl, case, inputs, desired, err_scope, slicer, options, device_names, impls_mod)
+        for row in _run_case(case, impls, inputs, desired, err_scope, slicer, options, device_names, impls_mod,
+                             say):
             peak = peaks.get((case.device, case.dtype), {}).get("gflops")
             if row.gflops is not None and peak:
                 row.peak_gflops, row.pct_peak = peak, 100 * row.gflops / peak
@@ -695,32 +699,108 @@ def _reference(case: Case, inputs, options: Options, say):
         return None, "skipped: the float64 reference ran out of memory", slicer
 
 
-def _run_one(impl, case, inputs, desired, err_scope, slicer, options, device_names, impls_mod) -> Row:
+@dataclass
+class _Live:
+    """An implementation built and checked on the current problem, waiting for its timing rounds."""
+
+    impl: Any
+    runner: Any
+    row: Row
+    number: int  # calls per timed block
+    budget: float  # seconds of timing
+    rounds: int  # rounds it takes part in
+    times: list = field(default_factory=list)  # seconds per call, one entry per block
+
+
+def _run_case(case, impls, inputs, desired, err_scope, slicer, options, device_names, impls_mod, say) -> list[Row]:
+    """Every implementation on one problem: build, first call, warm-up (memory, error), then interleaved timing
+    rounds, then the kernel names."""
+    rows, live = [], []
+    for impl in impls:
+        say(f"{case.shape} {case.scope} {case.mode} {case.mask} {case.dtype} {case.device}: {impl.name}")
+        row, item = _prepare(impl, case, inputs, desired, err_scope, slicer, options, device_names, impls_mod)
+        rows.append(row)
+        if item is not None:
+            live.append(item)
+    if live:
+        say(f"{case.shape} {case.scope} {case.mode} {case.mask} {case.dtype} {case.device}: timing {len(live)} "
+            f"implementations in {max(item.rounds for item in live)} interleaved rounds")
+    # Rounds interleave the implementations of one framework (the comparisons that must hold: ours against the
+    # built-ins); frameworks take turns, with a pause between them on the CPU, because idle worker threads spin for a
+    # while after their last op (OpenBLAS for ~0.1 s) and would slow whichever framework runs next.
+    groups: dict[str, list[_Live]] = {}
+    for item in live:
+        groups.setdefault(item.impl.framework, []).append(item)
+    for group in groups.values():
+        if case.device == "cpu":
+            time.sleep(_SETTLE_S)
+        _timing_rounds(group, case, options)
+    for item in live:
+        if item.runner is None:  # failed during timing: its row says why
+            continue
+        row = item.row
+        try:
+            timing = summarize(item.times, item.number)
+            row.median_ms, row.iqr_ms, row.runs = 1e3 * timing.median, 1e3 * timing.iqr, timing.runs
+            row.gflops = case.flops / timing.median / 1e9
+            if options.profile_kernels and item.runner.kernel is not None:
+                with item.runner.context():
+                    row.kernel = item.runner.kernel()
+            elif item.runner.kernel_name:
+                row.kernel = item.runner.kernel_name
+        except Exception as exc:  # noqa: BLE001
+            if row.median_ms is None:
+                _failed(row, exc)
+            else:
+                row.note = f"kernel name unavailable: {_first_line(exc)}"
+    del live
+    _free_memory()
+    return rows
+
+
+_SETTLE_S = 0.25  # seconds between frameworks' timing rounds
+
+
+def _timing_rounds(group: list, case, options) -> None:
+    for round_ in range(options.rounds):
+        for item in [item for item in group if round_ < item.rounds and item.runner is not None]:
+            try:
+                with item.runner.context():
+                    spent, share = 0.0, item.budget / item.rounds
+                    while spent < share or not spent:  # at least one block per round
+                        block = time_block(item.runner.fn, item.number, case.device, item.impl.framework)
+                        item.times.append(block)
+                        spent += block * item.number
+            except Exception as exc:  # noqa: BLE001 - out of memory, or a failure only repeated calls show
+                _failed(item.row, exc)
+                item.runner = None
+                _free_memory()
+
+
+def _prepare(impl, case, inputs, desired, err_scope, slicer, options, device_names, impls_mod):
+    """Build `impl`, time its first call, measure memory and error on a warm-up call; (row, _Live or None)."""
     row = _blank_row(impl, case, "ok", device_names=device_names)
     row.threads = options.threads
     try:
         runner = impl.build(case, inputs)
     except impls_mod.NotInstalled as exc:
         row.status, row.note = "not installed", str(exc)
-        return row
+        return row, None
     except impls_mod.Unsupported as exc:
         row.status, row.note = "unsupported", str(exc)
-        return row
+        return row, None
     except Exception as exc:  # noqa: BLE001 - a broken implementation is a row, not a crashed run
-        return _failed(row, exc)
+        return _failed(row, exc), None
     try:
         with runner.context():
-            t0 = time.perf_counter()
-            runner.fn()
-            _sync(case.device, impl.framework)
-            row.first_call_ms = 1e3 * (time.perf_counter() - t0)
-
+            row.first_call_ms = 1e3 * time_block(runner.fn, 1, case.device, impl.framework)
             meter = memory_meter(case.device, impl.framework)
-            t0 = time.perf_counter()
+            _sync(case.device, impl.framework)
+            start = time.perf_counter()
             with meter if meter is not None else contextlib.nullcontext():
                 out = runner.fn()
                 _sync(case.device, impl.framework)
-            per_call = time.perf_counter() - t0
+            per_call = time.perf_counter() - start
             if meter is not None:
                 row.peak_mem_mib, row.mem_method = meter.peak_mib, meter.method
             if desired is not None:
@@ -730,21 +810,15 @@ def _run_one(impl, case, inputs, desired, err_scope, slicer, options, device_nam
                     row.note = f"{row.err_output} has NaN or Inf"
             row.err_scope = err_scope
             del out
-
-            budget = min(options.max_time, max(options.min_time, options.min_runs * per_call))
-            timing = measure(runner.fn, options.threads, budget, case.device)
-            row.median_ms, row.iqr_ms, row.runs = 1e3 * timing.median, 1e3 * timing.iqr, timing.runs
-            row.gflops = case.flops / timing.median / 1e9
-            if options.profile_kernels and runner.kernel is not None:
-                row.kernel = runner.kernel()
-            elif runner.kernel_name:
-                row.kernel = runner.kernel_name
     except Exception as exc:  # noqa: BLE001
-        return _failed(row, exc)
-    finally:
+        _failed(row, exc)
         del runner
         _free_memory()
-    return row
+        return row, None
+    number = block_size(per_call)
+    budget = min(options.max_time, max(options.min_time, options.min_runs * per_call))
+    rounds = int(max(1, min(options.rounds, budget // (per_call * number) if per_call > 0 else options.rounds)))
+    return row, _Live(impl, runner, row, number, budget, rounds)
 
 
 def _failed(row: Row, exc: BaseException) -> Row:
