@@ -34,7 +34,6 @@ import os
 import platform
 import sys
 import time
-import timeit
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 

@@ -86,8 +86,8 @@ def test_cli_outputs_compare_and_list(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     out = {kind: tmp_path / f"run.{kind}" for kind in ("json", "csv", "png")}
     argv = ["--impl", "numpy", "--batch", "1", "--heads", "1", "--seq", "8,16", "--head-dim", "4", "--mask",
-            "none,padded", "--threads", "1", "--min-time", "0.005", "--max-time", "0.01", "--quiet", "--peak-size", "128",
-            "--json", str(out["json"]), "--csv", str(out["csv"]), "--plot", str(out["png"])]
+            "none,padded", "--threads", "1", "--min-time", "0.005", "--max-time", "0.01", "--quiet",
+            "--peak-size", "128", "--json", str(out["json"]), "--csv", str(out["csv"]), "--plot", str(out["png"])]
     assert cli.main(argv) == 0
     data = json.loads(out["json"].read_text())
     assert len(data["rows"]) == 4 and all(r["status"] == "ok" for r in data["rows"])
