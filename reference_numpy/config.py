@@ -7,29 +7,36 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 POSITIONAL = ("sinusoidal", "learned")
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
 
 
 @dataclass(frozen=True)
 class TransformerConfig:
-    """Hyperparameters of an encoder-decoder (or encoder-only) Transformer.
+    """Hyperparameters of a Transformer: encoder-decoder, encoder-only or decoder-only.
 
     Defaults are the paper's base model (Vaswani et al. 2017, Table 3), with a 37000-token vocabulary
-    on each side as in its WMT 2014 English-German setup.
+    on each side as in its WMT 2014 English-German setup. The three families:
+
+    - encoder-decoder (both layer counts > 0): the paper, Marian, BART;
+    - encoder-only (`num_decoder_layers=0`): `(src_ids) -> (B, S, tgt_vocab_size)`, e.g. BERT;
+    - decoder-only (`num_encoder_layers=0`): `(ids) -> (B, T, tgt_vocab_size)`, causal, decoder layers without
+      cross-attention, e.g. GPT-2. It reads `tgt_embed`/`tgt_pos` and `tgt_vocab_size`; `src_vocab_size` is unused.
+
+    Fields marked "(BERT)", "(GPT-2)" or "(Marian)" exist for one model family; each is named for what it does.
     """
 
     src_vocab_size: int = 37000
     tgt_vocab_size: int = 37000  # encoder-only model: the number of per-position classes
     d_model: int = 512
     num_heads: int = 8
-    num_encoder_layers: int = 6
+    num_encoder_layers: int = 6  # 0 = decoder-only model (causal self-attention, no cross-attention)
     num_decoder_layers: int = 6  # 0 = encoder-only model with a per-position classifier head
     d_ff: int = 2048
     max_len: int = 512  # longest sequence accepted; rows of the learned position table
     dropout: float = 0.1
-    activation: str = "relu"  # relu (paper) or gelu (exact erf form)
+    activation: str = "relu"  # relu (paper), gelu (exact erf form; BERT), gelu_tanh (GPT-2), silu (Marian's swish)
     norm_first: bool = False  # False = post-LN as in the paper; True = pre-LN
     final_norm: bool = False  # a LayerNorm after each stack, as torch.nn.Transformer always has
     layer_norm_eps: float = 1e-5  # PyTorch's default; Keras's LayerNormalization defaults to 1e-3
@@ -39,38 +46,63 @@ class TransformerConfig:
     bias: bool = True  # biases on the attention and feed-forward projections and the output layer
     tie_embeddings: bool = False  # output projection reuses the target (encoder-only: source) embedding
     pad_id: int = 0  # token id that padding masks are derived from
+    output_bias: bool | None = None  # a bias on the logits; None = same as `bias` (GPT-2 has none, BERT/Marian do)
+    output_projection: bool = True  # False = a bare backbone returning final hidden states (BertModel)
+    share_embeddings: bool = False  # the decoder reads the source embedding table (Marian; equal vocabularies)
+    position_offset: int = 0  # learned positions: position p reads row p + offset (BART: 2); table is max_len + offset
+    type_vocab_size: int = 0  # (BERT) segment embeddings added to the source embedding; 0 = none
+    embed_norm: bool = False  # (BERT, BART) a LayerNorm on token + position (+ segment) embeddings
+    head_transform: bool = False  # (BERT) dense -> activation -> LayerNorm before the output projection
+    pooler: bool = False  # (BERT) dense + tanh on the first position's final hidden state; an extra output
 
     def __post_init__(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "num_encoder_layers", "d_ff",
-                     "max_len"):
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff", "max_len"):
             _check_int(name, getattr(self, name), minimum=1)
-        _check_int("num_decoder_layers", self.num_decoder_layers, minimum=0)
-        _check_int("pad_id", self.pad_id, minimum=0)
-        for name in ("norm_first", "final_norm", "scale_embedding", "bias", "tie_embeddings"):
+        for name in ("num_encoder_layers", "num_decoder_layers", "pad_id", "position_offset", "type_vocab_size"):
+            _check_int(name, getattr(self, name), minimum=0)
+        if self.num_encoder_layers == 0 and self.num_decoder_layers == 0:
+            raise ValueError("a model needs at least one layer: num_encoder_layers and num_decoder_layers are both 0")
+        for name in ("norm_first", "final_norm", "scale_embedding", "bias", "tie_embeddings", "output_projection",
+                     "share_embeddings", "embed_norm", "head_transform", "pooler"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, received {getattr(self, name)!r}")
+        if self.output_bias is not None and not isinstance(self.output_bias, bool):
+            raise ValueError(f"output_bias must be a bool or None (= same as bias), received {self.output_bias!r}")
         if self.d_model % self.num_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
         if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) or not 0 <= self.dropout < 1:
             raise ValueError(f"dropout must be a number in [0, 1), received {self.dropout!r}")
         if not isinstance(self.layer_norm_eps, (int, float)) or isinstance(self.layer_norm_eps, bool) \
-                or not self.layer_norm_eps > 0:
-            raise ValueError(f"layer_norm_eps must be a positive number, received {self.layer_norm_eps!r}")
+                or not 0 < self.layer_norm_eps < float("inf"):
+            raise ValueError(f"layer_norm_eps must be a positive finite number, received {self.layer_norm_eps!r}")
         _check_choice("activation", self.activation, ACTIVATIONS)
         _check_choice("positional", self.positional, POSITIONAL)
         _check_choice("sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"sinusoidal positions need an even d_model, received d_model={self.d_model}")
-        if self.pad_id >= self.src_vocab_size:
+        if self.has_encoder and self.pad_id >= self.src_vocab_size:
             raise ValueError(f"pad_id={self.pad_id} is outside the source vocabulary (src_vocab_size="
                              f"{self.src_vocab_size})")
-        if self.is_encoder_decoder and self.pad_id >= self.tgt_vocab_size:
+        if self.has_decoder and self.pad_id >= self.tgt_vocab_size:
             raise ValueError(f"pad_id={self.pad_id} is outside the target vocabulary (tgt_vocab_size="
                              f"{self.tgt_vocab_size})")
-        if self.tie_embeddings and not self.is_encoder_decoder and self.src_vocab_size != self.tgt_vocab_size:
+        if self.tie_embeddings and self.is_encoder_only and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("an encoder-only model can tie its head to the source embedding only when "
                              f"tgt_vocab_size == src_vocab_size, received {self.tgt_vocab_size} and "
                              f"{self.src_vocab_size}")
+        if self.share_embeddings and not (self.is_encoder_decoder and self.src_vocab_size == self.tgt_vocab_size):
+            raise ValueError("share_embeddings needs an encoder-decoder model with src_vocab_size == tgt_vocab_size, "
+                             f"received num_encoder_layers={self.num_encoder_layers}, num_decoder_layers="
+                             f"{self.num_decoder_layers}, vocabularies {self.src_vocab_size} and {self.tgt_vocab_size}")
+        if self.position_offset and self.positional != "learned":
+            raise ValueError(f"position_offset={self.position_offset} needs positional='learned', received "
+                             f"positional={self.positional!r}")
+        if (self.type_vocab_size or self.pooler) and not self.has_encoder:
+            raise ValueError("type_vocab_size and pooler belong to an encoder; this model has num_encoder_layers=0")
+        if not self.output_projection and (self.tie_embeddings or self.head_transform or self.output_bias):
+            raise ValueError("output_projection=False (a bare backbone) cannot have tie_embeddings, head_transform "
+                             f"or output_bias, received tie_embeddings={self.tie_embeddings}, head_transform="
+                             f"{self.head_transform}, output_bias={self.output_bias}")
 
     @property
     def head_dim(self) -> int:
@@ -78,8 +110,34 @@ class TransformerConfig:
         return self.d_model // self.num_heads
 
     @property
-    def is_encoder_decoder(self) -> bool:
+    def has_encoder(self) -> bool:
+        return self.num_encoder_layers > 0
+
+    @property
+    def has_decoder(self) -> bool:
         return self.num_decoder_layers > 0
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        return self.has_encoder and self.has_decoder
+
+    @property
+    def is_encoder_only(self) -> bool:
+        return not self.has_decoder
+
+    @property
+    def is_decoder_only(self) -> bool:
+        return not self.has_encoder
+
+    @property
+    def has_output_bias(self) -> bool:
+        """Whether the logits have a bias (`output_bias`, or `bias` when that is None)."""
+        return self.output_projection and (self.bias if self.output_bias is None else self.output_bias)
+
+    @property
+    def position_rows(self) -> int:
+        """Rows of a learned position table: `max_len + position_offset`."""
+        return self.max_len + self.position_offset
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "TransformerConfig":

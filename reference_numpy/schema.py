@@ -44,42 +44,69 @@ def _ffn(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
             **_linear(f"{prefix}.linear2", config.d_ff, config.d_model, config.bias)}
 
 
-def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
-    """Every canonical parameter name and its shape, in a fixed order (embeddings, encoder, decoder, output)."""
+def _embedding(side: str, vocab_size: int, config: TransformerConfig, table: bool) -> dict[str, tuple[int, ...]]:
+    """One side's input embeddings: token table (unless shared), learned positions, segments (source), norm."""
     d = config.d_model
-    shapes: dict[str, tuple[int, ...]] = {"src_embed.embedding": (config.src_vocab_size, d)}
+    shapes: dict[str, tuple[int, ...]] = {f"{side}_embed.embedding": (vocab_size, d)} if table else {}
     if config.positional == "learned":
-        shapes["src_pos.embedding"] = (config.max_len, d)
-    if config.is_encoder_decoder:
-        shapes["tgt_embed.embedding"] = (config.tgt_vocab_size, d)
-        if config.positional == "learned":
-            shapes["tgt_pos.embedding"] = (config.max_len, d)
+        shapes[f"{side}_pos.embedding"] = (config.position_rows, d)
+    if side == "src" and config.type_vocab_size:
+        shapes["src_type.embedding"] = (config.type_vocab_size, d)
+    if config.embed_norm:
+        shapes.update(_norm(f"{side}_embed_norm", d))
+    return shapes
+
+
+def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
+    """Every canonical parameter name and its shape, in a fixed order (embeddings, encoder, decoder, output).
+
+    Decoder-only models (`num_encoder_layers=0`) have decoder layers without `cross_attn`/`norm2` (the FFN's norm
+    stays `norm3`, so a name means one thing in every family). `share_embeddings` drops `tgt_embed.embedding`
+    (the decoder reads `src_embed.embedding`); `tie_embeddings` drops `output.kernel`.
+    """
+    d = config.d_model
+    shapes: dict[str, tuple[int, ...]] = {}
+    if config.has_encoder:
+        shapes.update(_embedding("src", config.src_vocab_size, config, table=True))
+    if config.has_decoder:
+        shapes.update(_embedding("tgt", config.tgt_vocab_size, config, table=not config.share_embeddings))
     for i in range(config.num_encoder_layers):
         shapes.update(_attention(f"encoder.layers.{i}.self_attn", config))
         shapes.update(_norm(f"encoder.layers.{i}.norm1", d))
         shapes.update(_ffn(f"encoder.layers.{i}.ffn", config))
         shapes.update(_norm(f"encoder.layers.{i}.norm2", d))
-    if config.final_norm:
+    if config.final_norm and config.has_encoder:
         shapes.update(_norm("encoder.final_norm", d))
     for i in range(config.num_decoder_layers):
         shapes.update(_attention(f"decoder.layers.{i}.self_attn", config))
         shapes.update(_norm(f"decoder.layers.{i}.norm1", d))
-        shapes.update(_attention(f"decoder.layers.{i}.cross_attn", config))
-        shapes.update(_norm(f"decoder.layers.{i}.norm2", d))
+        if config.has_encoder:
+            shapes.update(_attention(f"decoder.layers.{i}.cross_attn", config))
+            shapes.update(_norm(f"decoder.layers.{i}.norm2", d))
         shapes.update(_ffn(f"decoder.layers.{i}.ffn", config))
         shapes.update(_norm(f"decoder.layers.{i}.norm3", d))
-    if config.final_norm and config.is_encoder_decoder:
+    if config.final_norm and config.has_decoder:
         shapes.update(_norm("decoder.final_norm", d))
-    if not config.tie_embeddings:
+    if config.pooler:
+        shapes.update(_linear("pooler", d, d, config.bias))
+    if config.head_transform:
+        shapes.update(_linear("head.dense", d, d, config.bias))
+        shapes.update(_norm("head.norm", d))
+    if config.output_projection and not config.tie_embeddings:
         shapes["output.kernel"] = (d, config.tgt_vocab_size)
-    if config.bias:
+    if config.has_output_bias:
         shapes["output.bias"] = (config.tgt_vocab_size,)
     return shapes
 
 
 def tied_output_embedding(config: TransformerConfig) -> str:
     """The embedding the output projection reuses (transposed) when `tie_embeddings` is set."""
-    return "tgt_embed.embedding" if config.is_encoder_decoder else "src_embed.embedding"
+    return "tgt_embed.embedding" if config.has_decoder and not config.share_embeddings else "src_embed.embedding"
+
+
+def token_embedding(config: TransformerConfig, side: str) -> str:
+    """The token table a side (`src` or `tgt`) reads: its own, or the source's under `share_embeddings`."""
+    return "src_embed.embedding" if side == "src" or config.share_embeddings else "tgt_embed.embedding"
 
 
 def init_weights(config: TransformerConfig, seed: int = 0, dtype: np.dtype | type = np.float32) -> dict[str, np.ndarray]:
