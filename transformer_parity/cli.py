@@ -407,6 +407,10 @@ def _one_line(exc: BaseException) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (the console script passes it to sys.exit)."""
+    from . import quiet
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    quiet.configure(debug="--debug" in argv)  # before anything imports a framework
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
