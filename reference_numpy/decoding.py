@@ -55,23 +55,38 @@ def check_sampling(temperature: float, top_k: int | None, vocab_size: int | None
             raise ValueError(f"top_k={top_k} is larger than the vocabulary ({vocab_size})")
 
 
-def generate(next_logits: NextLogits, batch_size: int, *, bos_id: int, eos_id: int, pad_id: int,
+def generate(next_logits: NextLogits, batch_size: int, *, bos_id: int | None = None, eos_id: int, pad_id: int,
              max_new_tokens: int, greedy: bool = True, temperature: float = 1.0, top_k: int | None = None,
-             rng: np.random.Generator | None = None) -> np.ndarray:
-    """Decode `batch_size` sequences from `BOS`.
+             rng: np.random.Generator | None = None, prompt: np.ndarray | None = None) -> np.ndarray:
+    """Decode `batch_size` sequences from `BOS` (an encoder-decoder's start token) or from `prompt`.
 
-    Returns `(B, 1 + max_new_tokens)` int64 ids: `BOS`, the chosen tokens, `EOS`, then `pad_id` after it. Stops
-    early (and pads) once every row has produced `EOS`. `next_logits` is called with all ids so far, finished rows
-    included (they are fed `pad_id`), so a cached stepper sees one new column per call.
+    `prompt` (`(B, P)` ids, a decoder-only model's usual start) replaces the single `BOS` column; every prompt
+    token counts as real (no padding inside a prompt). Returns `(B, P + max_new_tokens)` int64 ids (`P = 1` with
+    `bos_id`): the start, the chosen tokens, `EOS`, then `pad_id` after it. Stops early (and pads) once every row
+    has produced `EOS`. `next_logits` is called with all ids so far, finished rows included (they are fed
+    `pad_id`), so a cached stepper sees the prompt first and then one new column per call. The start token may
+    equal `pad_id` (Marian starts decoding from its pad token): steppers treat every decoder input as real.
     """
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a positive integer, received {max_new_tokens!r}")
     if not greedy:
         check_sampling(temperature, top_k)
-    ids = np.full((batch_size, 1 + max_new_tokens), pad_id, dtype=np.int64)
-    ids[:, 0] = bos_id
+    if (prompt is None) == (bos_id is None):
+        raise ValueError("generate needs exactly one of bos_id and prompt, received "
+                         f"{'neither' if prompt is None else 'both'}")
+    if prompt is None:
+        start = np.full((batch_size, 1), bos_id, dtype=np.int64)
+    else:
+        start = np.asarray(prompt)
+        if start.ndim != 2 or start.shape[0] != batch_size or start.shape[1] == 0 \
+                or not np.issubdtype(start.dtype, np.integer):
+            raise ValueError(f"prompt must be (batch={batch_size}, length >= 1) integer ids, received "
+                             f"{start.dtype} {start.shape}")
+    p = start.shape[1]
+    ids = np.full((batch_size, p + max_new_tokens), pad_id, dtype=np.int64)
+    ids[:, :p] = start
     finished = np.zeros(batch_size, dtype=bool)
-    for t in range(1, 1 + max_new_tokens):
+    for t in range(p, p + max_new_tokens):
         logits = np.asarray(next_logits(ids[:, :t]))
         if logits.shape[0] != batch_size or logits.ndim != 2:
             raise ValueError(f"next_logits must return (batch={batch_size}, vocab) scores, received {logits.shape}")
@@ -83,18 +98,25 @@ def generate(next_logits: NextLogits, batch_size: int, *, bos_id: int, eos_id: i
     return ids
 
 
-def reference_stepper(model: Transformer, src_ids: np.ndarray, src_mask: np.ndarray | None = None) -> NextLogits:
-    """`next_logits` for the NumPy reference: encode once, then recompute the decoder over the whole prefix.
+def reference_stepper(model: Transformer, src_ids: np.ndarray | None = None, src_mask: np.ndarray | None = None
+                      ) -> NextLogits:
+    """`next_logits` for the NumPy reference: encode once (no source for a decoder-only model), then recompute the
+    decoder over the whole prefix.
 
-    Decoder inputs count as real tokens everywhere (finished rows are fed padding whose logits nobody reads); the
-    cached steppers of the other backends use the same all-True target mask.
+    Decoder inputs count as real tokens everywhere (a start token equal to `pad_id`, and finished rows fed padding
+    whose logits nobody reads); the cached steppers of the other backends use the same all-True target mask.
     """
-    src_ids = np.asarray(src_ids)
-    if src_mask is None:
-        src_mask = ops.padding_mask(src_ids, model.config.pad_id)
-    memory = model.encode(src_ids, src_mask)
+    memory = None
+    if model.config.is_decoder_only:
+        if src_ids is not None or src_mask is not None:
+            raise ValueError("a decoder-only model has no source: pass the prompt to generate(), received src_ids")
+    else:
+        src_ids = np.asarray(src_ids)
+        if src_mask is None:
+            src_mask = ops.padding_mask(src_ids, model.config.pad_id)
+        memory = model.encode(src_ids, src_mask)
 
     def next_logits(ids: np.ndarray) -> np.ndarray:
-        return model.decode(ids, memory, src_mask, tgt_mask=np.ones(ids.shape, dtype=bool))[:, -1]
+        return model.decode(ids, memory, src_mask, tgt_mask=np.ones(np.shape(ids), dtype=bool))[:, -1]
 
     return next_logits

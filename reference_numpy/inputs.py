@@ -30,8 +30,22 @@ def sample_ids(config: TransformerConfig, batch: int, length: int, vocab_size: i
 
 def sample_batch(config: TransformerConfig, batch: int = 2, src_len: int = 37, tgt_len: int = 29, seed: int = 0
                  ) -> tuple[np.ndarray, np.ndarray | None]:
-    """`(src_ids, tgt_ids)` with padding in both (tgt_ids is None for an encoder-only model)."""
+    """`(src_ids, tgt_ids)` with padding in both; `tgt_ids` is None for a one-sequence model. A decoder-only
+    model's one sequence (ids from the target vocabulary) comes first, `src_len` long, as the model takes it."""
+    if config.is_decoder_only:
+        return sample_ids(config, batch, src_len, config.tgt_vocab_size, seed), None
     src = sample_ids(config, batch, src_len, config.src_vocab_size, seed)
     if not config.is_encoder_decoder:
         return src, None
     return src, sample_ids(config, batch, tgt_len, config.tgt_vocab_size, seed + 1)
+
+
+def sample_type_ids(config: TransformerConfig, src_ids: np.ndarray, seed: int) -> np.ndarray | None:
+    """Seeded segment ids for `src_ids` (None without `type_vocab_size`): each row is segment 0 up to a random
+    split, then increasing segments (BERT's sentence A | sentence B), as `(batch, length)` int64."""
+    if not config.type_vocab_size:
+        return None
+    b, t = np.shape(src_ids)
+    rng = np.random.default_rng([seed, 1759])
+    splits = np.sort(rng.integers(0, t + 1, size=(b, config.type_vocab_size - 1)), axis=-1)  # (B, types - 1)
+    return (np.arange(t)[None, :, None] >= splits[:, None, :]).sum(axis=-1).astype(np.int64)  # (B, T)

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import ops
 from .config import TransformerConfig
-from .schema import tied_output_embedding, validate_weights
+from .schema import tied_output_embedding, token_embedding, validate_weights
 
 Record = dict  # canonical sublayer name -> array, in execution order
 
@@ -87,12 +87,17 @@ class EncoderLayer(_Module):
 
 
 class DecoderLayer(_Module):
+    """Masked self-attention, encoder-decoder attention (absent in a decoder-only model) and feed-forward."""
+
     def __init__(self, config, weights, name):
         super().__init__(config, weights, name)
         self.self_attn = MultiHeadAttention(config, weights, f"{name}.self_attn")
         self.norm1 = LayerNorm(config, weights, f"{name}.norm1")
-        self.cross_attn = MultiHeadAttention(config, weights, f"{name}.cross_attn")
-        self.norm2 = LayerNorm(config, weights, f"{name}.norm2")
+        if config.has_encoder:
+            self.cross_attn = MultiHeadAttention(config, weights, f"{name}.cross_attn")
+            self.norm2 = LayerNorm(config, weights, f"{name}.norm2")
+        else:
+            self.cross_attn = self.norm2 = None
         self.ffn = FeedForward(config, weights, f"{name}.ffn")
         self.norm3 = LayerNorm(config, weights, f"{name}.norm3")
 
@@ -100,8 +105,9 @@ class DecoderLayer(_Module):
         c = self.config
         x = _sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask), c, record, self.self_attn.name,
                       attention_weights)
-        x = _sublayer(x, self.norm2, lambda y: self.cross_attn(y, memory, cross_mask), c, record,
-                      self.cross_attn.name, attention_weights)
+        if self.cross_attn is not None:
+            x = _sublayer(x, self.norm2, lambda y: self.cross_attn(y, memory, cross_mask), c, record,
+                          self.cross_attn.name, attention_weights)
         x = _sublayer(x, self.norm3, self.ffn, c, record, self.ffn.name, attention_weights)
         if record is not None:
             record[self.name] = x
@@ -109,23 +115,29 @@ class DecoderLayer(_Module):
 
 
 class Embedding(_Module):
-    """Token embedding, times sqrt(d_model) if `scale_embedding`, plus sinusoidal or learned positions."""
+    """One side's (`src` or `tgt`) input embedding: token embedding, times sqrt(d_model) if `scale_embedding`,
+    plus segment embeddings (source side, `type_vocab_size`), plus sinusoidal or learned positions, then a LayerNorm
+    if `embed_norm`. Positions start at `offset`; learned ones read row `offset + position_offset` onwards."""
 
-    def __init__(self, config, weights, name, positions_name):
-        super().__init__(config, weights, name)
-        self.positions_name = positions_name
+    def __init__(self, config, weights, side: str):
+        super().__init__(config, weights, f"{side}_embed")
+        self.token_table = weights[token_embedding(config, side)]
         if config.positional == "sinusoidal":
-            dtype = weights[f"{name}.embedding"].dtype
             self.position_table = ops.sinusoidal_positions(config.max_len, config.d_model,
-                                                           config.sinusoid_layout).astype(dtype)
+                                                           config.sinusoid_layout).astype(self.token_table.dtype)
         else:
-            self.position_table = weights[f"{positions_name}.embedding"]
+            self.position_table = weights[f"{side}_pos.embedding"][config.position_offset:]
+        self.type_table = weights["src_type.embedding"] if side == "src" and config.type_vocab_size else None
+        self.norm = LayerNorm(config, weights, f"{side}_embed_norm") if config.embed_norm else None
 
-    def __call__(self, ids: np.ndarray, offset: int = 0) -> np.ndarray:
-        x = self.param("embedding")[ids]  # (B, T, D)
+    def __call__(self, ids: np.ndarray, offset: int = 0, type_ids: np.ndarray | None = None) -> np.ndarray:
+        x = self.token_table[ids]  # (B, T, D)
         if self.config.scale_embedding:
             x = x * x.dtype.type(math.sqrt(self.config.d_model))
-        return x + self.position_table[offset:offset + ids.shape[1]]
+        if self.type_table is not None:  # BERT's order: (token + segment) + position
+            x = x + self.type_table[np.zeros_like(ids) if type_ids is None else type_ids]
+        x = x + self.position_table[offset:offset + ids.shape[1]]
+        return x if self.norm is None else self.norm(x)
 
 
 class Encoder(_Module):
@@ -160,11 +172,37 @@ class Decoder(_Module):
         return x
 
 
-class Transformer:
-    """The whole model: embeddings -> encoder (-> decoder) -> output projection to logits.
+class Pooler(_Module):
+    """(BERT) tanh(dense(first position's final hidden state)): `(B, S, D)` -> `(B, D)`."""
 
-    With `num_decoder_layers=0` it is an encoder-only model whose head classifies every source position into
-    `tgt_vocab_size` classes; call it with source ids alone.
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return np.tanh(ops.linear(x[:, 0], self.param("kernel"), self.param("bias")))
+
+
+class HeadTransform(_Module):
+    """(BERT's masked-LM head) dense -> activation -> LayerNorm, before the output projection."""
+
+    def __init__(self, config, weights, name="head"):
+        super().__init__(config, weights, name)
+        self.norm = LayerNorm(config, weights, f"{name}.norm")
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        x = ops.linear(x, self.param("dense.kernel"), self.param("dense.bias"))
+        return self.norm(ops.ACTIVATIONS[self.config.activation](x))
+
+
+class Transformer:
+    """The whole model, in one of three families (see `TransformerConfig`):
+
+    - encoder-decoder: `model(src_ids, tgt_ids)` -> logits `(B, T, tgt_vocab_size)`;
+    - encoder-only (`num_decoder_layers=0`): `model(src_ids)` -> `(B, S, tgt_vocab_size)`, a class per position;
+    - decoder-only (`num_encoder_layers=0`): `model(ids)` -> `(B, T, tgt_vocab_size)`, causal. The one sequence
+      takes the first argument and its keyword (`src_mask`); it is embedded by `tgt_embed` and checked against
+      `tgt_vocab_size`.
+
+    Masks default to `ids != pad_id`; pass `src_mask` / `tgt_mask` (bool `(B, len)`, True = real token) otherwise.
+    With `output_projection=False` (a bare backbone) the model returns its final hidden states `(B, len, D)`,
+    traced as `last_hidden_state`. `src_type_ids` (segment ids, `(B, S)`, default all 0) need `type_vocab_size`.
 
     Args:
         config: the hyperparameters.
@@ -179,75 +217,132 @@ class Transformer:
             raise ValueError(f"dtype must be float32 or float64, received {dtype}")
         self.config, self.dtype = config, dtype
         self.weights = {name: np.asarray(value, dtype=dtype) for name, value in weights.items()}
-        self.src_embed = Embedding(config, self.weights, "src_embed", "src_pos")
-        self.encoder = Encoder(config, self.weights)
-        if config.is_encoder_decoder:
-            self.tgt_embed = Embedding(config, self.weights, "tgt_embed", "tgt_pos")
+        if config.has_encoder:
+            self.src_embed = Embedding(config, self.weights, "src")
+            self.encoder = Encoder(config, self.weights)
+        if config.has_decoder:
+            self.tgt_embed = Embedding(config, self.weights, "tgt")
             self.decoder = Decoder(config, self.weights)
-        self.output_kernel = (self.weights[tied_output_embedding(config)].T if config.tie_embeddings
-                              else self.weights["output.kernel"])
+        self.pooler = Pooler(config, self.weights, "pooler") if config.pooler else None
+        self.head = HeadTransform(config, self.weights) if config.head_transform else None
+        self.output_kernel = None
+        if config.output_projection:
+            self.output_kernel = (self.weights[tied_output_embedding(config)].T if config.tie_embeddings
+                                  else self.weights["output.kernel"])
 
-    def encode(self, src_ids, src_mask=None, record: Record | None = None, attention_weights: bool = False):
+    def encode(self, src_ids, src_mask=None, record: Record | None = None, attention_weights: bool = False, *,
+               src_type_ids=None):
         """Source ids `(B, S)` -> memory `(B, S, D)`."""
+        self._require("encode", self.config.has_encoder)
         src_ids, src_mask = self._inputs("src", src_ids, src_mask, self.config.src_vocab_size)
-        x = self.src_embed(src_ids)
+        type_ids = self._type_ids(src_type_ids, src_ids.shape)
+        x = self.src_embed(src_ids, type_ids=type_ids)
         if record is not None:
             record["encoder.embed"] = x
         return self.encoder(x, ops.attention_mask(src_mask, src_ids.shape[1]), record, attention_weights)
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, record: Record | None = None,
                attention_weights: bool = False):
-        """Target ids `(B, T)` and memory `(B, S, D)` -> logits `(B, T, tgt_vocab_size)`."""
+        """Target ids `(B, T)` and memory `(B, S, D)` -> logits `(B, T, tgt_vocab_size)` (a decoder-only model:
+        memory and src_mask are None)."""
+        self._require("decode", self.config.has_decoder)
         tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, self.config.tgt_vocab_size)
-        src_mask = np.asarray(src_mask)
         x = self.tgt_embed(tgt_ids)
         if record is not None:
             record["decoder.embed"] = x
         t = tgt_ids.shape[1]
-        x = self.decoder(x, memory, ops.attention_mask(tgt_mask, t, causal=True), ops.attention_mask(src_mask, t),
-                         record, attention_weights)
-        return self._logits(x, record)
+        cross_mask = None if memory is None else ops.attention_mask(np.asarray(src_mask), t)
+        x = self.decoder(x, memory, ops.attention_mask(tgt_mask, t, causal=True), cross_mask, record,
+                         attention_weights)
+        return self._output(x, record)
 
-    def __call__(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None) -> np.ndarray:
-        """Logits `(B, T, tgt_vocab_size)` (encoder-only: `(B, S, tgt_vocab_size)`)."""
-        return self._forward(src_ids, tgt_ids, src_mask, tgt_mask, None, False)
+    def __call__(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, src_type_ids=None) -> np.ndarray:
+        """Logits `(B, T, tgt_vocab_size)` (encoder-only: `(B, S, ...)`; bare backbone: hidden states)."""
+        return self._forward(src_ids, tgt_ids, src_mask, tgt_mask, src_type_ids, None, False)
 
-    def trace(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, attention_weights: bool = False
-              ) -> dict[str, np.ndarray]:
-        """Every sublayer output under its canonical name, in execution order, ending with `logits`."""
+    def trace(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, src_type_ids=None,
+              attention_weights: bool = False) -> dict[str, np.ndarray]:
+        """Every sublayer output under its canonical name, in execution order, ending with `logits` (a bare
+        backbone: `last_hidden_state`; `pooler`, if any, comes after the encoder)."""
         record: Record = {}
-        self._forward(src_ids, tgt_ids, src_mask, tgt_mask, record, attention_weights)
+        self._forward(src_ids, tgt_ids, src_mask, tgt_mask, src_type_ids, record, attention_weights)
         return record
 
-    def _forward(self, src_ids, tgt_ids, src_mask, tgt_mask, record, attention_weights):
+    def _forward(self, src_ids, tgt_ids, src_mask, tgt_mask, src_type_ids, record, attention_weights):
         c = self.config
-        if c.is_encoder_decoder and tgt_ids is None:
-            raise ValueError("this encoder-decoder model needs tgt_ids, received None")
-        if not c.is_encoder_decoder and (tgt_ids is not None or tgt_mask is not None):
-            raise ValueError("this encoder-only model (num_decoder_layers=0) takes source ids alone, "
-                             "received tgt_ids or tgt_mask")
+        check_family(c, tgt_ids, tgt_mask, src_type_ids)
+        if c.is_decoder_only:  # the one sequence arrives as src_ids / src_mask
+            return self.decode(src_ids, None, None, src_mask, record, attention_weights)
         src_ids, src_mask = self._inputs("src", src_ids, src_mask, c.src_vocab_size)
         if tgt_ids is not None:
             tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, c.tgt_vocab_size)
             if tgt_ids.shape[0] != src_ids.shape[0]:
                 raise ValueError(f"src_ids and tgt_ids have different batch sizes: {src_ids.shape[0]} and "
                                  f"{tgt_ids.shape[0]}")
-        memory = self.encode(src_ids, src_mask, record, attention_weights)
-        if not c.is_encoder_decoder:
-            return self._logits(memory, record)
+        memory = self.encode(src_ids, src_mask, record, attention_weights, src_type_ids=src_type_ids)
+        if self.pooler is not None:
+            pooled = self.pooler(memory)
+            if record is not None:
+                record["pooler"] = pooled
+        if c.is_encoder_only:
+            return self._output(memory, record)
         return self.decode(tgt_ids, memory, src_mask, tgt_mask, record, attention_weights)
 
-    def _logits(self, x, record):
+    def _output(self, x, record):
+        """Final hidden states -> (head transform ->) logits; a bare backbone returns the hidden states."""
+        if self.head is not None:
+            x = self.head(x)
+            if record is not None:
+                record["head"] = x
+        if self.output_kernel is None:
+            if record is not None:
+                record["last_hidden_state"] = x
+            return x
         logits = ops.linear(x, self.output_kernel, self.weights.get("output.bias"))
         if record is not None:
             record["logits"] = logits
         return logits
+
+    def _require(self, method: str, present: bool) -> None:
+        if not present:
+            c = self.config
+            raise ValueError(f"{method}() needs {'an encoder' if method == 'encode' else 'a decoder'}; this model "
+                             f"has num_encoder_layers={c.num_encoder_layers}, num_decoder_layers="
+                             f"{c.num_decoder_layers}")
 
     def _inputs(self, side: str, ids, mask, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
         ids = check_token_ids(f"{side}_ids", ids, vocab_size, self.config.max_len)
         if mask is None:
             return ids, ops.padding_mask(ids, self.config.pad_id)
         return ids, check_padding_mask(f"{side}_mask", mask, ids.shape)
+
+    def _type_ids(self, type_ids, shape) -> np.ndarray | None:
+        if type_ids is None:
+            return None
+        return check_type_ids(type_ids, shape, self.config.type_vocab_size, self.config.max_len)
+
+
+def check_family(config: TransformerConfig, tgt_ids, tgt_mask, src_type_ids) -> None:
+    """Reject arguments the model's family does not take (the same texts in every backend)."""
+    if config.is_encoder_decoder and tgt_ids is None:
+        raise ValueError("this encoder-decoder model needs tgt_ids, received None")
+    if not config.is_encoder_decoder and (tgt_ids is not None or tgt_mask is not None):
+        if config.is_encoder_only:
+            raise ValueError("this encoder-only model (num_decoder_layers=0) takes source ids alone, "
+                             "received tgt_ids or tgt_mask")
+        raise ValueError("this decoder-only model (num_encoder_layers=0) takes one sequence of ids alone (as the "
+                         "first argument, its mask as src_mask), received tgt_ids or tgt_mask")
+    if src_type_ids is not None and not config.type_vocab_size:
+        raise ValueError("src_type_ids need segment embeddings (type_vocab_size > 0); this model has "
+                         "type_vocab_size=0")
+
+
+def check_type_ids(type_ids, shape: tuple[int, ...], type_vocab_size: int, max_len: int) -> np.ndarray:
+    """Validate `(batch, length)` segment ids against the source ids' shape and `type_vocab_size`."""
+    type_ids = check_token_ids("src_type_ids", type_ids, type_vocab_size, max_len)
+    if type_ids.shape != tuple(shape):
+        raise ValueError(f"src_type_ids must have the shape of src_ids {tuple(shape)}, received {type_ids.shape}")
+    return type_ids
 
 
 def check_token_ids(name: str, ids, vocab_size: int, max_len: int) -> np.ndarray:

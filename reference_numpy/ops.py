@@ -36,7 +36,21 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return (x * phi.astype(x.dtype)).astype(x.dtype)
 
 
-ACTIVATIONS = {"relu": relu, "gelu": gelu}
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): GPT-2's `gelu_new`, torch's
+    `gelu(approximate="tanh")`."""
+    t = x.dtype.type
+    inner = t(math.sqrt(2.0 / math.pi)) * (x + t(0.044715) * x * x * x)
+    return t(0.5) * x * (t(1.0) + np.tanh(inner))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """SiLU (swish), x * sigmoid(x): Marian's activation."""
+    with np.errstate(over="ignore"):  # exp(-x) = inf for x << 0 gives sigmoid 0, as it should
+        return x / (x.dtype.type(1.0) + np.exp(-x))
+
+
+ACTIVATIONS = {"relu": relu, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu}
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:

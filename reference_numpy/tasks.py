@@ -110,7 +110,8 @@ def check_config(task: TaskSpec, config: TransformerConfig) -> None:
     """Raise `ValueError` if a model config cannot serve this task (vocabulary, length, padding id)."""
     problems = []
     if not config.is_encoder_decoder:
-        problems.append("the model is encoder-only (num_decoder_layers=0); these tasks need a decoder")
+        problems.append(f"the model is not an encoder-decoder (num_encoder_layers={config.num_encoder_layers}, "
+                        f"num_decoder_layers={config.num_decoder_layers}); these tasks need both stacks")
     if config.src_vocab_size != task.vocab_size or config.tgt_vocab_size != task.vocab_size:
         problems.append(f"vocabulary sizes src={config.src_vocab_size}, tgt={config.tgt_vocab_size} do not match "
                         f"the task's {task.vocab_size} ({task.num_symbols} symbols + PAD, BOS, EOS)")
