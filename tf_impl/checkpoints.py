@@ -135,49 +135,133 @@ def save_weights_h5(path: str | os.PathLike, config: TransformerConfig, weights:
                 on_tensor(name, array.nbytes)
 
 
-def read_h5_file(path: str | os.PathLike) -> tuple[TransformerConfig | None, dict[str, np.ndarray]]:
-    """`(stored config or None, {table path: array})` of a `.weights.h5`; `ValueError` for anything else."""
+def read_h5_file(path: str | os.PathLike, fields: Mapping[str, Any] | None = None
+                 ) -> tuple[TransformerConfig | None, dict[str, np.ndarray]]:
+    """`(config or None, {table path: array})` of a `.weights.h5`; `ValueError` for anything else.
+
+    The file is treated as hostile: every link is checked before anything is read (no soft or external links, no
+    virtual datasets, no external storage, no filters: neither this module nor Keras writes any), every dataset must
+    be floating-point and stored in full in this file (so no fill-value expansion), and, when the config is known
+    (stored, or `fields` applied to it or given alone), each dataset must be one the config expects, with its shape,
+    before it is read. What is read is therefore bounded by the file's own size.
+    """
     import h5py
 
     path = Path(path)
+    size = path.stat().st_size
     try:
         with h5py.File(path, "r") as f:
-            text = f.attrs.get(CONFIG_ATTR)
+            config = _h5_config(path, f.attrs.get(CONFIG_ATTR), fields)
+            checked = _check_h5_layout(path, f, size)
+            expected = _expected_h5_shapes(path, config, len(checked)) if config is not None else None
             datasets: dict[str, np.ndarray] = {}
-
-            def collect(name: str, obj: Any) -> None:
-                if isinstance(obj, h5py.Dataset):
-                    datasets[table_path(name)] = obj[()]
-
-            f.visititems(collect)
-    except (OSError, KeyError, ValueError) as exc:
+            for name, shape in checked.items():
+                if expected is not None:
+                    if name not in expected:
+                        raise ValueError(f"{path}: dataset {name!r} is not a weight of this config")
+                    if shape != expected[name]:
+                        raise ValueError(f"{path}: dataset {name!r} has shape {shape}, the config expects "
+                                         f"{expected[name]}")
+                datasets[table_path(name)] = f[name][()]
+    except (OSError, KeyError, RuntimeError) as exc:
         raise ValueError(f"{path} is not a readable HDF5 file (truncated or corrupt?): {exc}") from None
-    config = None
+    return config, datasets
+
+
+def _h5_config(path: Path, text: Any, fields: Mapping[str, Any] | None) -> TransformerConfig | None:
+    """The stored config (with `fields` applied), the config `fields` alone give, or None."""
+    stored = None
     if text is not None:
         try:
-            config = TransformerConfig.from_json(text.decode() if isinstance(text, bytes) else str(text))
-        except (TypeError, ValueError) as exc:
+            stored = TransformerConfig.from_json(text.decode() if isinstance(text, bytes) else str(text))
+        except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f"{path}: the config stored in its attributes is invalid: {exc}") from None
-    return config, datasets
+    if not fields:
+        return stored
+    try:
+        return stored.replace(**fields) if stored is not None else TransformerConfig.from_dict(dict(fields))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: invalid config: {exc}") from None
+
+
+def _check_h5_layout(path: Path, f: Any, file_size: int) -> dict[str, tuple[int, ...]]:
+    """{dataset path: shape} of every dataset, after refusing anything that could read outside this file or expand
+    beyond it (soft/external links, virtual datasets, external storage, filters, non-float or partly stored data)."""
+    import h5py
+
+    found: dict[str, tuple[int, ...]] = {}
+    total = 0
+
+    def check(name: str, link: Any) -> None:
+        nonlocal total
+        if isinstance(link, h5py.ExternalLink):
+            raise ValueError(f"{path}: {name!r} is an external link (to {link.filename}:{link.path}); refusing to "
+                             "read another file")
+        if isinstance(link, h5py.SoftLink):
+            raise ValueError(f"{path}: {name!r} is a soft link (to {link.path}); weights files have none")
+        if not isinstance(link, h5py.HardLink):
+            raise ValueError(f"{path}: {name!r} is a {type(link).__name__}, expected a group or dataset")
+        obj = f[name]
+        if isinstance(obj, h5py.Group):
+            return
+        if not isinstance(obj, h5py.Dataset):
+            raise ValueError(f"{path}: {name!r} is a {type(obj).__name__}, expected a group or dataset")
+        if obj.is_virtual:
+            raise ValueError(f"{path}: dataset {name!r} is a virtual dataset (data mapped from other datasets or "
+                             "files); refusing it")
+        plist = obj.id.get_create_plist()
+        if plist.get_external_count() > 0:
+            raise ValueError(f"{path}: dataset {name!r} keeps its data in an external file "
+                             f"({plist.get_external(0)[0].decode(errors='replace')}); refusing to read it")
+        if plist.get_nfilters() > 0:
+            filters = [plist.get_filter(i)[3].decode(errors="replace") or str(plist.get_filter(i)[0])
+                       for i in range(plist.get_nfilters())]
+            raise ValueError(f"{path}: dataset {name!r} uses HDF5 filters {filters}; weights files are written "
+                             "without compression or filters")
+        if obj.dtype.kind != "f" or obj.dtype.itemsize not in (2, 4, 8):
+            raise ValueError(f"{path}: dataset {name!r} has dtype {obj.dtype}, expected float16/32/64 weights")
+        if obj.shape is None:
+            raise ValueError(f"{path}: dataset {name!r} has no dataspace (an empty dataset)")
+        nbytes = int(np.prod(obj.shape, dtype=object)) * obj.dtype.itemsize
+        stored = obj.id.get_storage_size()
+        if stored < nbytes:
+            raise ValueError(f"{path}: dataset {name!r} of shape {obj.shape} needs {nbytes} bytes but stores "
+                             f"{stored} (the rest would be fill values); refusing a partly stored dataset")
+        total += nbytes
+        if total > file_size:
+            raise ValueError(f"{path}: its datasets declare {total} bytes, more than the file's {file_size}")
+        found[name] = tuple(int(n) for n in obj.shape)
+
+    links: list[tuple[str, Any]] = []
+    f.visititems_links(lambda name, link: links.append((name, link)))  # raising inside the visit confuses h5py
+    for name, link in links:
+        check(name, link)
+    return found
+
+
+def _expected_h5_shapes(path: Path, config: TransformerConfig, n_datasets: int) -> dict[str, tuple[int, ...]]:
+    """{Keras dataset path: shape} for `config`, after checking the config is not larger than the file can hold."""
+    from transformer_parity import limits
+
+    try:
+        limits.check_config_against_file(config, n_datasets, source=str(path))
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+    shapes = rn.parameter_shapes(config)
+    mapping = map_names(weights_h5_table(config), shapes)
+    return {keras_path(fw_name): shapes[name] for name, (fw_name, _) in mapping.items()}
 
 
 def load_weights_h5(path: str | os.PathLike, fields: Mapping[str, Any] | None = None
                     ) -> tuple[TransformerConfig, dict[str, np.ndarray]]:
     """Canonical `(config, weights)` from a `.weights.h5`. The config is the stored one with `fields` applied; a file
     that stores none (one `model.save_weights()` wrote) needs the whole config in `fields`."""
-    stored, datasets = read_h5_file(path)
-    if stored is None and not fields:
+    config, datasets = read_h5_file(path, fields)
+    if config is None:
         raise ValueError(f"{path} carries no transformer-parity config (a plain Keras save_weights file?); "
                          "give one with --config FILE.json")
-    try:
-        config = stored.replace(**(fields or {})) if stored is not None else TransformerConfig.from_dict(dict(fields))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: invalid config: {exc}") from None
     if not datasets:
         raise ValueError(f"{path} holds no weights")
-    dtypes = {a.dtype for a in datasets.values()}
-    if not all(np.issubdtype(d, np.floating) for d in dtypes):
-        raise ValueError(f"{path}: expected floating-point weights, found dtypes {sorted(map(str, dtypes))}")
     try:
         return config, rn.from_framework_state(config, datasets, weights_h5_table(config), consume=True)
     except ValueError as exc:

@@ -1,0 +1,125 @@
+"""Hostile files and faults (issue 11): every file a test builds here is crafted to make a reader read another file,
+allocate without bound, or pass a broken port; each must end in exit 2 with one line (or a clean verdict), and
+nothing may be written."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from transformer_parity import cli, formats
+from transformer_parity.verify import seeded_weights
+
+from .conftest import TINY
+
+REPO = Path(__file__).resolve().parents[1]
+H5_DATASET = "layers/output_projection/vars/1"  # output.bias of TINY: (tgt_vocab_size,) float32
+
+
+def run(args, capsys):
+    code = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_clean_error(code, err, *fragments):
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("transformer-parity: error:"), err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture
+def tiny_h5(tmp_path):
+    path = tmp_path / "tiny.weights.h5"
+    formats.save(path, TINY, seeded_weights(TINY, 0))
+    return path
+
+
+# --- 1. HDF5: nothing read from outside the file, nothing expanded beyond it ----------------------------------------
+
+def _replace_dataset(path: Path, make) -> None:
+    import h5py
+
+    with h5py.File(path, "a") as f:
+        shape = f[H5_DATASET].shape
+        del f[H5_DATASET]
+        make(f, H5_DATASET, shape)
+
+
+def _external(secret):
+    return lambda f, name, shape: f.create_dataset(name, shape=shape, dtype="<f4",
+                                                   external=[(str(secret), 0, 4 * shape[0])])
+
+
+def _virtual(other):
+    def make(f, name, shape):
+        import h5py
+
+        layout = h5py.VirtualLayout(shape=shape, dtype="<f4")
+        layout[:] = h5py.VirtualSource(str(other), "x", shape=shape)
+        f.create_virtual_dataset(name, layout)
+    return make
+
+
+def _external_link(other):
+    def make(f, name, shape):
+        import h5py
+
+        f[name] = h5py.ExternalLink(str(other), "x")
+    return make
+
+
+def _soft_link(f, name, shape):
+    import h5py
+
+    f[name] = h5py.SoftLink("/layers/output_projection/vars/0")
+
+
+H5_CASES = {
+    "external-storage": (lambda tmp: _external(tmp / "secret.bin"), "external file"),
+    "virtual-dataset": (lambda tmp: _virtual(tmp / "other.h5"), "virtual dataset"),
+    "external-link": (lambda tmp: _external_link(tmp / "other.h5"), "external link"),
+    "soft-link": (lambda tmp: _soft_link, "soft link"),
+    "gzip": (lambda tmp: (lambda f, n, s: f.create_dataset(n, data=np.zeros(s, "f4"), compression="gzip")),
+             "filters"),
+    "fill-value": (lambda tmp: (lambda f, n, s: f.create_dataset(n, shape=s, dtype="f4", fillvalue=1.0)),
+                   "partly stored"),
+    "string": (lambda tmp: (lambda f, n, s: f.create_dataset(n, data=np.array(["x"] * s[0], dtype="S8"))),
+               "dtype"),
+    "wrong-shape": (lambda tmp: (lambda f, n, s: f.create_dataset(n, data=np.zeros((s[0] + 1,), "f4"))),
+                    "the config expects"),
+    "extra-dataset": (lambda tmp: (lambda f, n, s: (f.create_dataset(n, data=np.zeros(s, "f4")),
+                                                    f.create_dataset("stray", data=np.zeros(3, "f4")))),
+                      "'stray' is not a weight"),
+}
+
+
+@pytest.mark.parametrize("case", list(H5_CASES), ids=list(H5_CASES))
+def test_hostile_h5_refused(tmp_path, tiny_h5, capsys, case):
+    import h5py
+
+    (tmp_path / "secret.bin").write_bytes(b"SECRET!!" * 64)
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f["x"] = np.arange(TINY.tgt_vocab_size, dtype="f4")
+    make, fragment = H5_CASES[case]
+    _replace_dataset(tiny_h5, make(tmp_path))
+    out = tmp_path / "out.safetensors"
+    code, _, err = run(["convert", tiny_h5, out], capsys)
+    assert_clean_error(code, err, fragment)
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.h5", "secret.bin", "tiny.weights.h5"]
+
+
+def test_h5_config_larger_than_the_file_is_refused(tmp_path, tiny_h5, capsys):
+    import h5py
+
+    with h5py.File(tiny_h5, "a") as f:
+        f.attrs["transformer_parity_config"] = TINY.replace(num_encoder_layers=10**9).to_json()
+    code, _, err = run(["convert", tiny_h5, tmp_path / "out.pt"], capsys)
+    assert_clean_error(code, err, "num_encoder_layers=1000000000")

@@ -1,0 +1,105 @@
+"""Bounds on what a file or an option may make this tool allocate.
+
+Two checks, both made before anything large exists:
+
+- `check_config_against_file`: a config read from a file (or given with --set next to one) cannot name more layers
+  than the file holds tensors, so a 200 KB file saying `num_encoder_layers=10**9` is refused instead of building a
+  name table of ten billion entries;
+- `check_memory`: the bytes a run needs (`estimate_bytes`: weights, the activations of one batch, the position
+  table, optimizer state) against the memory available now (`/proc/meminfo` MemAvailable, else physical memory),
+  so that a size option (`--batch 10**9`, `--set max_len=10**12`) ends in one line naming the estimate instead of a
+  MemoryError.
+
+The estimate is deliberately rough (within a small factor of what the run allocates, never far below it): it is
+used to refuse what cannot fit, not to plan.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import reference_numpy as rn
+
+from .errors import UsageError
+
+
+def parameter_count(config: rn.TransformerConfig) -> int:
+    """The number of weights of `config`, computed without listing every layer's parameters."""
+    e, d = config.num_encoder_layers, config.num_decoder_layers
+    e0, d0 = min(e, 1), min(d, 1)
+
+    def count(encoders: int, decoders: int) -> int:
+        shapes = rn.parameter_shapes(config.replace(num_encoder_layers=encoders, num_decoder_layers=decoders))
+        return sum(math.prod(s) for s in shapes.values())
+
+    total = count(e0, d0)
+    if e > 1:
+        total += (e - 1) * (count(2, d0) - count(1, d0))
+    if d > 1:
+        total += (d - 1) * (count(e0, 2) - count(e0, 1))
+    return total
+
+
+def check_config_against_file(config: rn.TransformerConfig, n_tensors: int, source: str) -> None:
+    """Refuse a config naming more layers than the file holds tensors (each layer has several); `ValueError`."""
+    for name in ("num_encoder_layers", "num_decoder_layers"):
+        value = getattr(config, name)
+        if value > n_tensors:
+            raise ValueError(f"{source}: config field {name}={value} cannot match a file of {n_tensors} tensors "
+                             "(every layer has several); refusing before allocating anything")
+
+
+def available_bytes() -> int:
+    """Memory available to a new allocation: MemAvailable from /proc/meminfo, else physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+def estimate_bytes(config: rn.TransformerConfig, batch: int = 1, src_len: int = 1, tgt_len: int = 1,
+                   itemsize: int = 8, weight_copies: int = 2, training: bool = False) -> int:
+    """Rough peak bytes of running `config` on one batch: `weight_copies` copies of the weights, the sinusoidal
+    position table, and the activations a trace keeps (per layer a few `(B, T, d_model)` and `(B, T, d_ff)` tensors
+    and the `(B, H, T, T)` attention weights; the logits); training adds gradients and Adam's two moments."""
+    params = parameter_count(config)
+    b, d, h = batch, config.d_model, config.num_heads
+    s = src_len if config.has_encoder else 0
+    t = tgt_len if config.has_decoder else 0
+    per_token = 12 * d + 3 * config.d_ff
+    acts = config.num_encoder_layers * b * s * (per_token + 3 * h * s)
+    acts += config.num_decoder_layers * b * t * (per_token + 3 * h * (t + s))
+    out_len = t if config.has_decoder else s
+    acts += 3 * b * out_len * (config.tgt_vocab_size if config.output_projection else d)
+    positions = config.max_len * d if config.positional == "sinusoidal" else 0
+    total = params * (weight_copies + (3 if training else 0)) + positions * 2 + acts * (2 if training else 1)
+    return total * itemsize
+
+
+def check_memory(need: int, what: str) -> None:
+    """`UsageError` naming `what` and the estimate when `need` bytes exceed the memory available."""
+    have = available_bytes()
+    if need > have:
+        raise UsageError(f"{what} needs about {_human(need)} of memory, more than the {_human(have)} available; "
+                         "use smaller sizes")
+
+
+def check_run(config: rn.TransformerConfig, what: str, **sizes) -> None:
+    """`check_memory(estimate_bytes(config, **sizes), what)`."""
+    check_memory(estimate_bytes(config, **sizes), what)
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} PB"
