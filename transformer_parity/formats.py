@@ -79,10 +79,10 @@ def sniff(path: Path) -> str | None:
         return "hdf5"
     if head.startswith(b"PK\x03\x04"):
         return "zip"
-    if head[:1] == b"\x80":
-        return "pickle"
     if len(head) == 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") <= path.stat().st_size - 8:
         return "safetensors"
+    if len(head) == 9 and head[:1] == b"\x80" and head[1] in (2, 3, 4, 5):  # PROTO opcode; a safetensors header
+        return "pickle"  # length can start with 0x80 too, hence the order
     return None
 
 
