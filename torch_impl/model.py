@@ -6,6 +6,7 @@ Weights enter and leave only through the canonical form: `Transformer.from_refer
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Mapping
 
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 
 import reference_numpy as rn
 from reference_numpy import IDENTITY, TRANSPOSE, Rule, TransformerConfig
+from reference_numpy.schema import tied_output_embedding, token_embedding
 
 from .attention import scaled_dot_product_attention
 
@@ -23,6 +25,11 @@ from .attention import scaled_dot_product_attention
 WEIGHT_TABLE = (
     Rule(r"(?P<side>src|tgt)_embed\.embedding", "{side}_embed.token.weight", IDENTITY),
     Rule(r"(?P<side>src|tgt)_pos\.embedding", "{side}_embed.position.weight", IDENTITY),
+    Rule(r"src_type\.embedding", "src_embed.segment.weight", IDENTITY),
+    Rule(r"(?P<side>src|tgt)_embed_norm\.gamma", "{side}_embed.norm.weight", IDENTITY),
+    Rule(r"(?P<side>src|tgt)_embed_norm\.beta", "{side}_embed.norm.bias", IDENTITY),
+    Rule(r"pooler\.kernel", "pooler.dense.weight", TRANSPOSE),
+    Rule(r"pooler\.bias", "pooler.dense.bias", IDENTITY),
     Rule(r"(?P<path>.+)\.kernel", "{path}.weight", TRANSPOSE),  # (in, out) <-> nn.Linear's (out, in)
     Rule(r"(?P<path>.+)\.bias", "{path}.bias", IDENTITY),
     Rule(r"(?P<path>.+)\.gamma", "{path}.weight", IDENTITY),
@@ -30,6 +37,9 @@ WEIGHT_TABLE = (
 )
 
 Record = dict  # canonical sublayer name -> tensor, in execution order
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu,  # F.gelu: the exact (erf) form
+               "gelu_tanh": functools.partial(F.gelu, approximate="tanh"), "silu": F.silu}
 
 
 class AttentionCache:
@@ -49,8 +59,9 @@ class KVCache:
     """Incremental-decoding state of a decoder: per layer `(self_attn, cross_attn)` caches, plus the key mask of
     the target positions processed so far. Make one per source batch with `Transformer.new_cache()`."""
 
-    def __init__(self, num_layers: int):
-        self.layers = [(AttentionCache(static=False), AttentionCache(static=True)) for _ in range(num_layers)]
+    def __init__(self, num_layers: int, cross_attention: bool = True):
+        self.layers = [(AttentionCache(static=False), AttentionCache(static=True) if cross_attention else None)
+                       for _ in range(num_layers)]
         self.key_mask: torch.Tensor | None = None  # (B, T_done) bool, True = real token
 
     @property
@@ -102,7 +113,7 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
         self.linear2 = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
-        self.activation = F.relu if config.activation == "relu" else F.gelu  # exact (erf) GELU
+        self.activation = ACTIVATIONS[config.activation]
 
     def forward(self, x):
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
@@ -151,8 +162,11 @@ class DecoderLayer(_ResidualLayer):
         eps = config.layer_norm_eps
         self.self_attn = MultiHeadAttention(config, f"{name}.self_attn")
         self.norm1 = nn.LayerNorm(config.d_model, eps=eps)
-        self.cross_attn = MultiHeadAttention(config, f"{name}.cross_attn")
-        self.norm2 = nn.LayerNorm(config.d_model, eps=eps)
+        if config.has_encoder:  # a decoder-only model has no encoder-decoder attention
+            self.cross_attn = MultiHeadAttention(config, f"{name}.cross_attn")
+            self.norm2 = nn.LayerNorm(config.d_model, eps=eps)
+        else:
+            self.cross_attn = self.norm2 = None
         self.ffn = FeedForward(config, f"{name}.ffn")
         self.norm3 = nn.LayerNorm(config.d_model, eps=eps)
         self.dropout = nn.Dropout(config.dropout)
@@ -162,9 +176,10 @@ class DecoderLayer(_ResidualLayer):
         self_cache, cross_cache = (None, None) if cache is None else cache
         x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, attention_weights, self_cache),
                            self.self_attn.name, record, attention_weights)
-        x = self._sublayer(x, self.norm2,
-                           lambda y: self.cross_attn(y, memory, cross_mask, attention_weights, cross_cache),
-                           self.cross_attn.name, record, attention_weights)
+        if self.cross_attn is not None:
+            x = self._sublayer(x, self.norm2,
+                               lambda y: self.cross_attn(y, memory, cross_mask, attention_weights, cross_cache),
+                               self.cross_attn.name, record, attention_weights)
         x = self._sublayer(x, self.norm3, self.ffn, self.ffn.name, record, attention_weights)
         if record is not None:
             record[self.name] = x
@@ -172,17 +187,25 @@ class DecoderLayer(_ResidualLayer):
 
 
 class Embedding(nn.Module):
-    """Token embedding, times sqrt(d_model) if `scale_embedding`, plus sinusoidal or learned positions."""
+    """One side's (`src` or `tgt`) input embedding: token embedding, times sqrt(d_model) if `scale_embedding`,
+    plus segment embeddings (source side, `type_vocab_size`), plus sinusoidal or learned positions, then a LayerNorm
+    if `embed_norm`. Positions start at `offset`; learned ones read row `offset + position_offset` onwards. Under
+    `share_embeddings` the target side has no token table of its own: the caller passes the source's."""
 
-    def __init__(self, config: TransformerConfig, vocab_size: int):
+    def __init__(self, config: TransformerConfig, side: str):
         super().__init__()
         self.config = config
-        self.token = nn.Embedding(vocab_size, config.d_model)
+        own_table = token_embedding(config, side) == f"{side}_embed.embedding"
+        vocab_size = config.src_vocab_size if side == "src" else config.tgt_vocab_size
+        self.token = nn.Embedding(vocab_size, config.d_model) if own_table else None
+        self.segment = (nn.Embedding(config.type_vocab_size, config.d_model)
+                        if side == "src" and config.type_vocab_size else None)
         if config.positional == "learned":
-            self.position = nn.Embedding(config.max_len, config.d_model)
+            self.position = nn.Embedding(config.position_rows, config.d_model)
         else:
             self.position = None
             self.register_buffer("sinusoid", self._sinusoid_table(), persistent=False)  # (max_len, D)
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.embed_norm else None
         self.dropout = nn.Dropout(config.dropout)
 
     def _sinusoid_table(self) -> torch.Tensor:
@@ -194,13 +217,20 @@ class Embedding(nn.Module):
         if self.position is None:
             self.sinusoid.copy_(self._sinusoid_table())
 
-    def forward(self, ids, offset: int = 0):
-        x = self.token(ids)  # (B, T, D)
+    def forward(self, ids, offset: int = 0, type_ids=None, token: nn.Embedding | None = None):
+        x = (self.token if token is None else token)(ids)  # (B, T, D)
         if self.config.scale_embedding:
             x = x * math.sqrt(self.config.d_model)
+        if self.segment is not None:  # BERT's order: (token + segment) + position
+            x = x + self.segment(torch.zeros_like(ids) if type_ids is None else type_ids)
         t = ids.shape[1]
-        pos = self.sinusoid[offset:offset + t] if self.position is None else self.position.weight[offset:offset + t]
-        return x + pos
+        if self.position is None:
+            pos = self.sinusoid[offset:offset + t]
+        else:
+            start = offset + self.config.position_offset
+            pos = self.position.weight[start:start + t]
+        x = x + pos
+        return x if self.norm is None else self.norm(x)
 
 
 class Encoder(nn.Module):
@@ -241,14 +271,38 @@ class Decoder(nn.Module):
         return x
 
 
+class Pooler(nn.Module):
+    """(BERT) tanh(dense(first position's final hidden state)): `(B, S, D)` -> `(B, D)`."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+
+    def forward(self, x):
+        return torch.tanh(self.dense(x[:, 0]))
+
+
+class HeadTransform(nn.Module):
+    """(BERT's masked-LM head) dense -> activation -> LayerNorm, before the output projection."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        self.activation = ACTIVATIONS[config.activation]
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(self, x):
+        return self.norm(self.activation(self.dense(x)))
+
+
 class OutputProjection(nn.Module):
-    """Decoder (or encoder-only) states -> logits; with `tie_embeddings` the kernel is the embedding table."""
+    """Final states -> logits; with `tie_embeddings` the kernel is the embedding table."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
         d, v = config.d_model, config.tgt_vocab_size
         self.weight = None if config.tie_embeddings else nn.Parameter(torch.empty(v, d))
-        self.bias = nn.Parameter(torch.zeros(v)) if config.bias else None
+        self.bias = nn.Parameter(torch.zeros(v)) if config.has_output_bias else None
         if self.weight is not None:
             nn.init.xavier_uniform_(self.weight)
 
@@ -257,7 +311,7 @@ class OutputProjection(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Embeddings -> encoder (-> decoder) -> logits; the PyTorch twin of `reference_numpy.Transformer`.
+    """Embeddings -> encoder and/or decoder -> logits; the PyTorch twin of `reference_numpy.Transformer`.
 
     Args:
         config: the hyperparameters.
@@ -265,18 +319,23 @@ class Transformer(nn.Module):
 
     Call it with `(src_ids, tgt_ids)` of shape `(B, S)`, `(B, T)` (integer tensors or arrays); masks come from
     `pad_id` unless `src_mask` / `tgt_mask` (bool, `(B, len)`, True = real token) are given. An encoder-only model
-    (`num_decoder_layers=0`) takes source ids alone. Dropout follows `train()` / `eval()`.
+    (`num_decoder_layers=0`) takes source ids alone, a decoder-only model (`num_encoder_layers=0`) its one
+    sequence as the first argument (mask: `src_mask`). `src_type_ids` are segment ids (`type_vocab_size`). A bare
+    backbone (`output_projection=False`) returns its final hidden states. Dropout follows `train()` / `eval()`.
     """
 
     def __init__(self, config: TransformerConfig, dtype: torch.dtype = torch.float32):
         super().__init__()
         self.config = config
-        self.src_embed = Embedding(config, config.src_vocab_size)
-        self.encoder = Encoder(config)
-        if config.is_encoder_decoder:
-            self.tgt_embed = Embedding(config, config.tgt_vocab_size)
+        if config.has_encoder:
+            self.src_embed = Embedding(config, "src")
+            self.encoder = Encoder(config)
+        if config.has_decoder:
+            self.tgt_embed = Embedding(config, "tgt")
             self.decoder = Decoder(config)
-        self.output = OutputProjection(config)
+        self.pooler = Pooler(config) if config.pooler else None
+        self.head = HeadTransform(config) if config.head_transform else None
+        self.output = OutputProjection(config) if config.output_projection else None
         self.to(dtype)
 
     # --- weights through the canonical form ---
@@ -306,23 +365,27 @@ class Transformer(nn.Module):
 
     # --- forward ---
 
-    def encode(self, src_ids, src_mask=None, record: Record | None = None, attention_weights: bool = False):
+    def encode(self, src_ids, src_mask=None, record: Record | None = None, attention_weights: bool = False, *,
+               src_type_ids=None):
         """Source ids `(B, S)` -> memory `(B, S, D)`."""
+        self._require("encode", self.config.has_encoder)
         src_ids, src_mask = self._inputs("src", src_ids, src_mask, self.config.src_vocab_size)
-        x = self.src_embed.dropout(self.src_embed(src_ids))
+        type_ids = self._type_ids(src_type_ids, src_ids)
+        x = self.src_embed.dropout(self.src_embed(src_ids, type_ids=type_ids))
         if record is not None:
             record["encoder.embed"] = x
         return self.encoder(x, attention_mask(src_mask, src_ids.shape[1]), record, attention_weights)
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, record: Record | None = None,
                attention_weights: bool = False, cache: KVCache | None = None):
-        """Target ids `(B, T)` and memory `(B, S, D)` -> logits `(B, T, tgt_vocab_size)`.
+        """Target ids `(B, T)` and memory `(B, S, D)` -> logits `(B, T, tgt_vocab_size)` (a decoder-only model:
+        memory and src_mask are None).
 
         With a `cache` (from `new_cache()`), `tgt_ids` (and `tgt_mask`) are only the positions after those already
         decoded into it; their keys and values are appended, and the logits equal those of a full recomputation.
         """
+        self._require("decode", self.config.has_decoder)
         tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, self.config.tgt_vocab_size)
-        src_mask = torch.as_tensor(src_mask, device=memory.device)
         t = tgt_ids.shape[1]
         offset, key_mask = 0, tgt_mask
         if cache is not None:
@@ -332,58 +395,85 @@ class Transformer(nn.Module):
                                  f"{self.config.max_len}")
             if cache.key_mask is not None:
                 key_mask = torch.cat([cache.key_mask, tgt_mask], dim=1)  # (B, T_cached + T)
-        x = self.tgt_embed.dropout(self.tgt_embed(tgt_ids, offset))
+        x = self.tgt_embed.dropout(self._embed_target(tgt_ids, offset))
         if record is not None:
             record["decoder.embed"] = x
-        x = self.decoder(x, memory, attention_mask(key_mask, t, causal=True), attention_mask(src_mask, t),
-                         record, attention_weights, cache)
+        cross_mask = None
+        if memory is not None:
+            cross_mask = attention_mask(torch.as_tensor(src_mask, device=memory.device), t)
+        x = self.decoder(x, memory, attention_mask(key_mask, t, causal=True), cross_mask, record, attention_weights,
+                         cache)
         if cache is not None:
             cache.key_mask = key_mask
-        return self._logits(x, record)
+        return self._output(x, record)
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache for incremental decoding with `decode(..., cache=...)`."""
-        if not self.config.is_encoder_decoder:
+        if not self.config.has_decoder:
             raise ValueError("an encoder-only model (num_decoder_layers=0) has no decoder to cache")
-        return KVCache(self.config.num_decoder_layers)
+        return KVCache(self.config.num_decoder_layers, cross_attention=self.config.has_encoder)
 
-    def forward(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None):
-        """Logits `(B, T, tgt_vocab_size)` (encoder-only: `(B, S, tgt_vocab_size)`)."""
-        return self._forward(src_ids, tgt_ids, src_mask, tgt_mask, None, False)
+    def forward(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, src_type_ids=None):
+        """Logits `(B, T, tgt_vocab_size)` (encoder-only: `(B, S, ...)`; bare backbone: hidden states)."""
+        return self._forward(src_ids, tgt_ids, src_mask, tgt_mask, src_type_ids, None, False)
 
-    def trace(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, attention_weights: bool = False
-              ) -> dict[str, torch.Tensor]:
-        """Every sublayer output under its canonical name, in execution order, ending with `logits`."""
+    def trace(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, src_type_ids=None,
+              attention_weights: bool = False) -> dict[str, torch.Tensor]:
+        """Every sublayer output under its canonical name, in execution order, ending with `logits` (a bare
+        backbone: `last_hidden_state`; `pooler`, if any, comes after the encoder)."""
         record: Record = {}
-        self._forward(src_ids, tgt_ids, src_mask, tgt_mask, record, attention_weights)
+        self._forward(src_ids, tgt_ids, src_mask, tgt_mask, src_type_ids, record, attention_weights)
         return record
 
-    def _forward(self, src_ids, tgt_ids, src_mask, tgt_mask, record, attention_weights):
+    def _forward(self, src_ids, tgt_ids, src_mask, tgt_mask, src_type_ids, record, attention_weights):
         c = self.config
-        if c.is_encoder_decoder and tgt_ids is None:
-            raise ValueError("this encoder-decoder model needs tgt_ids, received None")
-        if not c.is_encoder_decoder and (tgt_ids is not None or tgt_mask is not None):
-            raise ValueError("this encoder-only model (num_decoder_layers=0) takes source ids alone, "
-                             "received tgt_ids or tgt_mask")
+        rn.check_family(c, tgt_ids, tgt_mask, src_type_ids)
+        if c.is_decoder_only:  # the one sequence arrives as src_ids / src_mask
+            return self.decode(src_ids, None, None, src_mask, record, attention_weights)
         src_ids, src_mask = self._inputs("src", src_ids, src_mask, c.src_vocab_size)
         if tgt_ids is not None:
             tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, c.tgt_vocab_size)
             if tgt_ids.shape[0] != src_ids.shape[0]:
                 raise ValueError(f"src_ids and tgt_ids have different batch sizes: {src_ids.shape[0]} and "
                                  f"{tgt_ids.shape[0]}")
-        memory = self.encode(src_ids, src_mask, record, attention_weights)
-        if not c.is_encoder_decoder:
-            return self._logits(memory, record)
+        memory = self.encode(src_ids, src_mask, record, attention_weights, src_type_ids=src_type_ids)
+        if self.pooler is not None:
+            pooled = self.pooler(memory)
+            if record is not None:
+                record["pooler"] = pooled
+        if c.is_encoder_only:
+            return self._output(memory, record)
         return self.decode(tgt_ids, memory, src_mask, tgt_mask, record, attention_weights)
 
-    def _logits(self, x, record):
+    def _embed_target(self, ids, offset):
+        shared = self.src_embed.token if self.config.share_embeddings else None
+        return self.tgt_embed(ids, offset, token=shared)
+
+    def _output(self, x, record):
+        """Final hidden states -> (head transform ->) logits; a bare backbone returns the hidden states."""
+        if self.head is not None:
+            x = self.head(x)
+            if record is not None:
+                record["head"] = x
+        if self.output is None:
+            if record is not None:
+                record["last_hidden_state"] = x
+            return x
         tied = None
         if self.config.tie_embeddings:
-            tied = (self.tgt_embed if self.config.is_encoder_decoder else self.src_embed).token.weight
+            side = tied_output_embedding(self.config).split("_", 1)[0]  # "src" or "tgt"
+            tied = getattr(self, f"{side}_embed").token.weight
         logits = self.output(x, tied)
         if record is not None:
             record["logits"] = logits
         return logits
+
+    def _require(self, method: str, present: bool) -> None:
+        if not present:
+            c = self.config
+            raise ValueError(f"{method}() needs {'an encoder' if method == 'encode' else 'a decoder'}; this model "
+                             f"has num_encoder_layers={c.num_encoder_layers}, num_decoder_layers="
+                             f"{c.num_decoder_layers}")
 
     def _inputs(self, side: str, ids, mask, vocab_size: int):
         """Validate ids (and an explicit mask) with the reference's checks; returns tensors on the model's device."""
@@ -394,6 +484,12 @@ class Transformer(nn.Module):
             return ids, ids != self.config.pad_id
         rn.check_padding_mask(f"{side}_mask", _host(mask), tuple(ids.shape))
         return ids, torch.as_tensor(mask, device=device)
+
+    def _type_ids(self, type_ids, ids):
+        if type_ids is None:
+            return None
+        rn.check_type_ids(_host(type_ids), tuple(ids.shape), self.config.type_vocab_size, self.config.max_len)
+        return torch.as_tensor(type_ids, device=ids.device)
 
 
 def _host(x) -> np.ndarray:
