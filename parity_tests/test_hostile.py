@@ -123,3 +123,39 @@ def test_h5_config_larger_than_the_file_is_refused(tmp_path, tiny_h5, capsys):
         f.attrs["transformer_parity_config"] = TINY.replace(num_encoder_layers=10**9).to_json()
     code, _, err = run(["convert", tiny_h5, tmp_path / "out.pt"], capsys)
     assert_clean_error(code, err, "num_encoder_layers=1000000000")
+
+
+# --- 2. verify never passes on a non-finite judge or floor ------------------------------------------------------------
+
+def _float64_pair(tmp_path, name, value, shift_port=0.0):
+    weights = seeded_weights(TINY, 0, np.float64)
+    weights[name] = weights[name].copy()
+    weights[name].flat[0] = value
+    formats.save(tmp_path / "ref.safetensors", TINY, weights)
+    port = {k: v.copy() for k, v in weights.items()}
+    port["output.bias"] = port["output.bias"] + shift_port
+    formats.save(tmp_path / "port.pt", TINY, port)
+
+
+@pytest.mark.parametrize("value, fragment", [
+    (1e39, "weight encoder.layers.0.ffn.linear1.bias has magnitude 1e+39"),
+    (np.nan, "weight encoder.layers.0.ffn.linear1.bias holds NaN or inf"),
+], ids=["1e39", "nan"])
+def test_verify_fails_on_a_nonfinite_floor(tmp_path, capsys, value, fragment):
+    _float64_pair(tmp_path, "encoder.layers.0.ffn.linear1.bias", value, shift_port=100.0)
+    code, out, err = run(["verify", tmp_path / "ref.safetensors", tmp_path / "port.pt", "--dtype", "float64",
+                          "--json", "-"], capsys)
+    assert code == 1, (out, err)
+    report = json.loads(out)  # strict JSON: no NaN or Infinity tokens
+    assert report["passed"] is False
+    assert fragment in report["problems"][0] and "not finite at sublayer" in report["problems"][0]
+    assert "FAILED" not in out
+    code, out, _ = run(["verify", tmp_path / "ref.safetensors", tmp_path / "port.pt", "--dtype", "float64"], capsys)
+    assert code == 1 and "FAILED: " in out and fragment in " ".join(out.split())
+
+
+def test_verify_float64_port_with_finite_floor_still_passes(tmp_path, capsys):
+    _float64_pair(tmp_path, "encoder.layers.0.ffn.linear1.bias", 0.5)
+    code, out, _ = run(["verify", tmp_path / "ref.safetensors", tmp_path / "port.pt", "--dtype", "float64", "-q"],
+                       capsys)
+    assert code == 0, out

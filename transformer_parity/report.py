@@ -77,6 +77,8 @@ def verdict(report: "Report") -> str:
     if report.passed:
         return (f"PASS: all {n} comparisons within tolerance; largest error {_ratio(report.max_ratio())} x floor "
                 f"(limit {RATIO_LIMIT:g})")
+    if report.problems:
+        return f"FAILED: {report.problems[0]}"
     row = report.first_failure
     failed = sum(not r.passed for r in report.rows)
     return (f"DIVERGED: first divergent sublayer {row.sublayer} ({row.backends[0]} vs {row.backends[1]}: "

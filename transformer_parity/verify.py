@@ -75,8 +75,8 @@ class Row:
 
     def to_json(self) -> dict[str, Any]:
         return {"sublayer": self.sublayer, "backends": list(self.backends), "max_abs_err": _finite(self.max_abs_err),
-                "max_rel_err": _finite(self.max_rel_err), "floor": self.floor, "ratio": _finite(self.ratio),
-                "tolerance": self.limit * self.floor, "passed": self.passed}
+                "max_rel_err": _finite(self.max_rel_err), "floor": _finite(self.floor), "ratio": _finite(self.ratio),
+                "tolerance": _finite(self.limit * self.floor), "passed": self.passed}
 
 
 @dataclass
@@ -93,10 +93,11 @@ class Report:
     config_differences: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # why the judge itself cannot be trusted (non-finite values)
 
     @property
     def passed(self) -> bool:
-        return all(row.passed for row in self.rows)
+        return not self.problems and all(row.passed for row in self.rows)
 
     @property
     def first_failure(self) -> Row | None:
@@ -132,7 +133,7 @@ class Report:
             "tolerance": {"rule": "max_abs_err <= limit * floor; floor = max(max|numpy_f32 - numpy_f64|, "
                                   "eps32 * max|numpy_f64|), times eps64/eps32 for float64",
                           "ratio_limit": RATIO_LIMIT, "pair_ratio_limit": PAIR_RATIO_LIMIT},
-            "config_differences": self.config_differences, "notes": self.notes,
+            "config_differences": self.config_differences, "notes": self.notes, "problems": self.problems,
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "rows": [r.to_json() for r in self.rows],
         }
@@ -140,7 +141,7 @@ class Report:
 
 def _finite(x: float) -> float | None:
     """JSON has no inf/NaN: a non-finite error (NaN or inf in an output) is written as null."""
-    return x if math.isfinite(x) else None
+    return float(x) if math.isfinite(x) else None
 
 
 # --- weights and backends -------------------------------------------------------------------------------------------
@@ -256,7 +257,11 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
         return out
 
     judge = run(JUDGE, "numpy", config, reference.weights, "float64")
-    floor = floors(judge, run("numpy-f32 (floor)", "numpy", config, reference.weights, "float32"), dtype)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below, not as a warning
+        floor_run = run("numpy-f32 (floor)", "numpy", config, reference.weights, "float32")
+    problems = nonfinite_problems(judge, floor_run, reference.weights)
+    floor = floors(judge, floor_run, dtype)
+    del floor_run
     outputs = {s.label: run(s.label, s.backend, s.config, s.weights, dtype) for s in subjects}
 
     rows = []
@@ -271,7 +276,35 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
                   subjects=[{"label": s.label, "backend": s.backend, "source": s.source} for s in subjects],
                   judge=f"{JUDGE} on {reference.source or reference.label}", dtype=dtype,
                   inputs={"batch": batch, "src_len": src_len, "tgt_len": tgt_len, "seed": seed},
-                  config_differences=differences, notes=list(notes), seconds=seconds)
+                  config_differences=differences, notes=list(notes), seconds=seconds, problems=problems)
+
+
+def nonfinite_problems(judge: Mapping[str, np.ndarray], floor_run: Mapping[str, np.ndarray],
+                       weights: Mapping[str, np.ndarray]) -> list[str]:
+    """A judge or floor that is not finite cannot judge anything (an infinite floor would pass any error): name the
+    first sublayer where it happens and the weight behind it."""
+    for name, desired in judge.items():
+        for label, values in ((JUDGE, desired), ("the float32 floor run", floor_run.get(name))):
+            if values is not None and not np.all(np.isfinite(values)):
+                return [f"{label} is not finite at sublayer {name} ({_culprit(weights)}); no tolerance can be "
+                        "derived, so nothing can pass"]
+    return []
+
+
+def _culprit(weights: Mapping[str, np.ndarray]) -> str:
+    """The weight that makes the reference overflow: a NaN/inf one, else the largest beyond float32's range."""
+    top = float(np.finfo(np.float32).max)
+    worst_name, worst = None, 0.0
+    for name, value in weights.items():
+        value = np.asarray(value)
+        if not np.all(np.isfinite(value)):
+            return f"weight {name} holds NaN or inf"
+        m = _max_abs(value)
+        if m > worst:
+            worst_name, worst = name, m
+    if worst > top:
+        return f"weight {worst_name} has magnitude {worst:.3g}, beyond float32's largest {top:.3g}"
+    return f"no weight is beyond float32's range; the largest is {worst_name} at {worst:.3g}, so an activation overflows"
 
 
 def _row(name: str, backends: tuple[str, str], actual, desired, floor: float, limit: float) -> Row:
@@ -279,7 +312,7 @@ def _row(name: str, backends: tuple[str, str], actual, desired, floor: float, li
         err = rel = math.inf
     else:
         err, rel = compare(actual, desired)
-    ratio = err / floor
+    ratio = err / floor if math.isfinite(floor) else math.inf  # an infinite floor must not excuse any error
     return Row(name, backends, err, rel, floor, ratio, limit, bool(ratio <= limit))
 
 
