@@ -22,10 +22,11 @@ from typing import Any, Sequence
 
 from . import __version__
 from .errors import UsageError
+from .layouts import HF_LAYOUTS
 
 PROG = "transformer-parity"
 COMMAND_MODULES = ["benchmarks.cli", "transformer_parity.training_cli"]
-FORMAT_CHOICES = ("canonical", "torch", "nn-transformer", "keras")
+FORMAT_CHOICES = ("canonical", "torch", "nn-transformer", "keras", "hf", *HF_LAYOUTS)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -208,9 +209,13 @@ examples:
   transformer-parity convert seq2seq.pt seq2seq.safetensors --from nn-transformer --set num_heads=8
   # canonical -> the tutorial's own state-dict layout (loads with model.load_state_dict):
   transformer-parity convert model.safetensors tutorial.pt --to nn-transformer
+  # a Hugging Face model directory (save_pretrained's config.json + weights) to Keras, and back:
+  transformer-parity convert gpt2-dir gpt2.weights.h5
+  transformer-parity convert gpt2.weights.h5 gpt2-again --to hf
 
 formats: canonical (.safetensors), torch (.pt/.pth), nn-transformer (.pt/.pth/.bin, a torch.nn.Transformer
-model's state dict), keras (.weights.h5). Inferred from content and extension; --from/--to override.
+model's state dict), keras (.weights.h5), hf (a Hugging Face model directory: GPT-2, BERT or Marian; hf-gpt2,
+hf-bert, hf-marian name the family). Inferred from content and extension; --from/--to override.
 """
 
 
@@ -218,13 +223,13 @@ def cmd_convert(args) -> int:
     from . import formats
 
     fields = parse_fields(args.config, args.sets)
-    in_path = formats.check_input(args.input)
+    in_path = formats.check_source(args.input)
     out_format = formats.output_format(args.output, args.to)
-    out_path = formats.check_output(args.output, args.force)
+    out_path = formats.check_destination(args.output, out_format, args.force)
     if out_path.exists() and out_path.resolve() == in_path.resolve():
         raise UsageError(f"{args.output} is the input file; write the conversion elsewhere")
     start = time.perf_counter()
-    size = in_path.stat().st_size
+    size = formats.source_size(in_path)
     with _Bytes(args, f"reading {in_path.name}", size) as bar:
         loaded = formats.load(in_path, args.from_, fields, bar.advance)
         bar.describe(f"writing {out_path.name}", loaded.nbytes)
@@ -344,8 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=_Formatter,
                        description="Read a checkpoint in any supported format and write it in another, atomically\n"
                                    "(a temporary file renamed into place; nothing is left behind on error or Ctrl-C).")
-    p.add_argument("input", metavar="IN", help="checkpoint to read")
-    p.add_argument("output", metavar="OUT", help="file to write")
+    p.add_argument("input", metavar="IN", help="checkpoint to read (a file, or a Hugging Face model directory)")
+    p.add_argument("output", metavar="OUT", help="file to write (a directory with --to hf)")
     p.add_argument("--from", dest="from_", choices=FORMAT_CHOICES, help="input format (default: inferred)")
     p.add_argument("--to", choices=FORMAT_CHOICES, help="output format (default: from OUT's extension)")
     _add_config_options(p)

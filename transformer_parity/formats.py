@@ -10,6 +10,12 @@ file of theirs is read or written.
 | `torch`          | `.pt`, `.pth`         | torch_impl state dict + config (zip)       | torch   |
 | `nn-transformer` | `.pt`, `.pth`, `.bin` | a model around `torch.nn.Transformer`      | torch   |
 | `keras`          | `.weights.h5`, `.h5`  | tf_impl `save_weights` layout + config     | keras   |
+| `hf`             | a directory           | Hugging Face `save_pretrained` model dir   | torch   |
+
+`hf` is a directory (`config.json` + `model.safetensors`, shards with an index, or `pytorch_model.bin`) of one of
+the families in `layouts.HF_LAYOUTS`, told apart by config.json's `model_type`; `hf-gpt2`, `hf-bert` and
+`hf-marian` name one family explicitly (`--to hf` picks the family that can express the config). The external
+layouts (`nn-transformer` and the Hugging Face families) live in `transformer_parity.layouts`, one module each.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +34,12 @@ import numpy as np
 import reference_numpy as rn
 
 from .errors import UsageError
+from .layouts import HF_LAYOUTS
 
-FORMATS = ("canonical", "torch", "nn-transformer", "keras")
-FRAMEWORK = {"canonical": "numpy", "torch": "torch", "nn-transformer": "torch", "keras": "keras"}
+HF_FORMATS = ("hf", *HF_LAYOUTS)  # model directories
+FORMATS = ("canonical", "torch", "nn-transformer", "keras", *HF_FORMATS)
+FRAMEWORK = {"canonical": "numpy", "torch": "torch", "nn-transformer": "torch", "keras": "keras",
+             **{name: "torch" for name in HF_FORMATS}}
 EXTENSIONS = {".safetensors": "canonical", ".pt": "torch", ".pth": "torch", ".bin": "nn-transformer",
               ".weights.h5": "keras", ".h5": "keras"}
 # What the first bytes say: the container, which may hold more than one of our formats.
@@ -100,6 +110,8 @@ def check_input(path: str | os.PathLike) -> Path:
 def detect_format(path: str | os.PathLike, declared: str | None = None) -> str:
     """The format of an existing file, from its content and extension (`declared`, the user's --from, wins over
     the extension but not over content that plainly says otherwise)."""
+    if Path(path).is_dir():
+        return _directory_format(Path(path), declared)
     path = check_input(path)
     content = sniff(path)
     by_ext = extension_format(path)
@@ -141,6 +153,8 @@ def load(path: str | os.PathLike, fmt: str | None = None, fields: Mapping[str, A
     path = Path(path)
     fmt = detect_format(path, fmt)
     try:
+        if fmt in HF_FORMATS:
+            return _load_hf(path, fmt, fields, on_tensor)
         if fmt == "canonical":
             return _load_canonical(path, fields, on_tensor)
         if fmt in ("torch", "nn-transformer"):
@@ -190,6 +204,53 @@ def _load_torch(path: Path, fields: Mapping[str, Any]) -> Loaded:
                      "'layers.0.self_attn.in_proj_weight')")
 
 
+def _directory_format(path: Path, declared: str | None) -> str:
+    """A directory is read as a Hugging Face model directory (`hf`, or the family `declared` names)."""
+    if declared is not None and declared not in HF_FORMATS:
+        raise UsageError(f"{path} is a directory, which cannot hold the {declared} format (a directory is read as a "
+                         f"Hugging Face model: {', '.join(HF_FORMATS)})")
+    if not (path / "config.json").is_file():
+        raise UsageError(f"{path} is a directory without config.json; expected a Hugging Face model directory "
+                         "(config.json plus model.safetensors, sharded safetensors or pytorch_model.bin) or a "
+                         "checkpoint file")
+    return declared or "hf"
+
+
+def _load_hf(path: Path, fmt: str, fields: Mapping[str, Any], on_tensor: OnTensor | None) -> Loaded:
+    from .layouts import hf
+
+    config, weights, notes, family = hf.load_dir(path, fmt, fields, on_tensor)
+    return Loaded(path, family, config, weights, notes)
+
+
+def check_source(path: str | os.PathLike) -> Path:
+    """`check_input` for a file, or a directory that holds a Hugging Face model's config.json."""
+    if Path(path).is_dir():
+        _directory_format(Path(path), None)
+        return Path(path)
+    return check_input(path)
+
+
+def source_size(path: Path) -> int:
+    """Bytes to read: a file's size, or a model directory's weight files."""
+    if path.is_dir():
+        from .layouts import hf_dir
+        return hf_dir.nbytes(path)
+    return path.stat().st_size
+
+
+def check_destination(path: str | os.PathLike, fmt: str, force: bool) -> Path:
+    """`check_output` for a file format; for a Hugging Face format, a directory to create (or, with --force,
+    a model directory to replace)."""
+    if fmt in HF_FORMATS:
+        from .layouts import hf_dir
+        try:
+            return hf_dir.check_output_dir(path, force)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return check_output(path, force)
+
+
 def _load_keras(path: Path, fields: Mapping[str, Any]) -> Loaded:
     from tf_impl import checkpoints as kc
 
@@ -205,6 +266,11 @@ def output_format(path: str | os.PathLike, declared: str | None = None) -> str:
     if declared is not None:
         if declared not in FORMATS:
             raise UsageError(f"unknown format {declared!r}; choose one of {', '.join(FORMATS)}")
+        if declared in HF_FORMATS:
+            if by_ext is not None:
+                raise UsageError(f"{path} has a {by_ext} extension, but --to {declared} writes a directory; give a "
+                                 "directory name")
+            return declared
         if declared == "keras" and not str(path).endswith(".weights.h5"):
             raise UsageError(f"{path}: Keras weights files must end in .weights.h5 (keras.Model.load_weights "
                              "requires it)")
@@ -215,42 +281,147 @@ def output_format(path: str | os.PathLike, declared: str | None = None) -> str:
         if str(path).lower().endswith(".keras"):
             raise UsageError(f"{path}: whole-model .keras archives are not supported; write NAME.weights.h5")
         raise UsageError(f"cannot tell the output format from {Path(path).name!r}; use an extension "
-                         f"({', '.join(EXTENSIONS)}) or --to FORMAT")
+                         f"({', '.join(EXTENSIONS)}) or --to FORMAT (--to hf for a Hugging Face model directory)")
     if by_ext == "keras" and not str(path).endswith(".weights.h5"):
         raise UsageError(f"{path}: Keras weights files must end in .weights.h5 (keras.Model.load_weights requires it)")
     return by_ext
 
 
 def check_output(path: str | os.PathLike, force: bool) -> Path:
-    """Refuse a directory, a missing parent, or an existing file without `force` — before any work is done."""
+    """Refuse a directory, a missing parent, anything but a regular file (a FIFO, a device, a socket, a symbolic
+    link: even with `force`), or an existing file without `force` — before any work is done."""
     path = Path(path)
-    if path.is_dir():
+    kind = special_kind(path)
+    if kind == "directory":
         raise UsageError(f"{path} is a directory; give a file name to write")
+    if kind is not None:
+        raise UsageError(f"{path} is a {kind}; refusing to write to it or replace it (even with --force)")
     if not path.parent.is_dir():
         raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
-    if path.exists() and not force:
+    if os.path.lexists(path) and not force:
         raise UsageError(f"{path} exists; pass --force to overwrite it")
     return path
 
 
+def special_kind(path: str | os.PathLike) -> str | None:
+    """What is at `path` if it is neither absent nor a regular file: 'directory', 'FIFO (named pipe)', ...; the
+    path itself is examined, not what a symbolic link points to."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        return f"symbolic link (to {os.readlink(path)})"
+    for test, kind in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO (named pipe)"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+                       (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return kind
+    return "special file"
+
+
+_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+NAME_MAX = 255
+
+
 @contextlib.contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary path beside `path` (same suffixes, so libraries that check them are content), renamed onto
-    `path` when the block succeeds and removed when it fails or is interrupted (Ctrl-C, SIGTERM)."""
-    suffix = "".join(path.suffixes[-2:]) if path.name.endswith(".weights.h5") else path.suffix
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{suffix}", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    previous = _raise_on_sigterm()
+def deferred_signals() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block ends (they are delivered then): for steps that must not be cut in
+    half, such as creating or publishing a temporary file, or importing a framework (an interrupt inside PyTorch's
+    import aborts the process with a C++ trace)."""
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    except (AttributeError, OSError, ValueError):
+        old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # no way to read it without setting it
+    os.umask(mask)
+    return mask
+
+
+def _temp_name_parts(path: Path) -> tuple[str, str]:
+    """mkstemp's prefix and suffix for a temporary file beside `path`: the same final suffixes (libraries check
+    them), the name shortened so that prefix + 8 random characters + suffix fit in NAME_MAX bytes."""
+    suffix = ".tmp" + ("".join(path.suffixes[-2:]) if path.name.endswith(".weights.h5") else path.suffix)
+    room = NAME_MAX - len(suffix.encode()) - 2 - 8 - 8  # the dots, the random part, some slack
+    stem = path.name.encode()[:max(room, 1)].decode(errors="ignore")
+    return f".{stem}.", suffix
+
+
+def publish(tmp: Path, path: Path, force: bool) -> None:
+    """Move the finished `tmp` onto `path`: with `force` an atomic replace (of a regular file only); without, an
+    atomic create that fails if `path` appeared meanwhile (a hard link, or an O_EXCL placeholder where the file
+    system has no hard links), so of two racing writers only one succeeds."""
+    kind = special_kind(path)
+    if kind is not None:
+        raise UsageError(f"{path} is a {kind}; refusing to write to it or replace it (even with --force)")
+    if force:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise UsageError(f"{path} appeared while it was being written (another writer?); pass --force to "
+                         "overwrite it") from None
+    except OSError:  # no hard links here (some network or FUSE file systems): claim the name, then replace it
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            raise UsageError(f"{path} appeared while it was being written (another writer?); pass --force to "
+                             "overwrite it") from None
+        os.replace(tmp, path)
+    else:
+        tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path, force: bool = False) -> Iterator[Path]:
+    """A temporary path beside `path` (same suffixes, so libraries that check them are content), published onto
+    `path` when the block succeeds (see `publish`: without `force`, never over a file that appeared meanwhile) and
+    removed when it fails or is interrupted (Ctrl-C, SIGTERM). The file gets the mode a new file would get under
+    the umask, or, replacing a file with `force`, that file's mode."""
+    path = Path(path)
+    prefix, suffix = _temp_name_parts(path)
+    tmp_path = None
+    with deferred_signals():  # the handler and the file appear together, or neither
+        previous = _raise_on_sigterm()
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
+        os.close(fd)
+        tmp_path = Path(tmp)
     try:
         yield tmp_path
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode) if force and os.path.isfile(path) else 0o666 & ~_umask()
+        except OSError:
+            mode = 0o666 & ~_umask()
         with open(tmp_path, "rb+") as f:
+            os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
-        os.replace(tmp_path, path)
+        with deferred_signals():
+            publish(tmp_path, path, force)
     finally:
-        tmp_path.unlink(missing_ok=True)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        with deferred_signals():
+            tmp_path.unlink(missing_ok=True)
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
 
 def _raise_on_sigterm():
@@ -274,22 +445,37 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
     """
     path = Path(path)
     fmt = output_format(path, fmt)
+    if fmt in HF_FORMATS:
+        return _save_hf(path, config, weights, fmt, force, on_tensor, consume)
     check_output(path, force)
     rn.validate_weights(config, weights)
     try:
-        with atomic_path(path) as tmp:
+        with deferred_signals():  # import the writer's framework before any temporary file exists
             if fmt == "canonical":
-                from .safetensors_io import write_canonical
-                write_canonical(tmp, config, weights, on_tensor, consume)
-            elif fmt == "torch":
-                from torch_impl import checkpoints as tc
-                tc.save_pt(tmp, config, weights, consume)
-            elif fmt == "nn-transformer":
-                from torch_impl import checkpoints as tc
-                tc.save_nn_transformer(tmp, config, weights, consume)
+                from . import safetensors_io as writer
+            elif fmt in ("torch", "nn-transformer"):
+                from torch_impl import checkpoints as writer
             else:
-                from tf_impl import checkpoints as kc
-                kc.save_weights_h5(tmp, config, weights, on_tensor, consume)
+                from tf_impl import checkpoints as writer
+        with atomic_path(path, force) as tmp:
+            if fmt == "canonical":
+                writer.write_canonical(tmp, config, weights, on_tensor, consume)
+            elif fmt == "torch":
+                writer.save_pt(tmp, config, weights, consume)
+            elif fmt == "nn-transformer":
+                writer.save_nn_transformer(tmp, config, weights, consume)
+            else:
+                writer.save_weights_h5(tmp, config, weights, on_tensor, consume)
     except ImportError as exc:
         raise UsageError(f"writing {fmt} needs {exc.name}, which is not installed") from None
     return path, fmt
+
+
+def _save_hf(path: Path, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], fmt: str, force: bool,
+             on_tensor: OnTensor | None, consume: bool) -> tuple[Path, str]:
+    """A Hugging Face model directory, built beside `path` and renamed into place (see `layouts.hf_dir`)."""
+    from .layouts import hf
+
+    check_destination(path, fmt, force)
+    family = hf.save_dir(path, config, weights if consume else dict(weights), fmt, force, on_tensor, consume=True)
+    return path, family

@@ -1,0 +1,39 @@
+"""External checkpoint layouts: one module per layout, each with its detection, config mapping (saying what it
+assumed) and one declarative table (`layouts.table`), importing no framework until its weights are read or written.
+
+Adding a layout is adding one module and one line here.
+
+| format           | module           | what                                                              |
+|------------------|------------------|-------------------------------------------------------------------|
+| `hf-gpt2`        | `hf_gpt2`        | Hugging Face `GPT2LMHeadModel` / `GPT2Model` directories           |
+| `hf-bert`        | `hf_bert`        | Hugging Face `BertForMaskedLM` / `BertModel` directories           |
+| `hf-marian`      | `hf_marian`      | Hugging Face `MarianMTModel` directories                           |
+| `nn-transformer` | `nn_transformer` | state dicts of models built around `torch.nn.Transformer`          |
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+# format name -> module: the Hugging Face families (model directories, `hf.py` reads and writes them) ...
+HF_LAYOUTS = {
+    "hf-gpt2": "hf_gpt2",
+    "hf-bert": "hf_bert",
+    "hf-marian": "hf_marian",
+}
+# ... and the single-file layouts.
+FILE_LAYOUTS = {
+    "nn-transformer": "nn_transformer",
+}
+
+
+def hf_layout(name: str) -> ModuleType:
+    """The module of a Hugging Face family format (`hf-gpt2`, ...)."""
+    if name not in HF_LAYOUTS:
+        raise ValueError(f"unknown Hugging Face format {name!r}; choose one of {', '.join(HF_LAYOUTS)}")
+    return importlib.import_module(f"{__name__}.{HF_LAYOUTS[name]}")
+
+
+def file_layout(name: str) -> ModuleType:
+    return importlib.import_module(f"{__name__}.{FILE_LAYOUTS[name]}")

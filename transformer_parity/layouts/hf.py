@@ -1,0 +1,116 @@
+"""Hugging Face model directories <-> canonical weights, through the per-family layout modules.
+
+Each family module (`hf_gpt2`, `hf_bert`, `hf_marian`, listed in `layouts.HF_LAYOUTS`) provides `NAME`,
+`MODEL_TYPE`, `ARCHITECTURES`, `config_from_hf`, `export_problems`, `config_to_hf`, `prefix` and `table`; this
+module reads and writes the directory (`hf_dir`) and applies the table (`table.import_state` / `export_state`).
+Neither imports transformers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Collection, Mapping
+
+import numpy as np
+
+import reference_numpy as rn
+
+from . import hf_dir
+from .table import export_state, import_state
+
+
+def architecture(hf: Mapping[str, Any], model_type: str, supported: tuple[str, ...], has_head: bool) -> str:
+    """The supported class `config.json` names; without `architectures`, the head model if its keys are there."""
+    archs = hf.get("architectures") or []
+    known = [a for a in archs if a in supported]
+    if known:
+        return known[0]
+    if archs:
+        raise ValueError(f"config.json architectures={archs} is not supported for model_type {model_type!r}; "
+                         f"supported: {', '.join(supported)}")
+    return supported[0] if has_head or len(supported) == 1 else supported[1]
+
+
+def refuse(hf: Mapping[str, Any], supported: Mapping[str, Any]) -> None:
+    """Fail on a config.json field set to a value this layout cannot compute (absent fields take the default)."""
+    for key, value in supported.items():
+        if key in hf and hf[key] is not None and hf[key] != value:
+            raise ValueError(f"config.json {key}={hf[key]!r} is not supported (only {value!r})")
+
+
+def integer(hf: Mapping[str, Any], key: str) -> int:
+    value = hf.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"config.json {key} must be an integer, received {value!r}")
+    return value
+
+
+def family_for(hf: Mapping[str, Any], path: str | os.PathLike, declared: str | None = None):
+    """The layout module for a config.json (`declared`, e.g. `hf-gpt2`, must agree with its model_type)."""
+    from . import HF_LAYOUTS, hf_layout
+
+    model_type = hf.get("model_type")
+    modules = [hf_layout(name) for name in HF_LAYOUTS]
+    found = next((m for m in modules if m.MODEL_TYPE == model_type), None)
+    if found is None:
+        raise ValueError(f"{path}: config.json model_type={model_type!r} is not supported; supported model types: "
+                         + ", ".join(f"{m.MODEL_TYPE} ({', '.join(m.ARCHITECTURES)})" for m in modules))
+    if declared not in (None, "hf", found.NAME):
+        raise ValueError(f"{path} holds a {model_type} model (format {found.NAME}), not {declared}")
+    return found
+
+
+def load_dir(path: str | os.PathLike, declared: str | None = None, fields: Mapping[str, Any] | None = None,
+             on_tensor=None) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str], str]:
+    """`(config, canonical weights, notes, format name)` of a model directory. `fields` (--set/--config) override
+    the mapped config; the weights are checked against the result."""
+    path = Path(path)
+    hf = hf_dir.read_config(path)
+    family = family_for(hf, path, declared)
+    files = hf_dir.weight_files(path)  # fails on a missing shard or no weights before anything is read
+    state = hf_dir.read_state(path, on_tensor)
+    try:
+        config, arch, notes = family.config_from_hf(hf, list(state))
+        if fields:
+            config = config.replace(**fields)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    table = family.table(config, family.prefix(arch, list(state)))
+    weights = import_state(config, state, table, source=str(path), consume=True)
+    notes.insert(0, f"read {arch} ({family.NAME}) from {', '.join(f.name for f in files)}")
+    return config, weights, notes, family.NAME
+
+
+def family_for_export(config: rn.TransformerConfig, declared: str | None = None):
+    """The family a canonical config is written as: `declared` (`hf-bert`), or the one that can express it."""
+    from . import HF_LAYOUTS, hf_layout
+
+    names = [n for n in HF_LAYOUTS if declared in (None, "hf", n)]
+    if not names:
+        raise ValueError(f"unknown Hugging Face format {declared!r}; choose hf or one of {', '.join(HF_LAYOUTS)}")
+    problems = {}
+    for name in names:
+        module = hf_layout(name)
+        problems[name] = module.export_problems(config)
+        if not problems[name]:
+            return module
+    raise ValueError("this model has no Hugging Face equivalent here: " + "; ".join(
+        f"as {name}: {', '.join(p)}" for name, p in problems.items()))
+
+
+def save_dir(path: str | os.PathLike, config: rn.TransformerConfig, weights: dict[str, np.ndarray],
+             declared: str | None = None, force: bool = False, on_tensor=None, consume: bool = False) -> str:
+    """Write canonical weights as a model directory `from_pretrained` loads; returns the format name."""
+    family = family_for_export(config, declared)
+    hf, arch = family.config_to_hf(config)
+    dtype = rn.weights_dtype(weights)
+    hf["dtype"] = str(dtype)  # transformers loads the weights in this dtype
+    state = export_state(config, weights, family.table(config, family.prefix(arch)), consume=consume)
+    hf_dir.write_dir(path, hf, state, force, on_tensor, consume=True)
+    return family.NAME
+
+
+def weight_keys(path: str | os.PathLike) -> Collection[str]:
+    """The tensor names a model directory holds (for tests and diagnostics)."""
+    return list(hf_dir.read_state(path))

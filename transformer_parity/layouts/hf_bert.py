@@ -1,0 +1,135 @@
+"""Hugging Face BERT (`BertForMaskedLM`, `BertModel`): a post-LN encoder with a LayerNorm on the embeddings.
+
+Token + learned position + segment embeddings, then `embeddings.LayerNorm`; each layer's attention and FFN are
+`nn.Linear`s (`(out, in)`, transposed to canonical kernels). `BertForMaskedLM`'s head is `cls.predictions.transform`
+(dense -> activation -> LayerNorm) and a decoder tied to the word embeddings with its own bias
+(`cls.predictions.bias`); it has no pooler. `BertModel` is the bare backbone with a pooler (dense + tanh on the first
+position); its logits are the final hidden states.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Collection
+
+import reference_numpy as rn
+
+from .hf import architecture, integer, refuse
+
+NAME = "hf-bert"
+MODEL_TYPE = "bert"
+ARCHITECTURES = ("BertForMaskedLM", "BertModel")
+BASE_PREFIX = "bert."  # where BertForMaskedLM keeps its BertModel
+
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
+               "silu": "silu", "swish": "silu"}
+TO_HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+
+_LAYER = "encoder.layer.{i}."
+BACKBONE = [
+    # canonical                                   BertModel                                          transform
+    ("src_embed.embedding",                       "embeddings.word_embeddings.weight",               "identity"),
+    ("src_pos.embedding",                         "embeddings.position_embeddings.weight",           "identity"),
+    ("src_type.embedding",                        "embeddings.token_type_embeddings.weight",         "identity"),
+    ("src_embed_norm.gamma",                      "embeddings.LayerNorm.weight",                     "identity"),
+    ("src_embed_norm.beta",                       "embeddings.LayerNorm.bias",                       "identity"),
+    ("encoder.layers.{i}.self_attn.q.kernel",     _LAYER + "attention.self.query.weight",            "transpose"),
+    ("encoder.layers.{i}.self_attn.q.bias",       _LAYER + "attention.self.query.bias",              "identity"),
+    ("encoder.layers.{i}.self_attn.k.kernel",     _LAYER + "attention.self.key.weight",              "transpose"),
+    ("encoder.layers.{i}.self_attn.k.bias",       _LAYER + "attention.self.key.bias",                "identity"),
+    ("encoder.layers.{i}.self_attn.v.kernel",     _LAYER + "attention.self.value.weight",            "transpose"),
+    ("encoder.layers.{i}.self_attn.v.bias",       _LAYER + "attention.self.value.bias",              "identity"),
+    ("encoder.layers.{i}.self_attn.o.kernel",     _LAYER + "attention.output.dense.weight",          "transpose"),
+    ("encoder.layers.{i}.self_attn.o.bias",       _LAYER + "attention.output.dense.bias",            "identity"),
+    ("encoder.layers.{i}.norm1.gamma",            _LAYER + "attention.output.LayerNorm.weight",      "identity"),
+    ("encoder.layers.{i}.norm1.beta",             _LAYER + "attention.output.LayerNorm.bias",        "identity"),
+    ("encoder.layers.{i}.ffn.linear1.kernel",     _LAYER + "intermediate.dense.weight",              "transpose"),
+    ("encoder.layers.{i}.ffn.linear1.bias",       _LAYER + "intermediate.dense.bias",                "identity"),
+    ("encoder.layers.{i}.ffn.linear2.kernel",     _LAYER + "output.dense.weight",                    "transpose"),
+    ("encoder.layers.{i}.ffn.linear2.bias",       _LAYER + "output.dense.bias",                      "identity"),
+    ("encoder.layers.{i}.norm2.gamma",            _LAYER + "output.LayerNorm.weight",                "identity"),
+    ("encoder.layers.{i}.norm2.beta",             _LAYER + "output.LayerNorm.bias",                  "identity"),
+    ("pooler.kernel",                             "pooler.dense.weight",                             "transpose"),
+    ("pooler.bias",                               "pooler.dense.bias",                               "identity"),
+    ("-",                                         "embeddings.position_ids",                         "ignore"),
+    ("-",                                         "embeddings.token_type_ids",                       "ignore"),
+]
+HEAD = [
+    ("head.dense.kernel",                         "cls.predictions.transform.dense.weight",          "transpose"),
+    ("head.dense.bias",                           "cls.predictions.transform.dense.bias",            "identity"),
+    ("head.norm.gamma",                           "cls.predictions.transform.LayerNorm.weight",      "identity"),
+    ("head.norm.beta",                            "cls.predictions.transform.LayerNorm.bias",        "identity"),
+    ("output.kernel",                             "cls.predictions.decoder.weight",                  "transpose"),
+    ("output.bias",                               "cls.predictions.bias",                            "identity"),
+    ("src_embed.embedding",                       "cls.predictions.decoder.weight",                  "tied"),
+    ("output.bias",                               "cls.predictions.decoder.bias",                    "tied"),
+]
+
+
+def table(config: rn.TransformerConfig, prefix: str) -> list[tuple[str, str, str]]:
+    """The full table for a state dict whose BertModel sits under `prefix`."""
+    return [(c, prefix + e, t) for c, e, t in BACKBONE] + HEAD
+
+
+def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.TransformerConfig, str, list[str]]:
+    """`(config, architecture, notes)` from BERT's `config.json` (and the saved key names: whether a pooler is
+    there is not in the config)."""
+    arch = architecture(hf, MODEL_TYPE, ARCHITECTURES, any(k.startswith(("cls.", BASE_PREFIX)) for k in keys))
+    refuse(hf, {"is_decoder": False, "add_cross_attention": False, "position_embedding_type": "absolute"})
+    activation = hf.get("hidden_act", "gelu")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"config.json hidden_act={activation!r} is not supported; supported: "
+                         f"{', '.join(ACTIVATIONS)}")
+    mlm = arch == "BertForMaskedLM"
+    vocab = integer(hf, "vocab_size")
+    config = rn.TransformerConfig(
+        src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=integer(hf, "hidden_size"),
+        num_heads=integer(hf, "num_attention_heads"), num_encoder_layers=integer(hf, "num_hidden_layers"),
+        num_decoder_layers=0, d_ff=integer(hf, "intermediate_size"), max_len=integer(hf, "max_position_embeddings"),
+        dropout=float(hf.get("hidden_dropout_prob", 0.1)), activation=ACTIVATIONS[activation], norm_first=False,
+        final_norm=False, layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)), positional="learned",
+        scale_embedding=False, bias=True, tie_embeddings=mlm and bool(hf.get("tie_word_embeddings", True)),
+        pad_id=int(hf.get("pad_token_id") or 0), output_bias=mlm, output_projection=mlm,
+        type_vocab_size=int(hf.get("type_vocab_size", 2)), embed_norm=True, head_transform=mlm,
+        pooler=not mlm and any(k.endswith("pooler.dense.weight") for k in keys))
+    notes = [] if mlm else [f"BertModel {'with' if config.pooler else 'without'} a pooler (from the saved weights)"]
+    return config, arch, notes
+
+
+def export_problems(config: rn.TransformerConfig) -> list[str]:
+    """Why `config` has no BERT equivalent (empty if it has one)."""
+    wanted = {"num_decoder_layers": 0, "norm_first": False, "final_norm": False, "positional": "learned",
+              "position_offset": 0, "scale_embedding": False, "bias": True, "embed_norm": True}
+    problems = [f"{k}={getattr(config, k)!r} (BERT needs {v!r})" for k, v in wanted.items()
+                if getattr(config, k) != v]
+    if config.output_projection and not (config.head_transform and config.has_output_bias and not config.pooler):
+        problems.append("an output projection without head_transform and an output bias, or with a pooler (neither "
+                        "BertForMaskedLM nor BertModel)")
+    if not config.output_projection and not config.pooler:
+        problems.append("pooler=False (transformers' BertModel always has a pooler)")
+    if config.type_vocab_size < 1:
+        problems.append("type_vocab_size=0 (BERT has segment embeddings)")
+    if config.output_projection and config.tgt_vocab_size != config.src_vocab_size:
+        problems.append(f"tgt_vocab_size={config.tgt_vocab_size} != src_vocab_size={config.src_vocab_size}")
+    return problems
+
+
+def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
+    """`(config.json contents, architecture)` for a config `export_problems` accepts."""
+    arch = "BertForMaskedLM" if config.output_projection else "BertModel"
+    hf = {"model_type": MODEL_TYPE, "architectures": [arch], "vocab_size": config.src_vocab_size,
+          "hidden_size": config.d_model, "num_attention_heads": config.num_heads,
+          "num_hidden_layers": config.num_encoder_layers, "intermediate_size": config.d_ff,
+          "max_position_embeddings": config.max_len, "hidden_act": TO_HF_ACTIVATION[config.activation],
+          "layer_norm_eps": config.layer_norm_eps, "hidden_dropout_prob": config.dropout,
+          "attention_probs_dropout_prob": config.dropout, "type_vocab_size": config.type_vocab_size,
+          "pad_token_id": config.pad_id, "position_embedding_type": "absolute",
+          "tie_word_embeddings": config.tie_embeddings if config.output_projection else True}
+    return hf, arch
+
+
+def prefix(arch: str, keys: Collection[str] | None = None) -> str:
+    """Where the BertModel sits: under `bert.` in a BertForMaskedLM, at the top in a bare BertModel; when reading,
+    wherever the saved keys put it."""
+    if keys is not None:
+        return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
+    return BASE_PREFIX if arch == "BertForMaskedLM" else ""

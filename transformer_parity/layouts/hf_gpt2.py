@@ -1,0 +1,116 @@
+"""Hugging Face GPT-2 (`GPT2LMHeadModel`, `GPT2Model`): a decoder-only, pre-LN model with learned positions.
+
+GPT-2's `Conv1D` stores weights `(in, out)`, the canonical kernel layout, so every projection maps as it is;
+`c_attn` holds q | k | v concatenated along its output axis. `GPT2LMHeadModel`'s `lm_head.weight` is tied to
+`wte.weight` (`save_pretrained` leaves it out; a file that has it must repeat `wte` exactly).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Collection
+
+import reference_numpy as rn
+
+from .hf import architecture, integer as _int, refuse
+
+NAME = "hf-gpt2"
+MODEL_TYPE = "gpt2"
+ARCHITECTURES = ("GPT2LMHeadModel", "GPT2Model")
+BASE_PREFIX = "transformer."  # where GPT2LMHeadModel keeps its GPT2Model
+
+ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
+               "silu": "silu", "swish": "silu"}
+TO_HF_ACTIVATION = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
+
+BACKBONE = [
+    # canonical                                        GPT2Model                          transform
+    ("tgt_embed.embedding",                            "wte.weight",                      "identity"),
+    ("tgt_pos.embedding",                              "wpe.weight",                      "identity"),
+    ("decoder.layers.{i}.self_attn.{qkv}.kernel",      "h.{i}.attn.c_attn.weight",        "fused_qkv"),
+    ("decoder.layers.{i}.self_attn.{qkv}.bias",        "h.{i}.attn.c_attn.bias",          "fused_qkv"),
+    ("decoder.layers.{i}.self_attn.o.kernel",          "h.{i}.attn.c_proj.weight",        "identity"),
+    ("decoder.layers.{i}.self_attn.o.bias",            "h.{i}.attn.c_proj.bias",          "identity"),
+    ("decoder.layers.{i}.norm1.gamma",                 "h.{i}.ln_1.weight",               "identity"),
+    ("decoder.layers.{i}.norm1.beta",                  "h.{i}.ln_1.bias",                 "identity"),
+    ("decoder.layers.{i}.ffn.linear1.kernel",          "h.{i}.mlp.c_fc.weight",           "identity"),
+    ("decoder.layers.{i}.ffn.linear1.bias",            "h.{i}.mlp.c_fc.bias",             "identity"),
+    ("decoder.layers.{i}.ffn.linear2.kernel",          "h.{i}.mlp.c_proj.weight",         "identity"),
+    ("decoder.layers.{i}.ffn.linear2.bias",            "h.{i}.mlp.c_proj.bias",           "identity"),
+    ("decoder.layers.{i}.norm3.gamma",                 "h.{i}.ln_2.weight",               "identity"),
+    ("decoder.layers.{i}.norm3.beta",                  "h.{i}.ln_2.bias",                 "identity"),
+    ("decoder.final_norm.gamma",                       "ln_f.weight",                     "identity"),
+    ("decoder.final_norm.beta",                        "ln_f.bias",                       "identity"),
+    ("-",                                              "h.{i}.attn.bias",                 "ignore"),  # causal mask
+    ("-",                                              "h.{i}.attn.masked_bias",          "ignore"),  # (old files)
+]
+HEAD = [
+    ("output.kernel",                                  "lm_head.weight",                  "transpose"),
+    ("tgt_embed.embedding",                            "lm_head.weight",                  "tied"),
+]
+
+
+def table(config: rn.TransformerConfig, prefix: str) -> list[tuple[str, str, str]]:
+    """The full table for a state dict whose GPT2Model sits under `prefix`."""
+    return [(c, prefix + e, t) for c, e, t in BACKBONE] + HEAD
+
+
+def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.TransformerConfig, str, list[str]]:
+    """`(config, architecture, notes)` from GPT-2's `config.json` (and the saved key names)."""
+    has_head = any(k.startswith(BASE_PREFIX) or k == "lm_head.weight" for k in keys)
+    arch = architecture(hf, MODEL_TYPE, ARCHITECTURES, has_head)
+    refuse(hf, {"add_cross_attention": False, "scale_attn_by_inverse_layer_idx": False,
+                 "scale_attn_weights": True, "reorder_and_upcast_attn": False})
+    notes = []
+    activation = hf.get("activation_function", "gelu_new")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"config.json activation_function={activation!r} is not supported; supported: "
+                         f"{', '.join(ACTIVATIONS)}")
+    vocab, d = _int(hf, "vocab_size"), _int(hf, "n_embd")
+    pad = hf.get("pad_token_id")
+    if pad is None:
+        eos = hf.get("eos_token_id")
+        pad = eos if isinstance(eos, int) and 0 <= eos < vocab else 0
+        notes.append(f"config.json has no pad_token_id; padding masks use pad_id={pad} (override with --set pad_id=N)")
+    lm = arch == "GPT2LMHeadModel"
+    tied = bool(hf.get("tie_word_embeddings", True)) if lm else False
+    config = rn.TransformerConfig(
+        src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=d, num_heads=_int(hf, "n_head"),
+        num_encoder_layers=0, num_decoder_layers=_int(hf, "n_layer"), d_ff=hf.get("n_inner") or 4 * d,
+        max_len=_int(hf, "n_positions"), dropout=float(hf.get("resid_pdrop", 0.1)),
+        activation=ACTIVATIONS[activation], norm_first=True, final_norm=True,
+        layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)), positional="learned", scale_embedding=False,
+        bias=True, tie_embeddings=tied, pad_id=int(pad), output_bias=False, output_projection=lm)
+    return config, arch, notes
+
+
+def export_problems(config: rn.TransformerConfig) -> list[str]:
+    """Why `config` has no GPT-2 equivalent (empty if it has one)."""
+    wanted = {"num_encoder_layers": 0, "norm_first": True, "final_norm": True, "positional": "learned",
+              "position_offset": 0, "scale_embedding": False, "bias": True, "embed_norm": False,
+              "head_transform": False, "type_vocab_size": 0, "pooler": False}
+    problems = [f"{k}={getattr(config, k)!r} (GPT-2 needs {v!r})" for k, v in wanted.items()
+                if getattr(config, k) != v]
+    if config.output_projection and config.has_output_bias:
+        problems.append("output_bias=True (GPT-2's lm_head has no bias)")
+    return problems
+
+
+def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
+    """`(config.json contents, architecture)` for a config `export_problems` accepts."""
+    arch = "GPT2LMHeadModel" if config.output_projection else "GPT2Model"
+    hf = {"model_type": MODEL_TYPE, "architectures": [arch], "vocab_size": config.tgt_vocab_size,
+          "n_embd": config.d_model, "n_head": config.num_heads, "n_layer": config.num_decoder_layers,
+          "n_inner": config.d_ff, "n_positions": config.max_len,
+          "activation_function": TO_HF_ACTIVATION[config.activation], "layer_norm_epsilon": config.layer_norm_eps,
+          "resid_pdrop": config.dropout, "embd_pdrop": config.dropout, "attn_pdrop": config.dropout,
+          "tie_word_embeddings": config.tie_embeddings if config.output_projection else True,
+          "pad_token_id": config.pad_id, "bos_token_id": None, "eos_token_id": None}
+    return hf, arch
+
+
+def prefix(arch: str, keys: Collection[str] | None = None) -> str:
+    """Where the GPT2Model sits: under `transformer.` in a GPT2LMHeadModel, at the top in a bare GPT2Model; when reading,
+    wherever the saved keys put it."""
+    if keys is not None:
+        return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
+    return BASE_PREFIX if arch == "GPT2LMHeadModel" else ""

@@ -1,0 +1,207 @@
+"""The one loop that maps canonical weights to and from an external layout through a declarative table.
+
+A table is plain data, a list of `(canonical, external, transform)` string triples, so that the same table could be
+read from a file a user writes:
+
+- `canonical`: a canonical parameter name (`reference_numpy.parameter_shapes`) in which `{i}` stands for a layer
+  index and `{qkv}` for one of the attention projections q, k, v;
+- `external`: the name in the other layout, with the same placeholders (`{qkv}` left out for a fused entry);
+- `transform`, one of `TRANSFORMS`:
+
+  | transform   | external array                                       | reading          | writing   |
+  |-------------|------------------------------------------------------|------------------|-----------|
+  | `identity`  | the canonical array                                  | required         | written   |
+  | `transpose` | its 2-D transpose (`nn.Linear` weight `(out, in)`)   | required         | written   |
+  | `fused_qkv` | q, k, v concatenated along the last axis (`c_attn`)  | required         | written   |
+  | `row`       | shape `(1, n)` for a canonical `(n,)`                | required         | written   |
+  | `tied`      | a second copy of the canonical array (a tied head)   | optional, equal  | left out  |
+  | `sinusoid`  | a fixed sinusoid table the model recomputes          | optional, equal  | left out  |
+  | `ignore`    | a buffer that is not a parameter (a causal mask)     | optional         | left out  |
+
+The first entry whose `canonical` pattern matches a name maps it. Reading fails on any external entry that is
+missing, unused or of the wrong shape, naming the entry and the shape the config implies; writing produces exactly
+the entries a reader of that layout expects.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+import reference_numpy as rn
+
+TRANSFORMS = ("identity", "transpose", "fused_qkv", "row", "tied", "sinusoid", "ignore")
+CHECKED = ("tied", "sinusoid", "ignore")  # optional on reading, never written
+Entry = tuple[str, str, str]  # (canonical, external, transform)
+
+_PLACEHOLDERS = {"i": r"(?P<i>\d+)", "qkv": r"(?P<qkv>[qkv])"}
+
+
+def _regex(pattern: str) -> re.Pattern:
+    """`encoder.layers.{i}.self_attn.{qkv}.kernel` -> a regex with named groups `i` and `qkv`."""
+    parts = re.split(r"(\{\w+\})", pattern)
+    out = []
+    for part in parts:
+        name = part[1:-1] if part.startswith("{") and part.endswith("}") else None
+        if name is not None and name not in _PLACEHOLDERS:
+            raise ValueError(f"unknown placeholder {part!r} in pattern {pattern!r}; known: "
+                             f"{', '.join('{' + p + '}' for p in _PLACEHOLDERS)}")
+        out.append(_PLACEHOLDERS[name] if name is not None else re.escape(part))
+    return re.compile("".join(out))
+
+
+def check_table(table: Sequence[Entry]) -> None:
+    for entry in table:
+        if len(entry) != 3 or not all(isinstance(x, str) for x in entry):
+            raise ValueError(f"a table entry is (canonical, external, transform), received {entry!r}")
+        if entry[2] not in TRANSFORMS:
+            raise ValueError(f"unknown transform {entry[2]!r} in {entry!r}; choose one of {', '.join(TRANSFORMS)}")
+        if entry[2] == "fused_qkv" and "{qkv}" not in entry[0]:
+            raise ValueError(f"a fused_qkv entry needs {{qkv}} in its canonical pattern, received {entry!r}")
+
+
+def plan(config: rn.TransformerConfig, table: Sequence[Entry]) -> dict[str, tuple[str, str, int]]:
+    """canonical name -> (external name, transform, part), `part` being 0/1/2 for q/k/v of a fused entry."""
+    check_table(table)
+    compiled = [(_regex(c), e, t) for c, e, t in table if t not in CHECKED]
+    out = {}
+    for name in rn.parameter_shapes(config):
+        for pattern, external, transform in compiled:
+            match = pattern.fullmatch(name)
+            if match:
+                groups = match.groupdict()
+                fused = transform == "fused_qkv"
+                out[name] = (external.format(**{k: v for k, v in groups.items() if v is not None}),
+                             transform, "qkv".index(groups["qkv"]) if fused else 0)
+                break
+        else:
+            raise ValueError(f"no table entry covers canonical parameter {name!r}")
+    return out
+
+
+def _external_shape(transform: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    if transform == "transpose":
+        return shape[::-1]
+    if transform == "fused_qkv":
+        return shape[:-1] + (3 * shape[-1],)
+    if transform == "row":
+        return (1,) + shape
+    return shape
+
+
+def _optional(config: rn.TransformerConfig, table: Sequence[Entry], state_keys: Iterable[str],
+              wanted: set[str]) -> dict[str, tuple[str, str]]:
+    """external name -> (transform, canonical) for the tied / sinusoid / ignored entries present in the state."""
+    shapes = rn.parameter_shapes(config)
+    out = {}
+    for canonical, external, transform in table:
+        if transform not in CHECKED:
+            continue
+        if transform == "tied" and canonical not in shapes:
+            continue
+        if transform == "sinusoid" and config.positional != "sinusoidal":
+            continue
+        pattern = _regex(external)
+        for key in state_keys:
+            if key not in wanted and pattern.fullmatch(key):
+                out[key] = (transform, canonical)
+    return out
+
+
+def import_state(config: rn.TransformerConfig, state: dict[str, np.ndarray], table: Sequence[Entry],
+                 source: str = "<state dict>", consume: bool = False) -> dict[str, np.ndarray]:
+    """{external name: array} -> canonical weights. `consume=True` empties `state` as it goes."""
+    shapes = rn.parameter_shapes(config)
+    mapping = plan(config, table)
+    wanted = {external for external, _, _ in mapping.values()}
+    optional = _optional(config, table, list(state), wanted)
+    missing = sorted(wanted - set(state))
+    unused = sorted(set(state) - wanted - set(optional))
+    if missing or unused:
+        parts = [f"missing {len(missing)}: {_preview(missing)}"] if missing else []
+        parts += [f"unexpected {len(unused)}: {_preview(unused)}"] if unused else []
+        raise ValueError(f"{source}: the weights do not match the config: " + "; ".join(parts))
+    problems = []
+    for name, (external, transform, _) in mapping.items():
+        expected, actual = _external_shape(transform, shapes[name]), tuple(np.shape(state[external]))
+        if actual != expected:
+            problems.append(f"{external} has shape {actual}, the config implies {expected}")
+    if problems:
+        raise ValueError(f"{source}: the weights do not match the config: " + "; ".join(dict.fromkeys(problems)))
+
+    uses: dict[str, int] = {}
+    for external, _, _ in mapping.values():
+        uses[external] = uses.get(external, 0) + 1
+    weights = {}
+    for name, (external, transform, part) in mapping.items():
+        array = np.asarray(state[external])
+        if transform == "transpose":
+            value = np.ascontiguousarray(array.T)  # (out, in) -> (in, out)
+        elif transform == "fused_qkv":
+            width = shapes[name][-1]
+            value = np.array(array[..., part * width:(part + 1) * width])  # (..., 3D) -> (..., D)
+        elif transform == "row":
+            value = np.array(array.reshape(shapes[name]))  # (1, n) -> (n,)
+        else:
+            value = np.array(array)
+        weights[name] = value
+        uses[external] -= 1
+        if consume and uses[external] == 0:
+            del state[external]
+    for external, (transform, canonical) in optional.items():
+        _check_optional(config, weights, state[external], external, transform, canonical, source)
+        if consume:
+            del state[external]
+    try:
+        rn.validate_weights(config, weights)
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
+    return weights
+
+
+def _check_optional(config, weights, array, external: str, transform: str, canonical: str, source: str) -> None:
+    array = np.asarray(array)
+    if transform == "tied":
+        if array.shape != weights[canonical].shape or not np.array_equal(array, weights[canonical]):
+            raise ValueError(f"{source}: {external} should repeat {canonical} (a tied output layer) but differs; "
+                             "an untied head needs tie_word_embeddings=false in config.json")
+    elif transform == "sinusoid":
+        expected = rn.sinusoidal_positions(config.max_len, config.d_model, config.sinusoid_layout)
+        rows = min(len(array), len(expected))
+        if array.ndim != 2 or array.shape[1] != config.d_model or not np.allclose(
+                array[:rows], expected[:rows], rtol=0, atol=1e-5):
+            raise ValueError(f"{source}: {external} is not the {config.sinusoid_layout} sinusoid table the model "
+                             "computes (learned or altered positions are not supported in this layout)")
+
+
+def export_state(config: rn.TransformerConfig, weights: dict[str, np.ndarray], table: Sequence[Entry],
+                 consume: bool = False) -> dict[str, np.ndarray]:
+    """Canonical weights -> {external name: array}, in table order. `consume=True` empties `weights` as it goes."""
+    rn.validate_weights(config, weights)
+    mapping = plan(config, table)
+    fused: dict[str, list] = {}
+    out = {}
+    for name, (external, transform, part) in mapping.items():
+        array = np.asarray(weights.pop(name) if consume else weights[name])
+        if transform == "transpose":
+            out[external] = np.ascontiguousarray(array.T)  # (in, out) -> (out, in)
+        elif transform == "fused_qkv":
+            parts = fused.setdefault(external, [None, None, None])
+            parts[part] = array
+            if all(p is not None for p in parts):
+                out[external] = np.concatenate(parts, axis=-1)  # 3 x (..., D) -> (..., 3D)
+                del fused[external]
+        elif transform == "row":
+            out[external] = np.array(array.reshape((1,) + array.shape))  # (n,) -> (1, n)
+        else:
+            out[external] = np.array(array)
+    if fused:
+        raise ValueError(f"fused entries missing a part: {sorted(fused)}")
+    return out
+
+
+def _preview(names: Sequence[str], limit: int = 6) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
