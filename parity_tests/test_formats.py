@@ -359,7 +359,7 @@ def test_nn_transformer_import_failures_name_the_problem(tmp_path):
 
 
 def test_in_proj_split_and_fuse_are_inverse():
-    from torch_impl.checkpoints import fuse_in_proj, split_in_proj
+    from transformer_parity.layouts.nn_transformer import fuse_in_proj, split_in_proj
 
     state = {"a.in_proj_weight": np.arange(24.0).reshape(6, 4), "a.in_proj_bias": np.arange(6.0), "b": np.ones(2)}
     split = split_in_proj(state)

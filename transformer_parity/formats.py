@@ -185,13 +185,15 @@ def _load_canonical(path: Path, fields: Mapping[str, Any], on_tensor: OnTensor |
 def _load_torch(path: Path, fields: Mapping[str, Any]) -> Loaded:
     from torch_impl import checkpoints as tc
 
+    from .layouts import nn_transformer as nn
+
     obj = tc.read_torch_file(path)
     if tc.is_project_file(obj):
         config, weights = tc.load_pt(obj, path, fields)
         return Loaded(path, "torch", config, weights)
     state, wrapper = tc.unwrap_state_dict(obj, path)
-    if tc.looks_like_nn_transformer(state):
-        config, weights, notes = tc.import_nn_transformer(state, path, fields, stored=tc.stored_nn_config(state),
+    if nn.looks_like_nn_transformer(state):
+        config, weights, notes = nn.import_nn_transformer(state, path, fields, stored=nn.stored_nn_config(state),
                                                           consume=True)
         if wrapper:
             notes.insert(0, f"read the state dict under key {wrapper!r}")
@@ -400,10 +402,13 @@ def atomic_path(path: Path, force: bool = False) -> Iterator[Path]:
     the umask, or, replacing a file with `force`, that file's mode."""
     path = Path(path)
     prefix, suffix = _temp_name_parts(path)
-    tmp_path = None
     with deferred_signals():  # the handler and the file appear together, or neither
         previous = _raise_on_sigterm()
-        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
+        except BaseException:
+            _restore_sigterm(previous)
+            raise
         os.close(fd)
         tmp_path = Path(tmp)
     try:
@@ -420,8 +425,12 @@ def atomic_path(path: Path, force: bool = False) -> Iterator[Path]:
     finally:
         with deferred_signals():
             tmp_path.unlink(missing_ok=True)
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            _restore_sigterm(previous)
+
+
+def _restore_sigterm(previous) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _raise_on_sigterm():
@@ -463,7 +472,8 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
             elif fmt == "torch":
                 writer.save_pt(tmp, config, weights, consume)
             elif fmt == "nn-transformer":
-                writer.save_nn_transformer(tmp, config, weights, consume)
+                from .layouts import nn_transformer
+                nn_transformer.save_nn_transformer(tmp, config, weights, consume)
             else:
                 writer.save_weights_h5(tmp, config, weights, on_tensor, consume)
     except ImportError as exc:

@@ -1,0 +1,356 @@
+"""Models built around `torch.nn.Transformer` (or a lone `nn.TransformerEncoder`): the `nn-transformer` layout.
+
+The state dict sits under any prefix, next to token embeddings, an output `Linear` and optionally a positional
+table, such as PyTorch's translation tutorial (`Seq2SeqTransformer`: `transformer.*`, `src_tok_emb.embedding.weight`,
+`tgt_tok_emb.embedding.weight`, `generator.*`, `positional_encoding.pos_embedding`) or its language-model tutorial
+(`transformer_encoder.*`, `embedding.weight`, `linear.*`, `pos_encoder.pe`). Detection (`looks_like_nn_transformer`,
+`detect_layout`) finds the parts; `NN_TRANSFORMER_TABLE(layout)` is the declarative mapping (a table per layout, since
+the prefixes are the model author's choice); the one layout change it needs beyond transposes is that
+`nn.MultiheadAttention` packs q, k and v into one `in_proj_weight` of shape `(3 * D, D)`, which `split_in_proj` /
+`fuse_in_proj` cut into and join from three `(D, D)` entries named `...in_proj_weight:q` etc.
+
+What such weights cannot tell (heads, activation, norm placement, epsilon, embedding scale, padding id) comes from
+`fields` (the CLI's `--set` / `--config`); whatever is neither given nor inferred takes `nn.Transformer`'s and the
+tutorials' values and is listed in the returned notes. A file this module exports carries its config in the state
+dict's `_metadata`, which `load_state_dict` ignores, so it loads into the tutorial's model as it is and re-imports
+losslessly. Reading the `.pt` file itself (`torch.load(weights_only=True)`) is `torch_impl.checkpoints`; PyTorch is
+imported only when tensors are converted or a file is written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+
+import reference_numpy as rn
+from reference_numpy import IDENTITY, TRANSPOSE, Rule, Transform, TransformerConfig
+
+if TYPE_CHECKING:
+    import torch
+
+NAME = "nn-transformer"
+
+NN_METADATA_KEY = "transformer_parity_config"  # in state_dict._metadata[""] of files we export
+TUTORIAL_MAX_LEN = 5000  # the tutorials' PositionalEncoding default `maxlen`
+
+# nn.Transformer's and the tutorials' values for what weights cannot tell.
+NN_TRANSFORMER_DEFAULTS = {"num_heads": 8, "activation": "relu", "norm_first": False, "layer_norm_eps": 1e-5,
+                           "scale_embedding": True, "dropout": 0.1, "pad_id": 0}
+
+@dataclass(frozen=True)
+class NNLayout:
+    """Where the parts of a model built around `torch.nn.Transformer` sit in its state dict."""
+
+    encoder: str  # prefix of the nn.TransformerEncoder, e.g. "transformer.encoder."
+    decoder: str | None  # prefix of the nn.TransformerDecoder; None for an encoder-only model
+    src_embed: str
+    tgt_embed: str | None  # may equal src_embed (one shared table)
+    output_weight: str | None  # None: the output reuses the target (encoder-only: source) embedding
+    output_bias: str | None
+    positions: str | None  # a positional table (sinusoidal buffer or learned), shape (L, D), (L, 1, D) or (1, L, D)
+
+
+# PyTorch's "Language Translation with nn.Transformer and torchtext" tutorial (Seq2SeqTransformer).
+TRANSLATION_TUTORIAL = NNLayout("transformer.encoder.", "transformer.decoder.", "src_tok_emb.embedding.weight",
+                                "tgt_tok_emb.embedding.weight", "generator.weight", "generator.bias",
+                                "positional_encoding.pos_embedding")
+# PyTorch's "Language Modeling with nn.TransformerEncoder" tutorial (TransformerModel): encoder-only.
+LANGUAGE_MODEL_TUTORIAL = NNLayout("transformer_encoder.", None, "embedding.weight", None, "linear.weight",
+                                   "linear.bias", "pos_encoder.pe")
+
+_LAYER = r"(?P<i>\d+)"
+
+
+def _attention_rules(canonical: str, framework: str) -> tuple[Rule, ...]:
+    return (
+        Rule(rf"{canonical}\.(?P<p>[qkv])\.kernel", framework + ".in_proj_weight:{p}", TRANSPOSE),
+        Rule(rf"{canonical}\.(?P<p>[qkv])\.bias", framework + ".in_proj_bias:{p}", IDENTITY),
+        Rule(rf"{canonical}\.o\.kernel", framework + ".out_proj.weight", TRANSPOSE),
+        Rule(rf"{canonical}\.o\.bias", framework + ".out_proj.bias", IDENTITY),
+    )
+
+
+def _layer_rules(stack: str, prefix: str) -> tuple[Rule, ...]:
+    layer = rf"{stack}\.layers\.{_LAYER}"
+    fw = prefix + "layers.{i}"
+    rules = _attention_rules(rf"{layer}\.self_attn", fw + ".self_attn")
+    rules += _attention_rules(rf"{layer}\.cross_attn", fw + ".multihead_attn")
+    rules += (
+        Rule(rf"{layer}\.ffn\.(?P<lin>linear[12])\.kernel", fw + ".{lin}.weight", TRANSPOSE),
+        Rule(rf"{layer}\.ffn\.(?P<lin>linear[12])\.bias", fw + ".{lin}.bias", IDENTITY),
+        Rule(rf"{layer}\.(?P<norm>norm[123])\.gamma", fw + ".{norm}.weight", IDENTITY),
+        Rule(rf"{layer}\.(?P<norm>norm[123])\.beta", fw + ".{norm}.bias", IDENTITY),
+        Rule(rf"{stack}\.final_norm\.gamma", prefix + "norm.weight", IDENTITY),
+        Rule(rf"{stack}\.final_norm\.beta", prefix + "norm.bias", IDENTITY),
+    )
+    return rules
+
+
+def _squeeze_positions(shape: tuple[int, ...]) -> Transform:
+    """A positional table stored as `(L, 1, D)` or `(1, L, D)` (the tutorials' buffers) <-> canonical `(L, D)`."""
+    return Transform("squeeze-positions", lambda a: a.reshape(shape), lambda a: a.reshape(-1, a.shape[-1]))
+
+
+def NN_TRANSFORMER_TABLE(layout: NNLayout, position_shape: tuple[int, ...] | None = None) -> tuple[Rule, ...]:
+    """The declarative canonical <-> nn.Transformer-model mapping for one layout (a table per layout, since the
+    prefixes are the model author's choice)."""
+    tgt = layout.tgt_embed or layout.src_embed
+    rules = (
+        Rule(r"src_embed\.embedding", layout.src_embed, IDENTITY),
+        Rule(r"tgt_embed\.embedding", tgt, IDENTITY),
+    )
+    if layout.positions is not None:
+        pos = _squeeze_positions(position_shape) if position_shape and len(position_shape) == 3 else IDENTITY
+        rules += (Rule(r"(src|tgt)_pos\.embedding", layout.positions, pos),)  # one table shared by both sides
+    rules += _layer_rules("encoder", layout.encoder)
+    if layout.decoder is not None:
+        rules += _layer_rules("decoder", layout.decoder)
+    if layout.output_weight is not None:
+        rules += (Rule(r"output\.kernel", layout.output_weight, TRANSPOSE),)
+    if layout.output_bias is not None:
+        rules += (Rule(r"output\.bias", layout.output_bias, IDENTITY),)
+    return rules
+
+
+def split_in_proj(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`...in_proj_weight` `(3D, D)` / `...in_proj_bias` `(3D,)` -> three entries `...:q`, `...:k`, `...:v`."""
+    out = {}
+    for key, value in state.items():
+        if key.endswith((".in_proj_weight", ".in_proj_bias")):
+            if value.shape[0] % 3:
+                raise ValueError(f"{key} has shape {value.shape}; in_proj packs q, k, v, so its first dimension "
+                                 "must be a multiple of 3")
+            for name, part in zip("qkv", np.split(value, 3, axis=0)):  # (3D, ...) -> 3 x (D, ...)
+                out[f"{key}:{name}"] = part
+        else:
+            out[key] = value
+    return out
+
+
+def fuse_in_proj(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The inverse of `split_in_proj`: join `...:q`, `...:k`, `...:v` into one packed entry, in place of the q."""
+    out = {}
+    for key, value in state.items():
+        if key.endswith(":q"):
+            base = key[:-2]
+            out[base] = np.concatenate([value, state[base + ":k"], state[base + ":v"]], axis=0)  # 3 x (D, ..) -> (3D, ..)
+        elif not key.endswith((":k", ":v")):
+            out[key] = value
+    return out
+
+
+_STACK = re.compile(r"^(?P<root>.*?)layers\.0\.self_attn\.in_proj_weight$")
+_SRC_HINT = re.compile(r"src|source|enc|input|inp", re.IGNORECASE)
+_TGT_HINT = re.compile(r"tgt|trg|target|dec", re.IGNORECASE)
+_POS_HINT = re.compile(r"pos|(^|[._])pe($|[._])", re.IGNORECASE)
+
+
+def looks_like_nn_transformer(state: Mapping[str, Any]) -> bool:
+    return isinstance(state, Mapping) and any(_STACK.match(str(k)) for k in state)
+
+
+def detect_layout(state: Mapping[str, np.ndarray], path: str | os.PathLike = "<state dict>") -> tuple[NNLayout, list[str]]:
+    """Find the encoder / decoder stacks, embeddings, output projection and positional table. Returns the layout
+    and notes on any guess made."""
+    notes: list[str] = []
+    roots = sorted({m["root"] for k in state if (m := _STACK.match(k))})
+    decoders = [r for r in roots if f"{r}layers.0.multihead_attn.in_proj_weight" in state]
+    encoders = [r for r in roots if r not in decoders]
+    if len(encoders) != 1 or len(decoders) > 1:
+        raise ValueError(f"{path}: expected one nn.TransformerEncoder (and at most one nn.TransformerDecoder), found "
+                         f"encoder stacks {encoders or 'none'} and decoder stacks {decoders or 'none'}")
+    encoder, decoder = encoders[0], (decoders[0] if decoders else None)
+    d_model = state[f"{encoder}layers.0.self_attn.in_proj_weight"].shape[1]
+    rest = [k for k in state if not k.startswith(encoder) and not (decoder and k.startswith(decoder))]
+
+    positions = [k for k in rest if _POS_HINT.search(k) and state[k].ndim in (2, 3) and state[k].shape[-1] == d_model
+                 and (state[k].ndim == 2 or 1 in state[k].shape[:2])]
+    embeds = [k for k in rest if k not in positions and "emb" in k.lower() and k.endswith("weight")
+              and state[k].ndim == 2 and state[k].shape[1] == d_model]
+    outputs = [k for k in rest if k not in positions + embeds and k.endswith("weight") and state[k].ndim == 2
+               and state[k].shape[1] == d_model]
+    if len(positions) > 1 or len(outputs) > 1:
+        raise ValueError(f"{path}: cannot tell the model's parts apart: positional tables {positions}, output "
+                         f"projections {outputs}")
+    output = outputs[0] if outputs else None
+    bias = output[: -len("weight")] + "bias" if output and output[: -len("weight")] + "bias" in state else None
+    known = set(positions + embeds + ([output] if output else []) + ([bias] if bias else []))
+    unknown = [k for k in rest if k not in known]
+    if unknown:
+        raise ValueError(f"{path}: entries outside the nn.Transformer that are neither an embedding, an output "
+                         f"projection nor a positional table: {unknown[:6]}")
+    if not embeds:
+        raise ValueError(f"{path}: no token embedding found (a 2-D '...emb...weight' of width d_model={d_model})")
+    if decoder is None:
+        if len(embeds) != 1:
+            raise ValueError(f"{path}: an encoder-only model needs one token embedding, found {embeds}")
+        src, tgt = embeds[0], None
+    elif len(embeds) == 1:
+        src = tgt = embeds[0]
+        notes.append(f"one embedding {src} serves source and target")
+    elif len(embeds) == 2:
+        src_hint = [k for k in embeds if _SRC_HINT.search(k) and not _TGT_HINT.search(k)]
+        tgt_hint = [k for k in embeds if _TGT_HINT.search(k) and not _SRC_HINT.search(k)]
+        if len(src_hint) == 1 and len(tgt_hint) == 1 and src_hint != tgt_hint:
+            src, tgt = src_hint[0], tgt_hint[0]
+        else:
+            src, tgt = embeds
+            notes.append(f"took {src} as the source and {tgt} as the target embedding (state-dict order)")
+    else:
+        raise ValueError(f"{path}: more than two token embeddings: {embeds}")
+    layout = NNLayout(encoder, decoder, src, tgt, output, bias, positions[0] if positions else None)
+    return layout, notes
+
+
+def _count_layers(state: Mapping[str, Any], prefix: str | None) -> int:
+    if prefix is None:
+        return 0
+    found = {int(m.group(1)) for k in state if (m := re.match(re.escape(prefix) + r"layers\.(\d+)\.", k))}
+    if found != set(range(len(found))):
+        raise ValueError(f"layers under {prefix!r} are not numbered 0..n-1: {sorted(found)}")
+    return len(found)
+
+
+def _classify_positions(table: np.ndarray) -> str | None:
+    """'interleaved' or 'concatenated' if `(L, D)` matches that sinusoid table, else None (a learned table)."""
+    rows = min(table.shape[0], 256)  # far positions differ more: the tutorials compute angles in float32
+    for layout in rn.config.SINUSOID_LAYOUTS:
+        expected = rn.sinusoidal_positions(rows, table.shape[1], layout)
+        if np.allclose(table[:rows], expected, rtol=0, atol=1e-4):
+            return layout
+    return None
+
+
+def import_nn_transformer(state: Mapping[str, Any], path: str | os.PathLike = "<state dict>",
+                          fields: Mapping[str, Any] | None = None,
+                          stored: TransformerConfig | None = None, consume: bool = False
+                          ) -> tuple[TransformerConfig, dict[str, np.ndarray], list[str]]:
+    """Canonical `(config, weights, notes)` from an nn.Transformer-based state dict (tensors or arrays).
+
+    The config is, in increasing precedence: nn.Transformer's defaults, a config this module stored in the file
+    (`stored`), what the weights show (sizes, depths, biases, final norms, tied output, positional table), and
+    `fields` given by the user. The notes name every default that was assumed.
+    `consume=True` empties `state` (a dict) as it goes.
+    """
+    import torch
+
+    fields = dict(fields or {})
+    arrays = {}
+    for k in list(state):
+        v = state.pop(k) if consume else state[k]
+        arrays[k] = (v.detach().cpu().float().numpy() if isinstance(v, torch.Tensor) and v.dtype == torch.bfloat16
+                     else v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v))
+    layout, notes = detect_layout(arrays, path)
+    enc, dec = layout.encoder, layout.decoder
+    d_model = arrays[f"{enc}layers.0.self_attn.in_proj_weight"].shape[1]
+    inferred: dict[str, Any] = {
+        "d_model": d_model,
+        "d_ff": arrays[f"{enc}layers.0.linear1.weight"].shape[0],
+        "num_encoder_layers": _count_layers(arrays, enc),
+        "num_decoder_layers": _count_layers(arrays, dec),
+        "src_vocab_size": arrays[layout.src_embed].shape[0],
+        "final_norm": f"{enc}norm.weight" in arrays,
+        "bias": f"{enc}layers.0.self_attn.in_proj_bias" in arrays,
+        "tie_embeddings": layout.output_weight is None,
+    }
+    if dec is not None and (f"{dec}norm.weight" in arrays) != inferred["final_norm"]:
+        raise ValueError(f"{path}: the encoder and decoder disagree on a final LayerNorm ({enc}norm, {dec}norm)")
+    head = layout.output_weight or (layout.tgt_embed if dec else layout.src_embed)
+    inferred["tgt_vocab_size"] = arrays[head].shape[0]
+    if layout.positions is not None:
+        table = arrays[layout.positions].reshape(-1, d_model)  # (L, 1, D) / (1, L, D) -> (L, D)
+        if stored is None:  # our exports pad the table to the tutorials' 5000 rows; the stored max_len is the truth
+            inferred["max_len"] = table.shape[0]
+        kind = _classify_positions(table)
+        inferred.update(positional="sinusoidal", sinusoid_layout=kind) if kind else inferred.update(positional="learned")
+    base = stored.to_dict() if stored is not None else {**rn.TransformerConfig().to_dict(), **NN_TRANSFORMER_DEFAULTS}
+    if stored is None:
+        base.update(positional="sinusoidal", sinusoid_layout="interleaved", max_len=TUTORIAL_MAX_LEN)
+    config_dict = {**base, **inferred, **fields}
+    if stored is None:
+        assumed = {k: v for k, v in base.items() if k not in inferred and k not in fields
+                   and k in (*NN_TRANSFORMER_DEFAULTS, "positional", "sinusoid_layout", "max_len")}
+        if assumed:
+            notes.append("not in the weights, assumed (override with --set): "
+                         + ", ".join(f"{k}={v}" for k, v in assumed.items()))
+    try:
+        config = TransformerConfig.from_dict(config_dict)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+    if not config.bias:  # nn.Transformer(bias=False) drops the LayerNorm biases too: canonical beta = 0
+        for key in [k for k in arrays if re.search(r"(^|\.)norm\d?\.weight$", k)]:
+            arrays.setdefault(key[: -len("weight")] + "bias", np.zeros_like(arrays[key]))
+    elif layout.output_bias is None:
+        notes.append("the output projection has no bias; imported as a zero bias")
+        arrays["<zero output bias>"] = np.zeros(inferred["tgt_vocab_size"], arrays[head].dtype)
+        layout = NNLayout(**{**layout.__dict__, "output_bias": "<zero output bias>"})
+    if layout.positions is not None and config.positional == "sinusoidal":
+        arrays.pop(layout.positions)  # a fixed table: recomputed exactly, not a parameter
+        layout = NNLayout(**{**layout.__dict__, "positions": None})
+    shape = arrays[layout.positions].shape if layout.positions else None
+    table = NN_TRANSFORMER_TABLE(layout, tuple(shape) if shape is not None else None)
+    try:
+        arrays = split_in_proj(arrays)  # the q/k/v parts are views of the packed arrays
+        weights = rn.from_framework_state(config, arrays, table, consume=True)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return config, weights, notes
+
+
+def export_nn_transformer(config: TransformerConfig, weights: Mapping[str, np.ndarray],
+                          layout: NNLayout | None = None, consume: bool = False) -> "OrderedDict[str, torch.Tensor]":
+    """Canonical weights -> a state dict that `load_state_dict(strict=True)` accepts for the tutorial's model
+    (`TRANSLATION_TUTORIAL`, or `LANGUAGE_MODEL_TUTORIAL` for an encoder-only config), config in `_metadata`."""
+    import torch
+
+    if layout is None:
+        layout = TRANSLATION_TUTORIAL if config.is_encoder_decoder else LANGUAGE_MODEL_TUTORIAL
+    problems = []
+    if config.is_encoder_decoder and not config.final_norm:
+        problems.append("nn.Transformer always ends each stack with a LayerNorm, but final_norm=False")
+    if config.positional != "sinusoidal":
+        problems.append("the tutorial layout has one fixed sinusoidal table, but positional=learned")
+    if not config.bias and any(np.any(weights[k]) for k in weights if k.endswith(".beta")):
+        problems.append("nn.Transformer(bias=False) has no LayerNorm biases, but the betas are not all zero")
+    if problems:
+        raise ValueError("cannot export to the torch.nn.Transformer layout: " + "; ".join(problems))
+    out_layout = layout if config.bias else NNLayout(**{**layout.__dict__, "output_bias": None})
+    if config.tie_embeddings:
+        weights = {**weights, "output.kernel": np.asarray(weights[rn.schema.tied_output_embedding(config)]).T}
+        tied = config.replace(tie_embeddings=False)
+    else:
+        tied = config
+    table = NN_TRANSFORMER_TABLE(out_layout)
+    dtype = rn.weights_dtype(weights)
+    state = rn.to_framework_state(tied, weights, [r for r in table if "pos" not in r.canonical], consume=consume)
+    state = fuse_in_proj(state)
+    if not config.bias:
+        state = {k: v for k, v in state.items() if not re.search(r"(^|\.)norm\d?\.bias$", k)}
+    rows = max(config.max_len, TUTORIAL_MAX_LEN)
+    positions = rn.sinusoidal_positions(rows, config.d_model, config.sinusoid_layout).astype(dtype)
+    result: OrderedDict[str, torch.Tensor] = OrderedDict(
+        (k, torch.from_numpy(np.ascontiguousarray(v))) for k, v in state.items())
+    result[layout.positions] = torch.from_numpy(positions[:, None, :].copy())  # (L, D) -> (L, 1, D), as the tutorials
+    result._metadata = OrderedDict({"": {"version": 1, NN_METADATA_KEY: config.to_json()}})  # type: ignore[attr-defined]
+    return result
+
+
+def stored_nn_config(state: Any) -> TransformerConfig | None:
+    """The config a file exported by this module carries in `_metadata`, if any."""
+    meta = getattr(state, "_metadata", None)
+    text = meta.get("", {}).get(NN_METADATA_KEY) if isinstance(meta, Mapping) else None
+    return TransformerConfig.from_json(text) if isinstance(text, str) else None
+
+
+def save_nn_transformer(path: str | os.PathLike, config: TransformerConfig, weights: Mapping[str, np.ndarray],
+                        consume: bool = False) -> None:
+    """Write the tutorial-layout state dict to `path` (the caller makes it atomic)."""
+    import torch
+
+    torch.save(export_nn_transformer(config, weights, consume=consume), path)
