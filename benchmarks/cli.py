@@ -8,6 +8,7 @@ benchmarks.cli`).
     transformer-parity bench compare A.json B.json    # ratio of medians, row by row
     transformer-parity bench plot A.json A.png        # the plot from a saved run
     transformer-parity bench markdown A.json          # the README tables from a saved run
+    transformer-parity bench model                    # the whole model, every framework (see benchmarks/model_cli.py)
 
 PyTorch and TensorFlow are imported only when a benchmark runs.
 """
@@ -107,7 +108,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                              "matplotlib is installed)")
     parser.add_argument("--force", action="store_true", help="overwrite existing output files")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    actions = parser.add_subparsers(dest="bench_action", metavar="{compare,plot,markdown}")
+    actions = parser.add_subparsers(dest="bench_action", metavar="{compare,plot,markdown,model}")
     cmp = actions.add_parser("compare", help="ratio of medians between two saved runs (B / A)")
     cmp.add_argument("a", metavar="A.json")
     cmp.add_argument("b", metavar="B.json")
@@ -118,6 +119,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     plt.add_argument("--force", action="store_true", help="overwrite OUT.png")
     md = actions.add_parser("markdown", help="the README tables (GFLOP/s and %% of peak, ratios) of a saved run")
     md.add_argument("result", metavar="RESULT.json")
+    from .model_cli import register as register_model
+    register_model(actions)
     parser.set_defaults(func=handler)
     return parser
 
@@ -135,6 +138,9 @@ def handler(args) -> int:
 def _handle(args) -> int:
     from . import implementations, report
     action = getattr(args, "bench_action", None)
+    if action == "model":
+        from . import model_cli
+        return model_cli.handle(args)
     if action == "compare":
         a, b = (_load(path) for path in (args.a, args.b))
         print(report.render_compare(a, b, args.a, args.b))
