@@ -7,9 +7,7 @@ import csv
 import dataclasses
 import io
 import json
-import os
 import sys
-import tempfile
 from typing import Any, Iterable
 
 from .engine import Report, Row, geomean, ratios_to_fastest_builtin
@@ -20,22 +18,14 @@ SHOWN = ("ok", "oom", "error")  # statuses that get a table row; the rest are su
 # --- files ------------------------------------------------------------------------------------------------------------
 
 def write_atomic(path: str, data: bytes, force: bool = False) -> None:
-    """Write via a temporary file in the same folder and a rename, so a reader never sees half a file."""
-    if os.path.exists(path) and not force:
-        raise FileExistsError(f"{path} exists; pass --force to overwrite it")
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a result file is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write via a temporary file in the same folder, published atomically (`formats.atomic_path`: a regular file
+    only, no overwrite without `force` even against a racing writer, the umask's mode), so a reader never sees half
+    a file."""
+    from transformer_parity import formats
+
+    path = formats.check_output(path, force)
+    with formats.atomic_path(path, force) as tmp:
+        tmp.write_bytes(data)
 
 
 def _finite(value):

@@ -1,4 +1,9 @@
-"""`next_logits` steppers for `reference_numpy.generate`: incremental (key/value cache) or full recomputation."""
+"""`next_logits` steppers for `reference_numpy.generate`: incremental (key/value cache) or full recomputation.
+
+Encoder-decoder models take the source ids; a decoder-only model takes none (its prompt goes to `generate`).
+Decoder inputs always count as real tokens (all-True target mask), so a start token equal to `pad_id` (Marian's)
+is attended to like any other.
+"""
 
 from __future__ import annotations
 
@@ -13,14 +18,20 @@ from .model import KVCache, Transformer
 
 
 def _encode(model: Transformer, src_ids, src_mask):
+    """`(memory, src_mask)`; `(None, None)` for a decoder-only model, which must get no source."""
+    if model.config.is_decoder_only:
+        if src_ids is not None or src_mask is not None:
+            raise ValueError("a decoder-only model has no source: pass the prompt to generate(), received src_ids")
+        return None, None
     src_ids = tf.constant(np.asarray(src_ids))
     src_mask = tf.not_equal(src_ids, tf.constant(model.config.pad_id, src_ids.dtype)) if src_mask is None \
         else tf.constant(np.asarray(src_mask))
     return model.encode(src_ids, src_mask), src_mask
 
 
-def cached_stepper(model: Transformer, src_ids, src_mask=None, compiled: bool = True) -> NextLogits:
-    """Encode once; each call feeds only the positions not yet in the key/value cache (one per decoding step).
+def cached_stepper(model: Transformer, src_ids=None, src_mask=None, compiled: bool = True) -> NextLogits:
+    """Encode once; each call feeds only the positions not yet in the key/value cache (the prompt, then one per
+    decoding step).
 
     `compiled`: after the first (eager) step, which fills the cache, run each step as one `tf.function` with the
     cache passed in and out as tensors (traced once per model, dynamic lengths). Eager Keras spends ~0.1 s per
@@ -35,8 +46,8 @@ def cached_stepper(model: Transformer, src_ids, src_mask=None, compiled: bool = 
             raise ValueError(f"next_logits needs ids longer than the {cache.length} position(s) already cached")
         if compiled and cache.key_mask is not None:
             step = _compiled_step(model)
-            logits, key_mask, tensors = step(tf.constant(new, tf.int64), memory, src_mask, cache.key_mask,
-                                             _flatten(cache))
+            source = () if memory is None else (memory, src_mask)
+            logits, key_mask, tensors = step(tf.constant(new, tf.int64), cache.key_mask, _flatten(cache), *source)
             cache.key_mask = key_mask
             _unflatten(cache, tensors)
             return np.asarray(logits)
@@ -47,29 +58,35 @@ def cached_stepper(model: Transformer, src_ids, src_mask=None, compiled: bool = 
 
 
 def _flatten(cache: KVCache) -> list[tf.Tensor]:
-    return [t for self_cache, cross_cache in cache.layers for t in (self_cache.k, self_cache.v, cross_cache.k,
-                                                                    cross_cache.v)]
+    """Per layer: self-attention keys and values, then (encoder-decoder models) cross-attention's."""
+    return [t for layer in cache.layers for c in layer if c is not None for t in (c.k, c.v)]
 
 
 def _unflatten(cache: KVCache, tensors) -> None:
-    for i, (self_cache, cross_cache) in enumerate(cache.layers):
-        self_cache.k, self_cache.v, cross_cache.k, cross_cache.v = tensors[4 * i:4 * i + 4]
+    tensors = iter(tensors)
+    for layer in cache.layers:
+        for c in layer:
+            if c is not None:
+                c.k, c.v = next(tensors), next(tensors)
 
 
 _STEPS: "weakref.WeakKeyDictionary[Transformer, tf.types.experimental.GenericFunction]" = weakref.WeakKeyDictionary()
 
 
 def _compiled_step(model: Transformer):
-    """One decoding step as a `tf.function` of (new ids, memory, source mask, cached key mask, cached keys and
-    values) -> (last logits, key mask, keys and values), with every batch and length dimension dynamic."""
+    """One decoding step as a `tf.function` of (new ids, cached key mask, cached keys and values[, memory, source
+    mask]) -> (last logits, key mask, keys and values), with every batch and length dimension dynamic. A
+    decoder-only model has no memory, source mask or cross-attention cache."""
     if model not in _STEPS:
         c, dtype = model.config, model.compute_dtype
         heads = tf.TensorSpec((None, c.num_heads, None, c.head_dim), dtype)  # (B, H, T, d_k)
-        signature = [tf.TensorSpec((None, None), tf.int64), tf.TensorSpec((None, None, c.d_model), dtype),
-                     tf.TensorSpec((None, None), tf.bool), tf.TensorSpec((None, None), tf.bool),
-                     [heads] * (4 * c.num_decoder_layers)]
+        per_layer = 4 if c.has_encoder else 2
+        signature = [tf.TensorSpec((None, None), tf.int64), tf.TensorSpec((None, None), tf.bool),
+                     [heads] * (per_layer * c.num_decoder_layers)]
+        if c.has_encoder:
+            signature += [tf.TensorSpec((None, None, c.d_model), dtype), tf.TensorSpec((None, None), tf.bool)]
 
-        def step(new_ids, memory, src_mask, key_mask, tensors):
+        def step(new_ids, key_mask, tensors, memory=None, src_mask=None):
             cache = model.new_cache()
             cache.key_mask = key_mask
             _unflatten(cache, tensors)
@@ -81,7 +98,7 @@ def _compiled_step(model: Transformer):
     return _STEPS[model]
 
 
-def recompute_stepper(model: Transformer, src_ids, src_mask=None, compiled: bool = True) -> NextLogits:
+def recompute_stepper(model: Transformer, src_ids=None, src_mask=None, compiled: bool = True) -> NextLogits:
     """Encode once; each call runs the decoder over the whole prefix again (the no-cache baseline).
 
     `compiled`: as one `tf.function` per model with dynamic lengths, like `cached_stepper`, so that the two are
@@ -91,7 +108,8 @@ def recompute_stepper(model: Transformer, src_ids, src_mask=None, compiled: bool
     def next_logits(ids: np.ndarray) -> np.ndarray:
         ids = np.asarray(ids)
         if compiled:
-            return np.asarray(_compiled_recompute(model)(tf.constant(ids, tf.int64), memory, src_mask))
+            source = () if memory is None else (memory, src_mask)
+            return np.asarray(_compiled_recompute(model)(tf.constant(ids, tf.int64), *source))
         logits = model.decode(ids, memory, src_mask, tgt_mask=np.ones(ids.shape, dtype=bool))
         return np.asarray(logits[:, -1])
 
@@ -104,11 +122,12 @@ _RECOMPUTE: "weakref.WeakKeyDictionary[Transformer, tf.types.experimental.Generi
 
 def _compiled_recompute(model: Transformer):
     if model not in _RECOMPUTE:
-        signature = [tf.TensorSpec((None, None), tf.int64),
-                     tf.TensorSpec((None, None, model.config.d_model), model.compute_dtype),
-                     tf.TensorSpec((None, None), tf.bool)]
+        signature = [tf.TensorSpec((None, None), tf.int64)]
+        if model.config.has_encoder:
+            signature += [tf.TensorSpec((None, None, model.config.d_model), model.compute_dtype),
+                          tf.TensorSpec((None, None), tf.bool)]
 
-        def step(ids, memory, src_mask):
+        def step(ids, memory=None, src_mask=None):
             logits = model.decode(ids, memory, src_mask, tgt_mask=tf.ones_like(ids, dtype=tf.bool))
             return logits[:, -1]
 

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 import reference_numpy as rn
 from reference_numpy import IDENTITY, Rule, TransformerConfig
+from reference_numpy.schema import tied_output_embedding, token_embedding
 
 from .attention import IMPLS, causal_mask, scaled_dot_product_attention
 
@@ -30,12 +31,16 @@ _LAYER = r"(?P<stack>encoder|decoder)\.layers\.(?P<i>\d+)"
 WEIGHT_TABLE = (
     Rule(r"(?P<side>src|tgt)_embed\.embedding", "{side}_embed/token/embeddings", IDENTITY),
     Rule(r"(?P<side>src|tgt)_pos\.embedding", "{side}_embed/position/embeddings", IDENTITY),
+    Rule(r"src_type\.embedding", "src_embed/segment/embeddings", IDENTITY),
+    Rule(r"(?P<side>src|tgt)_embed_norm\.(?P<leaf>gamma|beta)", "{side}_embed/norm/{leaf}", IDENTITY),
     Rule(_LAYER + r"\.(?P<attn>self_attn|cross_attn)\.(?P<proj>[qkvo])\.(?P<leaf>kernel|bias)",
          "{stack}/layers_{i}/{attn}/{proj}/{leaf}", IDENTITY),
     Rule(_LAYER + r"\.ffn\.(?P<linear>linear[12])\.(?P<leaf>kernel|bias)", "{stack}/layers_{i}/ffn/{linear}/{leaf}",
          IDENTITY),
     Rule(_LAYER + r"\.(?P<norm>norm[123])\.(?P<leaf>gamma|beta)", "{stack}/layers_{i}/{norm}/{leaf}", IDENTITY),
     Rule(r"(?P<stack>encoder|decoder)\.final_norm\.(?P<leaf>gamma|beta)", "{stack}/final_norm/{leaf}", IDENTITY),
+    Rule(r"pooler\.(?P<leaf>kernel|bias)", "pooler/dense/{leaf}", IDENTITY),
+    Rule(r"head\.(?P<part>dense|norm)\.(?P<leaf>kernel|bias|gamma|beta)", "head/{part}/{leaf}", IDENTITY),
     Rule(r"output\.(?P<leaf>kernel|bias)", "output/{leaf}", IDENTITY),
 )
 
@@ -61,8 +66,9 @@ class KVCache:
     """Incremental-decoding state of a decoder: per layer `(self_attn, cross_attn)` caches, plus the key mask of
     the target positions processed so far. Make one per source batch with `Transformer.new_cache()`."""
 
-    def __init__(self, num_layers: int):
-        self.layers = [(AttentionCache(static=False), AttentionCache(static=True)) for _ in range(num_layers)]
+    def __init__(self, num_layers: int, cross_attention: bool = True):
+        self.layers = [(AttentionCache(static=False), AttentionCache(static=True) if cross_attention else None)
+                       for _ in range(num_layers)]
         self.key_mask: tf.Tensor | None = None  # (B, T_done) bool, True = real token
 
     @property
@@ -90,7 +96,32 @@ def _gelu(x: tf.Tensor) -> tf.Tensor:
     return 0.5 * x * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
 
 
-class MultiHeadAttention(keras.layers.Layer):
+def _gelu_tanh(x: tf.Tensor) -> tf.Tensor:
+    """GELU's tanh approximation (GPT-2's `gelu_new`), written out for the same reason as `_gelu`: Python constants
+    here take the input's dtype, so float64 stays float64 throughout."""
+    return 0.5 * x * (1.0 + tf.math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+ACTIVATIONS = {"relu": tf.nn.relu, "gelu": _gelu, "gelu_tanh": _gelu_tanh, "silu": tf.nn.silu}
+
+
+class _ConfigSerializable:
+    """`get_config`/`from_config` for a layer built from a `TransformerConfig` plus the constructor arguments named
+    in `_CONFIG_ARGS` (stored as attributes of the same names)."""
+
+    _CONFIG_ARGS: tuple[str, ...] = ()
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict(),
+                **{arg: getattr(self, arg) for arg in self._CONFIG_ARGS}}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
+
+
+class MultiHeadAttention(_ConfigSerializable, keras.layers.Layer):
     """Multi-head attention (section 3.2.2): self-attention when `x_q is x_kv`, else encoder-decoder attention.
 
     Args:
@@ -98,6 +129,8 @@ class MultiHeadAttention(keras.layers.Layer):
         impl: attention path, `explicit` or `keras` (see `tf_impl.attention`). A plain attribute: set `layer.impl`
             to switch; a `tf.function` keeps the value it was traced with.
     """
+
+    _CONFIG_ARGS = ("impl",)
 
     def __init__(self, config: TransformerConfig, impl: str = "explicit", **kwargs):
         super().__init__(**kwargs)
@@ -144,16 +177,8 @@ class MultiHeadAttention(keras.layers.Layer):
         out = tf.reshape(tf.transpose(out, (0, 2, 1, 3)), (b, tq, h * dk))  # (B, H, Tq, d_k) -> (B, Tq, D)
         return self.o(out), (weights if need_weights else None)
 
-    def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict(), "impl": self.impl}
 
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
-
-
-class FeedForward(keras.layers.Layer):
+class FeedForward(_ConfigSerializable, keras.layers.Layer):
     """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3)."""
 
     def __init__(self, config: TransformerConfig, **kwargs):
@@ -163,7 +188,7 @@ class FeedForward(keras.layers.Layer):
         self.linear2 = keras.layers.Dense(config.d_model, use_bias=config.bias, dtype=self.dtype_policy,
                                           name="linear2")
         self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
-        self.activation = tf.nn.relu if config.activation == "relu" else _gelu
+        self.activation = ACTIVATIONS[config.activation]
 
     def build(self, x_shape):
         _check_features(self.name, "x", x_shape, self.config.d_model)
@@ -173,18 +198,12 @@ class FeedForward(keras.layers.Layer):
     def call(self, x, training: bool = False):
         return self.linear2(self.dropout(self.activation(self.linear1(x)), training=training))
 
-    def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict()}
 
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
-
-
-class _ResidualLayer(keras.layers.Layer):
+class _ResidualLayer(_ConfigSerializable, keras.layers.Layer):
     """Shared residual wiring of EncoderLayer and DecoderLayer: post-LN `norm(x + drop(f(x)))` (the paper) or
     pre-LN `x + drop(f(norm(x)))`."""
+
+    _CONFIG_ARGS = ("impl",)
 
     def _norm(self, name: str) -> keras.layers.LayerNormalization:
         # Keras defaults to epsilon=1e-3; the config's (PyTorch's 1e-5 by default) is the one the reference uses.
@@ -200,14 +219,6 @@ class _ResidualLayer(keras.layers.Layer):
         record[name] = out
         out = self.dropout(out, training=training)
         return x + out if self.config.norm_first else norm(x + out)
-
-    def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict(), "impl": self.impl}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
 
 
 class EncoderLayer(_ResidualLayer):
@@ -241,28 +252,33 @@ class EncoderLayer(_ResidualLayer):
 
 
 class DecoderLayer(_ResidualLayer):
-    """Masked self-attention, encoder-decoder attention and feed-forward sublayers. `call(x, memory, self_mask,
-    cross_mask)` -> `(x, record)`, `record` holding `self_attn`, `cross_attn` (and their `.weights`) and `ffn`."""
+    """Masked self-attention, encoder-decoder attention (absent in a decoder-only model) and feed-forward sublayers.
+    `call(x, memory, self_mask, cross_mask)` -> `(x, record)`, `record` holding `self_attn`, `cross_attn` (and their
+    `.weights`) and `ffn`."""
 
     def __init__(self, config: TransformerConfig, impl: str = "explicit", **kwargs):
         super().__init__(**kwargs)
         self.config, self.impl = config, impl
         self.self_attn = MultiHeadAttention(config, impl, dtype=self.dtype_policy, name="self_attn")
         self.norm1 = self._norm("norm1")
-        self.cross_attn = MultiHeadAttention(config, impl, dtype=self.dtype_policy, name="cross_attn")
-        self.norm2 = self._norm("norm2")
+        if config.has_encoder:  # a decoder-only model has no encoder-decoder attention
+            self.cross_attn = MultiHeadAttention(config, impl, dtype=self.dtype_policy, name="cross_attn")
+            self.norm2 = self._norm("norm2")
+        else:
+            self.cross_attn = self.norm2 = None
         self.ffn = FeedForward(config, dtype=self.dtype_policy, name="ffn")
         self.norm3 = self._norm("norm3")
         self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
 
-    def build(self, x_shape, memory_shape):
+    def build(self, x_shape, memory_shape=None):
         d = self.config.d_model
         _check_features(self.name, "x", x_shape, d)
-        _check_features(self.name, "memory", memory_shape, d)
         self.self_attn.build(x_shape, x_shape)
         self.norm1.build(x_shape)
-        self.cross_attn.build(x_shape, memory_shape)
-        self.norm2.build(x_shape)
+        if self.cross_attn is not None:
+            _check_features(self.name, "memory", memory_shape, d)
+            self.cross_attn.build(x_shape, memory_shape)
+            self.norm2.build(x_shape)
         self.ffn.build(x_shape)
         self.norm3.build(x_shape)
 
@@ -273,25 +289,36 @@ class DecoderLayer(_ResidualLayer):
         x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, need_weights=attention_weights,
                                                                    training=training, cache=self_cache),
                            "self_attn", record, attention_weights, training)
-        x = self._sublayer(x, self.norm2, lambda y: self.cross_attn(y, memory, cross_mask,
-                                                                    need_weights=attention_weights,
-                                                                    training=training, cache=cross_cache),
-                           "cross_attn", record, attention_weights, training)
+        if self.cross_attn is not None:
+            x = self._sublayer(x, self.norm2, lambda y: self.cross_attn(y, memory, cross_mask,
+                                                                        need_weights=attention_weights,
+                                                                        training=training, cache=cross_cache),
+                               "cross_attn", record, attention_weights, training)
         x = self._sublayer(x, self.norm3, lambda y: self.ffn(y, training=training), "ffn", record, attention_weights,
                            training)
         return x, record
 
 
-class Embedding(keras.layers.Layer):
-    """Token embedding, times sqrt(d_model) if `scale_embedding`, plus sinusoidal or learned positions, then
-    dropout (torch_impl applies the same dropout just after its Embedding)."""
+class Embedding(_ConfigSerializable, keras.layers.Layer):
+    """One side's (`src` or `tgt`) input embedding: token embedding, times sqrt(d_model) if `scale_embedding`,
+    plus segment embeddings (source side, `type_vocab_size`), plus sinusoidal or learned positions, then a LayerNorm
+    if `embed_norm`, then dropout (torch_impl applies the same dropout just after its Embedding). Positions start at
+    `offset`; learned ones read row `offset + position_offset` onwards. Under `share_embeddings` the target side has
+    no token table of its own: the caller passes the source's."""
 
-    def __init__(self, config: TransformerConfig, vocab_size: int, **kwargs):
+    _CONFIG_ARGS = ("side",)
+
+    def __init__(self, config: TransformerConfig, side: str, **kwargs):
         super().__init__(**kwargs)
-        self.config, self.vocab_size = config, vocab_size
-        self.token = keras.layers.Embedding(vocab_size, config.d_model, dtype=self.dtype_policy, name="token")
+        self.config, self.side = config, side
+        own_table = token_embedding(config, side) == f"{side}_embed.embedding"
+        vocab_size = config.src_vocab_size if side == "src" else config.tgt_vocab_size
+        self.token = (keras.layers.Embedding(vocab_size, config.d_model, dtype=self.dtype_policy, name="token")
+                      if own_table else None)
+        self.segment = (keras.layers.Embedding(config.type_vocab_size, config.d_model, dtype=self.dtype_policy,
+                                               name="segment") if side == "src" and config.type_vocab_size else None)
         if config.positional == "learned":
-            self.position = keras.layers.Embedding(config.max_len, config.d_model, dtype=self.dtype_policy,
+            self.position = keras.layers.Embedding(config.position_rows, config.d_model, dtype=self.dtype_policy,
                                                    name="position")
             self.sinusoid = None
         else:
@@ -299,37 +326,44 @@ class Embedding(keras.layers.Layer):
             # A constant, not a weight: computed once in float64 by the reference, then cast to the compute dtype.
             self.sinusoid = rn.sinusoidal_positions(config.max_len, config.d_model, config.sinusoid_layout
                                                     ).astype(self.compute_dtype)  # (max_len, D)
+        self.norm = (keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, dtype=self.dtype_policy,
+                                                     name="norm") if config.embed_norm else None)
         self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, ids_shape):
         if ids_shape is None or len(ids_shape) != 2:
             raise ValueError(f"{self.name}: ids must have shape (batch, length), received shape "
                              f"{None if ids_shape is None else tuple(ids_shape)}")
-        self.token.build(ids_shape)
-        if self.position is not None:
-            self.position.build(ids_shape)
+        for layer in (self.token, self.segment, self.position):
+            if layer is not None:
+                layer.build(ids_shape)
+        if self.norm is not None:
+            self.norm.build((*ids_shape, self.config.d_model))
 
-    def call(self, ids, offset: int = 0, training: bool = False):
-        """`(B, T)` int ids -> `(B, T, D)`; positions start at `offset`."""
-        x = self.token(ids)  # (B, T, D)
+    def call(self, ids, offset=0, type_ids=None, token_table=None, training: bool = False):
+        """`(B, T)` int ids -> `(B, T, D)`; positions start at `offset`. `token_table` `(V, D)`: the shared table
+        when this side has none of its own."""
+        x = self.token(ids) if token_table is None else tf.gather(token_table, ids)  # (B, T, D)
         if self.config.scale_embedding:
             x = x * math.sqrt(self.config.d_model)
+        if self.segment is not None:  # BERT's order: (token + segment) + position
+            x = x + self.segment(tf.zeros_like(ids) if type_ids is None else type_ids)
         t = tf.shape(ids)[1]
-        table = tf.convert_to_tensor(self.sinusoid) if self.position is None else self.position.embeddings
-        return self.dropout(x + table[offset:offset + t], training=training)
-
-    def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict(), "vocab_size": self.vocab_size}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
+        if self.position is None:
+            x = x + tf.convert_to_tensor(self.sinusoid)[offset:offset + t]
+        else:
+            start = offset + self.config.position_offset
+            x = x + self.position.embeddings[start:start + t]
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.dropout(x, training=training)
 
 
-class Encoder(keras.layers.Layer):
+class Encoder(_ConfigSerializable, keras.layers.Layer):
     """`num_encoder_layers` EncoderLayers (and a final LayerNorm if `final_norm`). `call(x, attention_mask)` ->
     `(x, record)` with canonical names (`encoder.layers.0.self_attn`, ...)."""
+
+    _CONFIG_ARGS = ("impl",)
 
     def __init__(self, config: TransformerConfig, impl: str = "explicit", name: str = "encoder", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -357,18 +391,12 @@ class Encoder(keras.layers.Layer):
             record[f"{self.name}.final_norm"] = x
         return x, record
 
-    def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict(), "impl": self.impl}
 
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
-
-
-class Decoder(keras.layers.Layer):
+class Decoder(_ConfigSerializable, keras.layers.Layer):
     """`num_decoder_layers` DecoderLayers (and a final LayerNorm if `final_norm`). `call(x, memory, self_mask,
     cross_mask)` -> `(x, record)` with canonical names (`decoder.layers.0.self_attn`, ...)."""
+
+    _CONFIG_ARGS = ("impl",)
 
     def __init__(self, config: TransformerConfig, impl: str = "explicit", name: str = "decoder", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -378,7 +406,7 @@ class Decoder(keras.layers.Layer):
         self.final_norm = (keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, dtype=self.dtype_policy,
                                                            name="final_norm") if config.final_norm else None)
 
-    def build(self, x_shape, memory_shape):
+    def build(self, x_shape, memory_shape=None):
         _check_features(self.name, "x", x_shape, self.config.d_model)
         for layer in self.layers:
             layer.build(x_shape, memory_shape)
@@ -398,17 +426,45 @@ class Decoder(keras.layers.Layer):
             record[f"{self.name}.final_norm"] = x
         return x, record
 
-    def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict(), "impl": self.impl}
 
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
+class Pooler(_ConfigSerializable, keras.layers.Layer):
+    """(BERT) tanh(dense(first position's final hidden state)): `(B, S, D)` -> `(B, D)`."""
+
+    def __init__(self, config: TransformerConfig, name: str = "pooler", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.config = config
+        self.dense = keras.layers.Dense(config.d_model, use_bias=config.bias, dtype=self.dtype_policy, name="dense")
+
+    def build(self, x_shape):
+        _check_features(self.name, "x", x_shape, self.config.d_model)
+        self.dense.build((x_shape[0], x_shape[-1]))
+
+    def call(self, x):
+        return tf.math.tanh(self.dense(x[:, 0]))
 
 
-class OutputProjection(keras.layers.Layer):
-    """Decoder (or encoder-only) states -> logits; with `tie_embeddings` the kernel is the embedding table."""
+class HeadTransform(_ConfigSerializable, keras.layers.Layer):
+    """(BERT's masked-LM head) dense -> activation -> LayerNorm, before the output projection."""
+
+    def __init__(self, config: TransformerConfig, name: str = "head", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.config = config
+        self.dense = keras.layers.Dense(config.d_model, use_bias=config.bias, dtype=self.dtype_policy, name="dense")
+        self.activation = ACTIVATIONS[config.activation]
+        self.norm = keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, dtype=self.dtype_policy,
+                                                    name="norm")
+
+    def build(self, x_shape):
+        _check_features(self.name, "x", x_shape, self.config.d_model)
+        self.dense.build(x_shape)
+        self.norm.build(x_shape)
+
+    def call(self, x):
+        return self.norm(self.activation(self.dense(x)))
+
+
+class OutputProjection(_ConfigSerializable, keras.layers.Layer):
+    """Final states -> logits; with `tie_embeddings` the kernel is the embedding table."""
 
     def __init__(self, config: TransformerConfig, name: str = "output", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -422,7 +478,7 @@ class OutputProjection(keras.layers.Layer):
         self.kernel = None if c.tie_embeddings else self.add_weight(
             shape=(c.d_model, c.tgt_vocab_size), initializer=self.kernel_initializer, name="kernel")  # (D, V)
         self.bias = (self.add_weight(shape=(c.tgt_vocab_size,), initializer=self.bias_initializer, name="bias")
-                     if c.bias else None)
+                     if c.has_output_bias else None)
 
     def call(self, x, tied_embedding=None):
         """`(B, T, D)` -> `(B, T, V)`; `tied_embedding` `(V, D)` is the kernel, transposed, when tied."""
@@ -432,17 +488,9 @@ class OutputProjection(keras.layers.Layer):
             logits = tf.matmul(x, self.kernel)
         return logits if self.bias is None else logits + self.bias
 
-    def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict()}
 
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
-
-
-class Transformer(keras.Model):
-    """Embeddings -> encoder (-> decoder) -> logits; the Keras twin of `reference_numpy.Transformer`.
+class Transformer(_ConfigSerializable, keras.Model):
+    """Embeddings -> encoder and/or decoder -> logits; the Keras twin of `reference_numpy.Transformer`.
 
     Args:
         config: the hyperparameters.
@@ -452,7 +500,10 @@ class Transformer(keras.Model):
 
     Call it with `(src_ids, tgt_ids)` of shape `(B, S)`, `(B, T)` (integer arrays or tensors); masks come from
     `pad_id` unless `src_mask` / `tgt_mask` (bool, `(B, len)`, True = real token) are given. An encoder-only model
-    (`num_decoder_layers=0`) takes source ids alone. Dropout is active only with `training=True`.
+    (`num_decoder_layers=0`) takes source ids alone, a decoder-only model (`num_encoder_layers=0`) its one
+    sequence as the first argument (mask: `src_mask`). `src_type_ids` are segment ids (`type_vocab_size`). A bare
+    backbone (`output_projection=False`) returns its final hidden states. Dropout is active only with
+    `training=True`.
 
     Input checks: eagerly, ids and masks are checked on the host by the reference's own checks (rank, integer
     dtype, ids inside the vocabulary, length <= max_len, batch sizes, mask dtype and shape), with the same error
@@ -470,13 +521,17 @@ class Transformer(keras.Model):
         super().__init__(dtype=dtype, name=name, **kwargs)
         self.config, self.attention_impl = config, attention_impl
         policy = self.dtype_policy
-        self.src_embed = Embedding(config, config.src_vocab_size, dtype=policy, name="src_embed")
-        self.encoder = Encoder(config, attention_impl, dtype=policy)
-        if config.is_encoder_decoder:
-            self.tgt_embed = Embedding(config, config.tgt_vocab_size, dtype=policy, name="tgt_embed")
+        self.src_embed = self.encoder = self.tgt_embed = self.decoder = None
+        if config.has_encoder:
+            self.src_embed = Embedding(config, "src", dtype=policy, name="src_embed")
+            self.encoder = Encoder(config, attention_impl, dtype=policy)
+        if config.has_decoder:
+            self.tgt_embed = Embedding(config, "tgt", dtype=policy, name="tgt_embed")
             self.decoder = Decoder(config, attention_impl, dtype=policy)
+        self.pooler = Pooler(config, dtype=policy) if config.pooler else None
+        self.head = HeadTransform(config, dtype=policy) if config.head_transform else None
         # Not `self.output`: keras.Model owns that attribute (the functional output).
-        self.output_projection = OutputProjection(config, dtype=policy)
+        self.output_projection = OutputProjection(config, dtype=policy) if config.output_projection else None
         # Ids arrive as arrays or tensors and are checked by `_inputs`; Keras must neither cast float "ids" to the
         # compute dtype (the error would then name the wrong dtype) nor reject a NumPy array passed positionally.
         self._convert_input_args = False
@@ -486,21 +541,19 @@ class Transformer(keras.Model):
         """Create every weight; they depend on the config alone, whatever the input shapes."""
         c = self.config
         states = (None, None, c.d_model)
-        self.src_embed.build((None, None))
-        self.encoder.build(states)
-        if c.is_encoder_decoder:
+        if c.has_encoder:
+            self.src_embed.build((None, None))
+            self.encoder.build(states)
+        if c.has_decoder:
             self.tgt_embed.build((None, None))
-            self.decoder.build(states, states)
-        self.output_projection.build(states)
+            self.decoder.build(states, states if c.has_encoder else None)
+        for layer in (self.pooler, self.head, self.output_projection):
+            if layer is not None:
+                layer.build(states)
 
     def get_config(self):
         return {"name": self.name, "trainable": self.trainable, "dtype": self.compute_dtype,
                 "config": self.config.to_dict(), "attention_impl": self.attention_impl}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
 
     # --- weights through the canonical form ---
 
@@ -545,13 +598,14 @@ class Transformer(keras.Model):
 
     # --- forward ---
 
-    def encode(self, src_ids, src_mask=None, *, training: bool = False) -> tf.Tensor:
+    def encode(self, src_ids, src_mask=None, *, src_type_ids=None, training: bool = False) -> tf.Tensor:
         """Source ids `(B, S)` -> memory `(B, S, D)`."""
-        return self._encode(src_ids, src_mask, False, training)[0]
+        return self._encode(src_ids, src_mask, src_type_ids, False, training)[0]
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, *, training: bool = False,
                cache: KVCache | None = None) -> tf.Tensor:
-        """Target ids `(B, T)`, memory `(B, S, D)` and the source mask `(B, S)` -> logits `(B, T, tgt_vocab_size)`.
+        """Target ids `(B, T)`, memory `(B, S, D)` and the source mask `(B, S)` -> logits `(B, T, tgt_vocab_size)`
+        (a decoder-only model: memory and src_mask are None).
 
         With a `cache` (from `new_cache()`; eager only), `tgt_ids` (and `tgt_mask`) are only the positions after
         those already decoded into it; their keys and values are appended, and the logits equal those of a full
@@ -561,32 +615,36 @@ class Transformer(keras.Model):
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache for incremental decoding with `decode(..., cache=...)`."""
-        if not self.config.is_encoder_decoder:
+        if not self.config.has_decoder:
             raise ValueError("an encoder-only model (num_decoder_layers=0) has no decoder to cache")
-        return KVCache(self.config.num_decoder_layers)
+        return KVCache(self.config.num_decoder_layers, cross_attention=self.config.has_encoder)
 
-    def call(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, training: bool = False) -> tf.Tensor:
-        """Logits `(B, T, tgt_vocab_size)` (encoder-only: `(B, S, tgt_vocab_size)`)."""
-        return self._forward(src_ids, tgt_ids, src_mask, tgt_mask, False, training)[0]
+    def call(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, src_type_ids=None,
+             training: bool = False) -> tf.Tensor:
+        """Logits `(B, T, tgt_vocab_size)` (encoder-only: `(B, S, ...)`; bare backbone: hidden states)."""
+        return self._forward(src_ids, tgt_ids, src_mask, tgt_mask, src_type_ids, False, training)[0]
 
-    def trace(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, attention_weights: bool = False
-              ) -> dict[str, tf.Tensor]:
-        """Every sublayer output under its canonical name, in execution order, ending with `logits` (inference)."""
+    def trace(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, src_type_ids=None,
+              attention_weights: bool = False) -> dict[str, tf.Tensor]:
+        """Every sublayer output under its canonical name, in execution order, ending with `logits` (a bare
+        backbone: `last_hidden_state`; `pooler`, if any, comes after the encoder), in inference mode."""
         if not self.built:
             self.build()
-        return self._forward(src_ids, tgt_ids, src_mask, tgt_mask, attention_weights, False)[1]
+        return self._forward(src_ids, tgt_ids, src_mask, tgt_mask, src_type_ids, attention_weights, False)[1]
 
-    def _encode(self, src_ids, src_mask, attention_weights, training):
+    def _encode(self, src_ids, src_mask, src_type_ids, attention_weights, training):
+        self._require("encode", self.config.has_encoder)
         src_ids, src_mask = self._inputs("src", src_ids, src_mask, self.config.src_vocab_size)
-        x = self.src_embed(src_ids, training=training)
+        type_ids = self._type_ids(src_type_ids, src_ids)
+        x = self.src_embed(src_ids, type_ids=type_ids, training=training)
         record: Record = {"encoder.embed": x}
         memory, layers = self.encoder(x, attention_mask(src_mask, tf.shape(src_ids)[1]),
                                       attention_weights=attention_weights, training=training)
         return memory, {**record, **layers}
 
     def _decode(self, tgt_ids, memory, src_mask, tgt_mask, attention_weights, training, cache=None):
+        self._require("decode", self.config.has_decoder)
         tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, self.config.tgt_vocab_size)
-        src_mask = tf.convert_to_tensor(src_mask)
         t = tf.shape(tgt_ids)[1]
         offset, key_mask = 0, tgt_mask
         if cache is not None:
@@ -597,40 +655,59 @@ class Transformer(keras.Model):
                                  f"{self.config.max_len}")
             if cache.key_mask is not None:
                 key_mask = tf.concat([cache.key_mask, tgt_mask], axis=1)  # (B, T_cached + T)
-        x = self.tgt_embed(tgt_ids, offset=offset, training=training)
+        shared = self.src_embed.token.embeddings if self.config.share_embeddings else None
+        x = self.tgt_embed(tgt_ids, offset=offset, token_table=shared, training=training)
         record: Record = {"decoder.embed": x}
-        x, layers = self.decoder(x, memory, attention_mask(key_mask, t, causal=True), attention_mask(src_mask, t),
+        cross_mask = None if memory is None else attention_mask(tf.convert_to_tensor(src_mask), t)
+        x, layers = self.decoder(x, memory, attention_mask(key_mask, t, causal=True), cross_mask,
                                  attention_weights=attention_weights, training=training, cache=cache)
         if cache is not None:
             cache.key_mask = key_mask
-        logits = self._logits(x)
-        return logits, {**record, **layers, "logits": logits}
+        logits, head = self._output(x)
+        return logits, {**record, **layers, **head}
 
-    def _forward(self, src_ids, tgt_ids, src_mask, tgt_mask, attention_weights, training):
+    def _forward(self, src_ids, tgt_ids, src_mask, tgt_mask, src_type_ids, attention_weights, training):
         c = self.config
-        if c.is_encoder_decoder and tgt_ids is None:
-            raise ValueError("this encoder-decoder model needs tgt_ids, received None")
-        if not c.is_encoder_decoder and (tgt_ids is not None or tgt_mask is not None):
-            raise ValueError("this encoder-only model (num_decoder_layers=0) takes source ids alone, "
-                             "received tgt_ids or tgt_mask")
+        rn.check_family(c, tgt_ids, tgt_mask, src_type_ids)
+        if c.is_decoder_only:  # the one sequence arrives as src_ids / src_mask
+            return self._decode(src_ids, None, None, src_mask, attention_weights, training)
         src_ids, src_mask = self._inputs("src", src_ids, src_mask, c.src_vocab_size)
         if tgt_ids is not None:
             tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, c.tgt_vocab_size)
             b_src, b_tgt = src_ids.shape[0], tgt_ids.shape[0]
             if b_src is not None and b_tgt is not None and b_src != b_tgt:
                 raise ValueError(f"src_ids and tgt_ids have different batch sizes: {b_src} and {b_tgt}")
-        memory, record = self._encode(src_ids, src_mask, attention_weights, training)
-        if not c.is_encoder_decoder:
-            logits = self._logits(memory)
-            return logits, {**record, "logits": logits}
+        memory, record = self._encode(src_ids, src_mask, src_type_ids, attention_weights, training)
+        if self.pooler is not None:
+            record["pooler"] = self.pooler(memory)
+        if c.is_encoder_only:
+            logits, head = self._output(memory)
+            return logits, {**record, **head}
         logits, decoder_record = self._decode(tgt_ids, memory, src_mask, tgt_mask, attention_weights, training)
         return logits, {**record, **decoder_record}
 
-    def _logits(self, x):
+    def _output(self, x):
+        """Final hidden states -> `(logits, record)` through the head transform and output projection; a bare
+        backbone returns the hidden states (recorded as `last_hidden_state`)."""
+        record: Record = {}
+        if self.head is not None:
+            x = record["head"] = self.head(x)
+        if self.output_projection is None:
+            record["last_hidden_state"] = x
+            return x, record
         tied = None
         if self.config.tie_embeddings:
-            tied = (self.tgt_embed if self.config.is_encoder_decoder else self.src_embed).token.embeddings
-        return self.output_projection(x, tied)
+            side = tied_output_embedding(self.config).split("_", 1)[0]  # "src" or "tgt"
+            tied = getattr(self, f"{side}_embed").token.embeddings
+        logits = record["logits"] = self.output_projection(x, tied)
+        return logits, record
+
+    def _require(self, method: str, present: bool) -> None:
+        if not present:
+            c = self.config
+            raise ValueError(f"{method}() needs {'an encoder' if method == 'encode' else 'a decoder'}; this model "
+                             f"has num_encoder_layers={c.num_encoder_layers}, num_decoder_layers="
+                             f"{c.num_decoder_layers}")
 
     def _inputs(self, side: str, ids, mask, vocab_size: int) -> tuple[tf.Tensor, tf.Tensor]:
         """Validate ids (and an explicit mask): on the host with the reference's checks when eager, from static
@@ -649,6 +726,18 @@ class Transformer(keras.Model):
         else:
             mask = rn.check_padding_mask(f"{side}_mask", _host(mask), tuple(ids.shape))
         return ids, tf.convert_to_tensor(mask)
+
+    def _type_ids(self, type_ids, ids: tf.Tensor) -> tf.Tensor | None:
+        """Segment ids, checked like `_inputs` checks ids (eagerly on the host, else from the static shape)."""
+        if type_ids is None:
+            return None
+        if tf.is_symbolic_tensor(type_ids) or tf.is_symbolic_tensor(ids):
+            type_ids = tf.convert_to_tensor(type_ids)
+            _check_static_ids("src_type_ids", type_ids, self.config.max_len)
+        else:
+            type_ids = rn.check_type_ids(_host(type_ids), tuple(ids.shape), self.config.type_vocab_size,
+                                         self.config.max_len)
+        return tf.convert_to_tensor(type_ids)
 
 
 _INITIALIZERS = ("kernel_initializer", "bias_initializer", "embeddings_initializer", "gamma_initializer",

@@ -278,6 +278,9 @@ def cmd_verify(args) -> int:
     backends = None
     if args.backends:
         backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+        if not backends:
+            raise UsageError(f"--backends {args.backends!r} names no backend; give a comma-separated list of "
+                             "numpy, torch, keras")
     quiet = args.quiet or args.json == "-"
     console_err = _console(args, stderr=True)
     status = None
@@ -303,7 +306,7 @@ def cmd_verify(args) -> int:
             sys.stdout.write(text + "\n")
         else:
             from . import formats
-            with formats.atomic_path(Path(args.json)) as tmp:
+            with formats.atomic_path(Path(args.json), args.force) as tmp:
                 tmp.write_text(text + "\n")
     if not quiet:
         console = _console(args)

@@ -12,8 +12,8 @@ import numpy as np
 
 import reference_numpy as rn
 from reference_numpy.config import SINUSOID_LAYOUTS
-from reference_numpy.io import atomic_write_bytes
 
+from . import formats
 from .errors import UsageError
 
 
@@ -30,18 +30,17 @@ def check_output(path: str | Path, force: bool) -> Path:
     path = Path(path)
     if path.suffix.lower() != ".png":
         raise UsageError(f"plots are written as PNG; give a path ending in .png, received {str(path)!r}")
-    if path.exists() and not force:
-        raise UsageError(f"{path} exists; pass --force to overwrite it")
     if not path.parent.exists():
         raise UsageError(f"no such directory: {path.parent}")
-    return path
+    return formats.check_output(path, force)  # and no FIFO, device or symbolic link, even with --force
 
 
 def _save(fig, path: Path) -> Path:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     _pyplot().close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    with formats.atomic_path(path, force=True) as tmp:  # check_output has refused an existing file without --force
+        tmp.write_bytes(buffer.getvalue())
     return path
 
 
