@@ -159,3 +159,111 @@ def test_verify_float64_port_with_finite_floor_still_passes(tmp_path, capsys):
     code, out, _ = run(["verify", tmp_path / "ref.safetensors", tmp_path / "port.pt", "--dtype", "float64", "-q"],
                        capsys)
     assert code == 0, out
+
+
+# --- 3. output paths: regular files or new paths only; no overwrite race; the umask ---------------------------------
+
+@pytest.fixture
+def tiny_file(tmp_path):
+    path = tmp_path / "tiny.safetensors"
+    formats.save(path, TINY, seeded_weights(TINY, 0))
+    return path
+
+
+def _fifo(path):
+    os.mkfifo(path)
+
+
+def _symlink(path):
+    (path.parent / "target.pt").write_bytes(b"keep")
+    path.symlink_to(path.parent / "target.pt")
+
+
+def _dangling(path):
+    path.symlink_to(path.parent / "nowhere.pt")
+
+
+@pytest.mark.parametrize("make, fragment", [(_fifo, "FIFO"), (_symlink, "symbolic link"),
+                                            (_dangling, "symbolic link")], ids=["fifo", "symlink", "dangling"])
+def test_special_outputs_refused_even_with_force(tmp_path, tiny_file, capsys, make, fragment):
+    out = tmp_path / "out.pt"
+    make(out)
+    before = os.lstat(out)
+    for extra in ([], ["--force"]):
+        code, _, err = run(["convert", tiny_file, out, *extra], capsys)
+        assert_clean_error(code, err, fragment, "even with --force")
+    after = os.lstat(out)
+    assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
+    if (tmp_path / "target.pt").exists():
+        assert (tmp_path / "target.pt").read_bytes() == b"keep"
+    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
+
+
+def test_a_path_that_turns_special_while_writing_is_not_replaced(tmp_path):
+    out = tmp_path / "out.bin"
+    with pytest.raises(formats.UsageError, match="FIFO"):
+        with formats.atomic_path(out, force=True) as tmp:
+            tmp.write_bytes(b"x")
+            os.mkfifo(out)
+    assert formats.special_kind(out) == "FIFO (named pipe)" and os.listdir(tmp_path) == ["out.bin"]
+
+
+def test_racing_writers_cannot_both_create(tmp_path):
+    import threading
+
+    out, barrier, results = tmp_path / "out.bin", threading.Barrier(2), []
+
+    def writer(i):
+        try:
+            with formats.atomic_path(out) as tmp:
+                tmp.write_bytes(b"writer %d" % i)
+                barrier.wait()  # both have checked that the path is free and written their file
+            results.append(i)
+        except formats.UsageError as exc:
+            assert "appeared while it was being written" in str(exc)
+            results.append(-1)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winner = max(results)
+    assert sorted(results) == [-1, winner] and out.read_bytes() == b"writer %d" % winner
+    assert os.listdir(tmp_path) == ["out.bin"]
+
+
+def test_racing_convert_processes(tmp_path, tiny_file):
+    out = tmp_path / "out.safetensors"
+    cmd = [sys.executable, "-m", "transformer_parity", "convert", str(tiny_file), str(out)]
+    procs = [subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    codes = sorted(p.wait() for p in procs)
+    assert codes in ([0, 2], [0, 0]) and out.exists()  # [0, 0] only if one finished before the other checked
+    if codes == [0, 2]:
+        err = [p.stderr.read() for p in procs if p.returncode == 2][0]
+        assert "exists" in err or "appeared" in err
+    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
+
+
+def test_files_follow_the_umask_and_force_keeps_the_mode(tmp_path, tiny_file, capsys):
+    old = os.umask(0o027)
+    try:
+        out = tmp_path / "out.pt"
+        assert run(["convert", tiny_file, out], capsys)[0] == 0
+        assert out.stat().st_mode & 0o777 == 0o640
+        out.chmod(0o604)
+        assert run(["convert", tiny_file, out, "--force"], capsys)[0] == 0
+        assert out.stat().st_mode & 0o777 == 0o604
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize("length", [239, 254])
+def test_long_output_names(tmp_path, tiny_file, capsys, length):
+    out = tmp_path / ("m" * (length - len(".weights.h5")) + ".weights.h5")
+    assert len(out.name) == length
+    code, _, err = run(["convert", tiny_file, out], capsys)
+    assert code == 0, err
+    assert formats.load(out).config == TINY
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, tiny_file.name])
