@@ -267,3 +267,103 @@ def test_long_output_names(tmp_path, tiny_file, capsys, length):
     assert code == 0, err
     assert formats.load(out).config == TINY
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, tiny_file.name])
+
+
+# --- 4. unbounded allocation from small files ----------------------------------------------------------------------
+
+def _project_pt(path, mutate=None, config=TINY):
+    import torch
+
+    formats.save(path, config, seeded_weights(config, 0))
+    obj = torch.load(path, weights_only=True)
+    if mutate is not None:
+        mutate(obj)
+    path.unlink()
+    torch.save(obj, path)
+    return path
+
+
+def _expand(obj):
+    import torch
+
+    obj["state_dict"]["output.bias"] = torch.zeros(1).expand(10**9)  # 4 GB once copied, 4 bytes stored
+
+
+def _sparse(obj):
+    import torch
+
+    obj["state_dict"]["output.bias"] = torch.zeros(TINY.tgt_vocab_size).to_sparse()
+
+
+def _huge_config(obj):
+    obj["config"] = TINY.replace(num_encoder_layers=10**9).to_json()
+
+
+@pytest.mark.parametrize("mutate, fragment", [(_expand, "repeats or overlaps"), (_sparse, "layout torch.sparse_coo"),
+                                              (_huge_config, "num_encoder_layers=1000000000")],
+                         ids=["zero-stride", "sparse", "layers-1e9"])
+def test_hostile_pt_refused(tmp_path, capsys, mutate, fragment):
+    path = _project_pt(tmp_path / "bad.pt", mutate)
+    code, _, err = run(["convert", path, tmp_path / "out.safetensors"], capsys)
+    assert_clean_error(code, err, fragment)
+    assert not (tmp_path / "out.safetensors").exists()
+
+
+def _member_data_offset(path, name):
+    import struct
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        info = next(i for i in z.infolist() if i.filename.endswith(name))
+    raw = path.read_bytes()
+    n, m = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
+    return info.header_offset + 30 + n + m, info.file_size
+
+
+def test_pt_with_flipped_bytes_fails_its_crc(tmp_path, capsys):
+    import zipfile
+
+    path = _project_pt(tmp_path / "m.pt")
+    with zipfile.ZipFile(path) as z:
+        largest = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size).filename
+    start, size = _member_data_offset(path, largest)
+    raw = bytearray(path.read_bytes())
+    for i in range(64):
+        raw[start + (i * 7) % size] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    code, _, err = run(["convert", path, tmp_path / "out.safetensors"], capsys)
+    assert_clean_error(code, err, "does not match its CRC-32")
+
+
+def test_pt_deflate_bomb_refused(tmp_path, capsys):
+    import zipfile
+
+    import torch
+
+    plain = tmp_path / "plain.pt"
+    torch.save({"state_dict": {"src_embed.token.weight": torch.zeros(4_000_000)}}, plain)
+    bomb = tmp_path / "bomb.pt"
+    with zipfile.ZipFile(plain) as src, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    assert bomb.stat().st_size < plain.stat().st_size / 50
+    code, _, err = run(["convert", bomb, tmp_path / "out.safetensors", "--set", "d_model=8"], capsys)
+    assert_clean_error(code, err, "decompression bomb")
+
+
+def test_safetensors_hostile_headers(tmp_path, tiny_file, capsys):
+    from safetensors.numpy import load_file, save_file
+
+    raw = b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    deep = tmp_path / "deep.safetensors"
+    deep.write_bytes(len(raw).to_bytes(8, "little") + raw)
+    code, _, err = run(["convert", deep, tmp_path / "out.pt"], capsys)
+    assert_clean_error(code, err, "nests JSON too deeply")
+    big = tmp_path / "big.safetensors"
+    save_file(load_file(tiny_file), big, metadata={"format": "transformer-parity/canonical", "format_version": "1",
+                                                   "config": TINY.replace(num_decoder_layers=10**9).to_json()})
+    for args in (["convert", big, tmp_path / "out.pt"], ["convert", tiny_file, tmp_path / "out.pt", "--set",
+                                                          "num_encoder_layers=1000000000"]):
+        code, _, err = run(args, capsys)
+        assert_clean_error(code, err, "layers=1000000000")
+    assert not (tmp_path / "out.pt").exists()

@@ -21,6 +21,7 @@ import torch
 
 import reference_numpy as rn
 from reference_numpy import TransformerConfig
+from transformer_parity import limits
 
 from .model import WEIGHT_TABLE
 
@@ -39,8 +40,9 @@ def read_torch_file(path: str | os.PathLike) -> Any:
         raise IsADirectoryError(f"{path} is a directory, expected a file")
     if path.stat().st_size == 0:
         raise ValueError(f"{path} is empty (0 bytes)")
+    _check_archive(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         first = str(exc).strip().splitlines()
         detail = next((line.strip() for line in first if "GLOBAL" in line or "Unsupported" in line), first[0] if first
@@ -50,6 +52,72 @@ def read_torch_file(path: str | os.PathLike) -> Any:
     except (RuntimeError, EOFError, OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"{path} is not a readable PyTorch file (truncated or corrupt?): {message}") from None
+    _check_tensors(obj, path)
+    return obj
+
+
+MAX_INFLATION = 2  # a torch.save archive stores its members uncompressed; allow a little beyond that
+
+
+def _check_archive(path: Path) -> None:
+    """Before `torch.load`: a zip archive's members must decompress to at most ~the file's size (no deflate bomb)
+    and match their CRC-32s (flipped bytes are refused, not loaded as wrong weights)."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        return  # the legacy (pickle) format: torch.load checks it
+    size = path.stat().st_size
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+            declared = sum(m.file_size for m in members)
+            if declared > MAX_INFLATION * size + (1 << 20):
+                raise ValueError(f"{path}: its zip members declare {declared} bytes uncompressed, "
+                                 f"{declared / size:.0f}x the file's {size}; refusing a decompression bomb")
+            bad = archive.testzip()  # reads every member, checking its CRC-32 (and its declared size)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, NotImplementedError, RuntimeError) as exc:
+        raise ValueError(f"{path} is not a readable PyTorch file (corrupt zip archive: {exc})") from None
+    if bad is not None:
+        raise ValueError(f"{path} is corrupt: zip member {bad!r} does not match its CRC-32")
+
+
+def _check_tensors(obj: Any, path: Path) -> None:
+    """Every tensor in what `torch.load` returned must be dense and own its elements: a zero-stride (`expand`) or
+    overlapping view of a small storage would become a huge array once copied, and a sparse tensor is no weight."""
+    stack, seen, total = [obj], 0, 0
+    limit = MAX_INFLATION * path.stat().st_size + (1 << 20)
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > 10_000_000:
+            raise ValueError(f"{path}: too many objects")
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, torch.Tensor):
+            _check_tensor(item, path)
+            total += item.numel() * item.element_size()
+            if total > limit:  # views sharing one storage (tied weights are two; thousands are an attack)
+                raise ValueError(f"{path}: its tensors span {total} bytes or more, over {MAX_INFLATION}x the "
+                                 "file's size; refusing views that repeat shared storage")
+
+
+def _check_tensor(t: torch.Tensor, path: Path) -> None:
+    if t.layout != torch.strided:
+        raise ValueError(f"{path}: a tensor of shape {tuple(t.shape)} has layout {t.layout}; weights must be dense "
+                         "(strided) tensors")
+    dims = sorted((stride, n) for n, stride in zip(t.shape, t.stride()) if n > 1)
+    expected = 1
+    for stride, n in dims:
+        if stride != expected:
+            raise ValueError(f"{path}: a tensor of shape {tuple(t.shape)} has strides {tuple(t.stride())}, a view "
+                             "that repeats or overlaps its storage (e.g. expand()); weights must own their elements")
+        expected *= n
+    need = t.numel() * t.element_size()
+    have = t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
+    if need > have:
+        raise ValueError(f"{path}: a tensor of shape {tuple(t.shape)} needs {need} bytes, its storage holds {have}")
 
 
 def is_project_file(obj: Any) -> bool:
@@ -64,6 +132,7 @@ def _numpy_state(state: Mapping[str, Any], path: Path | str, consume: bool = Fal
         value = state.pop(key) if consume else state[key]
         if not isinstance(value, torch.Tensor):
             raise ValueError(f"{path}: entry {key!r} is a {type(value).__name__}, expected a tensor")
+        _check_tensor(value, path)
         if not value.is_floating_point():
             raise ValueError(f"{path}: entry {key!r} has dtype {value.dtype}, expected a floating dtype")
         if value.dtype == torch.bfloat16:
@@ -95,8 +164,9 @@ def load_pt(obj: Mapping[str, Any], path: str | os.PathLike, fields: Mapping[str
         config = TransformerConfig.from_json(obj["config"])
         if fields:
             config = config.replace(**fields)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"{path}: invalid config: {exc}") from None
+    limits.check_config_against_file(config, len(obj["state_dict"]), str(path))
     try:
         return config, rn.from_framework_state(config, _numpy_state(obj["state_dict"], path, consume=True),
                                                WEIGHT_TABLE, consume=True)
@@ -111,6 +181,7 @@ def looks_like_torch_impl_state(state: Mapping[str, Any]) -> bool:
 def load_torch_impl_state(state: Mapping[str, Any], path: str | os.PathLike, config: TransformerConfig
                           ) -> dict[str, np.ndarray]:
     """A bare `torch_impl.Transformer.state_dict()` (no config stored) under an explicitly given config."""
+    limits.check_config_against_file(config, len(state), str(path))
     try:
         return rn.from_framework_state(config, _numpy_state(state, path, consume=True), WEIGHT_TABLE, consume=True)
     except ValueError as exc:

@@ -175,6 +175,8 @@ def _load_canonical(path: Path, fields: Mapping[str, Any], on_tensor: OnTensor |
 
     stored, tensors, _ = read_canonical(path, on_tensor)
     config = stored.replace(**fields) if stored is not None and fields else stored or _config_from_fields(path, fields)
+    from . import limits
+    limits.check_config_against_file(config, len(tensors), str(path))  # before listing the config's parameters
     try:
         rn.validate_weights(config, tensors)
     except ValueError as exc:

@@ -22,6 +22,8 @@ import numpy as np
 import reference_numpy as rn
 from reference_numpy.io import FORMAT_TAG, FORMAT_VERSION
 
+from . import limits
+
 DTYPES = {"F16": np.dtype("<f2"), "F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "I64": np.dtype("<i8"),
           "I32": np.dtype("<i4"), "U8": np.dtype("u1"), "BOOL": np.dtype("?")}
 _CODES = {v: k for k, v in DTYPES.items()}
@@ -54,6 +56,8 @@ def read_header(path: str | os.PathLike) -> SafetensorsHeader:
         header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path} is not a valid safetensors file: its header is not JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"{path} is not a valid safetensors file: its header nests JSON too deeply") from None
     if not isinstance(header, dict):
         raise ValueError(f"{path} is not a valid safetensors file: header is a JSON {type(header).__name__}, "
                          "expected an object")
@@ -116,8 +120,9 @@ def read_canonical(path: str | os.PathLike, on_tensor: Callable[[str, int], None
     if "config" in header.metadata:
         try:
             config = rn.TransformerConfig.from_json(header.metadata["config"])
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f"{path}: the config stored in its metadata is invalid: {exc}") from None
+        limits.check_config_against_file(config, len(header.entries), str(path))
     return config, read_tensors(header, on_tensor=on_tensor), header.metadata
 
 
