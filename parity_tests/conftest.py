@@ -68,6 +68,9 @@ class TorchBackend:
         with self.torch.no_grad():
             return model(src, tgt, **kwargs).numpy()
 
+    def to_reference(self, model) -> dict[str, np.ndarray]:
+        return model.to_reference()
+
 
 class TFBackend:
     name = "tf"
@@ -84,6 +87,9 @@ class TFBackend:
 
     def logits(self, model, src, tgt=None, **kwargs) -> np.ndarray:
         return np.asarray(model(src, tgt, **kwargs))
+
+    def to_reference(self, model) -> dict[str, np.ndarray]:
+        return model.to_reference()
 
 
 _BACKENDS = {"torch": TorchBackend, "tf": TFBackend}

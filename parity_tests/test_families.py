@@ -3,6 +3,7 @@ then torch_impl and tf_impl against it (every trace entry, float32 and float64, 
 trips, and greedy decoding with and without a cache."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -182,3 +183,125 @@ def test_start_token_equal_to_pad_is_not_masked():
     seen = model(src, start, tgt_mask=np.ones((2, 1), bool))[:, -1]
     np.testing.assert_array_equal(step, seen)
     assert not np.allclose(step, model(src, start)[:, -1])  # the default pad mask would hide it
+
+
+# --- torch_impl and tf_impl against the reference -----------------------------------------------------------------
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_family_every_sublayer(backend, family, dtype):
+    config = FAMILIES[family]
+    weights = weights_for(config, dtype=dtype)
+    src, tgt, kwargs = family_inputs(config)
+    model = backend.build(config, weights, dtype)
+    traced = backend.trace(model, src, tgt, **kwargs)
+    desired = rn.Transformer(config, weights, np.float64).trace(src, tgt, **kwargs)
+    assert list(traced) == list(desired)
+    for name, value in desired.items():
+        np.testing.assert_allclose(traced[name], value, rtol=0, atol=atol(dtype), err_msg=f"sublayer {name}")
+        assert traced[name].dtype == np.dtype(dtype), name
+    np.testing.assert_array_equal(backend.logits(model, src, tgt, **kwargs), traced[list(traced)[-1]])
+    round_trip = backend.to_reference(model)
+    assert sorted(round_trip) == sorted(weights)
+    for name, value in weights.items():  # bit-identical, dtype included
+        assert round_trip[name].dtype == value.dtype and np.array_equal(round_trip[name], value), name
+
+
+@pytest.mark.parametrize("family", ["gpt2-like", "bert-mlm-like"])
+def test_family_checks_inputs_like_the_reference(backend, family):
+    config = FAMILIES[family]
+    model = backend.build(config, weights_for(config), "float32")
+    src, tgt, kwargs = family_inputs(config)
+    reference = rn.Transformer(config, weights_for(config))
+    bad = [(src, {})]
+    if config.type_vocab_size:
+        bad += [(None, dict(src_type_ids=np.full_like(src, config.type_vocab_size))),
+                (None, dict(src_type_ids=np.zeros((1, 2), np.int64)))]
+    else:
+        bad += [(None, dict(src_type_ids=np.zeros_like(src)))]
+    for tgt, arguments in bad:
+        with pytest.raises(ValueError) as desired:
+            reference(src, tgt, **arguments)
+        with pytest.raises(ValueError, match=re.escape(str(desired.value))):  # Keras adds context around it
+            backend.logits(model, src, tgt, **arguments)
+
+
+@pytest.mark.parametrize("name,x", [("gelu_tanh", np.linspace(-30, 30, 601)), ("silu", np.linspace(-750, 60, 811))])
+def test_activations_in_float64(name, x):
+    """The activations alone, float64, over a wide range: an op that rounds through float32 would be ~1e-8 off."""
+    import tensorflow as tf
+    import torch
+
+    import tf_impl.model
+    import torch_impl.model
+
+    desired = rn.ops.ACTIVATIONS[name](x)
+    torch_out = torch_impl.model.ACTIVATIONS[name](torch.from_numpy(x)).numpy()
+    keras_out = tf_impl.model.ACTIVATIONS[name](tf.constant(x)).numpy()
+    for actual in (torch_out, keras_out):
+        assert actual.dtype == np.float64
+        np.testing.assert_allclose(actual, desired, rtol=0, atol=atol("float64") * 1e-3)
+
+
+def _steppers(family):
+    """(config, generate() start arguments, {backend/path: next_logits}) for greedy decoding in all three
+    backends, with and without a cache."""
+    import tf_impl
+    import torch_impl
+    from tf_impl import decoding as tf_decoding
+    from torch_impl import decoding as torch_decoding
+
+    config = FAMILIES[family]
+    weights = weights_for(config)
+    if config.is_decoder_only:
+        src, start = None, {"prompt": np.array([[5, 6, 7], [9, 3, 2], [1, 1, 4]])}
+    else:  # Marian: decoding starts from the pad token
+        src, start = family_inputs(config, batch=3)[0], {"bos_id": config.pad_id}
+    torch_model = torch_impl.Transformer.from_reference(config, weights)
+    keras_model = tf_impl.Transformer.from_reference(config, weights)
+    return config, start, {
+        "numpy": rn.reference_stepper(rn.Transformer(config, weights), src),
+        "torch-cache": torch_decoding.cached_stepper(torch_model, src),
+        "torch-recompute": torch_decoding.recompute_stepper(torch_model, src),
+        "keras-cache": tf_decoding.cached_stepper(keras_model, src),
+        "keras-cache-eager": tf_decoding.cached_stepper(keras_model, src, compiled=False),
+        "keras-recompute": tf_decoding.recompute_stepper(keras_model, src),
+    }
+
+
+@pytest.mark.parametrize("family", ["gpt2-like", "marian-like"])
+def test_greedy_decoding_same_tokens_everywhere(family):
+    config, start, steppers = _steppers(family)
+    outputs = {name: rn.generate(step, 3, eos_id=-1, pad_id=config.pad_id, max_new_tokens=10, **start)
+               for name, step in steppers.items()}
+    desired = outputs.pop("numpy")
+    assert len(np.unique(desired[:, -10:])) > 1  # not a degenerate constant sequence
+    for name, tokens in outputs.items():
+        np.testing.assert_array_equal(tokens, desired, err_msg=name)
+
+
+def test_cached_step_logits_match_a_full_forward():
+    """The decoder-only cache path: prompt in one call, then single tokens; logits equal the full forward's."""
+    config, start, steppers = _steppers("gpt2-like")
+    ids = np.concatenate([start["prompt"], np.array([[8], [2], [6]]), np.array([[4], [4], [9]])], axis=1)
+    desired = [rn.Transformer(config, weights_for(config))(ids[:, :t], src_mask=np.ones((3, t), bool))[:, -1]
+               for t in (3, 4, 5)]
+    for name in ("torch-cache", "keras-cache", "keras-cache-eager"):
+        for t, want in zip((3, 4, 5), desired):
+            np.testing.assert_allclose(steppers[name](ids[:, :t]), want, rtol=0, atol=atol("float32"),
+                                       err_msg=f"{name}, step {t}")
+
+
+def test_keras_layers_serialize_their_config():
+    """The one get_config/from_config mixin: every config-built layer of every family comes back equal."""
+    import tf_impl
+
+    for family in ("gpt2-like", "bert-mlm-like", "marian-like"):
+        config = FAMILIES[family]
+        model = tf_impl.Transformer.from_reference(config, weights_for(config))
+        rebuilt = tf_impl.Transformer.from_config(model.get_config())
+        assert rebuilt.config == config
+        for layer in model._flatten_layers():
+            if hasattr(layer, "_CONFIG_ARGS") and layer is not model:
+                again = type(layer).from_config(layer.get_config())
+                assert again.config == config and again.name == layer.name
+                assert all(getattr(again, arg) == getattr(layer, arg) for arg in layer._CONFIG_ARGS)
