@@ -89,7 +89,8 @@ PRESETS: dict[str, list[tuple[list[str], list[str], list[str], list[str] | None]
         (["base-256"], list(TASKS), ["float32", "bfloat16"], None),
     ],
     "issue": [(["base"], ["forward", "train"], ["float32"], None)],
-    "smoke": [(["micro"], list(TASKS), ["float32"], None)],
+    "smoke": [(["micro"], list(TASKS), ["float32", "bfloat16"], ["torch_impl.eager", "torch.nn.Transformer"]),
+              (["micro"], ["forward"], ["float32"], ["tf_impl.eager"])],
 }
 
 
@@ -269,7 +270,7 @@ def plan(preset: str = "default", models: list[str] | None = None, tasks: list[s
         if name not in MODELS:
             raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
     chosen = select(impl_patterns)
-    out, seen = [], set()
+    out: dict[Problem, list] = {}
     for entry_models, entry_tasks, entry_dtypes, patterns in PRESETS[preset]:
         allowed = {i.name for i in select(patterns)} if patterns and impl_patterns is None else None
         for name in models or entry_models:
@@ -284,15 +285,12 @@ def plan(preset: str = "default", models: list[str] | None = None, tasks: list[s
                 for dtype in dtypes or entry_dtypes:
                     problem = Problem(name, config, dims["batch"], dims["src_len"], dims["tgt_len"],
                                       dims["new_tokens"], task, dtype)
-                    if problem in seen:
-                        continue
-                    seen.add(problem)
-                    impls = [i for i in chosen if allowed is None or i.name in allowed]
-                    if impls:
-                        out.append((problem, impls))
-    if not out:
+                    have = out.setdefault(problem, [])
+                    have += [i for i in chosen if (allowed is None or i.name in allowed) and i not in have]
+    pairs = [(problem, sorted(impls, key=list(REGISTRY.values()).index)) for problem, impls in out.items() if impls]
+    if not pairs:
         raise ValueError("the chosen implementations have nothing to run on this grid")
-    return out
+    return pairs
 
 
 # --- the reference ------------------------------------------------------------------------------------------------

@@ -57,6 +57,12 @@ def register(actions) -> argparse.ArgumentParser:
                         help="seconds of timing per row, at least")
     parser.add_argument("--max-time", type=float, default=3.0, dest="model_max_time",
                         help="seconds of timing per row, at most (a row still gets 3 calls)")
+    parser.add_argument("--min-runs", type=int, default=3, dest="model_min_runs",
+                        help="timed calls per row, at least (default 3)")
+    parser.add_argument("--peak-size", type=int, default=None, dest="model_peak_size", metavar="N",
+                        help="N x N GEMM for the measured peak (default 2048 in float32, 512 in bfloat16)")
+    parser.add_argument("--peak-time", type=float, default=0.3, dest="model_peak_time", metavar="S",
+                        help="seconds of timing for each peak GEMM (default 0.3)")
     parser.add_argument("--json", metavar="PATH", dest="model_json")
     parser.add_argument("--csv", metavar="PATH", dest="model_csv")
     parser.add_argument("--plot", metavar="PATH.png", dest="model_plot", help="tokens/s bars (needs matplotlib)")
@@ -114,6 +120,12 @@ def handle(args) -> int:
         raise ValueError(f"--threads must be >= 1, received {threads}")
     if args.model_rounds < 1:
         raise ValueError(f"--rounds must be >= 1, received {args.model_rounds}")
+    if args.model_min_runs < 1:
+        raise ValueError(f"--min-runs must be >= 1, received {args.model_min_runs}")
+    if args.model_peak_size is not None and args.model_peak_size < 1:
+        raise ValueError(f"--peak-size must be >= 1, received {args.model_peak_size}")
+    if not args.model_peak_time > 0:
+        raise ValueError(f"--peak-time must be > 0, received {args.model_peak_time}")
     if not 0 < args.model_min_time <= args.model_max_time:
         raise ValueError(f"need 0 < --min-time <= --max-time, received {args.model_min_time} and "
                          f"{args.model_max_time}")
@@ -136,7 +148,8 @@ def handle(args) -> int:
     outputs = _outputs(args)
     progress = None if args.model_quiet else (lambda m: print(f"bench model: {m}", file=sys.stderr, flush=True))
     options = model_bench.Options(threads=threads, min_time=args.model_min_time, max_time=args.model_max_time,
-                                  rounds=args.model_rounds, progress=progress)
+                                  rounds=args.model_rounds, min_runs=args.model_min_runs,
+                                  peak_n=args.model_peak_size, peak_time=args.model_peak_time, progress=progress)
     result = model_bench.run(pairs, options)
     print(model_report.render_text(result))
     writers = {"json": model_report.to_json, "csv": model_report.to_csv}

@@ -1,6 +1,7 @@
 """The benchmarks run: a tiny problem through the engine and through pytest-benchmark, every output of the `bench`
 command, an out-of-memory row, and the CUDA path (marked gpu). Nothing here asserts anything about speed."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -154,3 +155,99 @@ def test_cuda_path():
     for row in ok:
         assert row.mem_method.startswith("cuda") and row.peak_mem_mib is not None
         assert row.max_abs_err < (1e-2 if row.dtype != "float32" else 1e-4), (row.impl, row.dtype, row.max_abs_err)
+
+
+# --- the whole-model benchmark (`bench model`) ----------------------------------------------------------------------
+
+MODEL_QUICK = ["model", "--preset", "smoke", "--threads", "1", "--min-time", "0.001", "--max-time", "0.005",
+               "--min-runs", "1", "--rounds", "1", "--peak-size", "64", "--peak-time", "0.001", "--quiet"]
+
+
+def test_model_bench_writes_checked_rows_ratios_and_compares(tmp_path, capsys):
+    """`bench model --preset smoke`: every framework's rows measured and checked against the float64 reference,
+    the unsupported pairs listed with the reason, ratios in the JSON, CSV and compare readable."""
+    out = {kind: tmp_path / f"model.{kind}" for kind in ("json", "csv")}
+    assert cli.main(MODEL_QUICK + ["--json", str(out["json"]), "--csv", str(out["csv"])]) == 0
+    data = json.loads(out["json"].read_text())
+    assert data["kind"] == "model-bench" and data["meta"]["cpu"] and data["meta"]["load_before"]
+    rows = {(r["impl"], r["task"], r["dtype"]): r for r in data["rows"]}
+    measured = {key for key, r in rows.items() if r["status"] == "ok"}
+    assert {("torch_impl.eager", task, dtype) for task in ("forward", "train", "generate", "generate-nocache")
+            for dtype in ("float32", "bfloat16")} <= measured
+    assert {("torch.nn.Transformer", "forward", "float32"), ("torch.nn.Transformer", "train", "float32"),
+            ("torch.nn.Transformer", "generate-nocache", "float32")} <= measured
+    assert rows[("torch.nn.Transformer", "generate", "float32")]["status"] == "unsupported"
+    assert "no key/value cache" in rows[("torch.nn.Transformer", "generate", "float32")]["note"]
+    if importlib.util.find_spec("tensorflow"):
+        assert ("tf_impl.eager", "forward", "float32") in measured
+    for key in measured:
+        r = rows[key]
+        assert r["median_ms"] > 0 and r["tokens_per_s"] > 0 and r["gflop"] > 0 and r["first_call_ms"] > 0, key
+        if r["dtype"] == "float32":  # the float32 rule, and every row within it
+            assert r["check"] == "ok" and r["max_abs_err"] <= r["tolerance"] <= 1e-3, key
+        else:
+            assert r["check"] == "" and r["max_abs_err"] is not None and r["max_abs_err"] < 0.5, key
+    kinds = {r["kind"] for r in data["ratios"]}
+    assert {"torch_impl vs nn.Transformer", "bfloat16 vs float32"} <= kinds
+    assert {p["dtype"] for p in data["peaks"]} == {"float32", "bfloat16"}
+    assert out["csv"].read_text().splitlines()[0].startswith("impl,framework,status,model,task")
+    capsys.readouterr()
+    assert cli.main(["model", "compare", str(out["json"]), str(out["json"])]) == 0
+    assert "1.000" in capsys.readouterr().out
+    assert cli.main(["model", "markdown", str(out["json"])]) == 0
+    assert "torch_impl vs nn.Transformer" in capsys.readouterr().out
+
+
+def test_model_bench_flags_a_wrong_port():
+    """A row whose output disagrees with the float64 reference is flagged (here: one kernel transposed)."""
+    pytest.importorskip("torch")
+    from benchmarks import model_bench, model_impls
+
+    right = model_impls.REGISTRY["torch_impl.eager"]
+
+    def wrong_builder(problem, weights, inputs):
+        kernel = "encoder.layers.0.ffn.linear1.kernel"
+        planted = {**weights, kernel: weights[kernel] * 1.01}
+        return right.builder(problem, planted, inputs)
+
+    wrong = model_impls.ModelImpl("planted", "torch", "a wrong port", right.tasks, right.dtypes, wrong_builder)
+    pairs = [(problem, [right, wrong]) for problem, _ in model_bench.plan("smoke", tasks=["forward", "train"],
+                                                                          dtypes=["float32"],
+                                                                          impl_patterns=["torch_impl.eager"])]
+    options = model_bench.Options(threads=1, min_time=0.001, max_time=0.005, min_runs=1, rounds=1, peak_n=64,
+                                  peak_time=0.001)
+    rows = model_bench.run(pairs, options).rows
+    assert [(r.impl, r.check) for r in rows] == [("torch_impl.eager", "ok"), ("planted", "FLAGGED")] * 2
+    assert all("differ from the float64 reference" in r.note for r in rows if r.impl == "planted")
+
+
+def test_model_flop_count():
+    """The analytic count, by hand for a 1+1-layer model (see benchmarks/model_bench.py)."""
+    from benchmarks.model_bench import MODELS, model_flops
+    from reference_numpy import TransformerConfig
+
+    c = TransformerConfig(**MODELS["micro"]["config"])  # d 16, d_ff 32, V 20
+    d, f, v, b, s, t = 16, 32, 20, 2, 6, 5
+    enc = b * s * (8 * d * d + 4 * d * f) + 4 * b * s * s * d
+    dec = b * t * (12 * d * d + 4 * d * f) + 4 * b * t * (t + s) * d + 4 * b * s * d * d
+    assert model_flops(c, b, s, t, 0, "forward") == enc + dec + 2 * b * t * d * v
+    assert model_flops(c, b, s, t, 0, "train") == 3 * (enc + dec + 2 * b * t * d * v)
+    step1 = b * (12 * d * d + 4 * d * f) + 4 * b * (1 + s) * d + 4 * b * s * d * d + 2 * b * d * v
+    step2 = b * (12 * d * d + 4 * d * f) + 4 * b * (2 + s) * d + 2 * b * d * v  # cross k/v cached
+    assert model_flops(c, b, s, t, 2, "generate") == enc + step1 + step2
+    assert model_flops(c, b, s, t, 2, "generate-nocache") > model_flops(c, b, s, t, 2, "generate")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["model", "--impl", "nope"], "unknown implementation 'nope'"),
+    (["model", "--task", "sing"], "--task takes comma-separated values"),
+    (["model", "--model", "huge"], "--model takes comma-separated values"),
+    (["model", "--batch", "0"], "--batch must be >= 1, received 0"),
+    (["model", "--set", "d_model=7"], "d_model=7 is not divisible by num_heads"),
+    (["model", "--model", "micro", "--src-len", "99"], "do not fit max_len=16"),
+    (["model", "compare", "missing.json", "missing.json"], "no such result file: missing.json"),
+])
+def test_model_bench_bad_input_is_one_line(argv, message, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
