@@ -93,6 +93,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                         help="CPU threads for every framework (default: os.cpu_count())")
     parser.add_argument("--min-time", type=float, default=0.15, help="seconds of timing per row, at least")
     parser.add_argument("--max-time", type=float, default=0.75, help="seconds of timing per row, at most")
+    parser.add_argument("--row-budget", type=float, default=60.0, metavar="SECONDS",
+                        help="skip rows that would surely take longer (one call at the measured GEMM peak, x3; "
+                             "default 60)")
     parser.add_argument("--rounds", type=int, default=5,
                         help="interleaved timing rounds over a problem's implementations (default 5)")
     parser.add_argument("--peak-size", type=int, default=None, metavar="N",
@@ -162,6 +165,7 @@ def _handle(args) -> int:
     from . import engine
     options = engine.Options(threads=threads, min_time=args.min_time, max_time=args.max_time,
                              profile_kernels=not args.no_kernel_names, peak_n=args.peak_size, rounds=args.rounds,
+                             row_budget=args.row_budget,
                              progress=None if args.quiet else _progress(len(plan)))
     result = engine.run(plan, options)
     report.render(result)
@@ -205,10 +209,14 @@ def _plan(args, implementations):
     from . import engine
     chosen = implementations.select(args.impl)
     threads = args.threads if args.threads is not None else (os.cpu_count() or 1)
-    if threads < 1:
-        raise ValueError(f"--threads must be >= 1, received {threads}")
+    most = 4 * (os.cpu_count() or 1)
+    if not 1 <= threads <= most:  # a huge count makes the frameworks' thread pools crash, not slow down
+        raise ValueError(f"--threads must be between 1 and {most} (4 x this machine's {os.cpu_count()} CPUs), "
+                         f"received {threads}")
     if args.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, received {args.rounds}")
+    if not args.row_budget > 0:
+        raise ValueError(f"--row-budget must be > 0 seconds, received {args.row_budget}")
     if args.peak_size is not None and args.peak_size < 1:
         raise ValueError(f"--peak-size must be >= 1, received {args.peak_size}")
     if args.min_time <= 0 or args.max_time < args.min_time:

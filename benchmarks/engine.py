@@ -177,7 +177,7 @@ class Row:
 
     impl: str
     framework: str
-    status: str  # ok | oom | error | unsupported | not installed
+    status: str  # ok | oom | error | unsupported | not installed | skipped (too big or slow for this machine)
     scope: str
     mode: str
     mask: str
@@ -247,6 +247,7 @@ class Options:
     profile_kernels: bool = True
     peak_n: int | None = None  # GEMM size for the peak (default: gemm_size); tests use a small one
     peak_time: float = 0.3  # seconds of timing for each peak GEMM
+    row_budget: float = 60.0  # seconds a row may take (first call, warm-up, timing); rows surely slower are skipped
     progress: Callable[[str], None] | None = None
 
 
@@ -651,9 +652,36 @@ def run(plan: list[tuple[Case, list]], options: Options) -> Report:
     return Report(meta, [{k: v for k, v in p.items()} for p in peaks.values()], rows)
 
 
+def row_estimate(case: Case, peak_gflops: float | None) -> tuple[float, float | None]:
+    """`(bytes, seconds)` a case needs at least: its inputs (drawn in float64, then rounded), their gradients for
+    fwd+bwd, and one call at the measured GEMM peak (no implementation beats it) — a lower bound on the time."""
+    b, h, tq, tk, d = case.batch, case.heads, case.q_len, case.k_len, case.head_dim
+    elements = b * h * (2 * tq + 2 * tk) * d if case.scope == "kernel" else 2 * b * (tq + tk) * h * d + 4 * (h * d) ** 2
+    nbytes = 8.0 * elements * (2 if case.mode == "fwd+bwd" else 1) * 2
+    seconds = case.flops / (peak_gflops * 1e9) if peak_gflops else None
+    return nbytes, seconds
+
+
+def _skip_reason(case: Case, options: Options, peaks: dict) -> str | None:
+    """Why a case cannot run here (its inputs alone would not fit; three calls would surely exceed the row budget)."""
+    nbytes, seconds = row_estimate(case, peaks.get((case.device, case.dtype), {}).get("gflops"))
+    available = _available_ram()
+    if available is not None and nbytes > 0.8 * available:
+        return f"its inputs alone need ~{nbytes / 2**30:.1f} GiB, {available / 2**30:.1f} GiB available"
+    if seconds is not None and 3 * seconds > options.row_budget:
+        return (f"one call needs >= {seconds:.3g} s even at the measured GEMM peak; the row budget is "
+                f"{options.row_budget:g} s")
+    return None
+
+
 def _run_cases(plan, options, peaks, device_names, rows, say, impls_mod) -> None:
     for case, impls in plan:
         if not impls:
+            continue
+        reason = _skip_reason(case, options, peaks)
+        if reason is not None:
+            say(f"{case.shape} {case.scope} {case.mode} {case.mask} {case.dtype} {case.device}: {reason}")
+            rows.extend(_blank_row(impl, case, "skipped", reason, device_names) for impl in impls)
             continue
         inputs = ref.make_inputs(case, options.seed)
         desired, err_scope, slicer = _reference(case, inputs, options, say)

@@ -367,3 +367,45 @@ def test_safetensors_hostile_headers(tmp_path, tiny_file, capsys):
         code, _, err = run(args, capsys)
         assert_clean_error(code, err, "layers=1000000000")
     assert not (tmp_path / "out.pt").exists()
+
+
+def _task_checkpoint(tmp_path):
+    import reference_numpy as rn
+
+    config = rn.TaskSpec().model_config(d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32)
+    path = tmp_path / "task.safetensors"
+    formats.save(path, config, seeded_weights(config, 0))
+    return path
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["init", "--preset", "tiny", "--set", "src_vocab_size=1000000000000", "-o", "{tmp}/x.pt"], "src_vocab_size"),
+    (["verify", "--preset", "tiny", "--batch", "1000000000"], "verify needs about"),
+    (["verify", "--preset", "tiny", "--set", "max_len=1000000000000"], "max_len"),
+    (["verify", "--preset", "tiny", "--set", "src_vocab_size=10000000000"], "src_vocab_size"),
+    (["train", "--framework", "torch", "--out", "{tmp}/run", "--batch-size", "1000000000"], "--batch-size 1000000000"),
+    (["train", "--framework", "torch", "--out", "{tmp}/run", "--eval-size", "1000000000"], "--eval-size 1000000000"),
+    (["train", "--framework", "torch", "--out", "{tmp}/run", "--num-symbols", "1000000000"], "--num-symbols"),
+    (["train", "--framework", "torch", "--out", "{tmp}/run", "--threads", "100000"], "--threads must be between"),
+    (["generate", "{ckpt}", "--framework", "numpy", "--examples", "1000000000000"], "--examples 1000000000000"),
+    (["bench", "--threads", "100000"], "--threads must be between"),
+], ids=["init-vocab", "verify-batch", "verify-max-len", "verify-vocab", "train-batch", "train-eval-size",
+        "train-symbols", "train-threads", "generate-examples", "bench-threads"])
+def test_sizes_beyond_memory_refused_with_the_estimate(tmp_path, capsys, args, fragment):
+    ckpt = _task_checkpoint(tmp_path) if "{ckpt}" in args else None
+    args = [a.format(tmp=tmp_path, ckpt=ckpt) for a in args]
+    code, _, err = run(args, capsys)
+    assert_clean_error(code, err, fragment)
+    assert "MemoryError" not in err and not (tmp_path / "x.pt").exists() and not (tmp_path / "run").exists()
+
+
+def test_bench_rows_estimated_and_skipped(capsys):
+    from benchmarks import engine
+
+    peaks = {("cpu", "float32"): {"gflops": 100.0}}
+    options = engine.Options(row_budget=60.0)
+    assert engine._skip_reason(engine.Case(q_len=1024, k_len=1024), options, peaks) is None
+    slow = engine._skip_reason(engine.Case(q_len=65536, k_len=65536), options, peaks)
+    assert slow.startswith("one call needs >= 352 s")
+    huge = engine._skip_reason(engine.Case(q_len=10**8, k_len=10**8), options, peaks)
+    assert huge.startswith("its inputs alone need")

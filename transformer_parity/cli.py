@@ -180,6 +180,9 @@ def cmd_init(args) -> int:
         raise UsageError(f"invalid config: {exc}") from None
     start = time.perf_counter()
     dtype = np.dtype(args.dtype)
+    from . import limits
+    limits.check_memory(2 * dtype.itemsize * limits.parameter_count(config),  # each tensor drawn in float64, cast
+                        f"init --preset {args.preset}" + "".join(f" --set {s}" for s in args.sets))
     weights = seeded_weights(config, args.seed, dtype) if args.exercise_all else rn.init_weights(config, args.seed,
                                                                                                     dtype)
     total = sum(w.nbytes for w in weights.values())

@@ -66,10 +66,11 @@ def available_bytes() -> int:
 
 
 def estimate_bytes(config: rn.TransformerConfig, batch: int = 1, src_len: int = 1, tgt_len: int = 1,
-                   itemsize: int = 8, weight_copies: int = 2, training: bool = False) -> int:
+                   itemsize: int = 8, weight_copies: int = 2, traces: int = 1, training: bool = False) -> int:
     """Rough peak bytes of running `config` on one batch: `weight_copies` copies of the weights, the sinusoidal
-    position table, and the activations a trace keeps (per layer a few `(B, T, d_model)` and `(B, T, d_ff)` tensors
-    and the `(B, H, T, T)` attention weights; the logits); training adds gradients and Adam's two moments."""
+    position table, and `traces` sets of the activations a trace keeps (per layer a few `(B, T, d_model)` and
+    `(B, T, d_ff)` tensors and the `(B, H, T, T)` attention weights; the logits); training adds gradients and Adam's
+    two moments."""
     params = parameter_count(config)
     b, d, h = batch, config.d_model, config.num_heads
     s = src_len if config.has_encoder else 0
@@ -80,7 +81,7 @@ def estimate_bytes(config: rn.TransformerConfig, batch: int = 1, src_len: int = 
     out_len = t if config.has_decoder else s
     acts += 3 * b * out_len * (config.tgt_vocab_size if config.output_projection else d)
     positions = config.max_len * d if config.positional == "sinusoidal" else 0
-    total = params * (weight_copies + (3 if training else 0)) + positions * 2 + acts * (2 if training else 1)
+    total = params * (weight_copies + (3 if training else 0)) + positions * 2 + acts * traces * (2 if training else 1)
     return total * itemsize
 
 

@@ -266,7 +266,7 @@ def cmd_train(args) -> int:
             if model_options:
                 raise UsageError(f"--init takes the model from the checkpoint; drop "
                                  f"{', '.join('--' + k.replace('_', '-') for k in sorted(model_options))}")
-            config, init = rn.load_weights(args.init)
+            config, init = _read_checkpoint(args.init)
             task = settings_from_options(given).task
             try:
                 rn.check_config(task, config)
@@ -276,6 +276,7 @@ def cmd_train(args) -> int:
             if "dropout" in given:
                 model_fields["dropout"] = given["dropout"]
         settings = settings_from_options(given, model_fields)
+    _check_train_memory(settings, args.framework)
     if args.threads is not None:
         set_threads(args.framework, args.threads)
     with _TrainProgress(args, settings.steps, 0) as bar:
@@ -289,10 +290,28 @@ def cmd_train(args) -> int:
     return 0
 
 
+def _check_train_memory(settings, framework: str) -> None:
+    """Refuse sizes (--batch-size, --eval-size, --num-symbols, --max-len, the model's) that cannot fit in memory."""
+    from . import limits
+
+    task = settings.task
+    config = settings.model_config()
+    what = (f"train --framework {framework} (--batch-size {settings.batch_size}, --eval-size {settings.eval_size}, "
+            f"--num-symbols {task.num_symbols}, --max-len {task.max_len}, d_model {config.d_model}, "
+            f"{config.num_encoder_layers}+{config.num_decoder_layers} layers)")
+    limits.check_run(config, what,
+                     batch=max(settings.batch_size, settings.eval_size), src_len=task.max_len,
+                     tgt_len=task.target_len, itemsize=4 if settings.dtype == "float32" else 8, training=True)
+
+
 def set_threads(framework: str, threads: int) -> None:
     """Intra-op CPU threads of the framework (TensorFlow: only before its first op runs)."""
-    if threads < 1:
-        raise UsageError(f"--threads must be >= 1, received {threads}")
+    import os
+
+    most = 4 * (os.cpu_count() or 1)
+    if not 1 <= threads <= most:
+        raise UsageError(f"--threads must be between 1 and {most} (4 x this machine's {os.cpu_count()} CPUs), "
+                         f"received {threads}")
     if framework == "torch":
         import torch
 
@@ -329,6 +348,14 @@ def _options_of(settings) -> dict:
 
 # --- generate ------------------------------------------------------------------------------------------------------
 
+def _read_checkpoint(path):
+    """`(config, weights)` of a checkpoint, read as hostile (`formats.load`: config checked against the tensors)."""
+    from . import formats
+
+    loaded = formats.load(path)
+    return loaded.config, loaded.weights
+
+
 def _task_for(args, checkpoint: Path):
     """The task: explicit options over the run directory's stored task over the defaults."""
     import reference_numpy as rn
@@ -340,7 +367,13 @@ def _task_for(args, checkpoint: Path):
     if checkpoint.name == training_run.CHECKPOINT and state.is_file():
         _, metadata = rn.io.read_safetensors(state)
         if metadata.get("format") == training_run.STATE_FORMAT:
-            stored = json.loads(metadata["settings"])["task"]
+            try:
+                stored = json.loads(metadata["settings"])["task"]
+                if not isinstance(stored, dict):
+                    raise TypeError(f"task is a {type(stored).__name__}")
+            except (KeyError, TypeError, ValueError, RecursionError) as exc:
+                raise UsageError(f"{state}: its stored settings are unreadable ({type(exc).__name__}: {exc}); "
+                                 "give the task with --task/--num-symbols/--min-len/--max-len") from None
     fields = {"name": "reverse", "num_symbols": 10, "min_len": 1, "max_len": 16, **stored}
     for option, field in (("task", "name"), ("num_symbols", "num_symbols"), ("min_len", "min_len"),
                           ("max_len", "max_len")):
@@ -348,7 +381,7 @@ def _task_for(args, checkpoint: Path):
             fields[field] = getattr(args, option)
     try:
         return rn.TaskSpec(**fields)
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:
         raise UsageError(f"invalid task: {exc}") from None
 
 
@@ -356,7 +389,7 @@ def _load_for_task(args):
     import reference_numpy as rn
 
     path = Path(args.checkpoint)
-    config, weights = rn.load_weights(path)
+    config, weights = _read_checkpoint(path)
     task = _task_for(args, path)
     try:
         rn.check_config(task, config)
@@ -390,6 +423,8 @@ def _sources(args, task):
         return src, labels
     if args.examples < 1:
         raise UsageError(f"--examples must be >= 1, received {args.examples}")
+    from . import limits
+    limits.check_memory(16 * args.examples * (task.max_len + task.target_len), f"--examples {args.examples}")
     batch = task.make_batch(args.examples, np.random.default_rng([args.seed, 7]))
     return batch.src, batch.labels
 
@@ -441,6 +476,9 @@ def cmd_generate(args) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     src, labels = _sources(args, task)
+    from . import limits
+    limits.check_run(config, f"generate --examples {src.shape[0]}", batch=src.shape[0], src_len=src.shape[1],
+                     tgt_len=task.target_len, itemsize=4 if args.dtype == "float32" else 8, weight_copies=2)
     next_logits = stepper(args.framework, config, weights, src, args.dtype, cache=not args.no_cache)
     started = time.perf_counter()
     generated = rn.generate(next_logits, src.shape[0], bos_id=rn.BOS_ID, eos_id=rn.EOS_ID, pad_id=rn.PAD_ID,

@@ -241,6 +241,10 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
         name, ref = s.source or s.label, reference.source or reference.label
         differences += [f"{name} ({s.label}): {k}={v!r} (reference {ref}: {getattr(config, k)!r})"
                         for k, v in s.config.to_dict().items() if getattr(config, k) != v]
+    from . import limits
+    per_subject = 2 if dtype == "float64" else 1  # in float32 units: the judge is float64, the floor float32
+    limits.check_run(config, "verify", batch=batch, src_len=src_len, tgt_len=tgt_len, itemsize=4,
+                     weight_copies=3 + per_subject * len(subjects), traces=3 + per_subject * len(subjects))
     try:
         src, tgt = rn.sample_batch(config, batch, src_len, tgt_len, seed)
     except ValueError as exc:
@@ -366,6 +370,9 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
                 config = rn.TransformerConfig.preset(preset, **dict(fields or {}))
             except (TypeError, ValueError) as exc:
                 raise UsageError(f"invalid config: {exc}") from None
+            from . import limits
+            limits.check_run(config, f"seeding the weights of {preset} with {dict(fields or {})}", itemsize=4,
+                             weight_copies=1)
             if progress:
                 progress(f"seeding {preset} weights")
             weights, label = seeded_weights(config, seed), f"{preset} preset, seed {seed}"
