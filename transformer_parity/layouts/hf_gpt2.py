@@ -100,7 +100,7 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
     arch = "GPT2LMHeadModel" if config.output_projection else "GPT2Model"
     hf = {"model_type": MODEL_TYPE, "architectures": [arch], "vocab_size": config.tgt_vocab_size,
           "n_embd": config.d_model, "n_head": config.num_heads, "n_layer": config.num_decoder_layers,
-          "n_inner": config.d_ff, "n_positions": config.max_len,
+          "n_inner": None if config.d_ff == 4 * config.d_model else config.d_ff, "n_positions": config.max_len,
           "activation_function": TO_HF_ACTIVATION[config.activation], "layer_norm_epsilon": config.layer_norm_eps,
           "resid_pdrop": config.dropout, "embd_pdrop": config.dropout, "attn_pdrop": config.dropout,
           "tie_word_embeddings": config.tie_embeddings if config.output_projection else True,

@@ -1,0 +1,336 @@
+"""Hugging Face checkpoints against the transformers library itself: small random-init GPT-2, BERT and Marian models
+saved with `save_pretrained`, imported, run by the float64 reference, torch_impl and tf_impl, exported back, and
+decoded greedily. transformers is the outside judge of the layouts in `transformer_parity/layouts/`."""
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+import reference_numpy as rn
+from transformer_parity import cli, formats
+from transformer_parity.layouts import hf_dir
+from transformer_parity.verify import EPS32, EPS64
+
+from .tolerances import property_atol
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+VOCAB, PAD = 101, 100  # pad (and GPT-2's eos, Marian's decoder start) is the last id
+
+
+def _gpt2_config():
+    return transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=32,
+                                   bos_token_id=PAD, eos_token_id=PAD)
+
+
+def _bert_config():
+    return transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                                   vocab_size=VOCAB, max_position_embeddings=32, pad_token_id=PAD)
+
+
+def _marian_config():  # OPUS-MT's choices: swish, scaled embeddings
+    return transformers.MarianConfig(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                                     decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                                     vocab_size=VOCAB, max_position_embeddings=32, pad_token_id=PAD,
+                                     decoder_start_token_id=PAD, eos_token_id=0, forced_eos_token_id=None,
+                                     activation_function="swish", scale_embedding=True)
+
+
+MODELS = {  # id -> (transformers class name, config)
+    "gpt2-lm": ("GPT2LMHeadModel", _gpt2_config),
+    "gpt2": ("GPT2Model", _gpt2_config),
+    "bert-mlm": ("BertForMaskedLM", _bert_config),
+    "bert": ("BertModel", _bert_config),
+    "marian": ("MarianMTModel", _marian_config),
+}
+_cache: dict = {}
+
+
+def hf_model(name: str, tmp_path_factory):
+    """`(transformers model in eval mode, its save_pretrained directory)`, built once per session. Every parameter
+    (and Marian's logits bias) is perturbed, so that a swapped gamma/beta or bias cannot hide behind ones and zeros."""
+    if name not in _cache:
+        cls_name, make_config = MODELS[name]
+        torch.manual_seed(sum(map(ord, name)))
+        model = getattr(transformers, cls_name)(make_config()).eval()
+        with torch.no_grad():
+            for key, p in model.named_parameters():
+                if "embed_positions" not in key:  # Marian's fixed sinusoids, recomputed on load, never saved
+                    p.add_(0.1 * torch.randn_like(p))
+            if hasattr(model, "final_logits_bias"):
+                model.final_logits_bias.normal_(0, 0.5)
+        path = tmp_path_factory.mktemp(name) / "model"
+        model.save_pretrained(path)
+        _cache[name] = model, path
+    return _cache[name]
+
+
+def inputs(config: rn.TransformerConfig, seed: int = 0):
+    """Right-padded ids `(2, 11)`: row 1 has 4 pads. Returns (reference args, kwargs, transformers kwargs, mask of
+    the positions whose outputs are compared)."""
+    rng = np.random.default_rng(seed)
+    src = rng.integers(1, PAD, size=(2, 11))
+    mask = np.ones((2, 11), bool)
+    mask[1, 7:] = False
+    src[~mask] = config.pad_id
+    hf = {"input_ids": torch.as_tensor(src), "attention_mask": torch.as_tensor(mask.astype(np.int64))}
+    kwargs = {"src_mask": mask}
+    if config.is_decoder_only:
+        return (src,), kwargs, hf, mask
+    if config.is_encoder_only:
+        types = rng.integers(0, config.type_vocab_size, size=src.shape)
+        hf["token_type_ids"] = torch.as_tensor(types)
+        return (src,), {**kwargs, "src_type_ids": types}, hf, mask
+    tgt = rng.integers(1, PAD, size=(2, 8))
+    tgt[:, 0] = PAD  # Marian's decoder starts from the pad token, which must not be masked
+    tgt_mask = np.ones((2, 8), bool)
+    tgt_mask[0, 6:] = False
+    tgt[~tgt_mask] = config.pad_id
+    hf.update(decoder_input_ids=torch.as_tensor(tgt), decoder_attention_mask=torch.as_tensor(tgt_mask.astype(int)))
+    return (src, tgt), {**kwargs, "tgt_mask": tgt_mask}, hf, tgt_mask
+
+
+def hf_output(model, hf_kwargs) -> np.ndarray:
+    with torch.no_grad():
+        out = model(**hf_kwargs)
+    return (out.logits if hasattr(out, "logits") else out.last_hidden_state).double().numpy()
+
+
+_reference: dict = {}
+
+
+def reference(name: str, tmp_path_factory):
+    """The imported checkpoint and the reference's float64 output and float32 floor on the padded inputs."""
+    if name not in _reference:
+        model, path = hf_model(name, tmp_path_factory)
+        loaded = formats.load(path)
+        args, kwargs, hf_kwargs, mask = inputs(loaded.config)
+        f64 = rn.Transformer(loaded.config, loaded.weights, np.float64)(*args, **kwargs)[mask]
+        f32 = rn.Transformer(loaded.config, loaded.weights, np.float32)(*args, **kwargs)[mask]
+        floor = max(float(np.max(np.abs(f32 - f64))), EPS32 * float(np.max(np.abs(f64))))
+        _reference[name] = loaded, args, kwargs, hf_kwargs, mask, f64, floor
+    return _reference[name]
+
+
+def _run_impl(impl: str, loaded, args, kwargs, dtype: str) -> np.ndarray:
+    if impl == "torch_impl":
+        import torch_impl
+        m = torch_impl.Transformer.from_reference(loaded.config, loaded.weights, dtype=getattr(torch, dtype))
+        with torch.no_grad():
+            return m(*args, **kwargs).double().numpy()
+    import tf_impl
+    m = tf_impl.Transformer.from_reference(loaded.config, loaded.weights, dtype=dtype)
+    return np.asarray(m(*args, **kwargs), np.float64)
+
+
+# --- (a, b) transformers, torch_impl and tf_impl against the float64 reference on the imported weights ----------
+
+@pytest.mark.parametrize("impl", ["transformers", "torch_impl", "tf_impl"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_outputs_match_the_reference(name, impl, tmp_path_factory):
+    loaded, args, kwargs, hf_kwargs, mask, desired, floor = reference(name, tmp_path_factory)
+    if impl == "transformers":
+        actual = hf_output(hf_model(name, tmp_path_factory)[0], hf_kwargs)[mask]
+    else:
+        actual = _run_impl(impl, loaded, args, kwargs, "float32")[mask]
+    np.testing.assert_allclose(actual, desired, rtol=0, atol=property_atol("float32", floor))
+
+
+@pytest.mark.parametrize("name", ["gpt2-lm", "bert-mlm", "marian"])
+def test_transformers_in_float64_matches_the_reference(name, tmp_path_factory):
+    model, _ = hf_model(name, tmp_path_factory)
+    loaded, args, kwargs, hf_kwargs, mask, desired, floor = reference(name, tmp_path_factory)
+    model = copy.deepcopy(model).double()
+    if name == "marian":  # transformers builds the sinusoid table in float32 even for a float64 model (~6e-8 off)
+        exact = torch.as_tensor(rn.sinusoidal_positions(loaded.config.max_len, loaded.config.d_model, "concatenated"))
+        with torch.no_grad():
+            model.model.encoder.embed_positions.weight.copy_(exact)
+            model.model.decoder.embed_positions.weight.copy_(exact)
+    actual = hf_output(model, hf_kwargs)[mask]
+    np.testing.assert_allclose(actual, desired, rtol=0, atol=property_atol("float64", floor * EPS64 / EPS32))
+
+
+def test_bert_pooler_matches_transformers(tmp_path_factory):
+    model, _ = hf_model("bert", tmp_path_factory)
+    loaded, args, kwargs, hf_kwargs, _, _, _ = reference("bert", tmp_path_factory)
+    desired = rn.Transformer(loaded.config, loaded.weights).trace(*args, **kwargs)["pooler"]
+    with torch.no_grad():
+        actual = model(**hf_kwargs).pooler_output.double().numpy()
+    np.testing.assert_allclose(actual, desired, rtol=0, atol=1e-5)
+
+
+# --- (c) the export loads into transformers with no missing or unexpected keys and computes the same ------------
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_export_loads_into_transformers(name, tmp_path_factory, tmp_path):
+    model, path = hf_model(name, tmp_path_factory)
+    loaded = formats.load(path)
+    formats.save(tmp_path / "out", loaded.config, loaded.weights, "hf")
+    cls = type(model)
+    again, info = cls.from_pretrained(tmp_path / "out", output_loading_info=True)
+    assert not any(info.values()), info
+    _, _, _, hf_kwargs, _, _, _ = reference(name, tmp_path_factory)
+    np.testing.assert_array_equal(hf_output(again.eval(), hf_kwargs), hf_output(model, hf_kwargs))
+
+
+# --- (d) HF -> canonical -> Keras .weights.h5 -> canonical -> HF is bit-identical --------------------------------
+
+KERAS_BERT = pytest.mark.xfail(strict=True, raises=AssertionError, reason="tf_impl.checkpoints.weights_h5_table has "
+                               "no rules yet for BERT's segment embeddings, embedding norm, head and pooler")
+
+
+@pytest.mark.parametrize("name", ["gpt2-lm", "gpt2", pytest.param("bert-mlm", marks=KERAS_BERT),
+                                  pytest.param("bert", marks=KERAS_BERT), "marian"])
+def test_round_trip_through_keras_is_bit_identical(name, tmp_path_factory, tmp_path):
+    _, path = hf_model(name, tmp_path_factory)
+    for argv in ([str(path), str(tmp_path / "m.weights.h5")],
+                 [str(tmp_path / "m.weights.h5"), str(tmp_path / "back"), "--to", "hf"]):
+        assert cli.main(["convert", "-q", *argv]) == 0
+    original, back = hf_dir.read_state(path), hf_dir.read_state(tmp_path / "back")
+    assert sorted(original) == sorted(back)
+    for key in original:
+        assert original[key].dtype == back[key].dtype and np.array_equal(original[key], back[key]), key
+    saved = json.loads((path / "config.json").read_text())
+    written = json.loads((tmp_path / "back" / "config.json").read_text())
+    for key, value in written.items():
+        if key in saved and key not in ("bos_token_id", "eos_token_id", "pad_token_id", "dtype"):
+            assert saved[key] == value, key
+
+
+# --- (e) greedy generation: the same tokens in transformers, the reference, torch_impl and tf_impl ---------------
+
+def _steppers(config, weights, src=None, src_mask=None):
+    import tf_impl
+    import torch_impl
+    from tf_impl import decoding as tf_decoding
+    from torch_impl import decoding as torch_decoding
+
+    tm = torch_impl.Transformer.from_reference(config, weights)
+    km = tf_impl.Transformer.from_reference(config, weights, dtype="float32")
+    return {"reference": rn.reference_stepper(rn.Transformer(config, weights), src, src_mask),
+            "torch cached": torch_decoding.cached_stepper(tm, src, src_mask),
+            "torch recompute": torch_decoding.recompute_stepper(tm, src, src_mask),
+            "tf cached": tf_decoding.cached_stepper(km, src, src_mask, compiled=False),  # eager: no trace to wait for
+            "tf recompute": tf_decoding.recompute_stepper(km, src, src_mask)}
+
+
+def test_gpt2_greedy_generation_matches_transformers(tmp_path_factory):
+    model, path = hf_model("gpt2-lm", tmp_path_factory)
+    loaded = formats.load(path)
+    prompt = np.random.default_rng(5).integers(1, PAD, size=(2, 4))
+    with torch.no_grad():
+        expected = model.generate(torch.as_tensor(prompt), attention_mask=torch.ones(2, 4, dtype=torch.long),
+                                  do_sample=False, max_new_tokens=8, eos_token_id=PAD, pad_token_id=PAD).numpy()
+    for label, stepper in _steppers(loaded.config, loaded.weights).items():
+        ours = rn.generate(stepper, 2, prompt=prompt, eos_id=PAD, pad_id=loaded.config.pad_id, max_new_tokens=8)
+        np.testing.assert_array_equal(ours[:, :expected.shape[1]], expected, err_msg=label)
+
+
+def test_marian_greedy_generation_matches_transformers(tmp_path_factory):
+    model, path = hf_model("marian", tmp_path_factory)
+    loaded = formats.load(path)
+    args, kwargs, hf_kwargs, _ = inputs(loaded.config)
+    with torch.no_grad():
+        expected = model.generate(input_ids=hf_kwargs["input_ids"], attention_mask=hf_kwargs["attention_mask"],
+                                  do_sample=False, num_beams=1, max_new_tokens=8, eos_token_id=0,
+                                  pad_token_id=PAD, decoder_start_token_id=PAD).numpy()
+    for label, stepper in _steppers(loaded.config, loaded.weights, args[0], kwargs["src_mask"]).items():
+        ours = rn.generate(stepper, 2, bos_id=PAD, eos_id=0, pad_id=PAD, max_new_tokens=8)
+        np.testing.assert_array_equal(ours[:, :expected.shape[1]], expected, err_msg=label)
+
+
+# --- bad input: exit 2, one line naming the problem, nothing written ---------------------------------------------
+
+def _convert_fails(tmp_path, capsys, source, match: str) -> None:
+    out = tmp_path / "out.safetensors"
+    assert cli.main(["convert", str(source), str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and match in err, err
+    assert not out.exists()
+
+
+def _copy(path, tmp_path):
+    import shutil
+    return shutil.copytree(path, tmp_path / "copy")
+
+
+def test_unsupported_model_type_lists_the_supported_ones(tmp_path_factory, tmp_path, capsys):
+    copy = _copy(hf_model("gpt2", tmp_path_factory)[1], tmp_path)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))
+    _convert_fails(tmp_path, capsys, copy, "model_type='llama' is not supported; supported model types: gpt2")
+
+
+def test_config_that_disagrees_with_the_weights(tmp_path_factory, tmp_path, capsys):
+    copy = _copy(hf_model("bert-mlm", tmp_path_factory)[1], tmp_path)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "intermediate_size": 96}))
+    _convert_fails(tmp_path, capsys, copy, "bert.encoder.layer.0.intermediate.dense.weight has shape (128, 64), "
+                                           "the config implies (96, 64)")
+    (copy / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
+    _convert_fails(tmp_path, capsys, copy, "missing 16: bert.encoder.layer.2.")
+
+
+def test_missing_shard(tmp_path_factory, tmp_path, capsys):
+    model, _ = hf_model("gpt2", tmp_path_factory)
+    model.save_pretrained(tmp_path / "sharded", max_shard_size="100KB")
+    capsys.readouterr()  # transformers' progress bar
+    shards = sorted((tmp_path / "sharded").glob("model-*.safetensors"))
+    assert len(shards) > 1
+    assert cli.main(["convert", "-q", str(tmp_path / "sharded"), str(tmp_path / "ok.safetensors")]) == 0
+    shards[-1].unlink()
+    _convert_fails(tmp_path, capsys, tmp_path / "sharded", f"missing shard(s) {shards[-1].name}")
+
+
+def test_directory_without_weights_or_config(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    _convert_fails(tmp_path, capsys, tmp_path / "empty", "is a directory without config.json")
+    (tmp_path / "empty" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    _convert_fails(tmp_path, capsys, tmp_path / "empty", "has a config.json but no weights")
+
+
+def test_pytorch_model_bin_reads_like_safetensors(tmp_path_factory, tmp_path):
+    model, path = hf_model("bert-mlm", tmp_path_factory)
+    (tmp_path / "bin").mkdir()  # transformers 5 saves safetensors only; older versions wrote the full state dict
+    torch.save(model.state_dict(), tmp_path / "bin" / "pytorch_model.bin")  # (tied decoder weights included)
+    (tmp_path / "bin" / "config.json").write_text((path / "config.json").read_text())
+    a, b = formats.load(path), formats.load(tmp_path / "bin")
+    assert a.config == b.config and all(np.array_equal(a.weights[k], b.weights[k]) for k in a.weights)
+
+
+def test_export_refuses_to_overwrite_and_names_what_has_no_equivalent(tmp_path, capsys):
+    config = rn.TransformerConfig.preset("tiny")
+    formats.save(tmp_path / "tiny.safetensors", config, rn.init_weights(config))
+    assert cli.main(["convert", str(tmp_path / "tiny.safetensors"), str(tmp_path / "out"), "--to", "hf"]) == 2
+    err = capsys.readouterr().err
+    assert "no Hugging Face equivalent" in err and "as hf-gpt2: num_encoder_layers=2" in err and "as hf-marian" in err
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    gpt = config.replace(num_encoder_layers=0, norm_first=True, final_norm=True, positional="learned",
+                         scale_embedding=False, output_bias=False)
+    formats.save(tmp_path / "gpt.safetensors", gpt, rn.init_weights(gpt))
+    assert cli.main(["convert", str(tmp_path / "gpt.safetensors"), str(tmp_path / "out"), "--to", "hf"]) == 2
+    assert "exists; pass --force" in capsys.readouterr().err
+    assert cli.main(["convert", str(tmp_path / "gpt.safetensors"), str(tmp_path / "out"), "--to", "hf",
+                     "--force"]) == 2
+    assert "without config.json; refusing to replace it" in capsys.readouterr().err
+    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
+
+
+# --- verify takes a model directory like any other checkpoint ------------------------------------------------------
+
+def test_verify_a_directory_alone_and_against_its_keras_port(tmp_path_factory, tmp_path, capsys):
+    _, path = hf_model("marian", tmp_path_factory)
+    assert cli.main(["convert", "-q", str(path), str(tmp_path / "m.weights.h5")]) == 0
+    shape = ["--src-len", "9", "--tgt-len", "7", "--json", "-"]
+    assert cli.main(["verify", str(path), "--backends", "torch", *shape]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] and report["subjects"][0]["source"] == "model"
+    assert cli.main(["verify", str(path), str(tmp_path / "m.weights.h5"), *shape]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] and [s["backend"] for s in report["subjects"]] == ["torch", "keras"]
+    assert any("MarianMTModel" in note for note in report["notes"])
