@@ -169,23 +169,24 @@ def available_backends() -> list[str]:
 
 
 def trace(backend: str, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], dtype: str,
-          src: np.ndarray, tgt: np.ndarray | None) -> dict[str, np.ndarray]:
-    """Every sublayer output of `backend` on these inputs, as NumPy arrays, under canonical names."""
+          src: np.ndarray, tgt: np.ndarray | None, src_type_ids: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Every sublayer output of `backend` on these inputs, as NumPy arrays, under canonical names (`src` alone for a
+    one-sequence model; `src_type_ids` for a model with segment embeddings)."""
     if backend == "numpy":
-        return rn.Transformer(config, weights, np.dtype(dtype)).trace(src, tgt)
+        return rn.Transformer(config, weights, np.dtype(dtype)).trace(src, tgt, src_type_ids=src_type_ids)
     if backend == "torch":
         import torch
         import torch_impl
 
         model = torch_impl.Transformer.from_reference(config, weights, dtype=getattr(torch, dtype))
         with torch.no_grad():
-            return {k: v.numpy() for k, v in model.trace(src, tgt).items()}
+            return {k: v.numpy() for k, v in model.trace(src, tgt, src_type_ids=src_type_ids).items()}
     if backend == "keras":
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         import tf_impl
 
         model = tf_impl.Transformer.from_reference(config, weights, dtype=dtype)
-        return {k: np.asarray(v) for k, v in model.trace(src, tgt).items()}
+        return {k: np.asarray(v) for k, v in model.trace(src, tgt, src_type_ids=src_type_ids).items()}
     raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
 
 
@@ -247,6 +248,7 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
                      weight_copies=3 + per_subject * len(subjects), traces=3 + per_subject * len(subjects))
     try:
         src, tgt = rn.sample_batch(config, batch, src_len, tgt_len, seed)
+        types = rn.sample_type_ids(config, src, seed)  # segments 0 and 1 (and more), where the model has them
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -256,7 +258,7 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
         if progress:
             progress(label)
         start = time.perf_counter()
-        out = trace(backend, cfg, weights, run_dtype, src, tgt)
+        out = trace(backend, cfg, weights, run_dtype, src, tgt, types)
         seconds[label] = time.perf_counter() - start
         return out
 
