@@ -250,8 +250,13 @@ def test_verify_usage_errors(tmp_path, tiny_file, capsys):
                            ([str(tiny_file), str(tiny_file), "--backends", "torch"], "--backends applies")]:
         code, _, err = run(["verify", "--preset", "tiny", *args], capsys)
         assert_clean_error(code, err, fragment)
+    # another architecture: with weights first, that is a verdict (the weights differ), not a usage error
     formats.save(tmp_path / "other.safetensors", TINY.replace(d_ff=16), seeded_weights(TINY.replace(d_ff=16)))
-    code, _, err = run(["verify", tiny_file, tmp_path / "other.safetensors"], capsys)
+    code, out, err = run(["verify", tiny_file, tmp_path / "other.safetensors"], capsys)
+    out = " ".join(out.split())
+    assert code == 1 and err == "" and "WEIGHTS DIFFER: " in out and "tensors differ or are missing in all" in out
+    assert "outputs not compared: " in out and "not the same architecture" in out and "d_ff" in out
+    code, _, err = run(["verify", tiny_file, tmp_path / "other.safetensors", "--outputs-only"], capsys)
     assert_clean_error(code, err, "not the same architecture", "d_ff")
 
 

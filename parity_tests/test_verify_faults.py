@@ -107,7 +107,9 @@ def test_verify_two_files_names_the_planted_fault(tmp_path, capsys):
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["passed"] is False and report["first_divergence"] == expected
     assert report["first_divergence_backends"] == ["keras", "numpy-f64"]
-    assert f"first divergent sublayer {expected}" in out and "FAIL ◀ first" in out
+    assert f"first divergent sublayer {expected}" in " ".join(out.split()) and "FAIL ◀ first" in out
+    # weights first: the transposed kernel is named before any output is computed
+    assert [r["name"].rsplit(".", 2)[0] for r in report["weights"]["rows"]] == [expected]
     torch_rows = [r for r in report["rows"] if r["backends"] == ["torch", "numpy-f64"]]
     assert torch_rows and all(r["passed"] for r in torch_rows)  # the original is fine; the port is not
 

@@ -254,14 +254,18 @@ examples:
   transformer-parity verify                                  # the base preset, seeded, in every backend
   transformer-parity verify --preset tiny --seed 7           # a quick one
   transformer-parity verify model.safetensors                # one checkpoint in every backend
-  transformer-parity verify model.pt model.weights.h5        # a port: each file in its own framework
+  transformer-parity verify model.pt model.weights.h5        # a port: weights first, then each file in its own
+                                                             # framework
+  transformer-parity verify model.safetensors quantised.pt --outputs-only   # weights differ on purpose
   transformer-parity verify model.pt model.weights.h5 --json report.json
   transformer-parity verify model.pt --backends torch --dtype float64 --batch 4 --src-len 64 --tgt-len 48
   transformer-parity verify seq2seq.pt --set num_heads=8     # config-less files take --set/--config
 
 The first checkpoint is the reference: the judge is the NumPy reference in float64 on its weights. Each sublayer's
-tolerance is K x its floor (the NumPy float32-vs-float64 error on the same inputs), K = 10; see README.
-exit status: 0 all within tolerance, 1 divergence found, 2 bad input or usage.
+tolerance is K x its floor (the NumPy float32-vs-float64 error on the same inputs), K = 10; see docs/verify.md.
+With two or more checkpoints their weights are compared first, name by name: a tensor that differs (beyond a
+float64 -> float32 rounding that happened) fails verify even when every output is within tolerance.
+exit status: 0 all within tolerance (and the weights the same), 1 a weight or an output differs, 2 bad input.
 """
 
 
@@ -299,7 +303,7 @@ def cmd_verify(args) -> int:
         result = verify.run(args.checkpoints, preset=args.preset, fields=fields, backends=backends,
                             formats=declared or None,
                             dtype=args.dtype, batch=args.batch, src_len=args.src_len, tgt_len=args.tgt_len,
-                            seed=args.seed, progress=progress)
+                            seed=args.seed, progress=progress, outputs_only=args.outputs_only)
     finally:
         if status is not None:
             status.stop()
@@ -384,6 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tgt-len", type=int, default=29, help="target length, with padding (default 29)")
     p.add_argument("--seed", type=int, default=0, help="seed of the inputs (and of the preset's weights)")
     _add_config_options(p)
+    p.add_argument("--outputs-only", action="store_true",
+                   help="with two or more checkpoints, skip the weight-by-weight comparison that runs first (for "
+                        "ports whose weights differ on purpose, e.g. quantised)")
     p.add_argument("--json", metavar="PATH", help="also write a machine-readable report ('-': stdout only)")
     p.add_argument("--force", action="store_true", help="overwrite the --json file if it exists")
     p.set_defaults(func=cmd_verify)

@@ -61,7 +61,7 @@ def table(report: "Report") -> "Table":
             ratio = _ratio(r.ratio) if r.passed else f"[bold red]{_ratio(r.ratio)}[/]"
             t.add_row(name if i == 0 else "", pair_label(r.backends), _num(r.max_abs_err), _num(r.max_rel_err),
                       _num(r.floor), ratio, status)
-    limits = sorted({r.limit for r in report.rows})
+    limits = sorted({r.limit for r in report.rows}) or [0.0]
     t.caption = (f"backends: one name = that backend vs the {JUDGE} judge; floor: NumPy float32 vs float64 on the "
                  f"same inputs;\npass: max abs <= {limits[0]:g} x floor"
                  + (f" ({limits[-1]:g} x floor between two backends)" if len(limits) > 1 else ""))
@@ -70,13 +70,30 @@ def table(report: "Report") -> "Table":
 
 
 def verdict(report: "Report") -> str:
-    """One line: PASS with the largest ratio seen, or the first divergent sublayer and by how much."""
+    """One line: PASS with the largest ratio seen, or the first differing weight, or the first divergent sublayer
+    and by how much."""
+    from . import weight_diff
     from .verify import RATIO_LIMIT
 
     n = len(report.rows)
+    weights = ""
+    if report.weights_compared:
+        counts = weight_diff.summary(report.weights)
+        weights = f"weights: {counts['identical']} tensors identical" + (
+            f", {counts['rounding']} equal up to float32 rounding" if counts["rounding"] else "") + "; "
     if report.passed:
-        return (f"PASS: all {n} comparisons within tolerance; largest error {_ratio(report.max_ratio())} x floor "
-                f"(limit {RATIO_LIMIT:g})")
+        return (f"PASS: {weights}all {n} comparisons within tolerance; largest error {_ratio(report.max_ratio())} x "
+                f"floor (limit {RATIO_LIMIT:g})")
+    weights_failed = weight_diff.verdict(report.weights)
+    if weights_failed:
+        if not report.rows:
+            why = next((n for n in report.notes if n.startswith("outputs not compared")), "outputs not compared")
+            return f"{weights_failed}; {why}"
+        first = report.first_divergence
+        outputs = ("every output within tolerance" if report.passed_outputs
+                   else f"outputs diverge too: first divergent sublayer {first}" if first
+                   else "outputs fail too")
+        return f"{weights_failed}; {outputs}"
     if report.problems:
         return f"FAILED: {report.problems[0]}"
     row = report.first_failure
@@ -86,8 +103,37 @@ def verdict(report: "Report") -> str:
             f"{row.limit:g}); {failed} of {n} comparisons fail")
 
 
+def weights_table(report: "Report") -> "Table | None":
+    """The tensors that are not identical (weights first, two or more checkpoints), or None if every one is."""
+    from rich import box
+    from rich.table import Table
+
+    from . import weight_diff
+
+    rows = [w for w in report.weights if w.status != weight_diff.IDENTICAL]
+    if not rows:
+        return None
+    counts = weight_diff.summary(report.weights)
+    t = Table(title="weights, name by name against " + rows[0].checkpoints[1] + ": " + ", ".join(
+        f"{v} {k}" for k, v in counts.items() if v), title_justify="left", header_style="bold", pad_edge=False,
+        box=box.SIMPLE_HEAD)
+    for name, justify in (("tensor", "left"), ("checkpoint", "left"), ("status", "left"), ("max abs diff", "right"),
+                          ("at index", "left"), ("elements differ", "right"), ("note", "left")):
+        t.add_column(name, justify=justify, no_wrap=name != "note")
+    for w in rows:
+        status = "[green]" + w.status + "[/]" if w.passed else "[bold red]" + w.status.upper() + "[/]"
+        differ = f"{w.differing} of {w.size}" if w.status == weight_diff.DIFFERENT and w.index is not None else ""
+        t.add_row(w.name, w.checkpoints[0], status, _num(w.max_abs_diff) if w.index is not None else "",
+                  str(list(w.index)) if w.index is not None else "", differ, w.detail)
+    return t
+
+
 def print_report(report: "Report", console: "Console") -> None:
-    console.print(table(report))
+    weights = weights_table(report)
+    if weights is not None:
+        console.print(weights)
+    if report.rows:
+        console.print(table(report))
     for line in report.config_differences:
         console.print(f"[yellow]config differs[/] {line}")
     for line in report.notes:

@@ -1,7 +1,7 @@
 """`verify`: run the same seeded, padded inputs through every backend and compare every sublayer output against the
 float64 NumPy reference, each with a tolerance derived from that sublayer's measured float32 rounding floor.
 
-The tolerance rule (README, "How verify decides"):
+The tolerance rule (docs/verify.md; with two or more checkpoints the weights are compared first, `weight_diff`):
 
 1. The **judge** is the NumPy reference in float64 on the reference weights (the first checkpoint's, or the seeded
    preset's).
@@ -94,9 +94,16 @@ class Report:
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # why the judge itself cannot be trusted (non-finite values)
+    weights: list[Any] = field(default_factory=list)  # weight_diff.WeightRow per tensor (two or more checkpoints)
+    weights_compared: bool = False  # False: one checkpoint or none, or --outputs-only
 
     @property
     def passed(self) -> bool:
+        return self.passed_outputs and all(w.passed for w in self.weights)
+
+    @property
+    def passed_outputs(self) -> bool:
+        """Every output within tolerance (whatever the weights comparison found)."""
         return not self.problems and all(row.passed for row in self.rows)
 
     @property
@@ -134,6 +141,7 @@ class Report:
                                   "eps32 * max|numpy_f64|), times eps64/eps32 for float64",
                           "ratio_limit": RATIO_LIMIT, "pair_ratio_limit": PAIR_RATIO_LIMIT},
             "config_differences": self.config_differences, "notes": self.notes, "problems": self.problems,
+            "weights": _weights_json(self.weights, self.weights_compared),
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "rows": [r.to_json() for r in self.rows],
         }
@@ -327,7 +335,7 @@ def _row(name: str, backends: tuple[str, str], actual, desired, floor: float, li
 def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", fields: Mapping[str, Any] | None = None,
         backends: Sequence[str] | None = None, formats: Sequence[str | None] | None = None, dtype: str = "float32",
         batch: int = 2, src_len: int = 37, tgt_len: int = 29, seed: int = 0,
-        progress: Progress | None = None) -> Report:
+        progress: Progress | None = None, outputs_only: bool = False) -> Report:
     """Verify checkpoints (or, with none, the `preset` with seeded weights).
 
     - no checkpoint: seeded weights for `preset` (with `fields` applied) in every backend;
@@ -360,6 +368,8 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         for source, item in zip(sources, loaded):
             notes += [f"{source}: {n}" for n in item.notes]
         reference = subjects[0]
+        if outputs_only:
+            notes.append("weights not compared (--outputs-only)")
     else:
         if checkpoints:
             if progress:
@@ -389,8 +399,39 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
             raise UsageError("no backend to compare with the reference: install torch and/or tensorflow+keras")
         reference = Subject(label, "numpy", config, weights, label)
         subjects = [Subject(b if b != "numpy" else f"numpy-f{dtype[5:]}", b, config, weights, label) for b in chosen]
-    return judge_subjects(reference, subjects, dtype=dtype, batch=batch, src_len=src_len, tgt_len=tgt_len,
-                          seed=seed, progress=progress, notes=notes)
+    weight_rows = None
+    if len(checkpoints) >= 2 and not outputs_only:  # weights first: before any output is computed
+        if progress:
+            progress("comparing weights")
+        weight_rows = _compare_weights(subjects)
+    try:
+        report = judge_subjects(reference, subjects, dtype=dtype, batch=batch, src_len=src_len, tgt_len=tgt_len,
+                                seed=seed, progress=progress, notes=notes)
+    except UsageError as exc:  # e.g. other architectures: the weight rows already say what differs
+        if not weight_rows or all(w.passed for w in weight_rows):
+            raise
+        report = Report(sublayers=[], floors={}, rows=[],
+                        subjects=[{"label": s.label, "backend": s.backend, "source": s.source} for s in subjects],
+                        judge=f"{JUDGE} on {reference.source or reference.label}", dtype=dtype,
+                        inputs={"batch": batch, "src_len": src_len, "tgt_len": tgt_len, "seed": seed},
+                        notes=notes + [f"outputs not compared: {exc}"])
+    if weight_rows is not None:
+        report.weights, report.weights_compared = weight_rows, True
+    return report
+
+
+def _compare_weights(subjects: Sequence[Subject]) -> list[Any]:
+    """Weights first (`weight_diff`): every checkpoint's canonical tensors against the first checkpoint's."""
+    from . import weight_diff
+
+    return weight_diff.compare_checkpoints(subjects[0].weights, [s.weights for s in subjects[1:]],
+                                           [s.source or s.label for s in subjects])
+
+
+def _weights_json(rows: Sequence[Any], compared: bool) -> dict[str, Any]:
+    from . import weight_diff
+
+    return weight_diff.to_json(rows, compared)
 
 
 def _labels(frameworks: Sequence[str]) -> list[str]:
