@@ -13,6 +13,11 @@ read from a file a user writes:
   | `identity`  | the canonical array                                  | required         | written   |
   | `transpose` | its 2-D transpose (`nn.Linear` weight `(out, in)`)   | required         | written   |
   | `fused_qkv` | q, k, v concatenated along the last axis (`c_attn`)  | required         | written   |
+  | `fused_qkv_t` | the same stored `(3D, in)`, as an `nn.Linear` holds it | required       | written   |
+  | `fused_qkv_heads` | q, k, v interleaved per head: last axis `(H, 3, dk)` | required     | written   |
+  | `fused_qkv_heads_t` | the same stored `(3D, in)` (a Lightning `qkv_proj`) | required    | written   |
+  | `heads_out` | output features split per head: `(in, H, dk)`, bias `(H, dk)` (Keras MHA q/k/v) | required | written |
+  | `heads_in`  | input features split per head: `(H, dk, out)` (Keras MHA output kernel) | required | written |
   | `row`       | shape `(1, n)` for a canonical `(n,)`                | required         | written   |
   | `tied`      | a second copy of the canonical array (a tied head)   | optional, equal  | left out  |
   | `sinusoid`  | a fixed sinusoid table the model recomputes          | optional, equal  | left out  |
@@ -32,7 +37,10 @@ import numpy as np
 
 import reference_numpy as rn
 
-TRANSFORMS = ("identity", "transpose", "fused_qkv", "row", "tied", "sinusoid", "ignore")
+TRANSFORMS = ("identity", "transpose", "fused_qkv", "row", "tied", "sinusoid", "ignore",
+              "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t", "heads_out", "heads_in")
+FUSED = ("fused_qkv", "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t")  # one external array holds q, k, v
+HEADS = ("heads_out", "heads_in")  # einsum kernels of Keras MultiHeadAttention
 CHECKED = ("tied", "sinusoid", "ignore")  # optional on reading, never written
 Entry = tuple[str, str, str]  # (canonical, external, transform)
 
@@ -58,7 +66,7 @@ def check_table(table: Sequence[Entry]) -> None:
             raise ValueError(f"a table entry is (canonical, external, transform), received {entry!r}")
         if entry[2] not in TRANSFORMS:
             raise ValueError(f"unknown transform {entry[2]!r} in {entry!r}; choose one of {', '.join(TRANSFORMS)}")
-        if entry[2] == "fused_qkv" and "{qkv}" not in entry[0]:
+        if entry[2] in FUSED and "{qkv}" not in entry[0]:
             raise ValueError(f"a fused_qkv entry needs {{qkv}} in its canonical pattern, received {entry!r}")
 
 
@@ -72,7 +80,7 @@ def plan(config: rn.TransformerConfig, table: Sequence[Entry]) -> dict[str, tupl
             match = pattern.fullmatch(name)
             if match:
                 groups = match.groupdict()
-                fused = transform == "fused_qkv"
+                fused = transform in FUSED
                 out[name] = (external.format(**{k: v for k, v in groups.items() if v is not None}),
                              transform, "qkv".index(groups["qkv"]) if fused else 0)
                 break
@@ -81,9 +89,16 @@ def plan(config: rn.TransformerConfig, table: Sequence[Entry]) -> dict[str, tupl
     return out
 
 
-def _external_shape(transform: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+def _external_shape(transform: str, shape: tuple[int, ...], num_heads: int = 1) -> tuple[int, ...]:
     if transform == "transpose":
         return shape[::-1]
+    if transform in FUSED[1:]:
+        fused = shape[:-1] + (3 * shape[-1],)
+        return fused[::-1] if transform.endswith("_t") else fused
+    if transform == "heads_out":
+        return shape[:-1] + (num_heads, shape[-1] // num_heads)
+    if transform == "heads_in":
+        return (num_heads, shape[0] // num_heads) + shape[1:]
     if transform == "fused_qkv":
         return shape[:-1] + (3 * shape[-1],)
     if transform == "row":
@@ -125,7 +140,8 @@ def import_state(config: rn.TransformerConfig, state: dict[str, np.ndarray], tab
         raise ValueError(f"{source}: the weights do not match the config: " + "; ".join(parts))
     problems = []
     for name, (external, transform, _) in mapping.items():
-        expected, actual = _external_shape(transform, shapes[name]), tuple(np.shape(state[external]))
+        expected = _external_shape(transform, shapes[name], config.num_heads)
+        actual = tuple(np.shape(state[external]))
         if actual != expected:
             problems.append(f"{external} has shape {actual}, the config implies {expected}")
     if problems:
@@ -142,6 +158,10 @@ def import_state(config: rn.TransformerConfig, state: dict[str, np.ndarray], tab
         elif transform == "fused_qkv":
             width = shapes[name][-1]
             value = np.array(array[..., part * width:(part + 1) * width])  # (..., 3D) -> (..., D)
+        elif transform in FUSED:
+            value = fused_part(array, transform, part, config.num_heads)
+        elif transform in HEADS:
+            value = np.array(array.reshape(shapes[name]))  # (.., H, dk, ..) -> (.., D, ..), heads-major
         elif transform == "row":
             value = np.array(array.reshape(shapes[name]))  # (1, n) -> (n,)
         else:
@@ -187,12 +207,14 @@ def export_state(config: rn.TransformerConfig, weights: dict[str, np.ndarray], t
         array = np.asarray(weights.pop(name) if consume else weights[name])
         if transform == "transpose":
             out[external] = np.ascontiguousarray(array.T)  # (in, out) -> (out, in)
-        elif transform == "fused_qkv":
+        elif transform in FUSED:
             parts = fused.setdefault(external, [None, None, None])
             parts[part] = array
             if all(p is not None for p in parts):
-                out[external] = np.concatenate(parts, axis=-1)  # 3 x (..., D) -> (..., 3D)
+                out[external] = fuse(parts, transform, config.num_heads)
                 del fused[external]
+        elif transform in HEADS:
+            out[external] = np.array(array.reshape(_external_shape(transform, array.shape, config.num_heads)))
         elif transform == "row":
             out[external] = np.array(array.reshape((1,) + array.shape))  # (n,) -> (1, n)
         else:
@@ -205,3 +227,31 @@ def export_state(config: rn.TransformerConfig, weights: dict[str, np.ndarray], t
 def _preview(names: Sequence[str], limit: int = 6) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+def fused_part(array: np.ndarray, transform: str, part: int, num_heads: int) -> np.ndarray:
+    """q, k or v (`part` 0/1/2) of a fused projection in canonical orientation. `_t`: stored `(3D, in)` as an
+    `nn.Linear` holds it; `_heads`: the 3D features are `(H, 3, dk)`, q/k/v interleaved per head."""
+    a = np.asarray(array)
+    a = a.T if transform.endswith("_t") else a  # (3D, in) -> (in, 3D); a bias (3D,) stays
+    if a.shape[-1] % 3:
+        raise ValueError(f"a fused q/k/v array has {a.shape[-1]} features, not divisible by 3")
+    width = a.shape[-1] // 3
+    if "heads" in transform:
+        if width % num_heads:
+            raise ValueError(f"a fused q/k/v array of {3 * width} features does not split into num_heads={num_heads} "
+                             "heads of q, k and v")
+        a = a.reshape(a.shape[:-1] + (num_heads, 3, width // num_heads))  # (..., 3D) -> (..., H, 3, dk)
+        return np.ascontiguousarray(a[..., part, :]).reshape(a.shape[:-3] + (width,))  # (..., H, dk) -> (..., D)
+    return np.ascontiguousarray(a[..., part * width:(part + 1) * width])  # (..., 3D) -> (..., D)
+
+
+def fuse(parts: Sequence[np.ndarray], transform: str, num_heads: int) -> np.ndarray:
+    """The inverse of `fused_part`: q, k, v (canonical orientation) -> the fused external array."""
+    width = parts[0].shape[-1]
+    if "heads" in transform:
+        heads = [p.reshape(p.shape[:-1] + (num_heads, width // num_heads)) for p in parts]  # (..., D) -> (..., H, dk)
+        fused = np.stack(heads, axis=-2).reshape(parts[0].shape[:-1] + (3 * width,))  # (..., H, 3, dk) -> (..., 3D)
+    else:
+        fused = np.concatenate(parts, axis=-1)  # 3 x (..., D) -> (..., 3D)
+    return np.ascontiguousarray(fused.T) if transform.endswith("_t") else fused  # (in, 3D) -> (3D, in)
