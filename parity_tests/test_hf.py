@@ -39,12 +39,20 @@ def _marian_config():  # OPUS-MT's choices: swish, scaled embeddings
                                      activation_function="swish", scale_embedding=True)
 
 
+def _bart_config():
+    return transformers.BartConfig(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                                   decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                                   vocab_size=VOCAB, max_position_embeddings=32, pad_token_id=PAD,
+                                   decoder_start_token_id=2, eos_token_id=2, forced_eos_token_id=None)
+
+
 MODELS = {  # id -> (transformers class name, config)
     "gpt2-lm": ("GPT2LMHeadModel", _gpt2_config),
     "gpt2": ("GPT2Model", _gpt2_config),
     "bert-mlm": ("BertForMaskedLM", _bert_config),
     "bert": ("BertModel", _bert_config),
     "marian": ("MarianMTModel", _marian_config),
+    "bart": ("BartForConditionalGeneration", _bart_config),
 }
 _cache: dict = {}
 

@@ -217,8 +217,8 @@ examples:
   transformer-parity convert gpt2.weights.h5 gpt2-again --to hf
 
 formats: canonical (.safetensors), torch (.pt/.pth), nn-transformer (.pt/.pth/.bin, a torch.nn.Transformer
-model's state dict), keras (.weights.h5), hf (a Hugging Face model directory: GPT-2, BERT or Marian; hf-gpt2,
-hf-bert, hf-marian name the family). Inferred from content and extension; --from/--to override.
+model's state dict), keras (.weights.h5), hf (a Hugging Face model directory: GPT-2, BERT, Marian or BART;
+hf-gpt2, hf-bert, hf-marian, hf-bart name the family). Inferred from content and extension; --from/--to override.
 """
 
 
@@ -234,7 +234,7 @@ def cmd_convert(args) -> int:
     start = time.perf_counter()
     size = formats.source_size(in_path)
     with _Bytes(args, f"reading {in_path.name}", size) as bar:
-        loaded = formats.load(in_path, args.from_, fields, bar.advance)
+        loaded = formats.load(in_path, _input_format(args), fields, bar.advance)
         bar.describe(f"writing {out_path.name}", loaded.nbytes)
         size_text = _size(loaded.weights)
         path, fmt = formats.save(out_path, loaded.config, loaded.weights, out_format, args.force, bar.advance,
@@ -245,6 +245,16 @@ def cmd_convert(args) -> int:
         _console(args).print(f"converted {in_path} ({loaded.format}) -> {path} ({fmt}), {size_text}, "
                              f"in {time.perf_counter() - start:.1f} s", markup=False)
     return 0
+
+
+def _input_format(args) -> str | None:
+    """--from, or the user's layout file (--layout) that describes the input."""
+    if getattr(args, "layout", None) is None:
+        return args.from_
+    if args.from_:
+        raise UsageError("--layout describes the input's format itself; leave out --from")
+    from .formats import LAYOUT_PREFIX
+    return LAYOUT_PREFIX + args.layout
 
 
 # --- verify ---------------------------------------------------------------------------------------------------------
@@ -282,6 +292,12 @@ def cmd_verify(args) -> int:
         raise UsageError(f"--from given {len(declared)} times for {len(args.checkpoints)} checkpoints; give it once "
                          "(for all) or once per checkpoint")
     declared = declared * len(args.checkpoints) if len(declared) == 1 else declared
+    if args.layout is not None:  # the first checkpoint is the user's model, described by the layout file
+        if declared or not args.checkpoints:
+            raise UsageError("--layout describes the first checkpoint's format itself; give a checkpoint and leave "
+                             "out --from")
+        from .formats import LAYOUT_PREFIX
+        declared = [LAYOUT_PREFIX + args.layout] + [None] * (len(args.checkpoints) - 1)
     backends = None
     if args.backends:
         backends = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -363,6 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("output", metavar="OUT", help="file to write (a directory with --to hf)")
     p.add_argument("--from", dest="from_", choices=FORMAT_CHOICES, help="input format (default: inferred)")
     p.add_argument("--to", choices=FORMAT_CHOICES, help="output format (default: from OUT's extension)")
+    p.add_argument("--layout", metavar="FILE.toml", help="a layout file describing IN, a model this tool does not "
+                   "know (docs/layouts.md)")
     _add_config_options(p)
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.set_defaults(func=cmd_convert)
@@ -376,6 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "own framework, the first being the reference")
     p.add_argument("--from", dest="from_", choices=FORMAT_CHOICES, action="append",
                    help="checkpoint format (default: inferred); once for all, or once per checkpoint in order")
+    p.add_argument("--layout", metavar="FILE.toml", help="a layout file describing the first checkpoint, a model "
+                   "this tool does not know (docs/layouts.md)")
     p.add_argument("--preset", choices=("tiny", "base", "big"), default="base",
                    help="model to seed when no checkpoint is given (default: base)")
     p.add_argument("--backends", metavar="LIST",

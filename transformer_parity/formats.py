@@ -13,8 +13,8 @@ file of theirs is read or written.
 | `hf`             | a directory           | Hugging Face `save_pretrained` model dir   | torch   |
 
 `hf` is a directory (`config.json` + `model.safetensors`, shards with an index, or `pytorch_model.bin`) of one of
-the families in `layouts.HF_LAYOUTS`, told apart by config.json's `model_type`; `hf-gpt2`, `hf-bert` and
-`hf-marian` name one family explicitly (`--to hf` picks the family that can express the config). The external
+the families in `layouts.HF_LAYOUTS`, told apart by config.json's `model_type`; `hf-gpt2`, `hf-bert`,
+`hf-marian` and `hf-bart` name one family explicitly (`--to hf` picks the family that can express the config). The external
 layouts (`nn-transformer` and the Hugging Face families) live in `transformer_parity.layouts`, one module each.
 """
 
@@ -47,6 +47,13 @@ CONTENT_FORMATS = {"safetensors": ("canonical",), "zip": ("torch", "nn-transform
                    "pickle": ("torch", "nn-transformer"), "hdf5": ("keras",)}
 
 OnTensor = Callable[[str, int], None]  # (canonical name, bytes) after each tensor is read or written
+
+# A checkpoint read through a user's layout file (`--layout FILE.toml`, `layouts.user`): the format passed to `load`
+# is LAYOUT_PREFIX + the file's path; the loaded format is named for the container, which says where it runs.
+LAYOUT_PREFIX = "layout:"
+LAYOUT_FORMATS = {"zip": "torch-layout", "pickle": "torch-layout", "safetensors": "safetensors-layout",
+                  "hdf5": "keras-layout"}
+FRAMEWORK.update({"torch-layout": "torch", "safetensors-layout": "numpy", "keras-layout": "keras"})
 
 
 @dataclass
@@ -151,6 +158,8 @@ def load(path: str | os.PathLike, fmt: str | None = None, fields: Mapping[str, A
     """
     fields = dict(fields or {})
     path = Path(path)
+    if fmt is not None and fmt.startswith(LAYOUT_PREFIX):
+        return _load_with_layout(path, fmt[len(LAYOUT_PREFIX):], fields)
     fmt = detect_format(path, fmt)
     try:
         if fmt in HF_FORMATS:
@@ -162,6 +171,22 @@ def load(path: str | os.PathLike, fmt: str | None = None, fields: Mapping[str, A
         return _load_keras(path, fields)
     except ImportError as exc:
         raise UsageError(f"reading {path} ({fmt}) needs {exc.name}, which is not installed") from None
+
+
+def _load_with_layout(path: Path, layout: str, fields: Mapping[str, Any]) -> Loaded:
+    """A state dict, safetensors or `.weights.h5` file described by a user's layout file (`layouts.user`)."""
+    from .layouts import user
+
+    path = check_input(path)
+    content = sniff(path)
+    if content not in LAYOUT_FORMATS:
+        raise UsageError(f"{path}: a layout file describes a PyTorch state dict, a .safetensors or a .weights.h5 "
+                         "file; this one's first bytes match none of them")
+    try:
+        config, weights, notes = user.import_with_layout(path, layout, fields)
+    except ImportError as exc:
+        raise UsageError(f"reading {path} needs {exc.name}, which is not installed") from None
+    return Loaded(path, LAYOUT_FORMATS[content], config, weights, notes)
 
 
 def _config_from_fields(path: Path, fields: Mapping[str, Any]) -> rn.TransformerConfig:

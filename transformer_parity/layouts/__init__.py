@@ -8,6 +8,7 @@ Adding a layout is adding one module and one line here.
 | `hf-gpt2`        | `hf_gpt2`        | Hugging Face `GPT2LMHeadModel` / `GPT2Model` directories           |
 | `hf-bert`        | `hf_bert`        | Hugging Face `BertForMaskedLM` / `BertModel` directories           |
 | `hf-marian`      | `hf_marian`      | Hugging Face `MarianMTModel` directories                           |
+| `hf-bart`        | `hf_bart`        | Hugging Face `BartForConditionalGeneration` directories            |
 | `nn-transformer` | `nn_transformer` | state dicts of models built around `torch.nn.Transformer`          |
 """
 
@@ -21,6 +22,7 @@ HF_LAYOUTS = {
     "hf-gpt2": "hf_gpt2",
     "hf-bert": "hf_bert",
     "hf-marian": "hf_marian",
+    "hf-bart": "hf_bart",
 }
 # ... and the single-file layouts.
 FILE_LAYOUTS = {
