@@ -14,8 +14,9 @@ file of theirs is read or written.
 
 `hf` is a directory (`config.json` + `model.safetensors`, shards with an index, or `pytorch_model.bin`) of one of
 the families in `layouts.HF_LAYOUTS`, told apart by config.json's `model_type`; `hf-gpt2`, `hf-bert`,
-`hf-marian` and `hf-bart` name one family explicitly (`--to hf` picks the family that can express the config). The external
-layouts (`nn-transformer` and the Hugging Face families) live in `transformer_parity.layouts`, one module each.
+`hf-marian` and `hf-bart` name one family explicitly (`--to hf` picks the family that can express the
+config). The external layouts (`nn-transformer` and the Hugging Face families) live in `transformer_parity.layouts`,
+one module each.
 """
 
 from __future__ import annotations

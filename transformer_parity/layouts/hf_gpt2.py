@@ -109,8 +109,8 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
 
 
 def prefix(arch: str, keys: Collection[str] | None = None) -> str:
-    """Where the GPT2Model sits: under `transformer.` in a GPT2LMHeadModel, at the top in a bare GPT2Model; when reading,
-    wherever the saved keys put it."""
+    """Where the GPT2Model sits: under `transformer.` in a GPT2LMHeadModel, at the top in a bare GPT2Model; when
+    reading, wherever the saved keys put it."""
     if keys is not None:
         return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
     return BASE_PREFIX if arch == "GPT2LMHeadModel" else ""
