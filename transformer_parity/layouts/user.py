@@ -1,0 +1,333 @@
+"""Layout files that users write: a TOML description of a model this tool has never seen.
+
+A layout file is the declarative table of `layouts.table` read from a file, plus the config fields the weights
+cannot tell::
+
+    [config]                      # TransformerConfig fields the weights cannot tell
+    num_heads = 4
+    layer_norm_eps = 1e-6
+
+    [weights]                     # "your name" = "canonical name [transform]"; {i} is the layer index
+    "embed.weight"                  = "src_embed.embedding"
+    "layers.{i}.attn.W_Q.weight"    = "encoder.layers.{i}.self_attn.q.kernel transpose"
+    "layers.{i}.attn.qkv_proj.weight" = "encoder.layers.{i}.self_attn.{qkv}.kernel fused_qkv_heads_t"
+    "pos.pe"                        = "- sinusoid"
+
+The transform is one of `layouts.table.TRANSFORMS` (identity when left out). Everything else is read from the
+weights: the layer counts from the `{i}` that occur, d_model, the vocabularies, d_ff, learned positions and their
+length, which norms, biases and heads exist. Every key of the file must be matched by exactly one pattern, every
+pattern must match some key, and every shape must be the one the config implies; each failure names the key.
+
+`.weights.h5` files are read through `tf_impl.checkpoints.read_h5_file` (which treats the file as hostile); their
+dataset paths are the names (`layers/encoder/enc_layers_1/mha/wq/vars/0`), with Keras's unnumbered first list
+item renamed `_0` wherever a `_1` sibling exists, so `{i}` covers every layer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+import reference_numpy as rn
+
+from .table import CHECKED, FUSED, HEADS, TRANSFORMS, Entry, check_table, import_state
+
+SECTIONS = ("config", "weights")
+OPTIONAL = CHECKED  # tied / sinusoid / ignore: matched keys that are checked or skipped, not parameters
+
+
+@dataclass
+class Layout:
+    """A parsed layout file: config fields and the table (canonical, external, transform)."""
+
+    path: Path
+    config: dict[str, Any]
+    table: list[Entry]
+    lines: dict[str, int] = field(default_factory=dict)  # external pattern -> line in the file (for messages)
+
+
+def _toml():
+    if sys.version_info >= (3, 11):
+        import tomllib
+        return tomllib
+    import tomli  # Python 3.10: the pyproject dependency `tomli; python_version < "3.11"`
+    return tomli
+
+
+def parse(text: str, path: str | os.PathLike = "<layout>") -> Layout:
+    """A layout from TOML text; `ValueError` naming the file, and the line and column of a syntax error."""
+    path = Path(path)
+    toml = _toml()
+    try:
+        data = toml.loads(text)
+    except toml.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - set(SECTIONS))
+    if unknown:
+        raise ValueError(f"{path}: unknown section(s) {unknown}; a layout file has [config] and [weights]")
+    config = data.get("config", {})
+    weights = data.get("weights")
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: [config] must be a table of TransformerConfig fields, received {config!r}")
+    known = set(rn.TransformerConfig().to_dict())
+    bad = sorted(set(config) - known)
+    if bad:
+        raise ValueError(f"{path}: [config] has unknown field(s) {bad}; fields are {', '.join(sorted(known))}")
+    if not isinstance(weights, dict) or not weights:
+        raise ValueError(f"{path}: a layout file needs a [weights] table: \"your name\" = \"canonical name "
+                         "[transform]\"")
+    table = []
+    lines = {}
+    for external, value in weights.items():
+        if not isinstance(value, str) or len(value.split()) not in (1, 2):
+            raise ValueError(f"{path}: [weights] {external!r} = {value!r}: expected \"canonical name\" or "
+                             "\"canonical name transform\"")
+        canonical, transform = (value.split() + ["identity"])[:2]
+        if transform not in TRANSFORMS:
+            raise ValueError(f"{path}: [weights] {external!r}: unknown transform {transform!r}; choose one of "
+                             f"{', '.join(TRANSFORMS)}")
+        table.append((canonical, external, transform))
+        lines[external] = _line_of(text, external)
+    try:
+        check_table(table)
+        for canonical, external, transform in table:
+            _check_placeholders(canonical, external, transform)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return Layout(path, dict(config), table, lines)
+
+
+def load(path: str | os.PathLike) -> Layout:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"layout file {path}: " + ("no such file" if not path.exists() else "not a file"))
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"layout file {path} is not UTF-8 text: {exc}") from None
+    return parse(text, path)
+
+
+def _line_of(text: str, key: str) -> int:
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith((f'"{key}"', f"'{key}'", f"{key} ", f"{key}=")):
+            return number
+    return 0
+
+
+def _placeholders(pattern: str) -> set[str]:
+    return set(re.findall(r"\{(\w+)\}", pattern))
+
+
+def _check_placeholders(canonical: str, external: str, transform: str) -> None:
+    needed = _placeholders(canonical) - ({"qkv"} if transform in FUSED else set())
+    if transform not in OPTIONAL and not needed <= _placeholders(external):
+        raise ValueError(f"[weights] {external!r} = {canonical!r}: the canonical name uses "
+                         f"{sorted(needed - _placeholders(external))} which the key pattern does not")
+    if transform in FUSED and "{qkv}" in external:
+        raise ValueError(f"[weights] {external!r}: a fused entry ({transform}) is one array holding q, k and v; its "
+                         "key pattern cannot contain {qkv}")
+
+
+# --- matching a file's keys -------------------------------------------------------------------------------------------
+
+def _regex(pattern: str) -> re.Pattern:
+    from .table import _regex as table_regex
+    return table_regex(pattern)
+
+
+def match(layout: Layout, keys) -> dict[str, Entry]:
+    """key -> the one table entry whose pattern matches it; errors name the unmatched or doubly matched key and
+    the pattern that matches nothing."""
+    compiled = [(_regex(external), (canonical, external, transform)) for canonical, external, transform in layout.table]
+    used = {external: 0 for _, external, _ in layout.table}
+    out: dict[str, Entry] = {}
+    unmatched = []
+    for key in keys:
+        hits = [entry for pattern, entry in compiled if pattern.fullmatch(key)]
+        if len(hits) > 1:
+            raise ValueError(f"{layout.path}: key {key!r} is matched by {len(hits)} patterns: "
+                             + ", ".join(repr(e[1]) for e in hits))
+        if not hits:
+            unmatched.append(key)
+            continue
+        out[key] = hits[0]
+        used[hits[0][1]] += 1
+    if unmatched:
+        raise ValueError(f"{layout.path}: {len(unmatched)} key(s) of the weights are not in the layout: "
+                         + _preview(unmatched) + " (add them to [weights]; '- ignore' skips a buffer)")
+    unused = [p for p, n in used.items() if n == 0]
+    if unused:
+        line = layout.lines.get(unused[0], 0)
+        raise ValueError(f"{layout.path}{f':{line}' if line else ''}: pattern {unused[0]!r} matches no key of the "
+                         f"weights" + (f" (nor do {_preview(unused[1:])})" if unused[1:] else ""))
+    return out
+
+
+def canonical_shapes(layout: Layout, state: Mapping[str, np.ndarray], matched: Mapping[str, Entry]
+                     ) -> dict[str, tuple[int, ...]]:
+    """canonical name -> shape, read off the external arrays (for inferring the config)."""
+    shapes = {}
+    for key, (canonical, external, transform) in matched.items():
+        if transform in OPTIONAL:
+            continue
+        groups = _regex(external).fullmatch(key).groupdict()
+        shape = tuple(np.shape(state[key]))
+        if transform == "transpose":
+            shape = shape[::-1]
+        elif transform == "row":
+            shape = shape[1:]
+        elif transform == "heads_out":
+            shape = shape[:-2] + (shape[-2] * shape[-1],)
+        elif transform == "heads_in":
+            shape = (shape[0] * shape[1],) + shape[2:]
+        elif transform in FUSED:
+            shape = shape[::-1] if transform.endswith("_t") else shape
+            if shape[-1] % 3:
+                raise ValueError(f"{layout.path}: {key!r} has shape {tuple(np.shape(state[key]))}; its fused "
+                                 f"q/k/v axis of {shape[-1]} does not divide by 3 ({transform})")
+            shape = shape[:-1] + (shape[-1] // 3,)
+        names = [canonical.format(i=groups.get("i"), qkv=p) for p in ("qkv" if transform in FUSED else "q")]
+        for name in names:
+            shapes[name] = shape
+    return shapes
+
+
+def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any], state_shapes=(),
+                 source: str = "<layout>") -> tuple[rn.TransformerConfig, list[str]]:
+    """The config the canonical shapes imply, with `fields` (the layout's [config], then --set) on top."""
+    inferred: dict[str, Any] = {}
+    notes = []
+
+    def layers(stack: str) -> int:
+        found = {int(m[1]) for n in shapes if (m := re.match(rf"{stack}\.layers\.(\d+)\.", n))}
+        return max(found) + 1 if found else 0
+
+    inferred["num_encoder_layers"], inferred["num_decoder_layers"] = layers("encoder"), layers("decoder")
+    width = [s[-1] for n, s in shapes.items() if n.endswith((".gamma", ".embedding"))]
+    if width:
+        inferred["d_model"] = width[0]
+    for name, key in (("src_embed.embedding", "src_vocab_size"), ("tgt_embed.embedding", "tgt_vocab_size"),
+                      ("src_type.embedding", "type_vocab_size")):
+        if name in shapes:
+            inferred[key] = shapes[name][0]
+    if "output.kernel" in shapes:
+        inferred["tgt_vocab_size"] = shapes["output.kernel"][1]
+    elif "output.bias" in shapes:
+        inferred["tgt_vocab_size"] = shapes["output.bias"][0]
+        inferred["tie_embeddings"] = True
+    else:
+        inferred["output_projection"] = False
+    if not inferred["num_decoder_layers"] and "tgt_vocab_size" not in inferred and "src_vocab_size" in inferred:
+        inferred["tgt_vocab_size"] = inferred["src_vocab_size"]
+    if inferred["num_encoder_layers"] and inferred["num_decoder_layers"] and "tgt_embed.embedding" not in shapes:
+        inferred["share_embeddings"] = True
+    if not inferred["num_encoder_layers"] and "src_vocab_size" not in inferred and "tgt_vocab_size" in inferred:
+        inferred["src_vocab_size"] = inferred["tgt_vocab_size"]
+    d_ff = [s[1] for n, s in shapes.items() if n.endswith("ffn.linear1.kernel")]
+    if d_ff:
+        inferred["d_ff"] = d_ff[0]
+    positions = [s[0] for n, s in shapes.items() if n.endswith("_pos.embedding")]
+    if positions:
+        inferred["positional"] = "learned"
+        inferred["max_len"] = positions[0] - int(fields.get("position_offset", 0))
+    elif state_shapes:
+        inferred["max_len"] = max(state_shapes)  # the longest sinusoid table the file holds
+    inferred["final_norm"] = any(n.endswith("final_norm.gamma") for n in shapes)
+    inferred["bias"] = any(n.endswith("self_attn.q.bias") for n in shapes)
+    inferred["output_bias"] = "output.bias" in shapes
+    inferred["embed_norm"] = any(n.endswith("_embed_norm.gamma") for n in shapes)
+    inferred["head_transform"] = "head.dense.kernel" in shapes
+    inferred["pooler"] = "pooler.kernel" in shapes
+    if "num_heads" not in fields:
+        raise ValueError(f"{source}: num_heads is not in the layout's [config] (the weights cannot tell it); add "
+                         "num_heads = N")
+    values = {**inferred, **fields}
+    if values.get("tie_embeddings") and "output_projection" not in fields:
+        values["output_projection"] = True  # a tied head has no kernel of its own
+    try:
+        return rn.TransformerConfig.from_dict(values), notes
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{source}: the layout and the weights give an invalid config: {exc}") from None
+
+
+# --- reading a checkpoint through a layout ----------------------------------------------------------------------------
+
+def read_state(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """{name: array} of a PyTorch state dict (`.pt`, `.pth`, `.bin`), a `.safetensors` file or a Keras
+    `.weights.h5` (dataset paths, see the module docstring)."""
+    path = Path(path)
+    from ..formats import sniff
+
+    kind = sniff(path)
+    if kind in ("zip", "pickle"):
+        from torch_impl import checkpoints as tc
+
+        state, _ = tc.unwrap_state_dict(tc.read_torch_file(path), path)
+        return tc._numpy_state(state, path)
+    if kind == "safetensors":
+        from ..safetensors_io import read_header, read_tensors
+
+        return dict(read_tensors(read_header(path)))
+    if kind == "hdf5":
+        from tf_impl import checkpoints as kc
+
+        _, datasets = kc.read_h5_file(path)  # no config given: every dataset is checked, then read
+        return keras_names(datasets)
+    raise ValueError(f"{path} is not a PyTorch state dict, safetensors or HDF5 (.weights.h5) file")
+
+
+def keras_names(datasets: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Dataset paths with Keras's unnumbered first list item named `_0` wherever a `_1` sibling exists."""
+    prefixes = set()
+    for p in datasets:
+        parts = p.split("/")
+        for depth in range(len(parts)):
+            prefixes.add("/".join(parts[:depth + 1]))
+
+    def rename(p: str) -> str:
+        parts = p.split("/")
+        for depth, part in enumerate(parts[:-1]):
+            parent = "/".join(parts[:depth])
+            sibling = f"{parent}/{part}_1" if parent else f"{part}_1"
+            if sibling in prefixes:
+                parts[depth] = f"{part}_0"
+        return "/".join(parts)
+
+    return {rename(p): v for p, v in datasets.items()}
+
+
+def import_with_layout(path: str | os.PathLike, layout_path: str | os.PathLike,
+                       fields: Mapping[str, Any] | None = None) -> tuple[rn.TransformerConfig, dict[str, np.ndarray],
+                                                                         list[str]]:
+    """`(config, canonical weights, notes)` of a checkpoint described by a layout file (`fields`: --set/--config,
+    over the layout's [config])."""
+    layout = load(layout_path)
+    state = read_state(path)
+    matched = match(layout, list(state))
+    sinusoid_rows = []
+    for key, (_, _, transform) in matched.items():
+        if transform == "sinusoid":
+            array = np.asarray(state[key])
+            while array.ndim > 2 and array.shape[0] == 1:  # a (1, max_len, d) buffer
+                array = array[0]
+            state[key] = array
+            sinusoid_rows.append(array.shape[0])
+    shapes = canonical_shapes(layout, state, matched)
+    config, notes = infer_config(shapes, {**layout.config, **dict(fields or {})}, sinusoid_rows,
+                                 f"{path} with {layout.path}")
+    weights = import_state(config, state, layout.table, source=f"{path} (layout {layout.path})", consume=True)
+    notes.insert(0, f"read {len(matched)} tensors through layout {layout.path}")
+    return config, weights, notes
+
+
+def _preview(names, limit: int = 6) -> str:
+    names = list(names)
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
