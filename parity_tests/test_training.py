@@ -30,8 +30,12 @@ def small_settings(steps=6, **changes):
 
 
 def run_files(out):
-    return {name: (out / name).read_bytes() for name in (training_run.CHECKPOINT, training_run.STATE,
-                                                          training_run.LOG)}
+    """Every file of a run directory (top level, manifest, the current save) by relative path."""
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def current_save(out):
+    return out / training_run.read_manifest(out)["save"]
 
 
 # --- tasks ---------------------------------------------------------------------------------------------------------
@@ -168,25 +172,121 @@ def test_corrupt_truncated_or_mismatched_files(tmp_path, capsys):
     training_run.train(out, "torch", small_settings(steps=2, schedule=rn.Schedule("constant", warmup_steps=0)))
     resume = ["train", "--framework", "torch", "--out", str(out), "--resume", "--steps", "4"]
     log = (out / training_run.LOG).read_bytes()
+    (out / training_run.LOG).unlink()  # a hard link into the save: replace it, never write into it
     (out / training_run.LOG).write_bytes(log[:len(log) // 2])  # truncated
-    before = run_files(out)
-    assert main(resume) == 2
-    assert "not valid JSON (truncated or corrupt?)" in capsys.readouterr().err
     assert main(["plot", "loss", str(out / training_run.LOG), "-o", str(tmp_path / "loss.png")]) == 2
     assert "log.json is not valid JSON" in capsys.readouterr().err
-    assert run_files(out) == before and not (tmp_path / "loss.png").exists()
-    (out / training_run.LOG).write_bytes(log)
-    state = (out / training_run.STATE).read_bytes()
-    (out / training_run.STATE).write_bytes(state[:100])
-    assert main(resume) == 2
-    assert "not a valid safetensors file" in capsys.readouterr().err
-    (out / training_run.STATE).write_bytes(state)
+    assert not (tmp_path / "loss.png").exists()
+    save = current_save(out)
     other = tmp_path / "other"
     training_run.train(other, "torch", small_settings(steps=2, seed=1,
                                                       schedule=rn.Schedule("constant", warmup_steps=0)))
-    (out / training_run.CHECKPOINT).write_bytes((other / training_run.CHECKPOINT).read_bytes())
+
+    def flip(raw):  # 16 flipped bytes near the end: inside the last tensor's data
+        raw = bytearray(raw)
+        for i in range(16):
+            raw[-1 - 3 * i] ^= 0x55
+        return bytes(raw)
+
+    def edit_step(raw):  # same length, another step
+        return raw.replace(b'"step":"2"', b'"step":"1"')
+
+    cases = {
+        training_run.STATE: [lambda raw: raw[:100], flip, edit_step],
+        training_run.CHECKPOINT: [lambda raw: (current_save(other) / training_run.CHECKPOINT).read_bytes(), flip],
+        training_run.LOG: [lambda raw: raw[:len(raw) // 2]],
+    }
+    for name, corruptions in cases.items():
+        original = (save / name).read_bytes()
+        for corrupt in corruptions:
+            damaged = corrupt(original)
+            assert damaged != original
+            (save / name).write_bytes(damaged)
+            before = run_files(out)
+            assert main(resume) == 2
+            err = capsys.readouterr().err
+            assert "does not match the SHA-256" in err and len(err.strip().splitlines()) == 1, err
+            assert run_files(out) == before
+        (save / name).write_bytes(original)
+    manifest = json.loads((out / training_run.MANIFEST).read_text())
+    edited = {**manifest, "step": 1}
+    (out / training_run.MANIFEST).write_text(json.dumps(edited))
     assert main(resume) == 2
     assert "do not belong together" in capsys.readouterr().err
+    for missing in ("settings", "sha256", "save"):
+        (out / training_run.MANIFEST).write_text(json.dumps({k: v for k, v in manifest.items() if k != missing}))
+        assert main(resume) == 2
+        assert "not a transformer-parity run manifest" in capsys.readouterr().err
+    (out / training_run.MANIFEST).write_text(json.dumps(manifest))
+    assert main([*resume, "-q"]) == 0
+
+
+def test_a_failed_save_keeps_the_previous_one(tmp_path, monkeypatch):
+    """A full disk (or a crash) while saving step 4 leaves the step-2 save resumable and no temporary file."""
+    out = tmp_path / "run"
+    real = training_run._publish_manifest
+    calls = []
+
+    def full_disk(out_, manifest, mode):
+        calls.append(manifest["step"])
+        if manifest["step"] == 4:
+            raise OSError(28, "No space left on device")
+        real(out_, manifest, mode)
+
+    monkeypatch.setattr(training_run, "_publish_manifest", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        training_run.train(out, "torch", small_settings())
+    assert calls == [2, 4]
+    assert training_run.load_run(out).step == 2
+    leftovers = [p.name for p in out.rglob("*") if "tmp" in p.name]
+    assert leftovers == [] and len(list((out / training_run.SAVES).iterdir())) == 1
+    monkeypatch.setattr(training_run, "_publish_manifest", real)
+    resumed = training_run.train(out, "torch", small_settings(), resume=True)
+    assert resumed["loss"] == training_run.train(tmp_path / "straight", "torch", small_settings())["loss"]
+
+
+def test_sigterm_saves_at_the_step_boundary(tmp_path):
+    def progress(step, latest):
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(KeyboardInterrupt):
+        training_run.train(tmp_path / "run", "torch", small_settings(), progress=progress)
+    assert training_run.load_run(tmp_path / "run").step == 3
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_cosine_resume_past_the_end_needs_extend_schedule(tmp_path, capsys):
+    out = str(tmp_path / "run")
+    assert main(["train", "--framework", "torch", "--out", out, *SMALL, "-q"]) == 0
+    before = run_files(tmp_path / "run")
+    assert main(["train", "--framework", "torch", "--out", out, "--resume", "--steps", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "goes past the end of the run's cosine schedule (total_steps=6)" in err and "--extend-schedule" in err
+    assert run_files(tmp_path / "run") == before
+    assert main(["train", "--framework", "torch", "--out", out, "--resume", "--steps", "8", "--extend-schedule"]) == 0
+    assert "extending the cosine schedule from 6 to 8 steps" in capsys.readouterr().err
+    log = training_run.read_log(tmp_path / "run" / training_run.LOG)
+    assert log["schedule_extensions"] == [{"step": 6, "from_total_steps": 6, "to_total_steps": 8}]
+    assert [row[0] for row in log["loss"]] == list(range(1, 9)) and log["loss"][6][2] > 0
+
+
+def test_nonfinite_loss_says_whether_a_checkpoint_exists(tmp_path, monkeypatch):
+    from torch_impl.training import Trainer
+
+    monkeypatch.setattr(Trainer, "train_step", lambda self, *batch: float("nan"))
+    with pytest.raises(training_run.UsageError, match="no checkpoint was written") as info:
+        training_run.train(tmp_path / "run", "torch", small_settings())
+    assert "intact" not in str(info.value)
+
+
+def test_two_trainers_cannot_share_a_directory(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    with training_run._RunLock(out):
+        with pytest.raises(training_run.UsageError, match="in use by another training process"):
+            training_run.train(out, "torch", small_settings())
+    assert sorted(p.name for p in out.iterdir()) == [training_run.LOCK]
 
 
 def test_checkpoint_that_does_not_match_the_task(tmp_path, capsys):

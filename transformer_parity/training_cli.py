@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -54,7 +53,7 @@ def register(subparsers) -> None:
                                           "resume. Ctrl-C saves at the next step boundary.")
     p.add_argument("--framework", required=True, choices=("torch", "tf"), help="which framework trains")
     p.add_argument("--out", required=True, metavar="DIR",
-                   help="run directory: checkpoint.safetensors, train_state.safetensors, log.json")
+                   help="run directory: checkpoint.safetensors, log.json, run.json (manifest), saves/")
     g = p.add_argument_group("task")
     g.add_argument("--task", choices=("reverse", "copy"), help="default reverse")
     g.add_argument("--num-symbols", type=int, help="symbols besides PAD/BOS/EOS (default 10)")
@@ -90,6 +89,9 @@ def register(subparsers) -> None:
     g.add_argument("--threads", type=int, help="CPU threads of the framework (default: its own choice; 1 is often "
                                                "fastest for these small models on a busy machine)")
     g.add_argument("--resume", action="store_true", help="continue the run in --out")
+    g.add_argument("--extend-schedule", action="store_true",
+                   help="with --resume past the end of a cosine schedule: stretch it to the new --steps (without "
+                        "it such a resume is refused, since the extra steps would train at --min-lr)")
     g.add_argument("--force", action="store_true", help="start over in a --out that already holds a run")
     p.set_defaults(func=cmd_train)
 
@@ -250,9 +252,7 @@ def cmd_train(args) -> int:
     if args.resume:
         if args.init or args.force:
             raise UsageError("--resume continues the stored run; it cannot be combined with --init or --force")
-        state_settings = training_run.load_run(out).settings if (out / training_run.STATE).exists() else None
-        if state_settings is None:
-            raise UsageError(f"cannot resume: {out / training_run.STATE} is missing")
+        state_settings = training_run.stored_settings(out)
         stored = {**TRAIN_DEFAULTS, **_options_of(state_settings)}
         changed = sorted(k for k, v in given.items() if k != "steps" and stored.get(k) != v)
         if changed:
@@ -281,7 +281,8 @@ def cmd_train(args) -> int:
         set_threads(args.framework, args.threads)
     with _TrainProgress(args, settings.steps, 0) as bar:
         log = training_run.train(out, args.framework, settings, resume=args.resume, force=args.force,
-                                 init_weights=init, progress=bar, on_event=bar.note)
+                                 init_weights=init, progress=bar, on_event=bar.note,
+                                 extend_schedule=args.extend_schedule)
     last = log["eval"][-1] if log["eval"] else {}
     if not _quiet(args):
         print(f"trained {args.framework} for {settings.steps} steps in {log['train_seconds']:.0f} s: loss "
@@ -363,17 +364,8 @@ def _task_for(args, checkpoint: Path):
     from . import training_run
 
     stored = {}
-    state = checkpoint.parent / training_run.STATE
-    if checkpoint.name == training_run.CHECKPOINT and state.is_file():
-        _, metadata = rn.io.read_safetensors(state)
-        if metadata.get("format") == training_run.STATE_FORMAT:
-            try:
-                stored = json.loads(metadata["settings"])["task"]
-                if not isinstance(stored, dict):
-                    raise TypeError(f"task is a {type(stored).__name__}")
-            except (KeyError, TypeError, ValueError, RecursionError) as exc:
-                raise UsageError(f"{state}: its stored settings are unreadable ({type(exc).__name__}: {exc}); "
-                                 "give the task with --task/--num-symbols/--min-len/--max-len") from None
+    if checkpoint.name == training_run.CHECKPOINT and (checkpoint.parent / training_run.MANIFEST).is_file():
+        stored = training_run.stored_settings(checkpoint.parent).task.to_dict()
     fields = {"name": "reverse", "num_symbols": 10, "min_len": 1, "max_len": 16, **stored}
     for option, field in (("task", "name"), ("num_symbols", "num_symbols"), ("min_len", "min_len"),
                           ("max_len", "max_len")):
