@@ -409,3 +409,23 @@ def test_bench_rows_estimated_and_skipped(capsys):
     assert slow.startswith("one call needs >= 352 s")
     huge = engine._skip_reason(engine.Case(q_len=10**8, k_len=10**8), options, peaks)
     assert huge.startswith("its inputs alone need")
+
+
+# --- 6. signals at any moment of a write ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("signum, delay", [(2, 0.6), (15, 0.9), (2, 1.4), (15, 2.2)],
+                         ids=["int-0.6s", "term-0.9s", "int-1.4s", "term-2.2s"])
+def test_signals_during_convert_leave_no_temp_file_and_no_abort(tmp_path, tiny_file, signum, delay):
+    import time
+
+    out = tmp_path / "x.pt"
+    proc = subprocess.Popen([sys.executable, "-m", "transformer_parity", "convert", str(tiny_file), str(out)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode in (0, 130, -signum), err
+    assert "pybind11" not in err and "terminate called" not in err and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) in (["tiny.safetensors"], ["tiny.safetensors", "x.pt"])
+    if out.exists():
+        assert formats.load(out).config == TINY

@@ -449,11 +449,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     quiet.configure(debug="--debug" in argv)  # before anything imports a framework
-    parser = build_parser()
     try:
+        parser = build_parser()
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return exc.code if isinstance(exc.code, int) else 2
+    except KeyboardInterrupt:  # Ctrl-C while the subcommands' modules load
+        if "--debug" in argv:
+            raise
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
     if not getattr(args, "command", None):
         parser.print_help()
         return 2

@@ -163,6 +163,9 @@ def load(path: str | os.PathLike, fmt: str | None = None, fields: Mapping[str, A
         return _load_with_layout(path, fmt[len(LAYOUT_PREFIX):], fields)
     fmt = detect_format(path, fmt)
     try:
+        if fmt in ("torch", "nn-transformer"):
+            with deferred_signals():  # an interrupt inside PyTorch's import aborts the process with a C++ trace
+                import torch_impl.checkpoints  # noqa: F401
         if fmt in HF_FORMATS:
             return _load_hf(path, fmt, fields, on_tensor)
         if fmt == "canonical":
