@@ -217,8 +217,10 @@ class Embedding(nn.Module):
         if self.position is None:
             self.sinusoid.copy_(self._sinusoid_table())
 
-    def forward(self, ids, offset: int = 0, type_ids=None, token: nn.Embedding | None = None):
-        x = (self.token if token is None else token)(ids)  # (B, T, D)
+    def forward(self, ids, offset: int = 0, type_ids=None, token_table: torch.Tensor | None = None):
+        """`(B, T)` int ids -> `(B, T, D)`; positions start at `offset`. `token_table` `(V, D)`: the shared table
+        when this side has none of its own."""
+        x = self.token(ids) if token_table is None else F.embedding(ids, token_table)  # (B, T, D)
         if self.config.scale_embedding:
             x = x * math.sqrt(self.config.d_model)
         if self.segment is not None:  # BERT's order: (token + segment) + position
@@ -395,7 +397,8 @@ class Transformer(nn.Module):
                                  f"{self.config.max_len}")
             if cache.key_mask is not None:
                 key_mask = torch.cat([cache.key_mask, tgt_mask], dim=1)  # (B, T_cached + T)
-        x = self.tgt_embed.dropout(self._embed_target(tgt_ids, offset))
+        shared = self.src_embed.token.weight if self.config.share_embeddings else None
+        x = self.tgt_embed.dropout(self.tgt_embed(tgt_ids, offset, token_table=shared))
         if record is not None:
             record["decoder.embed"] = x
         cross_mask = None
@@ -445,9 +448,6 @@ class Transformer(nn.Module):
             return self._output(memory, record)
         return self.decode(tgt_ids, memory, src_mask, tgt_mask, record, attention_weights)
 
-    def _embed_target(self, ids, offset):
-        shared = self.src_embed.token if self.config.share_embeddings else None
-        return self.tgt_embed(ids, offset, token=shared)
 
     def _output(self, x, record):
         """Final hidden states -> (head transform ->) logits; a bare backbone returns the hidden states."""
