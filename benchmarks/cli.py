@@ -189,7 +189,12 @@ def _load(path: str):
     from . import report
     if not os.path.isfile(path):
         raise ValueError(f"no such result file: {path}")
-    return report.load(path)
+    try:
+        return report.load(path)
+    except RecursionError:
+        raise ValueError(f"{path} nests JSON too deeply to be a bench result") from None
+    except (KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise ValueError(f"{path} is not a bench result ({type(exc).__name__}: {exc})") from None
 
 
 def _print_list(implementations) -> None:

@@ -429,3 +429,42 @@ def test_signals_during_convert_leave_no_temp_file_and_no_abort(tmp_path, tiny_f
     assert sorted(p.name for p in tmp_path.iterdir()) in (["tiny.safetensors"], ["tiny.safetensors", "x.pt"])
     if out.exists():
         assert formats.load(out).config == TINY
+
+
+# --- 9. no traceback with exit 1: malformed content is bad input ----------------------------------------------------
+
+def _nn_state():
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Transformer(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
+                                 dim_feedforward=32)
+    state = {"transformer." + k: v for k, v in model.state_dict().items()}
+    state.update({"src_tok_emb.embedding.weight": torch.randn(10, 16), "tgt_tok_emb.embedding.weight":
+                  torch.randn(10, 16), "generator.weight": torch.randn(10, 16), "generator.bias": torch.randn(10)})
+    return state
+
+
+@pytest.mark.parametrize("damage", ["missing-key", "1-d-weight"])
+def test_malformed_nn_transformer_files(tmp_path, capsys, damage):
+    import torch
+
+    state = _nn_state()
+    if damage == "missing-key":
+        del state["transformer.encoder.layers.0.linear1.weight"]
+    else:
+        state["transformer.encoder.layers.0.self_attn.in_proj_weight"] = torch.randn(48)
+    torch.save(state, tmp_path / "m.pt")
+    code, _, err = run(["convert", tmp_path / "m.pt", tmp_path / "o.safetensors", "--set", "num_heads=2"], capsys)
+    assert_clean_error(code, err, "m.pt")
+    assert not (tmp_path / "o.safetensors").exists()
+
+
+def test_deeply_nested_json_everywhere(tmp_path, capsys):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    for args, fragment in ([["bench", "compare", deep, deep], "too deeply"],
+                           [["plot", "loss", deep, "-o", tmp_path / "l.png"], "too deeply"],
+                           [["init", "--preset", "tiny", "--config", deep, "-o", tmp_path / "x.pt"], "deep.json"]):
+        code, _, err = run(args, capsys)
+        assert_clean_error(code, err, fragment)

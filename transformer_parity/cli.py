@@ -76,6 +76,8 @@ def parse_fields(config_file: str | None, sets: Sequence[str]) -> dict[str, Any]
             data = json.loads(path.read_text())
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise UsageError(f"--config {config_file} is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise UsageError(f"--config {config_file} nests JSON too deeply to be a config") from None
         if not isinstance(data, dict):
             raise UsageError(f"--config {config_file} must hold a JSON object, received {type(data).__name__}")
         fields.update(data)

@@ -175,6 +175,9 @@ def load(path: str | os.PathLike, fmt: str | None = None, fields: Mapping[str, A
         return _load_keras(path, fields)
     except ImportError as exc:
         raise UsageError(f"reading {path} ({fmt}) needs {exc.name}, which is not installed") from None
+    except (KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:  # a reader tripped on the content
+        detail = f"entry {exc.args[0]!r} is missing" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        raise UsageError(f"{path} is not a readable {fmt} checkpoint: {detail}") from exc
 
 
 def _load_with_layout(path: Path, layout: str, fields: Mapping[str, Any]) -> Loaded:
