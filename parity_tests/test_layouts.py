@@ -171,3 +171,224 @@ def test_torch_encoder_verify_cli(torch_encoder_file, capsys):
     code = main(["verify", "--layout", str(EXAMPLES / "torch_encoder.toml"), str(path), "--backends", "torch",
                  "--src-len", "16"])
     assert code == 0, capsys.readouterr()
+
+
+# --- example 2: one fused qkv_proj, q/k/v interleaved per head (the Lightning tutorial's encoder) -------------------
+
+def lightning_encoder_classes():
+    """The UvA DL / Lightning tutorial's encoder (a LightningModule's weights are its nn.Module's), with an
+    nn.Embedding for the tutorial's one-hot input_net and one Linear as the output net."""
+    import torch
+    from torch import nn
+
+    def scaled_dot_product(q, k, v, mask=None):
+        attn_logits = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            attn_logits = attn_logits.masked_fill(mask == 0, -9e15)
+        return torch.softmax(attn_logits, dim=-1) @ v
+
+    class MultiheadAttention(nn.Module):
+        def __init__(self, input_dim, embed_dim, num_heads):
+            super().__init__()
+            self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+            self.qkv_proj = nn.Linear(input_dim, 3 * embed_dim)
+            self.o_proj = nn.Linear(embed_dim, embed_dim)
+
+        def forward(self, x, mask=None):
+            batch_size, seq_length, _ = x.size()
+            qkv = self.qkv_proj(x).reshape(batch_size, seq_length, self.num_heads, 3 * self.head_dim)
+            q, k, v = qkv.permute(0, 2, 1, 3).chunk(3, dim=-1)
+            values = scaled_dot_product(q, k, v, mask=mask)
+            return self.o_proj(values.permute(0, 2, 1, 3).reshape(batch_size, seq_length, self.embed_dim))
+
+    class EncoderBlock(nn.Module):
+        def __init__(self, input_dim, num_heads, dim_feedforward, dropout=0.0):
+            super().__init__()
+            self.self_attn = MultiheadAttention(input_dim, input_dim, num_heads)
+            self.linear_net = nn.Sequential(nn.Linear(input_dim, dim_feedforward), nn.Dropout(dropout),
+                                            nn.ReLU(inplace=True), nn.Linear(dim_feedforward, input_dim))
+            self.norm1, self.norm2 = nn.LayerNorm(input_dim), nn.LayerNorm(input_dim)
+            self.dropout = nn.Dropout(dropout)
+
+        def forward(self, x, mask=None):
+            x = self.norm1(x + self.dropout(self.self_attn(x, mask=mask)))
+            return self.norm2(x + self.dropout(self.linear_net(x)))
+
+    class TransformerEncoder(nn.Module):
+        def __init__(self, num_layers, **block_args):
+            super().__init__()
+            self.layers = nn.ModuleList([EncoderBlock(**block_args) for _ in range(num_layers)])
+
+        def forward(self, x, mask=None):
+            for layer in self.layers:
+                x = layer(x, mask=mask)
+            return x
+
+    class PositionalEncoding(nn.Module):
+        def __init__(self, d_model, max_len=5000):
+            super().__init__()
+            pe = torch.zeros(max_len, d_model)
+            # the tutorial writes dtype=torch.float and .float() here: the default dtype instead, so that a copy built
+            # in float64 has a float64 table (a float32 one moves its float64 logits by ~1e-7)
+            position = torch.arange(0, max_len, dtype=torch.get_default_dtype()).unsqueeze(1)
+            div_term = torch.exp(torch.arange(0, d_model, 2).to(position.dtype) * (-math.log(10000.0) / d_model))
+            pe[:, 0::2], pe[:, 1::2] = torch.sin(position * div_term), torch.cos(position * div_term)
+            self.register_buffer("pe", pe.unsqueeze(0), persistent=False)
+
+        def forward(self, x):
+            return x + self.pe[:, : x.size(1)]
+
+    class TransformerPredictor(nn.Module):
+        def __init__(self, vocab, model_dim, num_classes, num_heads, num_layers, dropout=0.0):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, model_dim)
+            self.positional_encoding = PositionalEncoding(d_model=model_dim, max_len=128)
+            self.transformer = TransformerEncoder(num_layers=num_layers, input_dim=model_dim,
+                                                  dim_feedforward=2 * model_dim, num_heads=num_heads,
+                                                  dropout=dropout)
+            self.output_net = nn.Linear(model_dim, num_classes)
+
+        def forward(self, ids, pad_id=0):
+            mask = (ids != pad_id)[:, None, None, :]
+            x = self.positional_encoding(self.embed(ids))
+            return self.output_net(self.transformer(x, mask=mask))
+
+    return TransformerPredictor
+
+
+def test_lightning_fused_qkv_example(tmp_path):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(1)
+    build = lambda: lightning_encoder_classes()(vocab=40, model_dim=32, num_classes=5, num_heads=4,  # noqa: E731
+                                                num_layers=2, dropout=0.1)
+    model = train_a_little(build(), vocab=40, n_classes=5)
+    path = tmp_path / "lightning.pt"
+    torch.save(model.state_dict(), path)
+    loaded = convert(tmp_path, path, EXAMPLES / "lightning_encoder.toml")
+    assert (loaded.config.num_encoder_layers, loaded.config.d_ff, loaded.config.scale_embedding) == (2, 64, False)
+    src = rn.sample_ids(loaded.config, batch=3, length=20, vocab_size=40, seed=2)
+    reference_errors(loaded.config, loaded.weights, src, *torch_logits(model, src, build))
+
+
+def test_lightning_layout_with_concatenated_split_fails_the_check(tmp_path):
+    """The interleaving matters: read as concatenated q|k|v (fused_qkv_t), the same file gives other logits."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(1)
+    build = lambda: lightning_encoder_classes()(vocab=40, model_dim=32, num_classes=5, num_heads=4,  # noqa: E731
+                                                num_layers=1)
+    model = build().eval()
+    path = tmp_path / "lightning.pt"
+    torch.save(model.state_dict(), path)
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text((EXAMPLES / "lightning_encoder.toml").read_text().replace("fused_qkv_heads_t", "fused_qkv_t"))
+    loaded = convert(tmp_path, path, wrong)
+    src = rn.sample_ids(loaded.config, batch=2, length=12, vocab_size=40, seed=2)
+    with pytest.raises(AssertionError):
+        reference_errors(loaded.config, loaded.weights, src, *torch_logits(model, src, build))
+
+
+# --- example 3: a Keras encoder with Dense wq/wk/wv/dense, epsilon 1e-6 and an additive mask * -1e9 ----------------
+
+def keras_encoder_class():
+    """The TensorFlow tutorial's encoder ("Transformer model for language understanding") plus a Dense
+    classifier, written with keras.ops; casts follow the compute dtype so that a float64 copy computes in float64."""
+    import keras
+    from keras import layers, ops
+
+    def positional_encoding(length, depth):
+        angles = np.arange(length)[:, None] / np.power(10000, (2 * (np.arange(depth)[None, :] // 2)) / depth)
+        angles[:, 0::2], angles[:, 1::2] = np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])
+        return angles[None]  # (1, length, depth)
+
+    class MultiHeadAttention(layers.Layer):
+        def __init__(self, d_model, num_heads, **kwargs):
+            super().__init__(**kwargs)
+            self.num_heads, self.depth = num_heads, d_model // num_heads
+            self.wq, self.wk, self.wv = layers.Dense(d_model), layers.Dense(d_model), layers.Dense(d_model)
+            self.dense = layers.Dense(d_model)
+
+        def split_heads(self, x):
+            x = ops.reshape(x, (ops.shape(x)[0], -1, self.num_heads, self.depth))  # (B, S, H, depth)
+            return ops.transpose(x, (0, 2, 1, 3))  # (B, H, S, depth)
+
+        def call(self, v, k, q, mask):
+            q, k, v = self.split_heads(self.wq(q)), self.split_heads(self.wk(k)), self.split_heads(self.wv(v))
+            logits = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))) / np.sqrt(self.depth)
+            logits += mask * -1e9
+            out = ops.matmul(ops.softmax(logits, axis=-1), v)  # (B, H, S, depth)
+            out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (ops.shape(out)[0], -1, self.num_heads * self.depth))
+            return self.dense(out)
+
+    class EncoderLayer(layers.Layer):
+        def __init__(self, d_model, num_heads, dff, rate=0.1, **kwargs):
+            super().__init__(**kwargs)
+            self.mha = MultiHeadAttention(d_model, num_heads)
+            self.ffn = keras.Sequential([layers.Dense(dff, activation="relu"), layers.Dense(d_model)])
+            self.layernorm1 = layers.LayerNormalization(epsilon=1e-6)
+            self.layernorm2 = layers.LayerNormalization(epsilon=1e-6)
+            self.dropout1, self.dropout2 = layers.Dropout(rate), layers.Dropout(rate)
+
+        def call(self, x, mask, training=False):
+            out1 = self.layernorm1(x + self.dropout1(self.mha(x, x, x, mask), training=training))
+            return self.layernorm2(out1 + self.dropout2(self.ffn(out1), training=training))
+
+    class Encoder(keras.Model):
+        def __init__(self, num_layers, d_model, num_heads, dff, vocab_size, n_classes, max_len=64, rate=0.1,
+                     **kwargs):
+            super().__init__(**kwargs)
+            self.d_model = d_model
+            self.embedding = layers.Embedding(vocab_size, d_model)
+            self.pos_encoding = positional_encoding(max_len, d_model)
+            self.enc_layers = [EncoderLayer(d_model, num_heads, dff, rate) for _ in range(num_layers)]
+            self.dropout = layers.Dropout(rate)
+            self.classifier = layers.Dense(n_classes)
+
+        def call(self, ids, training=False):
+            mask = ops.cast(ops.equal(ids, 0), self.compute_dtype)[:, None, None, :]  # 1 = padding
+            x = self.embedding(ids) * np.sqrt(self.d_model)
+            x += ops.cast(self.pos_encoding[:, : ops.shape(ids)[1]], self.compute_dtype)
+            x = self.dropout(x, training=training)
+            for layer in self.enc_layers:
+                x = layer(x, mask, training=training)
+            return self.classifier(x)
+
+    return Encoder
+
+
+def test_keras_encoder_example(tmp_path):
+    pytest.importorskip("tensorflow")
+    keras = pytest.importorskip("keras")
+    Encoder = keras_encoder_class()
+    kwargs = dict(num_layers=2, d_model=32, num_heads=4, dff=64, vocab_size=50, n_classes=6)
+    keras.utils.set_random_seed(3)
+    model = Encoder(**kwargs)
+    import tensorflow as tf
+
+    # A custom training loop, as the tutorial's train_step (model.fit would also save the optimizer's int64
+    # iteration counter, which the hardened .weights.h5 reader refuses: see the report)
+    optimizer, rng = keras.optimizers.Adam(1e-2), np.random.default_rng(0)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    for _ in range(3):
+        ids, labels = rng.integers(1, 50, size=(4, 12)), rng.integers(0, 6, size=(4, 12))
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(ids, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    path = tmp_path / "model.weights.h5"
+    model.save_weights(path)
+
+    loaded = convert(tmp_path, path, EXAMPLES / "keras_encoder.toml")
+    assert (loaded.config.layer_norm_eps, loaded.config.num_encoder_layers, loaded.config.tgt_vocab_size) == (
+        1e-6, 2, 6)
+    src = rn.sample_ids(loaded.config, batch=3, length=20, vocab_size=50, seed=3)
+    logits32 = np.asarray(model(src))
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float64")
+    try:
+        model64 = Encoder(**kwargs)
+        model64(src)
+        model64.set_weights([w.astype(np.float64) for w in model.get_weights()])
+        logits64 = np.asarray(model64(src))
+    finally:
+        keras.config.set_dtype_policy(previous)
+    assert logits64.dtype == np.float64
+    reference_errors(loaded.config, loaded.weights, src, logits32, logits64)
