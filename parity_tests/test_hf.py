@@ -342,3 +342,23 @@ def test_verify_a_directory_alone_and_against_its_keras_port(tmp_path_factory, t
     report = json.loads(capsys.readouterr().out)
     assert report["passed"] and [s["backend"] for s in report["subjects"]] == ["torch", "keras"]
     assert any("MarianMTModel" in note for note in report["notes"])
+
+
+def test_reading_and_writing_directories_imports_no_framework(tmp_path_factory, tmp_path):
+    """Without transformers (or torch) installed these formats still read and write: they are JSON and safetensors."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    _, path = hf_model("marian", tmp_path_factory)
+    code = ("import sys; from transformer_parity import cli; "
+            f"assert cli.main(['convert', '-q', {str(path)!r}, {str(tmp_path / 'm.safetensors')!r}]) == 0; "
+            f"assert cli.main(['convert', '-q', {str(tmp_path / 'm.safetensors')!r}, {str(tmp_path / 'back')!r}, "
+            "'--to', 'hf']) == 0; "
+            "print(sorted(m for m in ('torch', 'transformers', 'tensorflow', 'keras') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+    original, back = hf_dir.read_state(path), hf_dir.read_state(tmp_path / "back")
+    assert sorted(original) == sorted(back) and all(np.array_equal(original[k], back[k]) for k in original)
