@@ -7,9 +7,14 @@ many the planted porting faults do.
 For every config below and every seed, the weights, the batch size and both lengths are drawn from the seed; each
 correct backend runs at float32 and float64 and every sublayer's error / floor is recorded. Then every planted fault
 (`transformer_parity.faults`) runs on a subset of configs and seeds; its error / floor at the sublayer where it
-starts, and whether verify named that sublayer first, are recorded. The printed table is what the README's
-"How verify decides" section quotes; K (`verify.RATIO_LIMIT`) must sit well above the first column and well
-below the last.
+starts, and whether verify named that sublayer first, are recorded. The printed table is what docs/verify.md
+quotes; K (`verify.RATIO_LIMIT`) must sit well above the first column and well below the last.
+
+    python benchmarks/verify_calibration.py --sensitivity 5 --backends torch
+
+measures instead what an output-only comparison can see: per kind of weight (q, k, v, o, ffn, norms, embeddings,
+and the key bias), float32 and float64, the smallest relative change of one element that makes the output
+comparison fail, by bisection (docs/verify.md, "What an output comparison can see").
 """
 
 from __future__ import annotations
@@ -106,6 +111,97 @@ def planted(seeds: int, backends: list[str], configs=FAULT_CONFIGS) -> dict[str,
     return results
 
 
+# --- sensitivity: the smallest single-element change an output comparison sees -------------------------------------
+
+# Kinds of weight and the canonical names they cover (every layer, encoder and decoder).
+KINDS = {
+    "q kernel": r"\.(self_attn|cross_attn)\.q\.kernel$",
+    "k kernel": r"\.(self_attn|cross_attn)\.k\.kernel$",
+    "v kernel": r"\.(self_attn|cross_attn)\.v\.kernel$",
+    "o kernel": r"\.(self_attn|cross_attn)\.o\.kernel$",
+    "ffn kernels": r"\.ffn\.linear[12]\.kernel$",
+    "norms (gamma, beta)": r"\.norm\d\.(gamma|beta)$",
+    "embeddings (rows in use)": r"^(src|tgt)_embed\.embedding$",
+    "k bias": r"\.(self_attn|cross_attn)\.k\.bias$",
+}
+SENSITIVITY_SHAPE = {"batch": 2, "src_len": 12, "tgt_len": 10}
+LARGEST_NUDGE = 1.0  # relative; a change not seen at +100% is reported as not seen
+
+
+def _detected(reference, backend: str, config, weights, name: str, flat: int, relative: float, dtype: str,
+              seed: int) -> bool:
+    nudged = dict(weights)
+    value = nudged[name].copy()
+    value.flat[flat] = value.flat[flat] * (1 + relative)
+    nudged[name] = value
+    report = verify.judge_subjects(reference, [verify.Subject(backend, backend, config, nudged)], dtype=dtype,
+                                   seed=seed, **SENSITIVITY_SHAPE)
+    return not report.passed
+
+
+def smallest_detected(reference, backend, config, weights, name, flat, dtype, seed, steps: int = 15) -> float:
+    """Bisection (in log space, between 1e-17 and LARGEST_NUDGE, to a factor of ~1.3) for the smallest relative change of one element
+    that makes verify's output comparison fail; inf if even LARGEST_NUDGE passes. Assumes the failure is monotonic
+    in the size of the change, which holds near the threshold (the error grows linearly with it)."""
+    if not _detected(reference, backend, config, weights, name, flat, LARGEST_NUDGE, dtype, seed):
+        return float("inf")
+    low, high = -17.0, float(np.log10(LARGEST_NUDGE))
+    for _ in range(steps):
+        mid = (low + high) / 2
+        if _detected(reference, backend, config, weights, name, flat, 10 ** mid, dtype, seed):
+            high = mid
+        else:
+            low = mid
+    return 10 ** high
+
+
+def sensitivity(backend: str, trials: int, config=TINY, seed: int = 0) -> dict[str, dict[str, list[float]]]:
+    """Per kind of weight and dtype, the smallest detected relative nudge of `trials` random single elements (random
+    tensor of that kind, random element; embeddings: an element of a row whose token the batch uses)."""
+    import re
+
+    src, tgt = rn.sample_batch(config, SENSITIVITY_SHAPE["batch"], SENSITIVITY_SHAPE["src_len"],
+                               SENSITIVITY_SHAPE["tgt_len"], seed)
+    used = {"src_embed.embedding": np.unique(src), "tgt_embed.embedding": np.unique(tgt)}
+    results: dict[str, dict[str, list[float]]] = {}
+    for dtype in ("float32", "float64"):
+        weights = verify.seeded_weights(config, seed, np.dtype(dtype))
+        reference = verify.Subject("reference", "numpy", config, weights)
+        rng = np.random.default_rng([seed, 1234])
+        for kind, pattern in KINDS.items():
+            names = sorted(n for n in weights if re.search(pattern, n))
+            found = []
+            for _ in range(trials):
+                name = names[int(rng.integers(len(names)))]
+                shape = weights[name].shape
+                if name in used:
+                    row = int(rng.choice(used[name]))
+                    flat = int(np.ravel_multi_index((row, int(rng.integers(shape[1]))), shape))
+                else:
+                    flat = int(rng.integers(weights[name].size))
+                found.append(smallest_detected(reference, backend, config, weights, name, flat, dtype, seed))
+            results.setdefault(kind, {})[dtype] = found
+            print(f"  {kind} {dtype}: done", flush=True)
+    return results
+
+
+def print_sensitivity(results, backend: str, trials: int) -> None:
+    print(f"\nsmallest single-element relative change the output comparison detects ({backend} against the judge, "
+          f"tiny preset, batch {SENSITIVITY_SHAPE['batch']}, source {SENSITIVITY_SHAPE['src_len']}, target "
+          f"{SENSITIVITY_SHAPE['tgt_len']}; {trials} random elements per row; 'not seen': not detected even at "
+          f"+{LARGEST_NUDGE:.0%})")
+    print(f"{'kind of weight':26s} {'dtype':8s} {'min':>9s} {'median':>9s} {'max':>9s} {'not seen':>9s}")
+    for kind, by_dtype in results.items():
+        for dtype, values in by_dtype.items():
+            v = np.asarray(values)
+            seen = v[np.isfinite(v)]
+            cells = [f"{x:9.1e}" for x in (seen.min(), np.median(v), seen.max())] if seen.size else ["-"] * 3
+            if seen.size and not np.isfinite(np.median(v)):
+                cells[1] = f"{'not seen':>9s}"
+            print(f"{kind:26s} {dtype:8s} {cells[0]:>9s} {cells[1]:>9s} {cells[2]:>9s} "
+                  f"{int(np.sum(~np.isfinite(v))):>5d}/{v.size:<3d}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=10, help="seeds per config for correct ports (default 10)")
@@ -115,9 +211,19 @@ def main(argv=None) -> int:
     parser.add_argument("--base", action="store_true",
                         help="also plant every fault in the base preset (one seed, adds minutes)")
     parser.add_argument("--json", help="write the raw figures here")
+    parser.add_argument("--sensitivity", type=int, metavar="TRIALS", default=0,
+                        help="instead: the smallest single-element nudge the output comparison detects, per kind of "
+                             "weight, TRIALS random elements each, against the first backend")
     args = parser.parse_args(argv)
     backends = [b for b in args.backends.split(",") if b]
     start = time.perf_counter()
+    if args.sensitivity:
+        results = sensitivity(backends[0], args.sensitivity)
+        print_sensitivity(results, backends[0], args.sensitivity)
+        print(f"\n{time.perf_counter() - start:.0f} s")
+        if args.json:
+            Path(args.json).write_text(json.dumps({"sensitivity": results}))
+        return 0
     print(f"correct ports: {len(CONFIGS)} configs x {args.seeds} seeds x float32/float64, backends {backends}")
     ratios = correct_ports(args.seeds, backends)
     print(f"planted faults: {len(FAULT_CONFIGS)} configs x {args.fault_seeds} seeds")
