@@ -144,14 +144,17 @@ def _float64_pair(tmp_path, name, value, shift_port=0.0):
 def test_verify_fails_on_a_nonfinite_floor(tmp_path, capsys, value, fragment):
     _float64_pair(tmp_path, "encoder.layers.0.ffn.linear1.bias", value, shift_port=100.0)
     code, out, err = run(["verify", tmp_path / "ref.safetensors", tmp_path / "port.pt", "--dtype", "float64",
-                          "--json", "-"], capsys)
+                          "--json", "-", "--outputs-only"], capsys)  # the floor alone must fail it
     assert code == 1, (out, err)
     report = json.loads(out)  # strict JSON: no NaN or Infinity tokens
     assert report["passed"] is False
     assert fragment in report["problems"][0] and "not finite at sublayer" in report["problems"][0]
     assert "FAILED" not in out
-    code, out, _ = run(["verify", tmp_path / "ref.safetensors", tmp_path / "port.pt", "--dtype", "float64"], capsys)
+    code, out, _ = run(["verify", tmp_path / "ref.safetensors", tmp_path / "port.pt", "--dtype", "float64",
+                        "--outputs-only"], capsys)
     assert code == 1 and "FAILED: " in out and fragment in " ".join(out.split())
+    code, out, _ = run(["verify", tmp_path / "ref.safetensors", tmp_path / "port.pt", "--dtype", "float64"], capsys)
+    assert code == 1  # weights first: output.bias differs
 
 
 def test_verify_float64_port_with_finite_floor_still_passes(tmp_path, capsys):
@@ -468,3 +471,51 @@ def test_deeply_nested_json_everywhere(tmp_path, capsys):
                            [["init", "--preset", "tiny", "--config", deep, "-o", tmp_path / "x.pt"], "deep.json"]):
         code, _, err = run(args, capsys)
         assert_clean_error(code, err, fragment)
+
+
+# --- 4 (measured). under a memory limit, no hostile case allocates what it declares -------------------------------
+
+MEMORY_PROBE = r"""
+import contextlib, io, json, resource, sys
+import torch, h5py  # the frameworks' own address space first
+from transformer_parity import cli
+def vm_kib():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmSize:"))
+limit = (vm_kib() + 768 * 1024) * 1024  # what is mapped now + 768 MiB: each hostile file declares GBs or more
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+results = {}
+for name, args in json.loads(sys.argv[1]).items():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = cli.main(args)
+    results[name] = [code, err.getvalue()]
+print(json.dumps(results))
+"""
+
+
+def test_hostile_files_under_a_memory_limit(tmp_path):
+    import h5py
+
+    honest = tmp_path / "honest.safetensors"
+    formats.save(honest, TINY, seeded_weights(TINY, 0))
+    expand = _project_pt(tmp_path / "expand.pt", _expand)
+    layers = _project_pt(tmp_path / "layers.pt", _huge_config)
+    fill = tmp_path / "fill.weights.h5"
+    formats.save(fill, TINY, seeded_weights(TINY, 0))
+    with h5py.File(fill, "a") as f:
+        del f["layers/embedding/token/vars/0"]
+        f.create_dataset("layers/embedding/token/vars/0", shape=(10**6, 10**4), dtype="f4", fillvalue=1.0)
+    out = str(tmp_path / "out.safetensors")
+    cases = {"honest": ["convert", str(honest), out],
+             "expand": ["convert", str(expand), out + "2"], "layers": ["convert", str(layers), out + "2"],
+             "fill": ["convert", str(fill), out + "2"],
+             "verify-batch": ["verify", "--preset", "tiny", "--batch", "100000000", "--backends", "numpy"],
+             "init-vocab": ["init", "--set", "src_vocab_size=1000000000", "-o", out + ".pt"]}
+    result = subprocess.run([sys.executable, "-c", MEMORY_PROBE, json.dumps(cases)], cwd=REPO, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    assert outcome.pop("honest")[0] == 0
+    for name, (code, err) in outcome.items():
+        assert code == 2 and "MemoryError" not in err and len(err.strip().splitlines()) == 1, (name, err)
