@@ -254,6 +254,7 @@ def test_marian_greedy_generation_matches_transformers(tmp_path_factory):
 
 def _convert_fails(tmp_path, capsys, source, match: str) -> None:
     out = tmp_path / "out.safetensors"
+    capsys.readouterr()  # transformers' progress bars, if a model was just saved
     assert cli.main(["convert", str(source), str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and match in err, err
@@ -285,7 +286,6 @@ def test_config_that_disagrees_with_the_weights(tmp_path_factory, tmp_path, caps
 def test_missing_shard(tmp_path_factory, tmp_path, capsys):
     model, _ = hf_model("gpt2", tmp_path_factory)
     model.save_pretrained(tmp_path / "sharded", max_shard_size="100KB")
-    capsys.readouterr()  # transformers' progress bar
     shards = sorted((tmp_path / "sharded").glob("model-*.safetensors"))
     assert len(shards) > 1
     assert cli.main(["convert", "-q", str(tmp_path / "sharded"), str(tmp_path / "ok.safetensors")]) == 0
@@ -362,3 +362,18 @@ def test_reading_and_writing_directories_imports_no_framework(tmp_path_factory, 
     assert result.stdout.strip() == "[]"
     original, back = hf_dir.read_state(path), hf_dir.read_state(tmp_path / "back")
     assert sorted(original) == sorted(back) and all(np.array_equal(original[k], back[k]) for k in original)
+
+
+def test_extra_tensors_and_an_untied_copy_of_a_tied_head_are_refused(tmp_path_factory, tmp_path, capsys):
+    _, path = hf_model("gpt2-lm", tmp_path_factory)
+    copy_ = _copy(path, tmp_path)
+    state = hf_dir.read_state(copy_)
+    wte = state["transformer.wte.weight"]
+    for extra, match in (({"lm_head.weight": wte.copy()}, None),  # a saved copy of the tied head: fine
+                         ({"lm_head.weight": wte + 1}, "lm_head.weight should repeat tgt_embed.embedding"),
+                         ({"score.weight": wte.copy()}, "unexpected 1: score.weight")):
+        hf_dir.write_safetensors(copy_ / "model.safetensors", {**state, **extra}, {"format": "pt"})
+        if match is None:
+            assert cli.main(["convert", "-q", str(copy_), str(tmp_path / "ok.safetensors")]) == 0
+        else:
+            _convert_fails(tmp_path, capsys, copy_, match)
