@@ -10,19 +10,11 @@ import reference_numpy as rn
 from .torch_threads import one_torch_thread  # noqa: F401 (autouse)
 from .conftest import TINY, VARIANTS, weights_for
 from .tolerances import atol
+from transformer_parity.training_parity import batch_for
+
 from .training_tolerances import FINITE_DIFFERENCE_ATOL, GRADIENT_RTOL, gradient_errors, zero_gradient_parameter
 
 FRAMEWORKS = ["torch", "tf"]
-
-
-
-def batch_for(config, seed: int = 1):
-    """`(src, tgt_in, labels)`; an encoder-only model gets `tgt_in=None` and per-position labels."""
-    if config.is_encoder_decoder:
-        src, tgt = rn.sample_batch(config, batch=3, src_len=9, tgt_len=8, seed=seed)
-        return src, tgt[:, :-1], tgt[:, 1:]
-    src, _ = rn.sample_batch(config, batch=3, src_len=9, seed=seed)
-    return src, None, rn.sample_ids(config, 3, 9, config.tgt_vocab_size, seed + 1)
 
 
 def loss_and_gradients(framework, config, weights, batch, label_smoothing):

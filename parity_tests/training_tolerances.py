@@ -44,9 +44,9 @@ over steps 1-2000: torch exactly (LambdaLR calls the reference), Keras within 2 
 
 from __future__ import annotations
 
-from typing import Mapping
-
-import numpy as np
+# The error measures are the product's, so that benchmarks/training_parity.py measures exactly what the tests assert.
+from transformer_parity.training_parity import (gradient_errors, weight_differences,  # noqa: F401
+                                                zero_gradient_parameter)
 
 GRADIENT_RTOL = {"float64": 1e-9, "float32": 2e-5}
 FINITE_DIFFERENCE_ATOL = 1e-8  # central differences of the float64 reference loss, h = 1e-5 (measured <= 5e-11)
@@ -55,27 +55,3 @@ OPTIMIZER_STEP_ATOL = {"float64": 1e-8, "float32": 1e-4}
 OPTIMIZER_STEPS = {"float64": 20, "float32": 20}
 SCHEDULE_RTOL = 1e-15
 LOSS_CURVE_RTOL_FLOAT32 = 1e-3  # the issue's figure for the first 100 training steps
-
-
-def zero_gradient_parameter(name: str) -> bool:
-    """Parameters whose gradient is exactly zero in exact arithmetic: attention key biases."""
-    return name.endswith(".k.bias")
-
-
-def gradient_errors(actual: Mapping[str, np.ndarray], desired: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """`gradient_error` of every parameter (see the module docstring), keyed by canonical name."""
-    assert sorted(actual) == sorted(desired), "gradients for different parameter sets"
-    scale = max(float(np.abs(d).max()) for d in desired.values())
-    errors = {}
-    for name, d in desired.items():
-        a = np.asarray(actual[name], dtype=np.float64)
-        denominator = scale if zero_gradient_parameter(name) else float(np.abs(d).max())
-        diff = float(np.abs(a - d).max())
-        errors[name] = diff / denominator if denominator > 0 else diff
-    return errors
-
-
-def weight_differences(actual: Mapping[str, np.ndarray], desired: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """`max|a - d|` of every parameter, keyed by canonical name."""
-    assert sorted(actual) == sorted(desired), "weights for different parameter sets"
-    return {name: float(np.abs(np.asarray(actual[name], np.float64) - desired[name]).max()) for name in desired}
