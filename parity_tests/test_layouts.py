@@ -392,3 +392,88 @@ def test_keras_encoder_example(tmp_path):
         keras.config.set_dtype_policy(previous)
     assert logits64.dtype == np.float64
     reference_errors(loaded.config, loaded.weights, src, logits32, logits64)
+
+
+# --- bad layout files: exit 2, one line naming the problem, nothing written ------------------------------------------
+
+TORCH_LAYOUT = (EXAMPLES / "torch_encoder.toml").read_text()
+W_Q = '"layers.{i}.attn.W_Q.weight"   = "encoder.layers.{i}.self_attn.q.kernel transpose"'
+FFN1 = '"layers.{i}.ffn.0.weight"      = "encoder.layers.{i}.ffn.linear1.kernel transpose"'
+BAD_LAYOUTS = {
+    "syntax-error": (TORCH_LAYOUT.replace('"src_embed.embedding"', '"src_embed.embedding'),
+                     "line 7, column"),
+    "unknown-transform": (TORCH_LAYOUT.replace(W_Q, W_Q.replace("transpose", "transposed")),
+                          "unknown transform 'transposed'"),
+    "pattern-matches-nothing": (TORCH_LAYOUT + '"blocks.{i}.attn.W_Q.weight" = "encoder.layers.{i}.norm1.gamma"\n',
+                                "pattern 'blocks.{i}.attn.W_Q.weight' matches no key"),
+    "key-matched-twice": (TORCH_LAYOUT + '"layers.0.attn.W_Q.weight" = "encoder.layers.0.self_attn.q.kernel"\n',
+                          "key 'layers.0.attn.W_Q.weight' is matched by 2 patterns"),
+    "unmapped-key": (TORCH_LAYOUT.replace(W_Q + "\n", ""), "not in the layout: 'layers.0.attn.W_Q.weight'"),
+    "shape-mismatch": (TORCH_LAYOUT.replace(FFN1, FFN1.replace(" transpose", "")),
+                       "layers.0.ffn.0.weight has shape (64, 32), the config implies (32, 64)"),
+    "no-num-heads": (TORCH_LAYOUT.replace("num_heads = 4", ""), "num_heads is not in the layout's [config]"),
+    "unknown-field": (TORCH_LAYOUT.replace("num_heads = 4", "num_head = 4"), "unknown field(s) ['num_head']"),
+    "unfinished-scaffold": (TORCH_LAYOUT.replace('"src_embed.embedding"', '"?"'), "'embed.weight' is not mapped"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_LAYOUTS), ids=list(BAD_LAYOUTS))
+def test_bad_layout_exits_2_with_one_line(case, torch_encoder_file, tmp_path, capsys):
+    *_, path = torch_encoder_file
+    text, expected = BAD_LAYOUTS[case]
+    layout = tmp_path / "bad.toml"
+    layout.write_text(text)
+    out = tmp_path / "out.safetensors"
+    assert main(["convert", "--layout", str(layout), str(path), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err, err
+    assert not out.exists() and list(tmp_path.iterdir()) == [layout]
+
+
+def test_fused_split_that_does_not_divide(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    state = lightning_encoder_classes()(vocab=40, model_dim=32, num_classes=5, num_heads=4, num_layers=1).state_dict()
+    state["transformer.layers.0.self_attn.qkv_proj.weight"] = torch.zeros(95, 32)
+    path = tmp_path / "odd.pt"
+    torch.save(state, path)
+    out = tmp_path / "out.safetensors"
+    assert main(["convert", "--layout", str(EXAMPLES / "lightning_encoder.toml"), str(path), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fused q/k/v axis of 95 does not divide by 3" in err, err
+    assert not out.exists()
+
+
+def test_scaffold_guesses_the_plain_pytorch_encoder(torch_encoder_file, tmp_path, capsys):
+    """The scaffold lists every key; for the plain encoder every guess is right: adding num_heads is all it takes."""
+    model, build, path = torch_encoder_file
+    assert main(["layout", "--scaffold", str(path)]) == 0
+    text = capsys.readouterr().out
+    rows = [line for line in text.splitlines() if line.startswith('"')]
+    assert len(rows) == 20 and not any('= "?"' in row for row in rows), text
+    layout = tmp_path / "scaffold.toml"
+    layout.write_text(text.replace("# num_heads = ?", "num_heads = 4"))
+    loaded = convert(tmp_path, path, layout)
+    src = rn.sample_ids(loaded.config, batch=2, length=10, vocab_size=50, seed=4)
+    reference_errors(loaded.config, loaded.weights, src, *torch_logits(model, src, build))
+
+
+def test_a_builtin_table_is_a_layout_file(tmp_path):
+    """The Hugging Face GPT2Model table, written as a layout file, is the same table; and reads a GPT2Model's
+    tensors (saved under their own names) to the same canonical weights."""
+    from safetensors.numpy import save_file
+
+    from transformer_parity.layouts import hf_gpt2, table
+
+    layout = user.load(EXAMPLES / "hf_gpt2.toml")
+    assert layout.table == hf_gpt2.BACKBONE
+    config = rn.TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=16, num_heads=2,
+                                  num_encoder_layers=0, num_decoder_layers=2, d_ff=64, max_len=24,
+                                  activation="gelu_tanh", norm_first=True, final_norm=True, positional="learned",
+                                  scale_embedding=False, output_projection=False, pad_id=0, output_bias=False)
+    weights = rn.init_weights(config, seed=5)
+    state = table.export_state(config, weights, hf_gpt2.table(config, ""))
+    path = tmp_path / "gpt2.safetensors"
+    save_file({k: v for k, v in state.items() if k != "lm_head.weight"}, str(path))
+    got, imported, _ = user.import_with_layout(path, EXAMPLES / "hf_gpt2.toml")
+    assert got == config
+    assert all(np.array_equal(imported[k], weights[k]) for k in weights)

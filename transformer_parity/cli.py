@@ -342,6 +342,33 @@ def cmd_verify(args) -> int:
     return 0 if result.passed else 1
 
 
+# --- layout ---------------------------------------------------------------------------------------------------------
+
+LAYOUT_EXAMPLES = """\
+examples:
+  transformer-parity layout --scaffold model.pt > my_layout.toml       # every key listed, the guessable ones guessed
+  transformer-parity layout --scaffold model.weights.h5 > my_layout.toml
+  transformer-parity convert --layout my_layout.toml model.pt model.safetensors
+  transformer-parity verify --layout my_layout.toml model.pt
+
+A layout file describes a model this tool does not know: its [config] (what the weights cannot tell, such as
+num_heads) and its [weights] ("your name" = "canonical name [transform]", {i} for the layer). See docs/layouts.md.
+"""
+
+
+def cmd_layout(args) -> int:
+    from . import formats
+    from .layouts import user
+
+    path = formats.check_input(args.scaffold)
+    try:
+        text = user.scaffold(path)
+    except ImportError as exc:
+        raise UsageError(f"reading {path} needs {exc.name}, which is not installed") from None
+    sys.stdout.write(text)
+    return 0
+
+
 # --- the parser -----------------------------------------------------------------------------------------------------
 
 DESCRIPTION = """\
@@ -416,6 +443,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="PATH", help="also write a machine-readable report ('-': stdout only)")
     p.add_argument("--force", action="store_true", help="overwrite the --json file if it exists")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("layout", help="write a starting layout file for a model this tool does not know",
+                       epilog=LAYOUT_EXAMPLES, formatter_class=_Formatter,
+                       description="Print a layout file (TOML) for a PyTorch state dict, .safetensors or .weights.h5: "
+                                   "every key,\nwith the canonical names and transforms it could guess filled in.")
+    p.add_argument("--scaffold", required=True, metavar="FILE", help="the checkpoint to describe")
+    p.set_defaults(func=cmd_layout)
 
     for name in COMMAND_MODULES:
         _register(sub, name)

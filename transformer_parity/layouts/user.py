@@ -16,7 +16,8 @@ cannot tell::
 The transform is one of `layouts.table.TRANSFORMS` (identity when left out). Everything else is read from the
 weights: the layer counts from the `{i}` that occur, d_model, the vocabularies, d_ff, learned positions and their
 length, which norms, biases and heads exist. Every key of the file must be matched by exactly one pattern, every
-pattern must match some key, and every shape must be the one the config implies; each failure names the key.
+pattern must match some key (but the optional `tied`, `sinusoid` and `ignore` entries, which describe what a file
+may or may not hold), and every shape must be the one the config implies; each failure names the key.
 
 `.weights.h5` files are read through `tf_impl.checkpoints.read_h5_file` (which treats the file as hostile); their
 dataset paths are the names (`layers/encoder/enc_layers_1/mha/wq/vars/0`), with Keras's unnumbered first list
@@ -89,6 +90,9 @@ def parse(text: str, path: str | os.PathLike = "<layout>") -> Layout:
             raise ValueError(f"{path}: [weights] {external!r} = {value!r}: expected \"canonical name\" or "
                              "\"canonical name transform\"")
         canonical, transform = (value.split() + ["identity"])[:2]
+        if canonical == UNMAPPED:
+            raise ValueError(f"{path}:{_line_of(text, external)}: [weights] {external!r} is not mapped yet (\"?\" "
+                             "from the scaffold); give its canonical name, or \"- ignore\" for a buffer")
         if transform not in TRANSFORMS:
             raise ValueError(f"{path}: [weights] {external!r}: unknown transform {transform!r}; choose one of "
                              f"{', '.join(TRANSFORMS)}")
@@ -162,7 +166,8 @@ def match(layout: Layout, keys) -> dict[str, Entry]:
     if unmatched:
         raise ValueError(f"{layout.path}: {len(unmatched)} key(s) of the weights are not in the layout: "
                          + _preview(unmatched) + " (add them to [weights]; '- ignore' skips a buffer)")
-    unused = [p for p, n in used.items() if n == 0]
+    optional = {external for _, external, transform in layout.table if transform in OPTIONAL}
+    unused = [p for p, n in used.items() if n == 0 and p not in optional]  # an optional entry may be absent
     if unused:
         line = layout.lines.get(unused[0], 0)
         raise ValueError(f"{layout.path}{f':{line}' if line else ''}: pattern {unused[0]!r} matches no key of the "
@@ -230,7 +235,8 @@ def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any
         inferred["share_embeddings"] = True
     if not inferred["num_encoder_layers"] and "src_vocab_size" not in inferred and "tgt_vocab_size" in inferred:
         inferred["src_vocab_size"] = inferred["tgt_vocab_size"]
-    d_ff = [s[1] for n, s in shapes.items() if n.endswith("ffn.linear1.kernel")]
+    d_ff = [s[0] for n, s in shapes.items() if n.endswith("ffn.linear1.bias")]  # orientation-free, if present
+    d_ff += [s[1] for n, s in shapes.items() if n.endswith("ffn.linear1.kernel")]
     if d_ff:
         inferred["d_ff"] = d_ff[0]
     positions = [s[0] for n, s in shapes.items() if n.endswith("_pos.embedding")]
@@ -331,3 +337,131 @@ def _preview(names, limit: int = 6) -> str:
     names = list(names)
     shown = ", ".join(repr(n) for n in names[:limit])
     return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+# --- a starting file: every key listed, the guessable ones guessed ----------------------------------------------------
+
+UNMAPPED = "?"
+_ROLES = [  # (words in the key's module path, canonical leaf under a layer); first hit wins
+    (("qkv", "qkv_proj", "in_proj", "c_attn", "query_key_value"), "{attn}.{{qkv}}"),
+    (("q", "q_proj", "query", "w_q", "wq", "q_lin"), "{attn}.q"),
+    (("k", "k_proj", "key", "w_k", "wk", "k_lin"), "{attn}.k"),
+    (("v", "v_proj", "value", "w_v", "wv", "v_lin"), "{attn}.v"),
+    (("o", "o_proj", "out_proj", "w_o", "wo", "out_lin", "attention_output", "c_proj_attn"), "{attn}.o"),
+    (("norm1", "ln_1", "ln1", "layernorm1", "layer_norm1", "norm_1", "attention_norm", "self_attn_layer_norm",
+      "self_attention_layer_norm"), "norm1"),
+    (("norm2", "ln_2", "ln2", "layernorm2", "layer_norm2", "norm_2", "ffn_norm", "final_layer_norm",
+      "feedforward_layer_norm"), "norm2"),
+    (("linear1", "fc1", "w_1", "w1", "c_fc", "lin1", "intermediate_dense"), "ffn.linear1"),
+    (("linear2", "fc2", "w_2", "w2", "lin2", "output_dense"), "ffn.linear2"),
+]
+
+
+def _words(path: str) -> list[str]:
+    return [w.lower() for w in re.split(r"[./]", path) if w]
+
+
+def _generalize(key: str, torch_style: bool) -> tuple[str, int | None]:
+    """`layers.3.attn.q.weight` -> (`layers.{i}.attn.q.weight`, 3): the outermost numbered segment is the layer."""
+    parts = key.split("." if torch_style else "/")
+    for n, part in enumerate(parts[:-1]):
+        if torch_style and part.isdigit():
+            return ".".join(parts[:n] + ["{i}"] + parts[n + 1:]), int(part)
+        m = re.fullmatch(r"(.+)_(\d+)", part)
+        if not torch_style and m and parts[n - 1:n] != ["vars"]:
+            return "/".join(parts[:n] + [m[1] + "_{i}"] + parts[n + 1:]), int(m[2])
+    return key, None
+
+
+def _guess(pattern: str, shape: tuple[int, ...], torch_style: bool, layered: bool, ffn_index: dict) -> str:
+    """A canonical name (with transform) for one generalized key, or UNMAPPED."""
+    words = _words(pattern)
+    leaf = words[-1]
+    module = words[:-2] if (not torch_style and len(words) > 2 and words[-2] == "vars") else words[:-1]
+    is_bias = leaf in ("bias", "beta", "1") and len(shape) == 1
+    two_d = len(shape) == 2
+    transpose = " transpose" if torch_style and two_d else ""
+    if not layered:
+        if leaf in ("pe", "pos_table") or (module and module[-1] in ("pe", "pos_encoding")):
+            return "- sinusoid"  # a fixed table the model computes (check: learned positions are trained)
+        if any("pos" in w or w == "wpe" for w in module) and two_d:
+            return "src_pos.embedding"
+        if two_d and any(w in ("embed", "embedding", "embeddings", "wte", "tok_embeddings", "embed_tokens",
+                               "token_embedding", "word_embeddings", "src_embed") or w.startswith("embed")
+                         for w in module + [leaf]):
+            return "src_embed.embedding"
+        if any(w in ("norm", "ln_f", "final_norm", "layer_norm", "layernorm") for w in module) and len(shape) == 1:
+            return "encoder.final_norm." + ("beta" if is_bias else "gamma")
+        if module:
+            return "output." + ("bias" if is_bias else "kernel" + transpose)
+        return UNMAPPED
+    stack = "decoder" if any(w.startswith("dec") for w in module) else "encoder"
+    attn = "cross_attn" if any(w in ("cross_attn", "src_attn", "encoder_attn", "enc_dec_attn") for w in module) \
+        else "self_attn"
+    for names, role in _ROLES:
+        if module and module[-1] in names:
+            break
+    else:
+        role = None
+        if module and module[-1].isdigit() or (module and re.fullmatch(r"dense(_\d+)?", module[-1])
+                                                and len(module) > 1 and module[-2] in ("layers", "ffn")):
+            parent = ".".join(module[:-1])  # the Linears of an nn.Sequential / keras.Sequential feed-forward block
+            order = ffn_index.setdefault(parent, [])
+            if module[-1] not in order:
+                order.append(module[-1])
+            role = "ffn.linear1" if order.index(module[-1]) == 0 else "ffn.linear2"
+        elif module and module[-1] == "dense" and any("att" in w or w == "mha" for w in module):
+            role = "{attn}.o"
+    if role is None:
+        return UNMAPPED
+    name = f"{stack}.layers.{{i}}." + role.format(attn=attn)
+    if role.startswith("norm"):
+        return f"{name}.{'beta' if is_bias else 'gamma'}"
+    fused = "{qkv}" in name
+    if fused:
+        return f"{name}.{'bias' if is_bias else 'kernel'} " + ("fused_qkv_t" if torch_style else "fused_qkv")
+    return f"{name}.{'bias' if is_bias else 'kernel'}" + transpose
+
+
+def scaffold(path: str | os.PathLike) -> str:
+    """A layout file for `path` listing every key (as `{i}` patterns), the guessable ones filled in and the rest
+    marked `"?"`, with each key's shape; the user checks every line and completes it."""
+    path = Path(path)
+    state = read_state(path)
+    from ..formats import sniff
+
+    torch_style = sniff(path) != "hdf5"
+    patterns: dict[str, list] = {}
+    for key, value in state.items():
+        pattern, index = _generalize(key, torch_style)
+        patterns.setdefault(pattern, [tuple(np.shape(value)), set()])[1].add(index)
+    ffn_index: dict = {}
+    rows = []
+    for pattern, (shape, indices) in patterns.items():
+        layered = indices != {None}
+        guess = _guess(pattern, shape, torch_style, layered, ffn_index)
+        count = f" x{len(indices)}" if layered else ""
+        hint = " (q|k|v concatenated? if interleaved per head: fused_qkv_heads...)" if "fused" in guess else ""
+        rows.append((pattern, guess, f"{shape}{count}{hint}"))
+    width = max(len(p) for p, _, _ in rows) + 2
+    guessed = sum(g != UNMAPPED for _, g, _ in rows)
+    lines = [f"# Layout scaffold for {path.name}: {len(state)} tensors, {len(rows)} patterns, {guessed} guessed.",
+             "# Check every line (a guess is a guess), replace each \"?\", and see docs/layouts.md for names and",
+             "# transforms. Then: transformer-parity convert --layout THIS_FILE " + f"{path.name} out.safetensors",
+             "[config]",
+             "# num_heads = ?             # required: the weights cannot tell it",
+             "# norm_first = false        # true for pre-LN blocks (x + f(norm(x)))",
+             "# activation = \"relu\"       # or gelu, gelu_tanh, silu",
+             "# layer_norm_eps = 1e-5     # Keras's LayerNormalization default is 1e-3",
+             "# scale_embedding = true    # embeddings multiplied by sqrt(d_model)",
+             "# positional = \"sinusoidal\" # or learned (read from a position table)",
+             "# pad_id = 0",
+             "",
+             "[weights]"]
+    for pattern, guess, shape in rows:
+        lines.append(f"{_toml_key(pattern):<{width}} = \"{guess}\"  # {shape}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_key(key: str) -> str:
+    return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
