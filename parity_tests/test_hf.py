@@ -377,3 +377,16 @@ def test_extra_tensors_and_an_untied_copy_of_a_tied_head_are_refused(tmp_path_fa
             assert cli.main(["convert", "-q", str(copy_), str(tmp_path / "ok.safetensors")]) == 0
         else:
             _convert_fails(tmp_path, capsys, copy_, match)
+
+
+def test_force_replaces_a_model_directory_and_leaves_no_temporary_files(tmp_path):
+    gpt = rn.TransformerConfig.preset("tiny").replace(num_encoder_layers=0, norm_first=True, final_norm=True,
+                                                       positional="learned", scale_embedding=False, output_bias=False)
+    for seed, force in ((0, []), (1, ["--force"])):
+        formats.save(tmp_path / f"{seed}.safetensors", gpt, rn.init_weights(gpt, seed), force=True)
+        assert cli.main(["convert", "-q", str(tmp_path / f"{seed}.safetensors"), str(tmp_path / "out"), "--to", "hf",
+                         *force]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0.safetensors", "1.safetensors", "out"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["config.json", "model.safetensors"]
+    back = formats.load(tmp_path / "out")
+    assert np.array_equal(back.weights["tgt_embed.embedding"], rn.init_weights(gpt, 1)["tgt_embed.embedding"])

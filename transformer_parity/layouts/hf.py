@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Collection, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -109,8 +109,3 @@ def save_dir(path: str | os.PathLike, config: rn.TransformerConfig, weights: dic
     state = export_state(config, weights, family.table(config, family.prefix(arch)), consume=consume)
     hf_dir.write_dir(path, hf, state, force, on_tensor, consume=True)
     return family.NAME
-
-
-def weight_keys(path: str | os.PathLike) -> Collection[str]:
-    """The tensor names a model directory holds (for tests and diagnostics)."""
-    return list(hf_dir.read_state(path))

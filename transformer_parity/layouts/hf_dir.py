@@ -185,33 +185,43 @@ def check_output_dir(path: str | os.PathLike, force: bool) -> Path:
 
 def write_dir(path: str | os.PathLike, hf_config: Mapping[str, Any], state: dict[str, np.ndarray], force: bool,
               on_tensor: OnTensor | None = None, consume: bool = False) -> Path:
-    """Write `config.json` + `model.safetensors` to the directory `path`, atomically (a temporary directory beside
-    it, renamed into place; with `force` an existing model directory is replaced)."""
-    from ..formats import _raise_on_sigterm
+    """Write `config.json` + `model.safetensors` to the directory `path`, atomically: built in a temporary directory
+    beside it, then published. Without `force` the name is claimed with `mkdir` (so two writers cannot both win)
+    and the finished directory renamed onto it; with `force` an existing model directory is moved aside first and
+    put back if publishing fails. SIGINT/SIGTERM leave nothing behind."""
+    from ..formats import _raise_on_sigterm, _restore_sigterm, deferred_signals
 
     path = check_output_dir(path, force)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent))
-    previous = _raise_on_sigterm()
+    with deferred_signals():  # the handler and the temporary directory appear together, or neither
+        previous = _raise_on_sigterm()
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent))
     old = None
     try:
         os.chmod(tmp, 0o777 & ~_umask())
         (tmp / CONFIG).write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
         write_safetensors(tmp / SAFETENSORS, state, {"format": "pt"}, on_tensor, consume)
-        if path.exists():  # --force, checked above: move the old model aside, then swap
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name[:100]}.", suffix=".old", dir=path.parent))
-            os.replace(path, old / "model")
-        os.rename(tmp, path)
-    except BaseException:
-        if old is not None and not path.exists():
-            os.replace(old / "model", path)  # put the previous model back
-        raise
+        with deferred_signals():
+            if force and path.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{path.name[:100]}.", suffix=".old", dir=path.parent))
+                os.replace(path, old / "model")
+            else:
+                try:
+                    os.mkdir(path)  # claim the name: fails if another writer got there first
+                except FileExistsError:
+                    raise ValueError(f"{path} exists; pass --force to replace it") from None
+            try:
+                os.replace(tmp, path)  # onto the empty directory just claimed (or the name just vacated)
+            except BaseException:
+                if old is not None:
+                    os.replace(old / "model", path)  # put the previous model back
+                else:
+                    os.rmdir(path)
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-        if previous is not None:
-            import signal
-            signal.signal(signal.SIGTERM, previous)
+        _restore_sigterm(previous)
     return path
 
 
