@@ -73,6 +73,13 @@ MODELS: dict[str, dict[str, Any]] = {
     # The paper's base model with 8000-token vocabularies: the shape issue 12 quotes (several minutes; opt-in).
     "base": {"config": dict(src_vocab_size=8000, tgt_vocab_size=8000, max_len=256, dropout=0.0, final_norm=True),
              "shape": dict(batch=8, src_len=64, tgt_len=64, new_tokens=16)},
+    # GPT-2's architecture (pre-LN, learned positions, tied output, gelu_tanh), decoder-only: `src_len` is the
+    # prompt of generation, `tgt_len` the sequence of forward and training. d_ff = 4 d_model, as KerasHub's GPT-2.
+    "gpt2-256": {"config": dict(src_vocab_size=8000, tgt_vocab_size=8000, d_model=256, num_heads=4,
+                                num_encoder_layers=0, num_decoder_layers=4, d_ff=1024, max_len=256, dropout=0.0,
+                                norm_first=True, final_norm=True, positional="learned", tie_embeddings=True,
+                                activation="gelu_tanh", scale_embedding=False, output_bias=False),
+                 "shape": dict(batch=8, src_len=16, tgt_len=128, new_tokens=16)},
     # Seconds: the smoke test's.
     "micro": {"config": dict(src_vocab_size=24, tgt_vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=1,
                              num_decoder_layers=1, d_ff=32, max_len=16, dropout=0.0, final_norm=True),
@@ -81,12 +88,23 @@ MODELS: dict[str, dict[str, Any]] = {
 
 # A preset: entries of (models, tasks, dtypes, implementation patterns or None for all).
 PRESETS: dict[str, list[tuple[list[str], list[str], list[str], list[str] | None]]] = {
-    # A few minutes on 2 cores: everything on base-256 in float32 and bfloat16, the tiny model in float32 (where
-    # per-call overhead, not arithmetic, decides). torch.compile training only on base-256 (it compiles for ~1 min).
+    # About ten minutes on 2 cores (compilation is most of it). base-256 (encoder-decoder): every implementation and
+    # task in float32, the PyTorch rows in bfloat16 too (tf_impl computes in float32/float64 only);
+    # torch.compile on forward and training in float32 only (about a minute of compilation each). gpt2-256
+    # (decoder-only): ours against transformers' GPT2LMHeadModel and KerasHub's GPT2CausalLM, KerasHub also in
+    # bfloat16. The tiny model: per-call overhead, not arithmetic, decides; eager and tf.function rows only.
     "default": [
-        (["tiny"], ["forward", "generate", "generate-nocache"], ["float32"], None),
-        (["tiny"], ["train"], ["float32"], ["torch_impl.eager", "torch.nn.Transformer", "tf_impl.*"]),
-        (["base-256"], list(TASKS), ["float32", "bfloat16"], None),
+        (["tiny"], ["forward", "generate"], ["float32"], ["torch_impl.eager", "torch.nn.Transformer", "tf_impl.eager",
+                                                         "tf_impl.function"]),
+        (["base-256"], list(TASKS), ["float32"], ["torch_impl.eager", "torch.nn.Transformer", "tf_impl.*"]),
+        (["base-256"], ["forward", "train"], ["float32"], ["torch_impl.compile"]),
+        (["base-256"], list(TASKS), ["bfloat16"], ["torch_impl.eager", "torch.nn.Transformer"]),
+        (["gpt2-256"], ["forward", "train", "generate"], ["float32"], ["torch_impl.eager", "tf_impl.function",
+                                                                      "tf_impl.xla", "transformers",
+                                                                      "keras_hub.function", "keras_hub.xla"]),
+        (["gpt2-256"], ["generate-nocache"], ["float32"], ["torch_impl.eager", "tf_impl.function", "transformers"]),
+        (["gpt2-256"], ["forward", "train"], ["bfloat16"], ["torch_impl.eager", "transformers",
+                                                           "keras_hub.function"]),
     ],
     "issue": [(["base"], ["forward", "train"], ["float32"], None)],
     "smoke": [(["micro"], list(TASKS), ["float32", "bfloat16"], ["torch_impl.eager", "torch.nn.Transformer"]),
@@ -115,6 +133,8 @@ class Problem:
     def tokens(self) -> int:
         if self.task.startswith("generate"):
             return self.batch * self.new_tokens
+        if self.config.is_decoder_only:
+            return self.batch * self.tgt_len
         return self.batch * (self.src_len + self.tgt_len)
 
     @property
@@ -130,8 +150,11 @@ def _encoder_flops(c, b: int, s: int) -> float:
 
 def _decoder_flops(c, b: int, s: int, t_new: int, t_keys: int, cross_kv: bool) -> float:
     """`t_new` query positions against `t_keys` self-attention keys and `s` source positions; `cross_kv`: the
-    cross-attention keys and values of the source are computed in this call."""
+    cross-attention keys and values of the source are computed in this call. A decoder-only model has no
+    cross-attention (`s` is ignored)."""
     d = c.d_model
+    if c.is_decoder_only:
+        return c.num_decoder_layers * (b * t_new * (8 * d * d + 4 * d * c.d_ff) + 4.0 * b * t_new * t_keys * d)
     per_layer = b * t_new * (8 * d * d + 4 * d * d + 4 * d * c.d_ff) + 4.0 * b * t_new * (t_keys + s) * d
     if cross_kv:
         per_layer += 4.0 * b * s * d * d
@@ -142,34 +165,45 @@ def model_flops(c, b: int, s: int, t: int, new_tokens: int, task: str) -> float:
     """Counted FLOPs of one call (see the module docstring)."""
     logits = 2.0 * c.d_model * c.tgt_vocab_size
     if task in ("forward", "train"):
-        fwd = _encoder_flops(c, b, s) + _decoder_flops(c, b, s, t, t, True) + b * t * logits
+        fwd = _decoder_flops(c, b, s, t, t, True) + b * t * logits
+        if c.has_encoder:
+            fwd += _encoder_flops(c, b, s)
         return 3 * fwd if task == "train" else fwd
-    total = _encoder_flops(c, b, s)
-    for step in range(1, new_tokens + 1):  # step k runs with k decoder inputs (start token + k - 1 chosen)
+    # An encoder-decoder starts from one start token after encoding the source; a decoder-only model from the
+    # prompt (`s` tokens), which the first cached step runs whole.
+    total, start = (_encoder_flops(c, b, s), 1) if c.has_encoder else (0.0, s)
+    for step in range(new_tokens):  # step k runs with start + k decoder inputs
+        length = start + step
         if task == "generate":
-            total += _decoder_flops(c, b, s, 1, step, step == 1)
+            new = length if step == 0 else 1
+            total += _decoder_flops(c, b, s, new, length, step == 0)
         else:
-            total += _decoder_flops(c, b, s, step, step, True)
+            total += _decoder_flops(c, b, s, length, length, True)
         total += b * logits
     return total
 
 
 @dataclass
 class Inputs:
-    src: np.ndarray  # (B, S) int64, padded
-    tgt: np.ndarray  # (B, T) int64, padded: the decoder's teacher-forced inputs
+    src: np.ndarray | None  # (B, S) int64, padded; None for a decoder-only model
+    tgt: np.ndarray  # (B, T) int64, padded: the decoder's teacher-forced inputs (decoder-only: the sequence)
     labels: np.ndarray  # (B, T) int64: tgt shifted left, pad at the end and where tgt is padding
-    start_id: int
+    start: np.ndarray  # (B, P) int64: where generation starts (the start token; a decoder-only model's prompt)
 
 
 def make_inputs(problem: Problem, seed: int = 0) -> Inputs:
     import reference_numpy as rn
     c = problem.config
-    src, tgt = rn.sample_batch(c, problem.batch, problem.src_len, problem.tgt_len, seed)
+    tgt = rn.sample_ids(c, problem.batch, problem.tgt_len, c.tgt_vocab_size, seed + 1)
     labels = np.full_like(tgt, c.pad_id)
     labels[:, :-1] = tgt[:, 1:]  # (B, T): the next token
+    if c.is_decoder_only:
+        prompt = rn.sample_ids(c, problem.batch, problem.src_len, c.tgt_vocab_size, seed)
+        prompt[prompt == c.pad_id] = (c.pad_id + 1) % c.tgt_vocab_size  # a prompt has no padding
+        return Inputs(None, tgt, labels, prompt)
+    src = rn.sample_ids(c, problem.batch, problem.src_len, c.src_vocab_size, seed)
     start = rn.BOS_ID if rn.BOS_ID != c.pad_id and rn.BOS_ID < c.tgt_vocab_size else 1
-    return Inputs(src, tgt, labels, start)
+    return Inputs(src, tgt, labels, np.full((problem.batch, 1), start, dtype=np.int64))
 
 
 # --- rows and reports -------------------------------------------------------------------------------------------------
@@ -277,7 +311,8 @@ def plan(preset: str = "default", models: list[str] | None = None, tasks: list[s
             spec = MODELS[name]
             config = _config(**{**spec["config"], **(overrides or {})})
             dims = {**spec["shape"], **(shape or {})}
-            if max(dims["src_len"], dims["tgt_len"], dims["new_tokens"] + 1) > config.max_len:
+            generated = dims["new_tokens"] + (dims["src_len"] if config.is_decoder_only else 1)
+            if max(dims["src_len"], dims["tgt_len"], generated) > config.max_len:
                 raise ValueError(f"model {name}: lengths {dims['src_len']}/{dims['tgt_len']} and "
                                  f"{dims['new_tokens']} new tokens do not fit max_len={config.max_len} "
                                  "(raise it with --set max_len=N)")
@@ -311,7 +346,7 @@ def reference(problem: Problem, weights, inputs: Inputs) -> Desired:
     for dtype in (np.float64, np.float32):
         model = rn.Transformer(problem.config, weights, dtype=dtype)
         if problem.task in ("forward", "train"):
-            logits = model(inputs.src, inputs.tgt)
+            logits = model(inputs.tgt) if problem.config.is_decoder_only else model(inputs.src, inputs.tgt)
             if problem.task == "forward":
                 answers[dtype] = {"logits": np.asarray(logits, dtype=np.float64)}
             else:
@@ -319,11 +354,10 @@ def reference(problem: Problem, weights, inputs: Inputs) -> Desired:
                                               else logits, inputs.labels, problem.config.pad_id)
                 answers[dtype] = {"loss": np.float64(loss)}
         else:
-            ids, last = greedy(_reference_stepper(model, inputs.src), inputs.src, inputs.start_id,
-                               problem.new_tokens)
+            ids, last = greedy(rn.reference_stepper(model, inputs.src), inputs.start, problem.new_tokens)
             answers[dtype] = {"ids": ids, "last_logits": np.asarray(last, dtype=np.float64)}
     desired, single = answers[np.float64], answers[np.float32]
-    floor = _difference(single, desired)[0]
+    floor = _difference(single, desired)[0] or 0.0
     return Desired(desired, floor, max(_float32_atol(), RATIO_LIMIT * floor))
 
 
@@ -337,28 +371,16 @@ def _float32_atol() -> float:
     return ATOL["float32"]
 
 
-def _reference_stepper(model, src):
-    import reference_numpy as rn
-    c = model.config
-
-    def next_logits(ids):
-        return model.decode(ids, memory, src_mask, tgt_mask=np.ones(np.shape(ids), dtype=bool))[:, -1]
-
-    if hasattr(rn, "reference_stepper"):
-        return rn.reference_stepper(model, src)
-    src_mask = src != c.pad_id
-    memory = model.encode(src, src_mask)
-    return next_logits
-
-
-def _difference(actual: dict, desired: dict) -> tuple[float, str, str]:
+def _difference(actual: dict, desired: dict) -> tuple[float | None, str, str]:
     """(max abs difference, which output, a note); generation compares the last logits only when every token
-    agrees (otherwise the prefixes differ and so do the logits)."""
+    agrees (otherwise the prefixes differ and so do the logits): None when the tokens are all there is."""
     if "ids" in desired:
         ids, want = np.asarray(actual["ids"]), desired["ids"]
         if ids.shape != want.shape or np.any(ids != want):
             wrong = int(np.sum(ids != want)) if ids.shape == want.shape else ids.size
             return float("inf"), "ids", f"greedy tokens differ from the float64 reference at {wrong} of {want.size}"
+        if "last_logits" not in actual:
+            return None, "ids", "tokens checked (no logits returned)"
         key = "last_logits"
     else:
         key = next(iter(desired))
@@ -440,7 +462,8 @@ def run(pairs: list[tuple[Problem, list]], options: Options) -> ModelReport:
 
 
 def _label(problem: Problem) -> str:
-    return (f"{problem.model} B{problem.batch} S{problem.src_len} T{problem.tgt_len}"
+    return (f"{problem.model} B{problem.batch} {'P' if problem.config.is_decoder_only else 'S'}{problem.src_len} "
+            f"T{problem.tgt_len}"
             + (f" +{problem.new_tokens}" if problem.task.startswith("generate") else "")
             + f" {problem.task} {problem.dtype}")
 
@@ -524,7 +547,7 @@ def _check(row: ModelRow, actual: dict, desired: Desired, dtype: str) -> None:
     row.max_abs_err, row.err_output = (None if diff == float("inf") else diff), output
     row.tolerance = desired.tolerance
     if dtype == "float32":
-        row.check = "ok" if diff <= desired.tolerance else "FLAGGED"
+        row.check = "ok" if (diff or 0.0) <= desired.tolerance else "FLAGGED"
         if row.check == "FLAGGED":
             row.note = note or f"{output} differ from the float64 reference by {diff:.2e} > {desired.tolerance:.1e}"
     elif note:

@@ -15,7 +15,10 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import importlib.util
+import json
 import math
+import os
+import tempfile
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -45,10 +48,10 @@ class ModelImpl:
         return self.builder(problem, weights, inputs)
 
 
-def greedy(next_logits, src_ids: np.ndarray, start_id: int, steps: int):
-    """`steps` greedy tokens after `start_id` (no early stop, so every call does the same work); returns the ids
-    `(B, 1 + steps)` and the last step's logits `(B, V)`."""
-    ids = np.full((src_ids.shape[0], 1), start_id, dtype=np.int64)
+def greedy(next_logits, start: np.ndarray, steps: int):
+    """`steps` greedy tokens after `start` (`(B, P)`: the start token, or a prompt), no early stop, so that every
+    call does the same work; returns the ids `(B, P + steps)` and the last step's logits `(B, V)`."""
+    ids = np.asarray(start, dtype=np.int64)
     logits = None
     for _ in range(steps):
         logits = np.asarray(next_logits(ids), dtype=np.float32)
@@ -87,24 +90,26 @@ def _build_torch_impl(problem, weights, inputs, compiled: bool = False) -> Runne
     from torch_impl.training import Trainer
 
     dtype = getattr(torch, problem.dtype)
-    src, tgt, labels = (torch.as_tensor(a) for a in (inputs.src, inputs.tgt, inputs.labels))
+    tgt, labels = torch.as_tensor(inputs.tgt), torch.as_tensor(inputs.labels)
+    # a decoder-only model takes its one sequence as the first argument
+    args = (tgt,) if problem.config.is_decoder_only else (torch.as_tensor(inputs.src), tgt)
     if problem.task == "train":
         trainer = Trainer(problem.config, weights, dtype=problem.dtype)
         if compiled:
             trainer.model = torch.compile(trainer.model)  # shares the parameters the optimizer updates
-        return Runner(fn=lambda: trainer.train_step(src, tgt, labels),
+        train_args = (tgt, None) if problem.config.is_decoder_only else args
+        return Runner(fn=lambda: trainer.train_step(*train_args, labels),
                       to_numpy=lambda loss: {"loss": np.float64(loss)})
     model = Transformer.from_reference(problem.config, weights, dtype=dtype).eval()
     if problem.task == "forward":
         run = torch.compile(model) if compiled else model
-        return Runner(fn=lambda: run(src, tgt), context=torch.no_grad,
+        return Runner(fn=lambda: run(*args), context=torch.no_grad,
                       to_numpy=lambda out: {"logits": out.float().numpy().astype(np.float64)})
     if compiled:
         raise Unsupported("torch.compile of a step whose cache grows every call recompiles per length")
     _float_decode(model)
     stepper = decoding.cached_stepper if problem.task == "generate" else decoding.recompute_stepper
-    src_np = inputs.src
-    return Runner(fn=lambda: greedy(stepper(model, src_np), src_np, inputs.start_id, problem.new_tokens),
+    return Runner(fn=lambda: greedy(stepper(model, inputs.src), inputs.start, problem.new_tokens),
                   to_numpy=_generation_output)
 
 
@@ -215,7 +220,7 @@ def _build_nn_transformer(problem, weights, inputs) -> Runner:
                 return model.generator(out[:, -1]).float().numpy()  # (B, V), the last position only
         return next_logits
 
-    return Runner(fn=lambda: greedy(recompute_stepper(inputs.src), inputs.src, inputs.start_id, problem.new_tokens),
+    return Runner(fn=lambda: greedy(recompute_stepper(inputs.src), inputs.start, problem.new_tokens),
                   to_numpy=_generation_output, context=_quiet)
 
 
@@ -251,28 +256,168 @@ def _build_tf_impl(problem, weights, inputs, mode: str) -> Runner:
         raise Unsupported(f"tf_impl.Transformer takes dtype {' or '.join(DTYPES)} (tf_impl/model.py DTYPES), "
                           f"not {problem.dtype}")
     from tf_impl import Transformer
-    src, tgt, labels = (tf.constant(a) for a in (inputs.src, inputs.tgt, inputs.labels))
+    decoder_only = problem.config.is_decoder_only
+    tgt, labels = tf.constant(inputs.tgt), tf.constant(inputs.labels)
+    args = (tgt, None) if decoder_only else (tf.constant(inputs.src), tgt)
     if problem.task == "train":
         from tf_impl.training import Trainer
         trainer = Trainer(problem.config, weights, dtype=problem.dtype, compiled=mode != "eager")
         if mode == "xla":  # Trainer has no jit switch; its step function, recompiled with XLA
             trainer._train_step = tf.function(trainer._train_step_eager, jit_compile=True)
-        return Runner(fn=lambda: trainer.train_step(src, tgt, labels),
-                      to_numpy=lambda loss: {"loss": np.float64(loss)})
+        if decoder_only:  # Trainer.train_step makes a tensor of tgt_in, which a decoder-only model has not
+            return Runner(fn=lambda: float(trainer._train_step(tgt, None, labels)),
+                          to_numpy=lambda loss: {"loss": np.float64(loss)})
+        return Runner(fn=lambda: trainer.train_step(*args, labels), to_numpy=lambda loss: {"loss": np.float64(loss)})
     model = Transformer.from_reference(problem.config, weights, dtype=problem.dtype)
     if problem.task == "forward":
         def call(s, t):
             return model(s, t, training=False)
         run = call if mode == "eager" else tf.function(call, jit_compile=mode == "xla")
-        return Runner(fn=lambda: run(src, tgt), to_numpy=lambda out: {"logits": np.asarray(out, dtype=np.float64)})
+        return Runner(fn=lambda: run(*args), to_numpy=lambda out: {"logits": np.asarray(out, dtype=np.float64)})
     if mode == "xla":
         raise Unsupported("tf_impl.decoding compiles its steps with tf.function only (dynamic lengths)")
     from tf_impl import decoding
     stepper = decoding.cached_stepper if problem.task == "generate" else decoding.recompute_stepper
     compiled = mode == "function"
-    return Runner(fn=lambda: greedy(stepper(model, inputs.src, compiled=compiled), inputs.src, inputs.start_id,
-                                    problem.new_tokens),
+    return Runner(fn=lambda: greedy(stepper(model, inputs.src, compiled=compiled), inputs.start, problem.new_tokens),
                   to_numpy=_generation_output)
+
+
+# --- Hugging Face transformers and KerasHub ----------------------------------------------------------------------
+
+def _hf_directory(config, weights, tmp: str) -> tuple[str, dict]:
+    """Write the canonical weights as a Hugging Face model directory (the project's layout export); returns its path
+    and config.json. A config no Hugging Face family expresses is `Unsupported`."""
+    from transformer_parity.layouts import hf
+    try:
+        hf.family_for_export(config)
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from None
+    path = os.path.join(tmp, "model")
+    hf.save_dir(path, config, weights)
+    with open(os.path.join(path, "config.json")) as f:
+        return path, json.load(f)
+
+
+def _build_transformers(problem, weights, inputs) -> Runner:
+    torch = _torch()
+    if importlib.util.find_spec("transformers") is None:
+        raise NotInstalled("transformers is not installed")
+    import transformers
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    c = problem.config
+    with tempfile.TemporaryDirectory() as tmp:
+        path, hf_config = _hf_directory(c, weights, tmp)
+        arch = hf_config["architectures"][0]
+        model = getattr(transformers, arch).from_pretrained(path, dtype=getattr(torch, problem.dtype)).eval()
+    tgt, labels = torch.as_tensor(inputs.tgt), torch.as_tensor(inputs.labels)
+    if c.is_decoder_only:
+        kwargs = dict(input_ids=tgt, attention_mask=tgt != c.pad_id)
+    else:
+        src = torch.as_tensor(inputs.src)
+        kwargs = dict(input_ids=src, attention_mask=src != c.pad_id, decoder_input_ids=tgt,
+                      decoder_attention_mask=tgt != c.pad_id)
+    if problem.task == "forward":
+        return Runner(fn=lambda: model(**kwargs).logits, context=_no_grad_quiet,
+                      to_numpy=lambda out: {"logits": out.float().numpy().astype(np.float64)})
+    if problem.task == "train":
+        from reference_numpy.training import AdamSettings, Schedule
+        from torch_impl.training import make_optimizer, token_cross_entropy
+        optimizer, scheduler = make_optimizer(model, AdamSettings(), Schedule())
+
+        def step():  # torch_impl.training.Trainer.train_step, on this model
+            model.train()
+            optimizer.zero_grad(set_to_none=True)
+            loss = token_cross_entropy(model(**kwargs).logits, labels, c.pad_id)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            return float(loss.detach())
+
+        return Runner(fn=step, to_numpy=lambda loss: {"loss": np.float64(loss)}, context=_quiet)
+    start = torch.as_tensor(inputs.start)
+    if c.is_decoder_only:
+        gen_kwargs = dict(input_ids=start, attention_mask=torch.ones_like(start, dtype=torch.bool))
+    else:
+        gen_kwargs = dict(input_ids=kwargs["input_ids"], attention_mask=kwargs["attention_mask"],
+                          decoder_start_token_id=int(inputs.start[0, 0]))
+
+    def generate():  # model.generate, greedy, exactly new_tokens tokens (no end token)
+        out = model.generate(**gen_kwargs, max_new_tokens=problem.new_tokens, do_sample=False, num_beams=1,
+                             use_cache=problem.task == "generate", output_logits=True, return_dict_in_generate=True,
+                             pad_token_id=c.pad_id, eos_token_id=None)
+        return out.sequences.numpy(), out.logits[-1].float().numpy()
+
+    return Runner(fn=generate, context=_no_grad_quiet, to_numpy=_generation_output)
+
+
+def _tf_adam():
+    from reference_numpy.training import AdamSettings, Schedule
+    from tf_impl.training import Adam
+    return Adam.from_settings(AdamSettings(), Schedule())
+
+
+def _build_keras_hub(problem, weights, inputs, mode: str) -> Runner:
+    """KerasHub's GPT-2 (`GPT2CausalLM` around `GPT2Backbone`), its weights ported from the Hugging Face directory
+    by KerasHub's own converter (`keras_hub.src.utils.transformers.convert_gpt2`; `from_preset` would do the same
+    but imports every converter, one of which needs sentencepiece)."""
+    tf = _tf()
+    if importlib.util.find_spec("keras_hub") is None:
+        raise NotInstalled("keras-hub is not installed")
+    c = problem.config
+    if not c.is_decoder_only:
+        raise Unsupported("only KerasHub's GPT-2 is wired here (decoder-only models)")
+    if c.d_ff != 4 * c.d_model:
+        raise Unsupported(f"KerasHub's GPT-2 converter assumes d_ff = 4 d_model, received d_ff={c.d_ff}")
+    import keras_hub
+    from keras_hub.src.utils.transformers import convert_gpt2
+    from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader
+    with tempfile.TemporaryDirectory() as tmp:
+        path, hf_config = _hf_directory(c, weights, tmp)
+        if hf_config.get("model_type") != "gpt2":
+            raise Unsupported(f"not a GPT-2 model (model_type {hf_config.get('model_type')!r})")
+        backbone = convert_gpt2.backbone_cls(**convert_gpt2.convert_backbone_config(hf_config), dtype=problem.dtype)
+        with SafetensorLoader(path) as loader:
+            convert_gpt2.convert_weights(backbone, loader, hf_config)
+    lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+    batch = {"token_ids": tf.constant(inputs.tgt), "padding_mask": tf.constant(inputs.tgt != c.pad_id)}
+    labels = tf.constant(inputs.labels)
+
+    def compiled(fn):
+        return fn if mode == "eager" else tf.function(fn, jit_compile=mode == "xla")
+
+    if problem.task == "forward":
+        run = compiled(lambda x: lm(x, training=False))
+        return Runner(fn=lambda: run(batch),
+                      to_numpy=lambda out: {"logits": np.asarray(tf.cast(out, tf.float32), dtype=np.float64)})
+    if problem.task == "train":
+        from tf_impl.training import token_cross_entropy
+        optimizer = _tf_adam()
+        variables = lm.trainable_variables
+        optimizer.build(variables)
+
+        def step(x, y):  # tf_impl.training.Trainer's step, on this model
+            with tf.GradientTape() as tape:
+                loss = token_cross_entropy(tf.cast(lm(x, training=True), tf.float32), y, c.pad_id)
+            grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]
+            optimizer.apply(grads, variables)
+            return loss
+
+        run = compiled(step)
+        return Runner(fn=lambda: float(run(batch, labels)), to_numpy=lambda loss: {"loss": np.float64(loss)})
+    if problem.task == "generate-nocache" or mode == "eager":
+        raise Unsupported("GPT2CausalLM.generate always uses its cache and compiles its loop")
+    lm.compile(sampler="greedy", jit_compile=mode == "xla")
+    p, n = inputs.start.shape[1], problem.new_tokens
+    ids = np.concatenate([inputs.start, np.zeros((inputs.start.shape[0], n), np.int64)], axis=1)  # (B, P + N)
+    prompt = {"token_ids": ids, "padding_mask": np.arange(p + n)[None, :].repeat(len(ids), 0) < p}
+
+    def generate():
+        out = lm.generate(prompt, stop_token_ids=None)
+        return np.asarray(out["token_ids"]), None
+
+    return Runner(fn=generate, to_numpy=lambda out: {"ids": out[0]})
 
 
 # --- the registry -------------------------------------------------------------------------------------------------
@@ -303,6 +448,20 @@ REGISTRY: dict[str, ModelImpl] = {impl.name: impl for impl in [
     _impl("tf_impl.xla", "tf", "tf_impl.Transformer under tf.function(jit_compile=True)", ("forward", "train"),
           ALL_DTYPES, _build_tf_impl, why_not="tf_impl.decoding compiles with tf.function only", mode="xla"),
 ]}
+
+REGISTRY.update({impl.name: impl for impl in [
+    _impl("transformers", "torch", "the transformers class of the same architecture (GPT2LMHeadModel for a "
+          "GPT-2-shaped decoder-only model, MarianMTModel, BertForMaskedLM), from the project's Hugging Face export",
+          TASKS, ALL_DTYPES, _build_transformers),
+    _impl("keras_hub.eager", "tf", "KerasHub's GPT2CausalLM (GPT-2-shaped decoder-only models), eager",
+          ("forward", "train"), ALL_DTYPES, _build_keras_hub, why_not="generate() compiles its loop", mode="eager"),
+    _impl("keras_hub.function", "tf", "KerasHub's GPT2CausalLM under tf.function (generation: generate(), greedy)",
+          ("forward", "train", "generate"), ALL_DTYPES, _build_keras_hub,
+          why_not="GPT2CausalLM.generate always uses its cache", mode="function"),
+    _impl("keras_hub.xla", "tf", "KerasHub's GPT2CausalLM under tf.function(jit_compile=True)",
+          ("forward", "train", "generate"), ALL_DTYPES, _build_keras_hub,
+          why_not="GPT2CausalLM.generate always uses its cache", mode="xla"),
+]})
 
 OURS = ("torch_impl.", "tf_impl.")
 

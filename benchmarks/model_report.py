@@ -126,6 +126,11 @@ def ratios(rows: list[ModelRow]) -> list[dict[str, Any]]:
             best = min(torch_ours.values(), key=lambda r: r.median_ms) if torch_ours else None
             if best is not None and best.impl != "torch_impl.eager":
                 pairs.append(("torch_impl best vs nn.Transformer", best, impls["torch.nn.Transformer"]))
+        if "transformers" in impls:
+            torch_ours = {k: v for k, v in impls.items() if k.startswith("torch_impl.")}
+            if torch_ours:
+                pairs.append(("torch_impl vs transformers", min(torch_ours.values(), key=lambda r: r.median_ms),
+                              impls["transformers"]))
         keras_hub = [r for k, r in impls.items() if k.startswith("keras_hub.")]
         tf_compiled = [r for k, r in impls.items() if k in ("tf_impl.function", "tf_impl.xla")]
         if keras_hub and tf_compiled:
