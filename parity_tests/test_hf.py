@@ -390,3 +390,20 @@ def test_force_replaces_a_model_directory_and_leaves_no_temporary_files(tmp_path
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["config.json", "model.safetensors"]
     back = formats.load(tmp_path / "out")
     assert np.array_equal(back.weights["tgt_embed.embedding"], rn.init_weights(gpt, 1)["tgt_embed.embedding"])
+
+
+def test_a_pretraining_checkpoint_with_legacy_names_reads_as_the_masked_lm(tmp_path_factory, tmp_path, capsys):
+    """bert-base-uncased as published: LayerNorm `gamma`/`beta`, and the next-sentence head next to the MLM head."""
+    _, path = hf_model("bert-mlm", tmp_path_factory)
+    copy_ = _copy(path, tmp_path)
+    state = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+             for k, v in hf_dir.read_state(copy_).items()}
+    state["cls.seq_relationship.weight"] = np.ones((2, 64), np.float32)
+    state["cls.seq_relationship.bias"] = np.zeros(2, np.float32)
+    hf_dir.write_safetensors(copy_ / "model.safetensors", state, {"format": "pt"})
+    capsys.readouterr()
+    assert cli.main(["convert", str(copy_), str(tmp_path / "m.safetensors")]) == 0
+    err = capsys.readouterr().err
+    assert "renamed 12 LayerNorm gamma/beta" in err and "left out 2 tensor(s)" in err
+    a, b = formats.load(path), formats.load(tmp_path / "m.safetensors")
+    assert all(np.array_equal(a.weights[k], b.weights[k]) for k in a.weights)

@@ -17,7 +17,7 @@ import numpy as np
 import reference_numpy as rn
 
 from . import hf_dir
-from .table import export_state, import_state
+from .table import _regex, export_state, import_state
 
 
 def architecture(hf: Mapping[str, Any], model_type: str, supported: tuple[str, ...], has_head: bool) -> str:
@@ -77,9 +77,28 @@ def load_dir(path: str | os.PathLike, declared: str | None = None, fields: Mappi
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
     table = family.table(config, family.prefix(arch, list(state)))
+    renamed = _legacy_norm_names(state)
+    if renamed:
+        notes.append(f"renamed {renamed} LayerNorm gamma/beta entries to weight/bias (an older transformers' names)")
+    dropped = sorted(k for k in state if any(t == "ignore" and _regex(e).fullmatch(k) for _, e, t in table))
     weights = import_state(config, state, table, source=str(path), consume=True)
     notes.insert(0, f"read {arch} ({family.NAME}) from {', '.join(f.name for f in files)}")
+    if dropped:
+        notes.append(f"left out {len(dropped)} tensor(s) that are not parameters of {arch}: "
+                     + ", ".join(dropped[:4]) + (", ..." if len(dropped) > 4 else ""))
     return config, weights, notes, family.NAME
+
+
+def _legacy_norm_names(state: dict[str, np.ndarray]) -> int:
+    """`...LayerNorm.gamma` / `.beta` (TF-era BERT checkpoints) -> `.weight` / `.bias`, as transformers renames them
+    on load. Returns how many were renamed."""
+    count = 0
+    for key in [k for k in state if k.endswith((".gamma", ".beta"))]:
+        new = key[: key.rindex(".")] + (".weight" if key.endswith(".gamma") else ".bias")
+        if new not in state:
+            state[new] = state.pop(key)
+            count += 1
+    return count
 
 
 def family_for_export(config: rn.TransformerConfig, declared: str | None = None):

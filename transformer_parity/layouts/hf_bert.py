@@ -62,6 +62,8 @@ HEAD = [
     ("output.bias",                               "cls.predictions.bias",                            "identity"),
     ("src_embed.embedding",                       "cls.predictions.decoder.weight",                  "tied"),
     ("output.bias",                               "cls.predictions.decoder.bias",                    "tied"),
+    ("-",                                         "cls.seq_relationship.weight",                     "ignore"),  # NSP
+    ("-",                                         "cls.seq_relationship.bias",                       "ignore"),  # head
 ]
 
 
