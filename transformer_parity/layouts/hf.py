@@ -1,6 +1,6 @@
 """Hugging Face model directories <-> canonical weights, through the per-family layout modules.
 
-Each family module (`hf_gpt2`, `hf_bert`, `hf_marian`, listed in `layouts.HF_LAYOUTS`) provides `NAME`,
+Each family module (`hf_gpt2`, `hf_bert`, `hf_marian`, `hf_bart`: `layouts.HF_LAYOUTS`) provides `NAME`,
 `MODEL_TYPE`, `ARCHITECTURES`, `config_from_hf`, `export_problems`, `config_to_hf`, `prefix` and `table`; this
 module reads and writes the directory (`hf_dir`) and applies the table (`table.import_state` / `export_state`).
 Neither imports transformers.

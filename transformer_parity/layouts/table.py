@@ -31,7 +31,7 @@ the entries a reader of that layout expects.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
