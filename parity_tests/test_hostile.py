@@ -519,3 +519,12 @@ def test_hostile_files_under_a_memory_limit(tmp_path):
     assert outcome.pop("honest")[0] == 0
     for name, (code, err) in outcome.items():
         assert code == 2 and "MemoryError" not in err and len(err.strip().splitlines()) == 1, (name, err)
+
+
+def test_a_full_disk_while_writing_pt_is_an_oserror():
+    from torch_impl import checkpoints as tc
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    with pytest.raises(OSError, match="disk full"):
+        tc.save_pt("/dev/full", TINY, seeded_weights(TINY, 0))

@@ -148,8 +148,17 @@ def save_pt(path: str | os.PathLike, config: TransformerConfig, weights: Mapping
     """Write the project's `.pt` (torch_impl state dict + config) to `path` (the caller makes it atomic);
     `consume=True` empties `weights` (a dict) as it converts them."""
     state = rn.to_framework_state(config, weights, WEIGHT_TABLE, consume=consume)
-    torch.save({"format": FORMAT_TAG, "format_version": FORMAT_VERSION, "config": config.to_json(),
-                "state_dict": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}}, path)
+    try:
+        torch.save({"format": FORMAT_TAG, "format_version": FORMAT_VERSION, "config": config.to_json(),
+                    "state_dict": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}}, path)
+    except RuntimeError as exc:  # PyTorch's zip writer reports a failed write (a full disk) as RuntimeError
+        import shutil
+
+        folder = Path(path).parent
+        free = shutil.disk_usage(folder).free if folder.is_dir() else 0
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise OSError(f"writing a .pt file in {folder} failed ({detail}); {free / 1e6:.0f} MB free there "
+                      "(disk full?)") from None
 
 
 def load_pt(obj: Mapping[str, Any], path: str | os.PathLike, fields: Mapping[str, Any] | None = None
