@@ -17,12 +17,12 @@ from .tasks import BOS_ID, EOS_ID, PAD_ID, TASKS, Batch, TaskSpec, accuracy, che
 from .decoding import choose_next, generate, reference_stepper
 
 __all__ = [
-    "PRESETS", "TransformerConfig", "sample_batch", "sample_ids", "sample_type_ids", "load_weights", "save_weights", "Decoder", "DecoderLayer", "Embedding", "Encoder",
-    "EncoderLayer", "FeedForward", "HeadTransform", "LayerNorm", "MultiHeadAttention", "Pooler", "Transformer", "check_family", "check_padding_mask",
-    "check_token_ids", "check_type_ids", "attention_mask", "causal_mask", "padding_mask", "scaled_dot_product_attention",
+    "PRESETS", "TransformerConfig", "sample_batch", "sample_ids", "sample_type_ids", "load_weights", "save_weights",
+    "Decoder", "DecoderLayer", "Embedding", "Encoder", "EncoderLayer", "FeedForward", "HeadTransform", "LayerNorm",
+    "MultiHeadAttention", "Pooler", "Transformer", "check_family", "check_padding_mask", "check_token_ids",
+    "check_type_ids", "attention_mask", "causal_mask", "padding_mask", "scaled_dot_product_attention",
     "sinusoidal_positions", "IDENTITY", "TRANSPOSE", "Rule", "Transform", "from_framework_state", "init_weights",
-    "parameter_shapes", "to_framework_state", "validate_weights", "weights_dtype",
-    "SCHEDULES", "AdamSettings", "Schedule", "adam_update", "cosine_lr", "noam_lr", "token_cross_entropy", "BOS_ID",
-    "EOS_ID", "PAD_ID", "TASKS", "Batch", "TaskSpec", "accuracy", "check_config", "choose_next", "generate",
-    "reference_stepper",
+    "parameter_shapes", "to_framework_state", "validate_weights", "weights_dtype", "SCHEDULES", "AdamSettings",
+    "Schedule", "adam_update", "cosine_lr", "noam_lr", "token_cross_entropy", "BOS_ID", "EOS_ID", "PAD_ID", "TASKS",
+    "Batch", "TaskSpec", "accuracy", "check_config", "choose_next", "generate", "reference_stepper",
 ]
