@@ -80,6 +80,13 @@ MODELS: dict[str, dict[str, Any]] = {
                                 norm_first=True, final_norm=True, positional="learned", tie_embeddings=True,
                                 activation="gelu_tanh", scale_embedding=False, output_bias=False),
                  "shape": dict(batch=8, src_len=16, tgt_len=128, new_tokens=16)},
+    # Marian's architecture (post-LN, silu, concatenated sinusoids, one shared and tied embedding, output bias, no
+    # final LayerNorm: torch.nn.Transformer cannot run it), the size of base-256; against MarianMTModel.
+    "marian-256": {"config": dict(src_vocab_size=8000, tgt_vocab_size=8000, d_model=256, num_heads=4,
+                                  num_encoder_layers=4, num_decoder_layers=4, d_ff=1024, max_len=256, dropout=0.0,
+                                  activation="silu", sinusoid_layout="concatenated", share_embeddings=True,
+                                  tie_embeddings=True),
+                   "shape": dict(batch=8, src_len=64, tgt_len=64, new_tokens=16)},
     # Seconds: the smoke test's.
     "micro": {"config": dict(src_vocab_size=24, tgt_vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=1,
                              num_decoder_layers=1, d_ff=32, max_len=16, dropout=0.0, final_norm=True),
@@ -92,7 +99,8 @@ PRESETS: dict[str, list[tuple[list[str], list[str], list[str], list[str] | None]
     # task in float32, the PyTorch rows in bfloat16 too (tf_impl computes in float32/float64 only);
     # torch.compile on forward and training in float32 only (about a minute of compilation each). gpt2-256
     # (decoder-only): ours against transformers' GPT2LMHeadModel and KerasHub's GPT2CausalLM, KerasHub also in
-    # bfloat16. The tiny model: per-call overhead, not arithmetic, decides; eager and tf.function rows only.
+    # bfloat16; marian-256 against MarianMTModel. The tiny model: per-call overhead, not arithmetic, decides; eager
+    # and tf.function rows only.
     "default": [
         (["tiny"], ["forward", "generate"], ["float32"], ["torch_impl.eager", "torch.nn.Transformer", "tf_impl.eager",
                                                          "tf_impl.function"]),
@@ -105,6 +113,7 @@ PRESETS: dict[str, list[tuple[list[str], list[str], list[str], list[str] | None]
         (["gpt2-256"], ["generate-nocache"], ["float32"], ["torch_impl.eager", "tf_impl.function", "transformers"]),
         (["gpt2-256"], ["forward", "train"], ["bfloat16"], ["torch_impl.eager", "transformers",
                                                            "keras_hub.function"]),
+        (["marian-256"], ["forward", "train", "generate"], ["float32"], ["torch_impl.eager", "transformers"]),
     ],
     "issue": [(["base"], ["forward", "train"], ["float32"], None)],
     "smoke": [(["micro"], list(TASKS), ["float32", "bfloat16"], ["torch_impl.eager", "torch.nn.Transformer"]),

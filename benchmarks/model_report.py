@@ -54,9 +54,11 @@ COLUMNS = ("implementation", "median ms", "IQR ms", "runs", "tokens/s", "GFLOP/s
 
 
 def _problem(row: ModelRow) -> str:
-    shape = f"B{row.batch} S{row.src_len} T{row.tgt_len}"
+    decoder_only = row.layers.startswith("0+")
     if row.task.startswith("generate"):
-        shape += f" +{row.new_tokens} tokens"
+        shape = f"B{row.batch} {'prompt' if decoder_only else 'S'}{row.src_len} +{row.new_tokens} tokens"
+    else:
+        shape = f"B{row.batch} T{row.tgt_len}" if decoder_only else f"B{row.batch} S{row.src_len} T{row.tgt_len}"
     return f"{row.model} (d{row.d_model}, {row.layers} layers, V{row.vocab}) {shape}: {row.task}, {row.dtype}"
 
 
