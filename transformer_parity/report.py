@@ -79,8 +79,13 @@ def verdict(report: "Report") -> str:
     weights = ""
     if report.weights_compared:
         counts = weight_diff.summary(report.weights)
-        weights = f"weights: {counts['identical']} tensors identical" + (
-            f", {counts['rounding']} equal up to float32 rounding" if counts["rounding"] else "") + "; "
+        n_weights, rounding = len(report.weights), "equal up to a float64->float32 rounding"
+        if counts["identical"] == n_weights:
+            weights = f"weights: all {n_weights} tensors identical; "
+        elif counts["rounding"] == n_weights:
+            weights = f"weights: all {n_weights} tensors {rounding}; "
+        else:
+            weights = f"weights: {counts['identical']} tensors identical, {counts['rounding']} {rounding}; "
     if report.passed:
         return (f"PASS: {weights}all {n} comparisons within tolerance; largest error {_ratio(report.max_ratio())} x "
                 f"floor (limit {RATIO_LIMIT:g})")
@@ -104,13 +109,14 @@ def verdict(report: "Report") -> str:
 
 
 def weights_table(report: "Report") -> "Table | None":
-    """The tensors that are not identical (weights first, two or more checkpoints), or None if every one is."""
+    """The tensors that differ or are missing (weights first, two or more checkpoints), or None if none does;
+    tensors equal up to a rounding that happened are counted in the title (and the verdict), not listed."""
     from rich import box
     from rich.table import Table
 
     from . import weight_diff
 
-    rows = [w for w in report.weights if w.status != weight_diff.IDENTICAL]
+    rows = [w for w in report.weights if not w.passed]
     if not rows:
         return None
     counts = weight_diff.summary(report.weights)
@@ -121,7 +127,7 @@ def weights_table(report: "Report") -> "Table | None":
                           ("at index", "left"), ("elements differ", "right"), ("note", "left")):
         t.add_column(name, justify=justify, no_wrap=name != "note")
     for w in rows:
-        status = "[green]" + w.status + "[/]" if w.passed else "[bold red]" + w.status.upper() + "[/]"
+        status = "[bold red]" + w.status.upper() + "[/]"
         differ = f"{w.differing} of {w.size}" if w.status == weight_diff.DIFFERENT and w.index is not None else ""
         t.add_row(w.name, w.checkpoints[0], status, _num(w.max_abs_diff) if w.index is not None else "",
                   str(list(w.index)) if w.index is not None else "", differ, w.detail)
