@@ -262,9 +262,9 @@ def _steppers(family):
         "numpy": rn.reference_stepper(rn.Transformer(config, weights), src),
         "torch-cache": torch_decoding.cached_stepper(torch_model, src),
         "torch-recompute": torch_decoding.recompute_stepper(torch_model, src),
-        "keras-cache": tf_decoding.cached_stepper(keras_model, src),
+        "keras-cache": tf_decoding.cached_stepper(keras_model, src),  # compiled step after the first
         "keras-cache-eager": tf_decoding.cached_stepper(keras_model, src, compiled=False),
-        "keras-recompute": tf_decoding.recompute_stepper(keras_model, src),
+        "keras-recompute": tf_decoding.recompute_stepper(keras_model, src, compiled=False),  # no trace to wait for
     }
 
 
