@@ -138,3 +138,23 @@ def test_missing_tensors_are_reported(tmp_path, capsys):
     assert [r["name"] for r in rows] == ["output.bias"]
     assert rows[0]["detail"] == "in a.safetensors, not in b.safetensors"
     assert any(note.startswith("outputs not compared") for note in report["notes"])
+
+
+def test_what_outputs_cannot_see_the_weights_do():
+    """A key bias doubled changes no output (softmax ignores `q . b_k`), so the output comparison passes it at any
+    size; the weights comparison names it. And the calibration program's bisection runs: a value-kernel element
+    must change by a finite amount between float32's resolution and +100% before the outputs see it."""
+    from benchmarks.verify_calibration import SENSITIVITY_SHAPE, smallest_detected
+    from transformer_parity import verify as v
+
+    weights = seeded_weights(TINY, 0)
+    reference = v.Subject("reference", "numpy", TINY, weights)
+    name = "decoder.layers.1.cross_attn.k.bias"
+    doubled = nudged(weights, name, 2, relative=1.0)
+    report = v.judge_subjects(reference, [v.Subject("torch", "torch", TINY, doubled)], **SENSITIVITY_SHAPE)
+    assert report.passed
+    (row,) = [r for r in weight_diff.compare_checkpoints(weights, [doubled], ["a", "b"]) if not r.passed]
+    assert row.name == name and row.index == (2,)
+    found = smallest_detected(reference, "torch", TINY, weights, "encoder.layers.0.self_attn.v.kernel", 5,
+                              "float32", 0, steps=4)
+    assert 1e-8 < found < 1.0
