@@ -55,6 +55,11 @@ LAYOUT_PREFIX = "layout:"
 LAYOUT_FORMATS = {"zip": "torch-layout", "pickle": "torch-layout", "safetensors": "safetensors-layout",
                   "hdf5": "keras-layout"}
 FRAMEWORK.update({"torch-layout": "torch", "safetensors-layout": "numpy", "keras-layout": "keras"})
+# KerasHub models (`layouts.kerashub_preset`): a preset directory, or a bare .weights.h5 with --from kerashub-gpt2 ...
+KERASHUB_FORMATS = ("kerashub", "kerashub-gpt2", "kerashub-bert")
+FORMATS += KERASHUB_FORMATS
+FRAMEWORK.update({name: "keras" for name in KERASHUB_FORMATS})
+CONTENT_FORMATS["hdf5"] += KERASHUB_FORMATS[1:]
 
 
 @dataclass
@@ -166,6 +171,8 @@ def load(path: str | os.PathLike, fmt: str | None = None, fields: Mapping[str, A
         if fmt in ("torch", "nn-transformer"):
             with deferred_signals():  # an interrupt inside PyTorch's import aborts the process with a C++ trace
                 import torch_impl.checkpoints  # noqa: F401
+        if fmt in KERASHUB_FORMATS:
+            return _load_kerashub(path, fmt, fields)
         if fmt in HF_FORMATS:
             return _load_hf(path, fmt, fields, on_tensor)
         if fmt == "canonical":
@@ -194,6 +201,17 @@ def _load_with_layout(path: Path, layout: str, fields: Mapping[str, Any]) -> Loa
     except ImportError as exc:
         raise UsageError(f"reading {path} needs {exc.name}, which is not installed") from None
     return Loaded(path, LAYOUT_FORMATS[content], config, weights, notes)
+
+
+def _load_kerashub(path: Path, fmt: str, fields: Mapping[str, Any]) -> Loaded:
+    """A KerasHub preset directory, or a bare .weights.h5 of a KerasHub backbone (--from kerashub-gpt2 ...)."""
+    from .layouts import kerashub_preset as kh
+
+    if path.is_dir():
+        config, weights, notes, family = kh.load_preset(path, fmt, fields)
+    else:
+        config, weights, notes, family = kh.load_weights_file(path, fmt, fields)
+    return Loaded(path, family, config, weights, notes)
 
 
 def _config_from_fields(path: Path, fields: Mapping[str, Any]) -> rn.TransformerConfig:
@@ -241,7 +259,11 @@ def _load_torch(path: Path, fields: Mapping[str, Any]) -> Loaded:
 
 
 def _directory_format(path: Path, declared: str | None) -> str:
-    """A directory is read as a Hugging Face model directory (`hf`, or the family `declared` names)."""
+    """A directory is read as a Hugging Face model directory (`hf`, or the family `declared` names), or as a
+    KerasHub preset (`kerashub`) when its config.json is a serialized KerasHub object."""
+    if declared in KERASHUB_FORMATS or (declared is None and (path / "config.json").is_file()
+                                        and _kerashub_preset(path)):
+        return declared or "kerashub"
     if declared is not None and declared not in HF_FORMATS:
         raise UsageError(f"{path} is a directory, which cannot hold the {declared} format (a directory is read as a "
                          f"Hugging Face model: {', '.join(HF_FORMATS)})")
@@ -257,6 +279,12 @@ def _load_hf(path: Path, fmt: str, fields: Mapping[str, Any], on_tensor: OnTenso
 
     config, weights, notes, family = hf.load_dir(path, fmt, fields, on_tensor)
     return Loaded(path, family, config, weights, notes)
+
+
+def _kerashub_preset(path: Path) -> bool:
+    from .layouts import kerashub_preset
+
+    return kerashub_preset.is_preset(path)
 
 
 def check_source(path: str | os.PathLike) -> Path:
@@ -278,7 +306,7 @@ def source_size(path: Path) -> int:
 def check_destination(path: str | os.PathLike, fmt: str, force: bool) -> Path:
     """`check_output` for a file format; for a Hugging Face format, a directory to create (or, with --force,
     a model directory to replace)."""
-    if fmt in HF_FORMATS:
+    if fmt in HF_FORMATS or fmt in KERASHUB_FORMATS:
         from .layouts import hf_dir
         try:
             return hf_dir.check_output_dir(path, force)
@@ -302,7 +330,7 @@ def output_format(path: str | os.PathLike, declared: str | None = None) -> str:
     if declared is not None:
         if declared not in FORMATS:
             raise UsageError(f"unknown format {declared!r}; choose one of {', '.join(FORMATS)}")
-        if declared in HF_FORMATS:
+        if declared in HF_FORMATS or declared in KERASHUB_FORMATS:
             if by_ext is not None:
                 raise UsageError(f"{path} has a {by_ext} extension, but --to {declared} writes a directory; give a "
                                  "directory name")
@@ -488,6 +516,8 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
     """
     path = Path(path)
     fmt = output_format(path, fmt)
+    if fmt in KERASHUB_FORMATS:
+        return _save_kerashub(path, config, weights, fmt, force, consume)
     if fmt in HF_FORMATS:
         return _save_hf(path, config, weights, fmt, force, on_tensor, consume)
     check_output(path, force)
@@ -513,6 +543,17 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
     except ImportError as exc:
         raise UsageError(f"writing {fmt} needs {exc.name}, which is not installed") from None
     return path, fmt
+
+
+def _save_kerashub(path: Path, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], fmt: str,
+                   force: bool, consume: bool) -> tuple[Path, str]:
+    """A KerasHub preset directory (`from_preset(path)` loads it), built beside `path` and renamed into place."""
+    from .layouts import kerashub_preset
+
+    check_destination(path, fmt, force)
+    family = kerashub_preset.save_preset(path, config, weights if consume else dict(weights), fmt, force,
+                                         consume=True)
+    return path, family
 
 
 def _save_hf(path: Path, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], fmt: str, force: bool,

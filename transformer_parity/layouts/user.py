@@ -204,6 +204,12 @@ def canonical_shapes(layout: Layout, state: Mapping[str, np.ndarray], matched: M
     return shapes
 
 
+def heads_from(layout: Layout, state: Mapping[str, np.ndarray], matched: Mapping[str, Entry]) -> dict[str, int]:
+    """`{"num_heads": H}` when an einsum kernel (`heads_out`: `(D, H, dk)`) tells it, else `{}`."""
+    heads = {tuple(np.shape(state[key]))[-2] for key, (_, _, t) in matched.items() if t == "heads_out"}
+    return {"num_heads": heads.pop()} if len(heads) == 1 else {}
+
+
 def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any], state_shapes=(),
                  source: str = "<layout>") -> tuple[rn.TransformerConfig, list[str]]:
     """The config the canonical shapes imply, with `fields` (the layout's [config], then --set) on top."""
@@ -282,15 +288,45 @@ def read_state(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
         return dict(read_tensors(read_header(path)))
     if kind == "hdf5":
-        from tf_impl import checkpoints as kc
-
-        _, datasets = kc.read_h5_file(path)  # no config given: every dataset is checked, then read
-        return keras_names(datasets)
+        return read_keras_h5(path)
     raise ValueError(f"{path} is not a PyTorch state dict, safetensors or HDF5 (.weights.h5) file")
 
 
-def keras_names(datasets: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Dataset paths with Keras's unnumbered first list item named `_0` wherever a `_1` sibling exists."""
+def read_keras_h5(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """{dataset path: array} of a Keras `.weights.h5`, every group checked by the hardened reader's checks
+    (`tf_impl.checkpoints._check_h5_layout`: no links, external storage, virtual datasets or filters, float data
+    fully stored, sizes bounded by the file's) before anything is read. The optimizer's state, which `model.fit`
+    leaves in the file (an int64 iteration count), is neither checked nor read."""
+    import h5py
+
+    from tf_impl import checkpoints as kc
+
+    path = Path(path)
+    size = path.stat().st_size
+    out: dict[str, np.ndarray] = {}
+    try:
+        with h5py.File(path, "r") as f:
+            total = 0
+            for top in list(f):
+                if top == "optimizer":
+                    continue
+                link = f.get(top, getlink=True)
+                if not isinstance(link, h5py.HardLink) or not isinstance(f[top], h5py.Group):
+                    raise ValueError(f"{path}: {top!r} is not a group of weights ({type(link).__name__})")
+                checked = kc._check_h5_layout(path, f[top], size)
+                total += sum(int(np.prod(shape, dtype=object)) * f[top][name].dtype.itemsize
+                             for name, shape in checked.items())
+                if total > size:
+                    raise ValueError(f"{path}: its datasets declare {total} bytes, more than the file's {size}")
+                out.update({f"{top}/{name}": f[top][name][()] for name in checked})
+    except (OSError, KeyError, RuntimeError) as exc:
+        raise ValueError(f"{path} is not a readable HDF5 file (truncated or corrupt?): {exc}") from None
+    return keras_names(out)
+
+
+def keras_names(datasets: Mapping[str, np.ndarray], repeated=()) -> dict[str, np.ndarray]:
+    """Dataset paths with Keras's unnumbered first list item named `_0` wherever a `_1` sibling exists, or where
+    the name is one of `repeated` (a table's `transformer_decoder_{i}`: a one-layer model has no `_1`)."""
     prefixes = set()
     for p in datasets:
         parts = p.split("/")
@@ -302,7 +338,7 @@ def keras_names(datasets: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         for depth, part in enumerate(parts[:-1]):
             parent = "/".join(parts[:depth])
             sibling = f"{parent}/{part}_1" if parent else f"{part}_1"
-            if sibling in prefixes:
+            if sibling in prefixes or part in repeated:
                 parts[depth] = f"{part}_0"
         return "/".join(parts)
 
@@ -316,6 +352,8 @@ def import_with_layout(path: str | os.PathLike, layout_path: str | os.PathLike,
     over the layout's [config])."""
     layout = load(layout_path)
     state = read_state(path)
+    if any(re.search(r"_\{i\}", external) for _, external, _ in layout.table):
+        state = keras_names(state, sorted({m for _, e, _ in layout.table for m in re.findall(r"([\w.-]+)_\{i\}", e)}))
     matched = match(layout, list(state))
     sinusoid_rows = []
     for key, (_, _, transform) in matched.items():
@@ -326,7 +364,8 @@ def import_with_layout(path: str | os.PathLike, layout_path: str | os.PathLike,
             state[key] = array
             sinusoid_rows.append(array.shape[0])
     shapes = canonical_shapes(layout, state, matched)
-    config, notes = infer_config(shapes, {**layout.config, **dict(fields or {})}, sinusoid_rows,
+    config, notes = infer_config(shapes, {**heads_from(layout, state, matched), **layout.config, **dict(fields or {})},
+                                 sinusoid_rows,
                                  f"{path} with {layout.path}")
     weights = import_state(config, state, layout.table, source=f"{path} (layout {layout.path})", consume=True)
     notes.insert(0, f"read {len(matched)} tensors through layout {layout.path}")

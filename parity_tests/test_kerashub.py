@@ -1,0 +1,190 @@
+"""KerasHub models (`layouts.kerashub_*`, docs/kerashub.md): KerasHub's own GPT-2 and BERT, built from tiny configs
+with random weights, against the float64 reference on the imported weights (float32 and float64); import -> export
+bit-identical; a Hugging Face GPT-2 directory converted to a KerasHub preset loads with `from_preset` and matches
+transformers' logits; BertMaskedLM refused with its reason."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import reference_numpy as rn
+from parity_tests.test_layouts import reference_errors
+from transformer_parity import formats
+from transformer_parity.cli import main
+
+keras_hub = pytest.importorskip("keras_hub")
+
+GPT2 = dict(vocabulary_size=50, num_layers=2, num_heads=4, hidden_dim=32, intermediate_dim=64,
+            max_sequence_length=24)
+BERT = dict(vocabulary_size=50, num_layers=2, num_heads=4, hidden_dim=32, intermediate_dim=64,
+            max_sequence_length=24, num_segments=3)
+
+
+def exercise(model, seed: int = 0) -> None:
+    """Random-init Keras gives zero biases and unit gammas; draw them too, so a mix-up shows."""
+    rng = np.random.default_rng(seed)
+    model.set_weights([w + 0.1 * rng.standard_normal(w.shape).astype(w.dtype) for w in model.get_weights()])
+
+
+def float64_copy(cls, kwargs, model):
+    """A float64 copy of a KerasHub backbone with the same weights. It is not float64-exact: TensorFlow's
+    tf.nn.gelu(approximate=True) is off by up to 9e-10 in float64 and Keras's MultiHeadAttention by ~1e-8 relative
+    (measured in docs/kerashub.md), so float64 logits sit ~1e-8 from the reference."""
+    copy = cls(**kwargs, dtype="float64")
+    copy.set_weights([w.astype(np.float64) for w in model.get_weights()])
+    return copy
+
+
+def gpt2_logits(lm, ids) -> np.ndarray:
+    return np.asarray(lm({"token_ids": ids, "padding_mask": ids != 0}))
+
+
+@pytest.fixture(scope="module")
+def gpt2_preset(tmp_path_factory):
+    keras_hub.models.GPT2Backbone  # noqa: B018
+    backbone = keras_hub.models.GPT2Backbone(**GPT2, dropout=0.0)
+    exercise(backbone)
+    lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+    path = tmp_path_factory.mktemp("kh") / "gpt2_preset"
+    lm.save_to_preset(str(path))
+    return lm, path
+
+
+def test_gpt2_causal_lm_matches_the_reference(gpt2_preset):
+    lm, path = gpt2_preset
+    loaded = formats.load(path)
+    assert loaded.format == "kerashub-gpt2" and loaded.config.tie_embeddings and loaded.config.is_decoder_only
+    ids = rn.sample_ids(loaded.config, batch=3, length=16, vocab_size=50, seed=1)
+    backbone64 = float64_copy(keras_hub.models.GPT2Backbone, {**GPT2, "dropout": 0.0}, lm.backbone)
+    lm64 = keras_hub.models.GPT2CausalLM(backbone=backbone64, preprocessor=None)
+    reference_errors(loaded.config, loaded.weights, ids, gpt2_logits(lm, ids), gpt2_logits(lm64, ids),
+                     float64_exact=False)
+
+
+def test_gpt2_import_export_is_bit_identical(gpt2_preset, tmp_path):
+    import h5py
+
+    _, path = gpt2_preset
+    canonical, again = tmp_path / "gpt2.safetensors", tmp_path / "again"
+    assert main(["--quiet", "convert", str(path), str(canonical)]) == 0
+    assert main(["--quiet", "convert", str(canonical), str(again), "--to", "kerashub"]) == 0
+    for name in ("config.json", "task.json"):
+        assert json.loads((again / name).read_text()) == json.loads((path / name).read_text())
+
+    def datasets(file):
+        out = {}
+        with h5py.File(file) as f:
+            f.visititems(lambda n, o: out.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) else None)
+        return out
+
+    original, written = datasets(path / "model.weights.h5"), datasets(again / "model.weights.h5")
+    assert sorted(original) == sorted(written)
+    assert all(original[k].dtype == written[k].dtype and np.array_equal(original[k], written[k]) for k in original)
+    lm = keras_hub.models.GPT2CausalLM.from_preset(str(again))
+    assert type(lm).__name__ == "GPT2CausalLM"
+
+
+def test_bare_gpt2_weights_file_reads_its_config_off_the_weights(gpt2_preset):
+    _, path = gpt2_preset
+    preset = formats.load(path)
+    bare = formats.load(path / "model.weights.h5", "kerashub-gpt2")
+    assert bare.config == preset.config.replace(tie_embeddings=False, output_projection=False, dropout=0.1)
+    assert all(np.array_equal(bare.weights[k], preset.weights[k]) for k in bare.weights)
+
+
+def test_hf_gpt2_directory_to_kerashub_preset_matches_transformers(tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    hf_config = transformers.GPT2Config(vocab_size=50, n_positions=24, n_embd=32, n_layer=2, n_head=4,
+                                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, pad_token_id=0)
+    model = transformers.GPT2LMHeadModel(hf_config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+        model.lm_head.weight = model.transformer.wte.weight
+    model.save_pretrained(tmp_path / "hf")
+    preset = tmp_path / "preset"
+    assert main(["--quiet", "convert", str(tmp_path / "hf"), str(preset), "--to", "kerashub"]) == 0
+    lm = keras_hub.models.GPT2CausalLM.from_preset(str(preset))
+    ids = rn.sample_ids(formats.load(preset).config, batch=3, length=16, vocab_size=50, seed=2)
+    with torch.no_grad():
+        expected = model(torch.from_numpy(ids), attention_mask=torch.from_numpy(ids != 0)).logits.numpy()
+    got = gpt2_logits(lm, ids)
+    loaded = formats.load(tmp_path / "hf")
+    judge = rn.Transformer(loaded.config, loaded.weights, np.float64)(ids)
+    floor32 = rn.Transformer(loaded.config, loaded.weights, np.float32)(ids)
+    floor = max(float(np.max(np.abs(floor32 - judge))), float(np.finfo(np.float32).eps * np.max(np.abs(judge))))
+    from parity_tests.tolerances import property_atol
+
+    np.testing.assert_allclose(got, expected, rtol=0, atol=2 * property_atol("float32", floor))
+    np.testing.assert_allclose(got, judge, rtol=0, atol=property_atol("float32", floor))
+
+
+@pytest.fixture(scope="module")
+def bert_preset(tmp_path_factory):
+    backbone = keras_hub.models.BertBackbone(**BERT, dropout=0.0)
+    exercise(backbone, seed=1)
+    path = tmp_path_factory.mktemp("kh") / "bert_preset"
+    backbone.save_to_preset(str(path))
+    return backbone, path
+
+
+def bert_outputs(backbone, ids, segments) -> dict[str, np.ndarray]:
+    out = backbone({"token_ids": ids, "segment_ids": segments, "padding_mask": ids != 0})
+    return {"last_hidden_state": np.asarray(out["sequence_output"]), "pooler": np.asarray(out["pooled_output"])}
+
+
+def test_bert_backbone_matches_the_reference(bert_preset):
+    backbone, path = bert_preset
+    loaded = formats.load(path)
+    config = loaded.config
+    assert loaded.format == "kerashub-bert" and config.pooler and config.embed_norm and config.type_vocab_size == 3
+    ids = rn.sample_ids(config, batch=3, length=16, vocab_size=50, seed=3)
+    segments = rn.sample_type_ids(config, ids, seed=3)
+    got32 = bert_outputs(backbone, ids, segments)
+    got64 = bert_outputs(float64_copy(keras_hub.models.BertBackbone, {**BERT, "dropout": 0.0}, backbone), ids,
+                         segments)
+    judge = rn.Transformer(config, loaded.weights, np.float64).trace(ids, src_type_ids=segments)
+    floor32 = rn.Transformer(config, loaded.weights, np.float32).trace(ids, src_type_ids=segments)
+    from parity_tests.tolerances import property_atol
+
+    for name in ("last_hidden_state", "pooler"):
+        floor = max(float(np.max(np.abs(floor32[name] - judge[name]))),
+                    float(np.finfo(np.float32).eps * np.max(np.abs(judge[name]))))
+        np.testing.assert_allclose(got32[name], judge[name], rtol=0, atol=property_atol("float32", floor))
+        np.testing.assert_allclose(got64[name], judge[name], rtol=0, atol=floor / 10)  # see float64_copy
+
+
+def test_bert_round_trip_loads_with_from_preset(bert_preset, tmp_path):
+    _, path = bert_preset
+    canonical, again = tmp_path / "bert.safetensors", tmp_path / "again"
+    assert main(["--quiet", "convert", str(path), str(canonical)]) == 0
+    assert main(["--quiet", "convert", str(canonical), str(again), "--to", "kerashub-bert"]) == 0
+    reloaded = formats.load(again)
+    original = formats.load(path)
+    assert reloaded.config == original.config
+    assert all(np.array_equal(reloaded.weights[k], original.weights[k]) for k in original.weights)
+    assert type(keras_hub.models.BertBackbone.from_preset(str(again))).__name__ == "BertBackbone"
+
+
+def test_bert_masked_lm_is_refused_with_its_reason(bert_preset, tmp_path, capsys):
+    backbone, _ = bert_preset
+    path = tmp_path / "mlm"
+    keras_hub.models.BertMaskedLM(backbone=backbone, preprocessor=None).save_to_preset(str(path))
+    out = tmp_path / "out.safetensors"
+    assert main(["convert", str(path), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "BertMaskedLM cannot be expressed" in err and "exact GELU" in err
+    assert not out.exists()
+
+
+def test_gpt2_export_refuses_a_model_kerashub_cannot_express(tmp_path, capsys):
+    path = tmp_path / "m.safetensors"
+    assert main(["--quiet", "init", "--preset", "tiny", "-o", str(path)]) == 0
+    assert main(["convert", str(path), str(tmp_path / "out"), "--to", "kerashub"]) == 2
+    err = capsys.readouterr().err
+    assert "no KerasHub equivalent" in err and not (tmp_path / "out").exists()

@@ -1,0 +1,277 @@
+"""KerasHub preset directories (`save_to_preset`: `config.json`, `metadata.json`, `model.weights.h5`, and for a
+task `task.json` and `task.weights.h5`) and bare `.weights.h5` files of KerasHub models <-> canonical weights.
+
+Each family module (`kerashub_gpt2`, `kerashub_bert`, listed in `FAMILIES`) provides `NAME`, `BACKBONE`,
+`TASKS`, `table`, `config_from_kerashub`, `export_problems` and `config_to_kerashub`; its table is a layout file
+(`layouts.user`). Reading needs h5py only (the files go through the hardened reader, `user.read_keras_h5`);
+writing needs h5py only: the file holds the datasets Keras's `load_weights` reads, at the paths it reads them from
+(Keras names the i-th repeated layer `transformer_decoder`, `transformer_decoder_1`, ...: `_0` here).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Mapping
+
+import numpy as np
+
+import reference_numpy as rn
+
+from .table import export_state, import_state
+
+FAMILIES = {"kerashub-gpt2": "kerashub_gpt2", "kerashub-bert": "kerashub_bert"}
+FORMATS = ("kerashub", *FAMILIES)
+CONFIG, TASK_CONFIG, METADATA = "config.json", "task.json", "metadata.json"
+WEIGHTS, TASK_WEIGHTS = "model.weights.h5", "task.weights.h5"
+TASK_PREFIX = "task/"  # task.weights.h5 entries, in a table
+MAX_JSON = 1 << 20  # a preset's JSON files are a few kB
+
+
+def family(name: str) -> ModuleType:
+    return importlib.import_module(f"{__package__}.{FAMILIES[name]}")
+
+
+def integer(config: Mapping[str, Any], key: str) -> int:
+    value = config.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"config.json {key} must be an integer, received {value!r}")
+    return value
+
+
+def _json(path: Path) -> dict[str, Any]:
+    if path.stat().st_size > MAX_JSON:
+        raise ValueError(f"{path} is {path.stat().st_size} bytes, too large for a preset's JSON file")
+    try:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object, received {type(data).__name__}")
+    return data
+
+
+def is_preset(path: str | os.PathLike) -> bool:
+    """A directory whose config.json is a serialized KerasHub object (`"registered_name": "keras_hub>..."`)."""
+    config = Path(path) / CONFIG
+    try:
+        data = _json(config) if config.is_file() else {}
+    except (OSError, ValueError):
+        return False
+    return str(data.get("registered_name", "")).startswith("keras_hub>") or \
+        str(data.get("module", "")).startswith("keras_hub.")
+
+
+def _class_name(data: Mapping[str, Any], path: Path) -> str:
+    name = data.get("class_name")
+    if not isinstance(name, str):
+        raise ValueError(f"{path}: expected a serialized KerasHub object with a class_name, received {name!r}")
+    return name
+
+
+def family_for(backbone_class: str, path: Path, declared: str | None) -> ModuleType:
+    modules = [family(name) for name in FAMILIES]
+    found = next((m for m in modules if m.BACKBONE == backbone_class), None)
+    if found is None:
+        raise ValueError(f"{path}: KerasHub class {backbone_class!r} is not supported; supported: "
+                         + ", ".join(f"{m.BACKBONE} ({', '.join(m.TASKS) or 'backbone only'})" for m in modules))
+    if declared not in (None, "kerashub", found.NAME):
+        raise ValueError(f"{path} holds a {backbone_class} (format {found.NAME}), not {declared}")
+    return found
+
+
+def _task(path: Path, module: ModuleType) -> str | None:
+    """The task class of task.json (None without one); refused tasks fail with their reason."""
+    if not (path / TASK_CONFIG).is_file():
+        return None
+    task = _class_name(_json(path / TASK_CONFIG), path / TASK_CONFIG)
+    refused = getattr(module, "REFUSED_TASKS", {})
+    if task in refused:
+        raise ValueError(f"{path}: KerasHub {task} cannot be expressed here: {refused[task]}")
+    if task not in module.TASKS:
+        raise ValueError(f"{path}: KerasHub task {task!r} is not supported for {module.BACKBONE}; supported: "
+                         f"{', '.join(module.TASKS) or 'the backbone alone (no task.json)'}")
+    return task
+
+
+def _repeated(table) -> list[str]:
+    """Layer names that carry `{i}` in a table (`transformer_decoder` for `transformer_decoder_{i}`)."""
+    return sorted({m for _, external, _ in table for m in re.findall(r"([\w.-]+)_\{i\}", external)})
+
+
+def _read_weights(path: Path, table, task: bool) -> dict[str, np.ndarray]:
+    from . import user
+
+    state = user.keras_names(user.read_keras_h5(path / WEIGHTS if path.is_dir() else path), _repeated(table))
+    if task and (path / TASK_WEIGHTS).is_file():
+        task_state = user.keras_names(user.read_keras_h5(path / TASK_WEIGHTS), _repeated(table))
+        state.update({TASK_PREFIX + k: v for k, v in task_state.items()})
+    return state
+
+
+def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Mapping[str, Any] | None = None
+                ) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str], str]:
+    """`(config, canonical weights, notes, format name)` of a preset directory; `fields` (--set/--config) override
+    the mapped config."""
+    path = Path(path)
+    data = _json(path / CONFIG)
+    module = family_for(_class_name(data, path / CONFIG), path, declared)
+    task = _task(path, module)
+    if not (path / WEIGHTS).is_file():
+        raise ValueError(f"{path}: no {WEIGHTS} (a preset saved without weights?)")
+    backbone = data.get("config")
+    if not isinstance(backbone, dict):
+        raise ValueError(f"{path / CONFIG}: expected the backbone's config object under 'config'")
+    try:
+        config, notes = module.config_from_kerashub(backbone, task)
+        if fields:
+            config = config.replace(**fields)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    table = module.table(config)
+    state = _read_weights(path, table, task is not None)
+    weights = import_state(config, state, table, source=str(path), consume=True)
+    notes.insert(0, f"read KerasHub {task or module.BACKBONE} ({module.NAME}) from {path.name}")
+    return config, weights, notes, module.NAME
+
+
+def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[str, Any] | None = None
+                      ) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str], str]:
+    """A bare `.weights.h5` of a KerasHub backbone (`declared` names the family: kerashub-gpt2, ...): the config is
+    read off the weights (layer count, widths, heads from the einsum kernels) with `fields` on top."""
+    from . import user
+
+    if declared not in FAMILIES:
+        raise ValueError(f"{path}: a bare KerasHub .weights.h5 needs its family: --from "
+                         f"{' or --from '.join(FAMILIES)}")
+    module = family(declared)
+    layout = user.load(module.LAYOUT)
+    state = user.keras_names(user.read_keras_h5(path), _repeated(layout.table))
+    matched = user.match(layout, list(state))
+    shapes = user.canonical_shapes(layout, state, matched)
+    inferred = {**module.FIXED, **layout.config, **user.heads_from(layout, state, matched), **dict(fields or {})}
+    config, notes = user.infer_config(shapes, inferred, source=f"{path} ({declared})")
+    weights = import_state(config, state, layout.table, source=str(path), consume=True)
+    notes.insert(0, f"read a KerasHub {module.BACKBONE} .weights.h5 ({declared}); config read off the weights")
+    return config, weights, notes, declared
+
+
+def family_for_export(config: rn.TransformerConfig, declared: str | None = None) -> ModuleType:
+    names = [n for n in FAMILIES if declared in (None, "kerashub", n)]
+    problems = {}
+    for name in names:
+        module = family(name)
+        problems[name] = module.export_problems(config)
+        if not problems[name]:
+            return module
+    raise ValueError("this model has no KerasHub equivalent here: " + "; ".join(
+        f"as {name}: {', '.join(p)}" for name, p in problems.items()))
+
+
+def _serialized(module: ModuleType, class_name: str, config: dict[str, Any], dtype: str | None) -> dict[str, Any]:
+    """`keras.saving.serialize_keras_object` of a KerasHub backbone or task, as `save_to_preset` writes it."""
+    module_path, name = module.SERIALIZED[class_name]
+    head = {"name": name}
+    if dtype is not None:
+        head.update(trainable=True, dtype={"module": "keras", "class_name": "DTypePolicy", "config": {"name": dtype},
+                                           "registered_name": None})
+    return {"module": module_path, "class_name": class_name, "config": {**head, **config},
+            "registered_name": f"keras_hub>{class_name}"}
+
+
+def _keras_path(name: str, repeated: list[str]) -> str:
+    """`layers/transformer_decoder_0/...` -> `layers/transformer_decoder/...` (Keras leaves the first unnumbered)."""
+    for base in repeated:
+        name = re.sub(rf"(^|/){re.escape(base)}_0(/|$)", rf"\1{base}\2", name)
+    return name
+
+
+def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: dict[str, np.ndarray],
+                declared: str | None = None, force: bool = False, consume: bool = False) -> str:
+    """Write a preset directory `keras_hub.models.<Backbone or task>.from_preset(path)` loads; returns the format."""
+    from . import hf_dir
+
+    module = family_for_export(config, declared)
+    backbone, task = module.config_to_kerashub(config)
+    dtype = str(rn.weights_dtype(weights))
+    table = module.table(config)
+    state = export_state(config, weights, table, consume=consume)
+    repeated = _repeated(table)
+    files: dict[str, Any] = {CONFIG: _serialized(module, module.BACKBONE, backbone, dtype),
+                             METADATA: {"keras_version": _version("keras"), "keras_hub_version": _version("keras-hub"),
+                                        "parameter_count": int(sum(v.size for v in state.values())),
+                                        "tasks": [], "written_by": "transformer-parity"}}
+    if task is not None:
+        files[TASK_CONFIG] = _serialized(module, task, {"backbone": files[CONFIG], "preprocessor": None,
+                                                        **module.task_config(backbone, task)}, None)
+    path = hf_dir.check_output_dir(path, force)
+    _write_dir(path, files, {WEIGHTS: {_keras_path(k, repeated): v for k, v in state.items()
+                                       if not k.startswith(TASK_PREFIX)},
+                             TASK_WEIGHTS: {_keras_path(k[len(TASK_PREFIX):], repeated): v for k, v in state.items()
+                                            if k.startswith(TASK_PREFIX)}}, force)
+    return module.NAME
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def _write_h5(file: Path, datasets: Mapping[str, np.ndarray]) -> None:
+    import h5py
+
+    with h5py.File(file, "w") as f:
+        for name, array in datasets.items():
+            f.create_dataset(name, data=np.ascontiguousarray(array))
+
+
+def _write_dir(path: Path, files: Mapping[str, Any], h5_files: Mapping[str, Mapping[str, np.ndarray]],
+               force: bool) -> None:
+    """Build the preset in a temporary directory beside `path`, then publish it (as `hf_dir.write_dir` does: the
+    name claimed with mkdir without --force; with it, the old preset moved aside and put back on failure)."""
+    from ..formats import _raise_on_sigterm, _restore_sigterm, deferred_signals
+    from . import hf_dir
+
+    with deferred_signals():
+        previous = _raise_on_sigterm()
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent))
+    old = None
+    try:
+        os.chmod(tmp, 0o777 & ~hf_dir._umask())
+        for name, content in files.items():
+            (tmp / name).write_text(json.dumps(content, indent=4) + "\n")
+        for name, datasets in h5_files.items():
+            if datasets:
+                _write_h5(tmp / name, datasets)
+        with deferred_signals():
+            if force and path.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{path.name[:100]}.", suffix=".old", dir=path.parent))
+                os.replace(path, old / "model")
+            else:
+                try:
+                    os.mkdir(path)
+                except FileExistsError:
+                    raise ValueError(f"{path} exists; pass --force to replace it") from None
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                if old is not None:
+                    os.replace(old / "model", path)
+                else:
+                    os.rmdir(path)
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        _restore_sigterm(previous)
