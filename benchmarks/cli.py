@@ -286,6 +286,10 @@ def _outputs(args) -> dict[str, str | None]:
     for kind, path in outputs.items():
         if not path:
             continue
+        from transformer_parity.formats import special_kind
+        what = special_kind(path)
+        if what is not None and what != "directory":  # refused before the run, not after it
+            raise ValueError(f"--{kind}: {path} is a {what}; refusing to write to it or replace it (even with --force)")
         if os.path.exists(path) and not args.force:
             raise ValueError(f"{path} exists; pass --force to overwrite it")
         folder = os.path.dirname(os.path.abspath(path))
