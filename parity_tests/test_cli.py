@@ -331,3 +331,10 @@ def test_other_modules_register_subcommands(monkeypatch, capsys):
     assert code == 0 and out.strip() == "hello"
     code, _, err = run(["hello", "--fail"], capsys)
     assert_clean_error(code, err, "hello failed cleanly")
+
+
+@pytest.mark.parametrize("text, value", [("false", False), ("True", True), ("none", None)])
+def test_set_parses_an_optional_switch(text, value):
+    from transformer_parity.cli import parse_fields
+
+    assert parse_fields(None, [f"output_bias={text}"]) == {"output_bias": value}

@@ -15,6 +15,7 @@ from transformer_parity.safetensors_io import read_header, write_canonical
 from transformer_parity.verify import seeded_weights
 
 from .conftest import TINY, VARIANTS
+from .test_families import FAMILIES
 from .tolerances import atol
 
 EXT = {"canonical": "m.safetensors", "torch": "m.pt", "keras": "m.weights.h5", "nn-transformer": "m.bin"}
@@ -124,12 +125,12 @@ def _h5_structure(path):
 
 
 @pytest.mark.parametrize("name", ["post-ln", "pre-ln+final-norm", "learned-pos", "tied", "no-bias-unscaled",
-                                  "encoder-only", "asymmetric-depth"])
+                                  "encoder-only", "asymmetric-depth", *FAMILIES])
 def test_keras_weights_h5_is_what_keras_writes_and_reads(tmp_path, name):
     from tf_impl import checkpoints as kc
     from tf_impl.model import Transformer
 
-    config = VARIANTS[name]
+    config = VARIANTS.get(name) or FAMILIES[name]
     weights = seeded_weights(config, 4)
     model = Transformer.from_reference(config, weights)
     model.save_weights(tmp_path / "keras.weights.h5")

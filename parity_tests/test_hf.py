@@ -186,12 +186,7 @@ def test_export_loads_into_transformers(name, tmp_path_factory, tmp_path):
 
 # --- (d) HF -> canonical -> Keras .weights.h5 -> canonical -> HF is bit-identical --------------------------------
 
-KERAS_BERT = pytest.mark.xfail(strict=True, raises=AssertionError, reason="tf_impl.checkpoints.weights_h5_table has "
-                               "no rules yet for BERT's segment embeddings, embedding norm, head and pooler")
-
-
-@pytest.mark.parametrize("name", ["gpt2-lm", "gpt2", pytest.param("bert-mlm", marks=KERAS_BERT),
-                                  pytest.param("bert", marks=KERAS_BERT), "marian"])
+@pytest.mark.parametrize("name", ["gpt2-lm", "gpt2", "bert-mlm", "bert", "marian"])
 def test_round_trip_through_keras_is_bit_identical(name, tmp_path_factory, tmp_path):
     _, path = hf_model(name, tmp_path_factory)
     for argv in ([str(path), str(tmp_path / "m.weights.h5")],

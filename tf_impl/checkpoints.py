@@ -43,18 +43,25 @@ def weights_h5_table(config: TransformerConfig) -> tuple[Rule, ...]:
     use `{stack}_layer_{i}` for every list item; `keras_path` drops the `_0` as Keras does."""
     bias = "1" if config.bias else None
     layer = "{stack}/layers/{stack}_layer_{i}"
+    src, tgt = _embedding_paths(config)
     rules = [
-        Rule(r"src_embed\.embedding", "layers/embedding/token/vars/0", IDENTITY),
-        Rule(r"src_pos\.embedding", "layers/embedding/position/vars/0", IDENTITY),
-        Rule(r"tgt_embed\.embedding", "layers/embedding_1/token/vars/0", IDENTITY),
-        Rule(r"tgt_pos\.embedding", "layers/embedding_1/position/vars/0", IDENTITY),
+        Rule(r"src_embed\.embedding", f"{src}/token/vars/0", IDENTITY),
+        Rule(r"src_pos\.embedding", f"{src}/position/vars/0", IDENTITY),
+        Rule(r"src_type\.embedding", f"{src}/segment/vars/0", IDENTITY),
+        *_norm_rules(r"src_embed_norm", f"{src}/norm"),
+        Rule(r"tgt_embed\.embedding", f"{tgt}/token/vars/0", IDENTITY),
+        Rule(r"tgt_pos\.embedding", f"{tgt}/position/vars/0", IDENTITY),
+        *_norm_rules(r"tgt_embed_norm", f"{tgt}/norm"),
         Rule(_LAYER + r"\.(?P<attn>self_attn|cross_attn)\.(?P<proj>[qkvo])\.kernel",
              layer + "/{attn}/{proj}/vars/0", IDENTITY),
         Rule(_LAYER + r"\.ffn\.(?P<linear>linear[12])\.kernel", layer + "/ffn/{linear}/vars/0", IDENTITY),
-        Rule(_LAYER + r"\.(?P<norm>norm[123])\.gamma", layer + "/{norm}/vars/0", IDENTITY),
-        Rule(_LAYER + r"\.(?P<norm>norm[123])\.beta", layer + "/{norm}/vars/1", IDENTITY),
-        Rule(r"(?P<stack>encoder|decoder)\.final_norm\.gamma", "{stack}/final_norm/vars/0", IDENTITY),
-        Rule(r"(?P<stack>encoder|decoder)\.final_norm\.beta", "{stack}/final_norm/vars/1", IDENTITY),
+        *_norm_rules(_LAYER + r"\.(?P<norm>norm[123])", layer + "/{norm}"),
+        *_norm_rules(r"(?P<stack>encoder|decoder)\.final_norm", "{stack}/final_norm"),
+        Rule(r"pooler\.kernel", "layers/pooler/dense/vars/0", IDENTITY),
+        Rule(r"pooler\.bias", "layers/pooler/dense/vars/1", IDENTITY),
+        Rule(r"head\.dense\.kernel", "head/dense/vars/0", IDENTITY),
+        Rule(r"head\.dense\.bias", "head/dense/vars/1", IDENTITY),
+        *_norm_rules(r"head\.norm", "head/norm"),
         Rule(r"output\.kernel", "layers/output_projection/vars/0", IDENTITY),
         Rule(r"output\.bias", f"layers/output_projection/vars/{1 - config.tie_embeddings}", IDENTITY),
     ]
@@ -65,6 +72,18 @@ def weights_h5_table(config: TransformerConfig) -> tuple[Rule, ...]:
             Rule(_LAYER + r"\.ffn\.(?P<linear>linear[12])\.bias", layer + "/ffn/{linear}/vars/" + bias, IDENTITY),
         ]
     return tuple(rules)
+
+
+def _norm_rules(canonical: str, group: str) -> tuple[Rule, Rule]:
+    """A LayerNorm: Keras keeps gamma as variable 0 and beta as variable 1 of its group."""
+    return (Rule(canonical + r"\.gamma", group + "/vars/0", IDENTITY),
+            Rule(canonical + r"\.beta", group + "/vars/1", IDENTITY))
+
+
+def _embedding_paths(config: TransformerConfig) -> tuple[str, str]:
+    """Where Keras files the source and target Embedding layers: numbered in creation order, so a decoder-only
+    model's one embedding (the target's) is `layers/embedding`."""
+    return "layers/embedding", "layers/embedding_1" if config.has_encoder else "layers/embedding"
 
 
 def keras_path(table_path: str) -> str:
@@ -81,19 +100,32 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
     """Every layer group Keras writes (group path -> layer name), variables or not: the file's skeleton."""
     groups = {"": "transformer"}
 
-    def embed(path: str, name: str) -> None:
-        groups.update({path: name, f"{path}/token": "token", f"{path}/dropout": "dropout"})
+    def embed(path: str, name: str, side: str) -> None:
+        groups.update({path: name, f"{path}/dropout": "dropout"})
+        if side == "src" or not config.share_embeddings:
+            groups[f"{path}/token"] = "token"
         if config.positional == "learned":
             groups[f"{path}/position"] = "position"
+        if side == "src" and config.type_vocab_size:
+            groups[f"{path}/segment"] = "segment"
+        if config.embed_norm:
+            groups[f"{path}/norm"] = "norm"
 
     def attention(path: str, name: str) -> None:
         groups[path] = name
         groups.update({f"{path}/{p}": p for p in "qkvo"})
 
-    embed("layers/embedding", "src_embed")
-    if config.is_encoder_decoder:
-        embed("layers/embedding_1", "tgt_embed")
-    groups["layers/output_projection"] = "output"
+    src, tgt = _embedding_paths(config)
+    if config.has_encoder:
+        embed(src, "src_embed", "src")
+    if config.has_decoder:
+        embed(tgt, "tgt_embed", "tgt")
+    if config.pooler:
+        groups.update({"layers/pooler": "pooler", "layers/pooler/dense": "dense"})
+    if config.head_transform:
+        groups.update({"head": "head", "head/dense": "dense", "head/norm": "norm"})
+    if config.output_projection:
+        groups["layers/output_projection"] = "output"
     for stack, depth in (("encoder", config.num_encoder_layers), ("decoder", config.num_decoder_layers)):
         if depth == 0:
             continue
@@ -104,11 +136,15 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
             path = keras_path(f"{stack}/layers/{stack}_layer_{i}/")[:-1]
             groups.update({path: f"layers_{i}", f"{path}/dropout": "dropout", f"{path}/ffn": "ffn",
                            f"{path}/ffn/dropout": "dropout", f"{path}/ffn/linear1": "linear1",
-                           f"{path}/ffn/linear2": "linear2", f"{path}/norm1": "norm1", f"{path}/norm2": "norm2"})
+                           f"{path}/ffn/linear2": "linear2", f"{path}/norm1": "norm1"})
             attention(f"{path}/self_attn", "self_attn")
-            if stack == "decoder":
-                attention(f"{path}/cross_attn", "cross_attn")
+            if stack == "encoder":
+                groups[f"{path}/norm2"] = "norm2"
+            else:
                 groups[f"{path}/norm3"] = "norm3"
+                if config.has_encoder:
+                    attention(f"{path}/cross_attn", "cross_attn")
+                    groups[f"{path}/norm2"] = "norm2"
     return groups
 
 
