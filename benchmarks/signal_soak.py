@@ -49,11 +49,18 @@ def _temps(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if "tmp" in p.name)
 
 
+def _default_signals() -> None:
+    """In the child: SIGINT as a terminal would deliver it (a shell's background job starts with it ignored, and an
+    ignored signal stays ignored through exec, so Ctrl-C would never reach the CLI)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _run(args: list[str], cwd: Path, kill_after: float | None = None, signum: int = signal.SIGINT
          ) -> tuple[int, str, float]:
     start = time.perf_counter()
     proc = subprocess.Popen(CLI + args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=_default_signals)
     if kill_after is not None:
         try:
             proc.wait(timeout=kill_after)
@@ -129,7 +136,7 @@ def _first_save_time(args: list[str], cwd: Path, run: Path) -> tuple[float, floa
     """(seconds until the first checkpoint is published, seconds of the whole run) of an uninterrupted run."""
     start = time.perf_counter()
     proc = subprocess.Popen(CLI + args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=_default_signals)
     first = None
     while proc.poll() is None:
         if first is None and (run / "run.json").exists():

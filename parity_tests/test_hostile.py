@@ -422,8 +422,14 @@ def test_signals_during_convert_leave_no_temp_file_and_no_abort(tmp_path, tiny_f
     import time
 
     out = tmp_path / "x.pt"
+    import signal
+
+    def default_signals():  # a background job starts with SIGINT ignored; a terminal's Ctrl-C is what we test
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     proc = subprocess.Popen([sys.executable, "-m", "transformer_parity", "convert", str(tiny_file), str(out)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
     time.sleep(delay)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=120)
