@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import fnmatch
 import os
 import platform
 import subprocess
@@ -270,7 +269,8 @@ class ModelReport:
 
     @classmethod
     def from_json_dict(cls, data: dict[str, Any]) -> "ModelReport":
-        if not isinstance(data, dict) or data.get("kind") != "model-bench" or not {"meta", "peaks", "rows"} <= set(data):
+        if not isinstance(data, dict) or data.get("kind") != "model-bench" \
+                or not {"meta", "peaks", "rows"} <= set(data):
             raise ValueError("not a model benchmark result: expected a JSON object with kind 'model-bench', meta, "
                              "peaks and rows")
         names = {f.name for f in dataclasses.fields(ModelRow)}
@@ -281,8 +281,8 @@ class ModelReport:
 @dataclass
 class Options:
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)
-    min_time: float = 0.5  # seconds of steady-state timing per row, at least
-    max_time: float = 3.0  # ... and at most (a row still gets min_runs calls)
+    min_time: float = 0.3  # seconds of steady-state timing per row, at least
+    max_time: float = 2.0  # ... and at most (a row still gets min_runs calls)
     min_runs: int = 3
     rounds: int = 3
     seed: int = 0
@@ -597,10 +597,6 @@ def _uptime() -> str:
             return "loadavg " + open("/proc/loadavg").read().strip()
         except OSError:
             return ""
-
-
-def names_matching(pattern: str) -> list[str]:
-    return [name for name in REGISTRY if fnmatch.fnmatchcase(name, pattern)]
 
 
 __all__ = ["MODELS", "PRESETS", "Problem", "ModelRow", "ModelReport", "Options", "plan", "run", "model_flops",

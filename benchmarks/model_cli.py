@@ -53,9 +53,9 @@ def register(actions) -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=None, dest="model_threads",
                         help="CPU threads for every framework (default: os.cpu_count())")
     parser.add_argument("--rounds", type=int, default=3, dest="model_rounds", help="interleaved timing rounds")
-    parser.add_argument("--min-time", type=float, default=0.5, dest="model_min_time",
+    parser.add_argument("--min-time", type=float, default=0.3, dest="model_min_time",
                         help="seconds of timing per row, at least")
-    parser.add_argument("--max-time", type=float, default=3.0, dest="model_max_time",
+    parser.add_argument("--max-time", type=float, default=2.0, dest="model_max_time",
                         help="seconds of timing per row, at most (a row still gets 3 calls)")
     parser.add_argument("--min-runs", type=int, default=3, dest="model_min_runs",
                         help="timed calls per row, at least (default 3)")

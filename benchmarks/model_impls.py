@@ -42,7 +42,8 @@ class ModelImpl:
 
     def build(self, problem, weights, inputs) -> Runner:
         if problem.task not in self.tasks:
-            raise Unsupported(f"{self.name} has no {problem.task} form ({self.why_not or 'tasks: ' + ', '.join(self.tasks)})")
+            why = self.why_not or "tasks: " + ", ".join(self.tasks)
+            raise Unsupported(f"{self.name} has no {problem.task} form ({why})")
         if problem.dtype not in self.dtypes:
             raise Unsupported(f"{self.name} does not run in {problem.dtype} ({self.why_not})")
         return self.builder(problem, weights, inputs)

@@ -197,7 +197,8 @@ def _md_cross(report: ModelReport) -> str:
                 if row is None:
                     cells.append("")
                 else:
-                    cells.append(f"{_sig(row.median_ms)}" + (f" ({base.median_ms / row.median_ms:.2f}x)" if base else ""))
+                    speed = f" ({base.median_ms / row.median_ms:.2f}x)" if base else ""
+                    cells.append(f"{_sig(row.median_ms)}{speed}")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         out.append("\n".join(lines))
     return "\n\n".join(out)
@@ -207,7 +208,8 @@ def _md_ratios(report: ModelReport) -> str:
     rs = ratios(report.rows)
     if not rs:
         return ""
-    lines = ["| comparison | problem | ours | ms | theirs | ms | speed | goal |", "|---|---|---|---:|---|---:|---:|---|"]
+    lines = ["| comparison | problem | ours | ms | theirs | ms | speed | goal |",
+             "|---|---|---|---:|---|---:|---:|---|"]
     for r in rs:
         goal = "" if r["goal"] is None else (">= 1.0: met" if r["speed"] >= r["goal"] else ">= 1.0: NOT met")
         lines.append(f"| {r['kind']} | {r['what']} | {r['ours']} | {_sig(r['ours_ms'])} | {r['theirs']} | "
