@@ -189,6 +189,9 @@ def _load(path: str):
     from . import report
     if not os.path.isfile(path):
         raise ValueError(f"no such result file: {path}")
+    from .model_cli import is_model_result
+    if is_model_result(path):
+        raise ValueError(f"{path} is a whole-model result; use `bench model compare|plot|markdown`")
     try:
         return report.load(path)
     except RecursionError:

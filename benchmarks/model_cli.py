@@ -116,8 +116,10 @@ def handle(args) -> int:
     from . import model_bench
     from .model_impls import TASKS
     threads = args.model_threads if args.model_threads is not None else (os.cpu_count() or 1)
-    if threads < 1:
-        raise ValueError(f"--threads must be >= 1, received {threads}")
+    most = 4 * (os.cpu_count() or 1)
+    if not 1 <= threads <= most:  # as `bench`: a huge count makes the frameworks' thread pools crash
+        raise ValueError(f"--threads must be between 1 and {most} (4 x this machine's {os.cpu_count()} CPUs), "
+                         f"received {threads}")
     if args.model_rounds < 1:
         raise ValueError(f"--rounds must be >= 1, received {args.model_rounds}")
     if args.model_min_runs < 1:
@@ -145,6 +147,7 @@ def handle(args) -> int:
                              _list(args.model_tasks, "task", TASKS), _list(args.model_dtypes, "dtype",
                                                                            model_bench.DTYPES),
                              impls, overrides, shape)
+    _check_memory(pairs)
     outputs = _outputs(args)
     progress = None if args.model_quiet else (lambda m: print(f"bench model: {m}", file=sys.stderr, flush=True))
     options = model_bench.Options(threads=threads, min_time=args.model_min_time, max_time=args.model_max_time,
@@ -165,6 +168,34 @@ def handle(args) -> int:
     if flagged:
         print(f"{len(flagged)} row(s) flagged or failed (see the table)", file=sys.stderr)
     return 0
+
+
+def _check_memory(pairs) -> None:
+    """Refuse, before anything is built, a model or shape (`--set`, `--batch`, ...) that cannot fit in memory: the
+    weights held by every implementation at once (float64 reference included), training state and activations."""
+    try:
+        from transformer_parity import limits
+    except ImportError:
+        return
+    seen = set()
+    for problem, impls in pairs:
+        key = (problem.config, problem.batch, problem.src_len, problem.tgt_len)
+        if key in seen:
+            continue
+        seen.add(key)
+        limits.check_run(problem.config, f"bench model --model {problem.model}", batch=problem.batch,
+                         src_len=problem.src_len, tgt_len=problem.tgt_len + problem.new_tokens,
+                         weight_copies=4 + len(impls), training=True)
+
+
+def is_model_result(path: str) -> bool:
+    """Whether `path` is a saved `bench model` run (so that the attention actions can say so)."""
+    import json
+    try:
+        with open(path) as f:
+            return json.load(f).get("kind") == "model-bench"
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return False
 
 
 def _load(path: str):

@@ -37,14 +37,16 @@ def load(path: str) -> ModelReport:
     try:
         with open(path) as f:
             data = json.load(f)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path} is not JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{path} nests JSON too deeply to be a bench result") from None
     except OSError as exc:
         raise ValueError(f"cannot read {path}: {exc.strerror}") from None
     try:
         return ModelReport.from_json_dict(data)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: {exc}") from None
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ValueError(f"{path} is not a whole-model bench result ({type(exc).__name__}: {exc})") from None
 
 
 # --- the table ----------------------------------------------------------------------------------------------------
