@@ -383,8 +383,9 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
             except (TypeError, ValueError) as exc:
                 raise UsageError(f"invalid config: {exc}") from None
             from . import limits
-            limits.check_run(config, f"seeding the weights of {preset} with {dict(fields or {})}", itemsize=4,
-                             weight_copies=1)
+            limits.check_run(config, f"verify --preset {preset}" + "".join(f" --set {k}={v}" for k, v in
+                                                                         dict(fields or {}).items()),
+                             itemsize=4, weight_copies=1)
             if progress:
                 progress(f"seeding {preset} weights")
             weights, label = seeded_weights(config, seed), f"{preset} preset, seed {seed}"
