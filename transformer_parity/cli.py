@@ -27,7 +27,7 @@ from .layouts import HF_LAYOUTS
 PROG = "transformer-parity"
 COMMAND_MODULES = ["benchmarks.cli", "transformer_parity.training_cli"]
 FORMAT_CHOICES = ("canonical", "torch", "nn-transformer", "keras", "hf", *HF_LAYOUTS)
-FORMAT_CHOICES += ("kerashub", "kerashub-gpt2", "kerashub-bert")  # formats.KERASHUB_FORMATS (layouts.kerashub_*)
+FORMAT_CHOICES += ("kerashub", "kerashub-gpt2", "kerashub-bert", "kerashub-seq2seq")  # formats.KERASHUB_FORMATS
 
 
 class _Parser(argparse.ArgumentParser):

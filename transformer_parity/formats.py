@@ -56,7 +56,8 @@ LAYOUT_FORMATS = {"zip": "torch-layout", "pickle": "torch-layout", "safetensors"
                   "hdf5": "keras-layout"}
 FRAMEWORK.update({"torch-layout": "torch", "safetensors-layout": "numpy", "keras-layout": "keras"})
 # KerasHub models (`layouts.kerashub_preset`): a preset directory, or a bare .weights.h5 with --from kerashub-gpt2 ...
-KERASHUB_FORMATS = ("kerashub", "kerashub-gpt2", "kerashub-bert")
+KERASHUB_DIRS = ("kerashub", "kerashub-gpt2", "kerashub-bert")  # preset directories
+KERASHUB_FORMATS = (*KERASHUB_DIRS, "kerashub-seq2seq")  # and keras.io's seq2seq model, a bare .weights.h5
 FORMATS += KERASHUB_FORMATS
 FRAMEWORK.update({name: "keras" for name in KERASHUB_FORMATS})
 CONTENT_FORMATS["hdf5"] += KERASHUB_FORMATS[1:]
@@ -261,7 +262,7 @@ def _load_torch(path: Path, fields: Mapping[str, Any]) -> Loaded:
 def _directory_format(path: Path, declared: str | None) -> str:
     """A directory is read as a Hugging Face model directory (`hf`, or the family `declared` names), or as a
     KerasHub preset (`kerashub`) when its config.json is a serialized KerasHub object."""
-    if declared in KERASHUB_FORMATS or (declared is None and (path / "config.json").is_file()
+    if declared in KERASHUB_DIRS or (declared is None and (path / "config.json").is_file()
                                         and _kerashub_preset(path)):
         return declared or "kerashub"
     if declared is not None and declared not in HF_FORMATS:
@@ -306,7 +307,7 @@ def source_size(path: Path) -> int:
 def check_destination(path: str | os.PathLike, fmt: str, force: bool) -> Path:
     """`check_output` for a file format; for a Hugging Face format, a directory to create (or, with --force,
     a model directory to replace)."""
-    if fmt in HF_FORMATS or fmt in KERASHUB_FORMATS:
+    if fmt in HF_FORMATS or fmt in KERASHUB_DIRS:
         from .layouts import hf_dir
         try:
             return hf_dir.check_output_dir(path, force)
@@ -330,7 +331,7 @@ def output_format(path: str | os.PathLike, declared: str | None = None) -> str:
     if declared is not None:
         if declared not in FORMATS:
             raise UsageError(f"unknown format {declared!r}; choose one of {', '.join(FORMATS)}")
-        if declared in HF_FORMATS or declared in KERASHUB_FORMATS:
+        if declared in HF_FORMATS or declared in KERASHUB_DIRS:
             if by_ext is not None:
                 raise UsageError(f"{path} has a {by_ext} extension, but --to {declared} writes a directory; give a "
                                  "directory name")
@@ -551,6 +552,9 @@ def _save_kerashub(path: Path, config: rn.TransformerConfig, weights: Mapping[st
     from .layouts import kerashub_preset
 
     check_destination(path, fmt, force)
+    if fmt not in KERASHUB_DIRS:  # a bare .weights.h5
+        return path, kerashub_preset.save_weights_file(path, config, weights if consume else dict(weights), fmt,
+                                                       force, consume=True)
     family = kerashub_preset.save_preset(path, config, weights if consume else dict(weights), fmt, force,
                                          consume=True)
     return path, family

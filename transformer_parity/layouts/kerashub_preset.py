@@ -26,7 +26,8 @@ import reference_numpy as rn
 
 from .table import export_state, import_state
 
-FAMILIES = {"kerashub-gpt2": "kerashub_gpt2", "kerashub-bert": "kerashub_bert"}
+FAMILIES = {"kerashub-gpt2": "kerashub_gpt2", "kerashub-bert": "kerashub_bert", "kerashub-seq2seq": "kerashub_seq2seq"}
+PRESETS = ("kerashub", "kerashub-gpt2", "kerashub-bert")  # directories; kerashub-seq2seq is a bare .weights.h5
 FORMATS = ("kerashub", *FAMILIES)
 CONFIG, TASK_CONFIG, METADATA = "config.json", "task.json", "metadata.json"
 WEIGHTS, TASK_WEIGHTS = "model.weights.h5", "task.weights.h5"
@@ -80,7 +81,8 @@ def family_for(backbone_class: str, path: Path, declared: str | None) -> ModuleT
     found = next((m for m in modules if m.BACKBONE == backbone_class), None)
     if found is None:
         raise ValueError(f"{path}: KerasHub class {backbone_class!r} is not supported; supported: "
-                         + ", ".join(f"{m.BACKBONE} ({', '.join(m.TASKS) or 'backbone only'})" for m in modules))
+                         + ", ".join(f"{m.BACKBONE} ({', '.join(m.TASKS) or 'backbone only'})" for m in modules
+                                     if m.BACKBONE))
     if declared not in (None, "kerashub", found.NAME):
         raise ValueError(f"{path} holds a {backbone_class} (format {found.NAME}), not {declared}")
     return found
@@ -155,15 +157,18 @@ def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[st
     state = user.keras_names(user.read_keras_h5(path), _repeated(layout.table))
     matched = user.match(layout, list(state))
     shapes = user.canonical_shapes(layout, state, matched)
-    inferred = {**module.FIXED, **layout.config, **user.heads_from(layout, state, matched), **dict(fields or {})}
+    inferred = {**{k: v for k, v in module.FIXED.items() if k not in ("num_encoder_layers", "num_decoder_layers")},
+                **layout.config, **user.heads_from(layout, state, matched), **dict(fields or {})}
     config, notes = user.infer_config(shapes, inferred, source=f"{path} ({declared})")
     weights = import_state(config, state, layout.table, source=str(path), consume=True)
-    notes.insert(0, f"read a KerasHub {module.BACKBONE} .weights.h5 ({declared}); config read off the weights")
+    notes.insert(0, f"read a KerasHub {module.BACKBONE or 'model'} .weights.h5 ({declared}); config read off the "
+                    "weights")
+    notes += getattr(module, "NOTES", [])
     return config, weights, notes, declared
 
 
 def family_for_export(config: rn.TransformerConfig, declared: str | None = None) -> ModuleType:
-    names = [n for n in FAMILIES if declared in (None, "kerashub", n)]
+    names = [n for n in PRESETS[1:] if declared in (None, "kerashub", n)] or [declared]
     problems = {}
     for name in names:
         module = family(name)
@@ -215,6 +220,22 @@ def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: 
                                        if not k.startswith(TASK_PREFIX)},
                              TASK_WEIGHTS: {_keras_path(k[len(TASK_PREFIX):], repeated): v for k, v in state.items()
                                             if k.startswith(TASK_PREFIX)}}, force)
+    return module.NAME
+
+
+def save_weights_file(path: str | os.PathLike, config: rn.TransformerConfig, weights: dict[str, np.ndarray],
+                      declared: str, force: bool = False, consume: bool = False) -> str:
+    """A bare `.weights.h5` of a model that has no preset (kerashub-seq2seq): the datasets its `load_weights` reads."""
+    from ..formats import atomic_path
+
+    module = family(declared)
+    problems = module.export_problems(config)
+    if problems:
+        raise ValueError(f"this model has no {declared} equivalent: {', '.join(problems)}")
+    table = module.table(config)
+    state = export_state(config, weights, table, consume=consume)
+    with atomic_path(Path(path), force) as tmp:
+        _write_h5(tmp, {_keras_path(k, _repeated(table)): v for k, v in state.items()})
     return module.NAME
 
 

@@ -1,0 +1,56 @@
+"""keras.io's "English-to-Spanish translation with KerasHub" model: an encoder-decoder assembled from
+`keras_hub.layers.TokenAndPositionEmbedding` (with `mask_zero=True`), `TransformerEncoder`, `TransformerDecoder`
+(with cross-attention), `Dropout(0.5)` and `Dense(vocab, activation="softmax")`, read from and written as the
+`.weights.h5` that `transformer.save_weights()` writes (`transformer.load_weights()` reads ours).
+
+What the config cannot express: the example's decoder is a nested `keras.Model` whose encoder-states input carries
+no Keras mask, so its cross-attention attends to the source's padding; the canonical model masks it. The weights
+map exactly and the logits agree on unpadded sources; on padded ones they differ by design of the example (a note
+says so on every import).
+
+The math, read from keras-hub 0.32 (`layers/modeling/token_and_position_embedding.py`, `transformer_encoder.py`,
+`transformer_decoder.py`): token + learned position embeddings, unscaled; post-LN layers (`normalize_first=False`),
+ReLU, `layer_norm_epsilon=1e-05`; the decoder's self-attention causal; padding masks from token id 0
+(`mask_zero=True`). The canonical logits are the Dense layer's input to its softmax. Nothing of this is stored in the
+file, so the config is read off the weights (layer counts, widths, vocabularies, positions, heads from the einsum
+kernels); `--set`/`--config` change what differs (e.g. `--set layer_norm_eps=1e-6` for a model built with another
+epsilon). The table is the layout file `kerashub_seq2seq.toml`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import reference_numpy as rn
+
+NAME = "kerashub-seq2seq"
+BACKBONE = None  # not a KerasHub backbone: a bare .weights.h5 only, no preset directory
+TASKS = ()
+LAYOUT = Path(__file__).with_name("kerashub_seq2seq.toml")
+NOTES = ["keras.io's model does not mask the source padding in cross-attention (its decoder is a nested keras.Model "
+         "whose encoder-states input carries no Keras mask); the canonical model does, so logits agree for unpadded "
+         "sources only (docs/kerashub.md)"]
+FIXED = {"activation": "relu", "layer_norm_eps": 1e-5, "norm_first": False, "final_norm": False,
+         "positional": "learned", "position_offset": 0, "scale_embedding": False, "bias": True, "embed_norm": False,
+         "head_transform": False, "type_vocab_size": 0, "pooler": False, "tie_embeddings": False,
+         "share_embeddings": False, "output_projection": True, "pad_id": 0}
+
+
+def table(config: rn.TransformerConfig) -> list[tuple[str, str, str]]:
+    from . import user
+
+    return user.load(LAYOUT).table
+
+
+def export_problems(config: rn.TransformerConfig) -> list[str]:
+    """Why `config` is not this model (empty if it is one); epsilon and activation are the layers' arguments, so
+    any value is written (the user builds the model with them)."""
+    fixed = {k: v for k, v in FIXED.items() if k not in ("activation", "layer_norm_eps", "pad_id")}
+    problems = [f"{k}={getattr(config, k)!r} (the keras.io model has {v!r})" for k, v in fixed.items()
+                if getattr(config, k) != v]
+    if not config.is_encoder_decoder:
+        problems.append("an encoder-decoder model is needed")
+    if not config.has_output_bias:
+        problems.append("output_bias=False (the Dense layer has a bias)")
+    return problems
