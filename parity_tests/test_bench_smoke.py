@@ -196,6 +196,8 @@ def test_model_bench_writes_checked_rows_ratios_and_compares(tmp_path, capsys):
     assert "1.000" in capsys.readouterr().out
     assert cli.main(["model", "markdown", str(out["json"])]) == 0
     assert "torch_impl vs nn.Transformer" in capsys.readouterr().out
+    assert cli.main(["compare", str(out["json"]), str(out["json"])]) == 2  # the attention actions say what it is
+    assert "is a whole-model result; use `bench model" in capsys.readouterr().err
 
 
 def test_model_bench_flags_a_wrong_port():
