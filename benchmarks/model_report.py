@@ -169,15 +169,15 @@ def _md_rows(report: ModelReport) -> str:
     lines = []
     for title, rows in sections(report.rows).items():
         lines += [f"**{title}**", "",
-                  "| implementation | median ms (IQR) | tokens/s | GFLOP/s | % peak | mem MiB | 1st call ms | max err "
-                  "| check |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  "| implementation | median ms (IQR) | tokens/s | GFLOP/s | % peak | mem MiB | 1st call ms | compile s "
+                  "| max err | check |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in rows:
             if r.status != "ok":
-                lines.append(f"| {r.impl} | {r.status} | | | | | | | {r.note} |")
+                lines.append(f"| {r.impl} | {r.status} | | | | | | | | {r.note} |")
                 continue
             lines.append(f"| {r.impl} | {_sig(r.median_ms)} ({_sig(r.iqr_ms, 2)}) | {_sig(r.tokens_per_s)} | "
                          f"{_sig(r.gflops)} | {_pct(r.pct_peak)} | {_sig(r.peak_mem_mib)} | {_sig(r.first_call_ms)} | "
-                         f"{_err(r.max_abs_err)} | {r.check}{' ' + r.note if r.note else ''} |")
+                         f"{_sig(r.compile_s)} | {_err(r.max_abs_err)} | {r.check}{' ' + r.note if r.note else ''} |")
         lines.append("")
     return "\n".join(lines).rstrip()
 
