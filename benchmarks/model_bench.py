@@ -504,7 +504,7 @@ def _run_problem(problem, impls, weights, inputs, desired, options, say) -> list
         row.median_ms, row.iqr_ms, row.runs = 1e3 * timing.median, 1e3 * timing.iqr, timing.runs
         row.tokens_per_s = problem.tokens / timing.median
         row.gflops = problem.flops / timing.median / 1e9
-        if not item.impl.name.endswith("eager") and row.first_call_ms is not None:
+        if item.impl.name.endswith((".compile", ".function", ".xla")) and row.first_call_ms is not None:
             row.compile_s = max(0.0, (row.first_call_ms - row.median_ms) / 1e3)
     del live
     return rows
