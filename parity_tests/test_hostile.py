@@ -534,3 +534,10 @@ def test_a_full_disk_while_writing_pt_is_an_oserror():
         pytest.skip("no /dev/full here")
     with pytest.raises(OSError, match="disk full"):
         tc.save_pt("/dev/full", TINY, seeded_weights(TINY, 0))
+
+
+def test_a_device_is_refused_before_anything_is_written():
+    if not Path("/dev/null").exists():
+        pytest.skip("no /dev/null here")
+    with pytest.raises(formats.UsageError, match="is a character device; refusing"):
+        formats.check_output("/dev/null", force=True)  # only stats the path
