@@ -20,16 +20,22 @@ Record = dict  # canonical sublayer name -> array, in execution order
 
 
 class _Module:
+    ops = ops  # the math; a `lowp.Precision` in a reduced-precision model (set by `Transformer`)
+
     def __init__(self, config: TransformerConfig, weights: Mapping[str, np.ndarray], name: str):
         self.config, self.weights, self.name = config, weights, name
 
     def param(self, leaf: str) -> np.ndarray | None:
         return self.weights.get(f"{self.name}.{leaf}")
 
+    def store(self, x: np.ndarray) -> np.ndarray:
+        """An activation between ops as the model holds it: itself, or rounded to a reduced-precision dtype."""
+        return x if self.ops is ops else self.ops.store(x)
+
 
 class LayerNorm(_Module):
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        return ops.layer_norm(x, self.param("gamma"), self.param("beta"), self.config.layer_norm_eps)
+        return self.ops.layer_norm(x, self.param("gamma"), self.param("beta"), self.config.layer_norm_eps)
 
 
 class MultiHeadAttention(_Module):
@@ -37,22 +43,22 @@ class MultiHeadAttention(_Module):
 
     def __call__(self, x_q: np.ndarray, x_kv: np.ndarray, mask: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray]:
-        h = self.config.num_heads
-        q = ops.split_heads(ops.linear(x_q, self.param("q.kernel"), self.param("q.bias")), h)  # (B, H, Tq, d_k)
-        k = ops.split_heads(ops.linear(x_kv, self.param("k.kernel"), self.param("k.bias")), h)  # (B, H, Tk, d_k)
-        v = ops.split_heads(ops.linear(x_kv, self.param("v.kernel"), self.param("v.bias")), h)  # (B, H, Tk, d_k)
-        out, weights = ops.scaled_dot_product_attention(q, k, v, mask)
-        out = ops.merge_heads(out)  # (B, Tq, D)
-        return ops.linear(out, self.param("o.kernel"), self.param("o.bias")), weights
+        h, op = self.config.num_heads, self.ops
+        q = op.split_heads(op.linear(x_q, self.param("q.kernel"), self.param("q.bias")), h)  # (B, H, Tq, d_k)
+        k = op.split_heads(op.linear(x_kv, self.param("k.kernel"), self.param("k.bias")), h)  # (B, H, Tk, d_k)
+        v = op.split_heads(op.linear(x_kv, self.param("v.kernel"), self.param("v.bias")), h)  # (B, H, Tk, d_k)
+        out, weights = op.scaled_dot_product_attention(q, k, v, mask)
+        out = op.merge_heads(out)  # (B, Tq, D)
+        return op.linear(out, self.param("o.kernel"), self.param("o.bias")), weights
 
 
 class FeedForward(_Module):
     """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3)."""
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        hidden = ops.ACTIVATIONS[self.config.activation](
-            ops.linear(x, self.param("linear1.kernel"), self.param("linear1.bias")))
-        return ops.linear(hidden, self.param("linear2.kernel"), self.param("linear2.bias"))
+        hidden = self.ops.ACTIVATIONS[self.config.activation](
+            self.ops.linear(x, self.param("linear1.kernel"), self.param("linear1.bias")))
+        return self.ops.linear(hidden, self.param("linear2.kernel"), self.param("linear2.bias"))
 
 
 def _sublayer(x: np.ndarray, norm: LayerNorm, fn, config: TransformerConfig, record: Record | None, name: str,
@@ -65,7 +71,7 @@ def _sublayer(x: np.ndarray, norm: LayerNorm, fn, config: TransformerConfig, rec
             record[f"{name}.weights"] = weights
     if record is not None:
         record[name] = out
-    return x + out if config.norm_first else norm(x + out)
+    return norm.store(x + out) if config.norm_first else norm(norm.store(x + out))
 
 
 class EncoderLayer(_Module):
@@ -133,10 +139,10 @@ class Embedding(_Module):
     def __call__(self, ids: np.ndarray, offset: int = 0, type_ids: np.ndarray | None = None) -> np.ndarray:
         x = self.token_table[ids]  # (B, T, D)
         if self.config.scale_embedding:
-            x = x * x.dtype.type(math.sqrt(self.config.d_model))
+            x = self.store(x * x.dtype.type(math.sqrt(self.config.d_model)))
         if self.type_table is not None:  # BERT's order: (token + segment) + position
-            x = x + self.type_table[np.zeros_like(ids) if type_ids is None else type_ids]
-        x = x + self.position_table[offset:offset + ids.shape[1]]
+            x = self.store(x + self.type_table[np.zeros_like(ids) if type_ids is None else type_ids])
+        x = self.store(x + self.store(self.position_table[offset:offset + ids.shape[1]]))  # a sinusoid table too
         return x if self.norm is None else self.norm(x)
 
 
@@ -176,7 +182,8 @@ class Pooler(_Module):
     """(BERT) tanh(dense(first position's final hidden state)): `(B, S, D)` -> `(B, D)`."""
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        return np.tanh(ops.linear(x[:, 0], self.param("kernel"), self.param("bias")))
+        y = np.tanh(self.ops.linear(x[:, 0], self.param("kernel"), self.param("bias")))
+        return y if self.ops is ops else self.ops.rounded(y)
 
 
 class HeadTransform(_Module):
@@ -187,8 +194,8 @@ class HeadTransform(_Module):
         self.norm = LayerNorm(config, weights, f"{name}.norm")
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        x = ops.linear(x, self.param("dense.kernel"), self.param("dense.bias"))
-        return self.norm(ops.ACTIVATIONS[self.config.activation](x))
+        x = self.ops.linear(x, self.param("dense.kernel"), self.param("dense.bias"))
+        return self.norm(self.ops.ACTIVATIONS[self.config.activation](x))
 
 
 class Transformer:
@@ -208,15 +215,22 @@ class Transformer:
         config: the hyperparameters.
         weights: canonical weights (see `parameter_shapes`); validated here.
         dtype: compute dtype, float64 (default, the judge) or float32.
+        precision: a `lowp.Precision` (bfloat16 / float16 storage, or autocast) to round as a reduced-precision
+            framework model does, on float32 arrays; needs dtype float32.
     """
 
-    def __init__(self, config: TransformerConfig, weights: Mapping[str, np.ndarray], dtype=np.float64):
+    def __init__(self, config: TransformerConfig, weights: Mapping[str, np.ndarray], dtype=np.float64, *,
+                 precision=None):
         validate_weights(config, weights)
         dtype = np.dtype(dtype)
         if dtype not in (np.float32, np.float64):
             raise ValueError(f"dtype must be float32 or float64, received {dtype}")
-        self.config, self.dtype = config, dtype
+        if precision is not None and dtype != np.float32:
+            raise ValueError(f"a reduced-precision model computes in float32, received dtype {dtype}")
+        self.config, self.dtype, self.precision = config, dtype, precision
         self.weights = {name: np.asarray(value, dtype=dtype) for name, value in weights.items()}
+        if precision is not None:
+            self.weights = {name: precision.weight(value) for name, value in self.weights.items()}
         if config.has_encoder:
             self.src_embed = Embedding(config, self.weights, "src")
             self.encoder = Encoder(config, self.weights)
@@ -229,6 +243,9 @@ class Transformer:
         if config.output_projection:
             self.output_kernel = (self.weights[tied_output_embedding(config)].T if config.tie_embeddings
                                   else self.weights["output.kernel"])
+        self.ops = ops if precision is None else precision
+        for module in _submodules(self):
+            module.ops = self.ops
 
     def encode(self, src_ids, src_mask=None, record: Record | None = None, attention_weights: bool = False, *,
                src_type_ids=None):
@@ -298,7 +315,7 @@ class Transformer:
             if record is not None:
                 record["last_hidden_state"] = x
             return x
-        logits = ops.linear(x, self.output_kernel, self.weights.get("output.bias"))
+        logits = self.ops.linear(x, self.output_kernel, self.weights.get("output.bias"))
         if record is not None:
             record["logits"] = logits
         return logits
@@ -320,6 +337,15 @@ class Transformer:
         if type_ids is None:
             return None
         return check_type_ids(type_ids, shape, self.config.type_vocab_size, self.config.max_len)
+
+
+def _submodules(obj):
+    """Every `_Module` below `obj` (attributes and lists of them), depth first."""
+    for value in vars(obj).values():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, _Module):
+                yield item
+                yield from _submodules(item)
 
 
 def check_family(config: TransformerConfig, tgt_ids, tgt_mask, src_type_ids) -> None:

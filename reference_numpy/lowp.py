@@ -1,0 +1,124 @@
+"""Reduced precision for the reference: bfloat16 / float16 rounding at the op boundaries the frameworks use.
+
+NumPy has no bfloat16, so values stay float32 arrays holding only values the storage dtype can represent: every
+op computes in float32 (matmul accumulation, softmax, LayerNorm statistics, GELU) and its output is rounded to the
+storage dtype, as PyTorch does for a model cast with `.to(torch.bfloat16)` and Keras for a `bfloat16` dtype policy
+(both run LayerNorm in float32 internally and round its output once; measured and cited in docs/verify.md,
+"Reduced precision").
+
+`Precision("bfloat16", autocast=True)` models `torch.autocast("cpu", torch.bfloat16)`: weights stay float32;
+matmuls (linear layers, attention) take rounded inputs and give rounded outputs; elementwise ops keep their input's
+dtype (GELU after a linear layer: rounded; the residual stream, embeddings and LayerNorms: float32). Keras's
+`mixed_bfloat16` policy is not that: every layer computes in bfloat16 and only the variables are stored in float32,
+which rounds each weight once when it is read, numerically the plain bfloat16 model.
+
+Imports NumPy only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import ops
+
+DTYPES = ("bfloat16", "float16")
+
+
+def round_bfloat16(x) -> np.ndarray:
+    """Round to the nearest bfloat16 (ties to even), returned as float32: the top 16 bits of the float32 pattern.
+
+    Overflow goes to inf, subnormals round like normal numbers (bfloat16 has float32's exponent range), NaN stays
+    NaN (a quiet one of the same sign).
+    """
+    x = np.asarray(x, dtype=np.float32)
+    bits = x.view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # add half an ulp, minus one on an even tie
+    out = rounded.astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(x), np.copysign(np.float32(np.nan), x), out).astype(np.float32)
+
+
+def round_float16(x) -> np.ndarray:
+    """Round to the nearest float16 (ties to even; beyond 65504 -> inf), returned as float32."""
+    with np.errstate(over="ignore"):
+        return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
+
+
+ROUNDING = {"bfloat16": round_bfloat16, "float16": round_float16}
+
+
+class Precision:
+    """Where a reduced-precision run rounds: a policy the reference model's modules call instead of `ops`.
+
+    Args:
+        dtype: storage dtype, `bfloat16` or `float16`.
+        autocast: weights and the residual stream in float32, matmuls in `dtype` (torch.autocast).
+    """
+
+    def __init__(self, dtype: str, autocast: bool = False):
+        if dtype not in ROUNDING:
+            raise ValueError(f"reduced-precision dtype must be one of {DTYPES}, received {dtype!r}")
+        self.dtype, self.autocast = dtype, autocast
+        self.round = ROUNDING[dtype]
+        self.ACTIVATIONS = {name: self._pointwise(fn) for name, fn in ops.ACTIVATIONS.items()}
+
+    def __repr__(self) -> str:
+        return f"Precision({self.dtype!r}, autocast={self.autocast})"
+
+    @property
+    def label(self) -> str:
+        return f"{self.dtype}{' autocast' if self.autocast else ''}"
+
+    # --- storage ---
+
+    def weight(self, value: np.ndarray) -> np.ndarray:
+        """A weight as the model holds it: rounded once, or float32 under autocast."""
+        value = np.asarray(value, dtype=np.float32)
+        return value if self.autocast else self.round(value)
+
+    def store(self, x: np.ndarray) -> np.ndarray:
+        """An activation between ops (embedding sums, the residual stream): rounded, float32 under autocast."""
+        return x if self.autocast else self.round(x)
+
+    def rounded(self, x: np.ndarray) -> np.ndarray:
+        """The output of an elementwise op on a reduced-precision input: rounded in either mode."""
+        return self.round(x)
+
+    def _pointwise(self, fn):
+        def apply(x: np.ndarray) -> np.ndarray:
+            return self.round(fn(x))  # computed in float32, rounded once (torch's CPU kernels upcast internally)
+        apply.__name__ = fn.__name__
+        return apply
+
+    # --- the ops `reference_numpy.model` calls ---
+
+    def linear(self, x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+        """float32 accumulation of rounded inputs, bias added before the one rounding of the output (addmm)."""
+        r = self.round
+        y = r(x) @ r(kernel)
+        return r(y if bias is None else y + r(bias))
+
+    def layer_norm(self, x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+        """Statistics and affine in float32; the output rounded (float32 under autocast: LayerNorm of a float32
+        residual with float32 weights stays float32)."""
+        return self.store(ops.layer_norm(x, gamma, beta, eps))
+
+    def scaled_dot_product_attention(self, q, k, v, mask=None):
+        """torch's fused CPU attention (an online softmax): scores and their exponentials in float32 from rounded
+        q, k, v; the exponentials rounded for the product with v (accumulated in float32), then divided by their
+        float32 sum, and the output rounded once. Returns `(out, the float32 weights)`; shapes as
+        `ops.scaled_dot_product_attention`."""
+        r = self.round
+        q, k, v = r(q), r(k), r(v)
+        scores = q @ np.swapaxes(k, -1, -2) / np.float32(np.sqrt(q.shape[-1]))  # (B, H, Tq, Tk)
+        if mask is not None:
+            scores = np.where(mask, scores, -np.inf)
+        row_max = scores.max(axis=-1, keepdims=True)
+        row_max = np.where(np.isfinite(row_max), row_max, 0)  # fully masked rows: avoid inf - inf
+        e = np.exp(scores - row_max)  # (B, H, Tq, Tk)
+        total = e.sum(axis=-1, keepdims=True)
+        total = np.where(total > 0, total, 1)  # a row with no key gets a zero output
+        return r((r(e) @ v) / total), e / total
+
+    split_heads = staticmethod(ops.split_heads)
+    merge_heads = staticmethod(ops.merge_heads)
+
