@@ -45,6 +45,7 @@ WEIGHT_TABLE = (
 )
 
 DTYPES = ("float32", "float64")
+LOW_PRECISION = ("bfloat16", "float16", "mixed_bfloat16", "mixed_float16")  # dtype policies for `verify --dtype`
 
 Record = dict  # canonical sublayer name -> tensor, in execution order
 
@@ -515,9 +516,11 @@ class Transformer(_ConfigSerializable, keras.Model):
 
     def __init__(self, config: TransformerConfig, dtype="float32", attention_impl: str = "explicit",
                  name: str = "transformer", **kwargs):
-        dtype = keras.backend.standardize_dtype(getattr(dtype, "name", dtype))
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {DTYPES}, received {dtype!r}")
+        dtype = getattr(dtype, "name", dtype)
+        if dtype not in LOW_PRECISION:  # a policy name such as mixed_bfloat16 is no dtype
+            dtype = keras.backend.standardize_dtype(dtype)
+        if dtype not in DTYPES + LOW_PRECISION:
+            raise ValueError(f"dtype must be one of {DTYPES + LOW_PRECISION}, received {dtype!r}")
         super().__init__(dtype=dtype, name=name, **kwargs)
         self.config, self.attention_impl = config, attention_impl
         policy = self.dtype_policy

@@ -273,6 +273,7 @@ examples:
   transformer-parity verify model.pt model.weights.h5 --json report.json
   transformer-parity verify model.pt --backends torch --dtype float64 --batch 4 --src-len 64 --tgt-len 48
   transformer-parity verify seq2seq.pt --set num_heads=8     # config-less files take --set/--config
+  transformer-parity verify model.safetensors --dtype bfloat16 [--autocast]   # a bfloat16 port
 
 The first checkpoint is the reference: the judge is the NumPy reference in float64 on its weights. Each sublayer's
 tolerance is K x its floor (the NumPy float32-vs-float64 error on the same inputs), K = 10; see docs/verify.md.
@@ -322,7 +323,8 @@ def cmd_verify(args) -> int:
         result = verify.run(args.checkpoints, preset=args.preset, fields=fields, backends=backends,
                             formats=declared or None,
                             dtype=args.dtype, batch=args.batch, src_len=args.src_len, tgt_len=args.tgt_len,
-                            seed=args.seed, progress=progress, outputs_only=args.outputs_only)
+                            seed=args.seed, progress=progress, outputs_only=args.outputs_only,
+                            autocast=args.autocast)
     finally:
         if status is not None:
             status.stop()
@@ -431,8 +433,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backends", metavar="LIST",
                    help="comma-separated backends for zero or one checkpoint: numpy,torch,keras (default: all "
                         "installed frameworks)")
-    p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
-                   help="compute dtype of the backends under test (default float32)")
+    p.add_argument("--dtype", choices=("float32", "float64", "bfloat16", "float16"), default="float32",
+                   help="compute dtype of the backends under test (default float32); bfloat16/float16 are judged "
+                        "against the NumPy reference rounding as they do (docs/verify.md, 'Reduced precision')")
+    p.add_argument("--autocast", action="store_true",
+                   help="with --dtype bfloat16/float16: float32 weights under torch.autocast / Keras's "
+                        "mixed_<dtype> policy instead of a model cast to that dtype")
     p.add_argument("--batch", type=int, default=2, help="sequences per batch (default 2)")
     p.add_argument("--src-len", type=int, default=37, help="source length, with padding (default 37)")
     p.add_argument("--tgt-len", type=int, default=29, help="target length, with padding (default 29)")

@@ -137,14 +137,24 @@ class Report:
             "first_divergence": self.first_divergence,
             "first_divergence_backends": list(first.backends) if first else None,
             "judge": self.judge, "subjects": self.subjects, "dtype": self.dtype, "inputs": self.inputs,
-            "tolerance": {"rule": "max_abs_err <= limit * floor; floor = max(max|numpy_f32 - numpy_f64|, "
-                                  "eps32 * max|numpy_f64|), times eps64/eps32 for float64",
-                          "ratio_limit": RATIO_LIMIT, "pair_ratio_limit": PAIR_RATIO_LIMIT},
+            "tolerance": self._tolerance_json(),
             "config_differences": self.config_differences, "notes": self.notes, "problems": self.problems,
             "weights": _weights_json(self.weights, self.weights_compared),
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "rows": [r.to_json() for r in self.rows],
         }
+
+
+    def _tolerance_json(self) -> dict[str, Any]:
+        from . import lowp
+
+        if lowp.is_reduced(self.dtype.split()[0]):
+            return {"rule": f"max_abs_err <= limit * floor; floor = max(max|numpy_{self.dtype.replace(' ', '_')} - "
+                            f"numpy_f64|, eps_{self.dtype.split()[0]} * max|numpy_f64|)",
+                    "ratio_limit": lowp.RATIO_LIMIT, "pair_ratio_limit": lowp.PAIR_RATIO_LIMIT}
+        return {"rule": "max_abs_err <= limit * floor; floor = max(max|numpy_f32 - numpy_f64|, "
+                        "eps32 * max|numpy_f64|), times eps64/eps32 for float64",
+                "ratio_limit": RATIO_LIMIT, "pair_ratio_limit": PAIR_RATIO_LIMIT}
 
 
 def _finite(x: float) -> float | None:
@@ -216,11 +226,14 @@ def compare(actual: np.ndarray, desired: np.ndarray) -> tuple[float, float]:
 
 
 def floors(judge: Mapping[str, np.ndarray], floor_run: Mapping[str, np.ndarray], dtype: str) -> dict[str, float]:
-    """Per-sublayer rounding floor (see the module docstring)."""
+    """Per-sublayer rounding floor (see the module docstring; bfloat16 / float16: `lowp`)."""
+    from . import lowp
+
+    eps = lowp.EPS.get(dtype, EPS32)
     out = {}
     for name, desired in judge.items():
         measured, _ = compare(floor_run[name], desired)
-        floor = max(measured, EPS32 * _max_abs(desired))
+        floor = max(measured, eps * _max_abs(desired))
         if floor == 0:  # an all-zero output computed exactly: any error at all is a divergence
             floor = np.finfo(np.float32).tiny
         out[name] = floor * (EPS64 / EPS32 if dtype == "float64" else 1.0)
@@ -229,14 +242,18 @@ def floors(judge: Mapping[str, np.ndarray], floor_run: Mapping[str, np.ndarray],
 
 def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str = "float32", batch: int = 2,
                    src_len: int = 37, tgt_len: int = 29, seed: int = 0, progress: Progress | None = None,
-                   notes: Sequence[str] = ()) -> Report:
+                   notes: Sequence[str] = (), autocast: bool = False) -> Report:
     """Run the judge and the floor on `reference`'s weights, then every subject, and compare.
 
     The subjects must share the reference's architecture (parameter shapes); other config differences (epsilon,
     heads, mask or position conventions) are exactly what verify exists to catch, so they run and are reported.
     """
-    if dtype not in ("float32", "float64"):
-        raise UsageError(f"--dtype must be float32 or float64, received {dtype!r}")
+    from . import lowp
+
+    if dtype not in ("float32", "float64") + lowp.DTYPES:
+        raise UsageError(f"--dtype must be float32, float64, bfloat16 or float16, received {dtype!r}")
+    lowp.check(dtype, autocast)
+    reduced = lowp.is_reduced(dtype)
     for name, value in (("batch", batch), ("src-len", src_len), ("tgt-len", tgt_len)):
         if value < 1:
             raise UsageError(f"--{name} must be >= 1, received {value}")
@@ -266,29 +283,32 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
         if progress:
             progress(label)
         start = time.perf_counter()
-        out = trace(backend, cfg, weights, run_dtype, src, tgt, types)
+        if lowp.is_reduced(run_dtype):
+            out = lowp.trace(backend, cfg, weights, run_dtype, autocast, src, tgt, types)
+        else:
+            out = trace(backend, cfg, weights, run_dtype, src, tgt, types)
         seconds[label] = time.perf_counter() - start
         return out
 
     judge = run(JUDGE, "numpy", config, reference.weights, "float64")
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below, not as a warning
-        floor_run = run("numpy-f32 (floor)", "numpy", config, reference.weights, "float32")
+        floor_run = run(f"numpy-{lowp.label(dtype, autocast)} (floor)" if reduced else "numpy-f32 (floor)",
+                        "numpy", config, reference.weights, dtype if reduced else "float32")
     problems = nonfinite_problems(judge, floor_run, reference.weights)
     floor = floors(judge, floor_run, dtype)
     del floor_run
     outputs = {s.label: run(s.label, s.backend, s.config, s.weights, dtype) for s in subjects}
 
+    limit, pair_limit = (lowp.RATIO_LIMIT, lowp.PAIR_RATIO_LIMIT) if reduced else (RATIO_LIMIT, PAIR_RATIO_LIMIT)
     rows = []
     for name in judge:
         for s in subjects:
-            rows.append(_row(name, (s.label, JUDGE), outputs[s.label].get(name), judge[name], floor[name],
-                             RATIO_LIMIT))
+            rows.append(_row(name, (s.label, JUDGE), outputs[s.label].get(name), judge[name], floor[name], limit))
         for a, b in itertools.combinations([s.label for s in subjects], 2):
-            rows.append(_row(name, (a, b), outputs[a].get(name), outputs[b].get(name), floor[name],
-                             PAIR_RATIO_LIMIT))
+            rows.append(_row(name, (a, b), outputs[a].get(name), outputs[b].get(name), floor[name], pair_limit))
     return Report(sublayers=list(judge), floors=floor, rows=rows,
                   subjects=[{"label": s.label, "backend": s.backend, "source": s.source} for s in subjects],
-                  judge=f"{JUDGE} on {reference.source or reference.label}", dtype=dtype,
+                  judge=f"{JUDGE} on {reference.source or reference.label}", dtype=lowp.label(dtype, autocast),
                   inputs={"batch": batch, "src_len": src_len, "tgt_len": tgt_len, "seed": seed},
                   config_differences=differences, notes=list(notes), seconds=seconds, problems=problems)
 
@@ -335,7 +355,7 @@ def _row(name: str, backends: tuple[str, str], actual, desired, floor: float, li
 def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", fields: Mapping[str, Any] | None = None,
         backends: Sequence[str] | None = None, formats: Sequence[str | None] | None = None, dtype: str = "float32",
         batch: int = 2, src_len: int = 37, tgt_len: int = 29, seed: int = 0,
-        progress: Progress | None = None, outputs_only: bool = False) -> Report:
+        progress: Progress | None = None, outputs_only: bool = False, autocast: bool = False) -> Report:
     """Verify checkpoints (or, with none, the `preset` with seeded weights).
 
     - no checkpoint: seeded weights for `preset` (with `fields` applied) in every backend;
@@ -399,7 +419,8 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         if not chosen:
             raise UsageError("no backend to compare with the reference: install torch and/or tensorflow+keras")
         reference = Subject(label, "numpy", config, weights, label)
-        subjects = [Subject(b if b != "numpy" else f"numpy-f{dtype[5:]}", b, config, weights, label) for b in chosen]
+        numpy_label = {"bfloat16": "numpy-bf16", "float16": "numpy-f16"}.get(dtype, f"numpy-f{dtype[5:]}")
+        subjects = [Subject(b if b != "numpy" else numpy_label, b, config, weights, label) for b in chosen]
     weight_rows = None
     if len(checkpoints) >= 2 and not outputs_only:  # weights first: before any output is computed
         if progress:
@@ -407,7 +428,7 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         weight_rows = _compare_weights(subjects)
     try:
         report = judge_subjects(reference, subjects, dtype=dtype, batch=batch, src_len=src_len, tgt_len=tgt_len,
-                                seed=seed, progress=progress, notes=notes)
+                                seed=seed, progress=progress, notes=notes, autocast=autocast)
     except UsageError as exc:  # e.g. other architectures: the weight rows already say what differs
         if not weight_rows or all(w.passed for w in weight_rows):
             raise
