@@ -109,6 +109,7 @@ PRESETS: dict[str, list[tuple[list[str], list[str], list[str], list[str] | None]
                                                            "tf_impl.function"]),
         (["base-256"], ["forward", "train"], ["float32"], ["torch_impl.compile"]),
         (["base-256"], ["forward", "train", "generate"], ["bfloat16"], ["torch_impl.eager", "torch.nn.Transformer"]),
+        (["base-256"], ["forward", "train"], ["bfloat16"], ["tf_impl.function", "tf_impl.xla"]),  # where it has bf16
         (["gpt2-256"], ["forward", "train", "generate"], ["float32"], ["torch_impl.eager", "tf_impl.function",
                                                                       "tf_impl.xla", "transformers",
                                                                       "keras_hub.function", "keras_hub.xla"]),

@@ -252,9 +252,10 @@ def _tf():
 def _build_tf_impl(problem, weights, inputs, mode: str) -> Runner:
     """mode: eager | function | xla."""
     tf = _tf()
-    from tf_impl.model import DTYPES
-    if problem.dtype not in DTYPES:
-        raise Unsupported(f"tf_impl.Transformer takes dtype {' or '.join(DTYPES)} (tf_impl/model.py DTYPES), "
+    from tf_impl import model as tf_model
+    accepted = tuple(tf_model.DTYPES) + tuple(getattr(tf_model, "LOW_PRECISION", ()))
+    if problem.dtype not in accepted:
+        raise Unsupported(f"tf_impl.Transformer takes dtype {', '.join(accepted)} (tf_impl/model.py), "
                           f"not {problem.dtype}")
     from tf_impl import Transformer
     decoder_only = problem.config.is_decoder_only
