@@ -472,6 +472,8 @@ def train(out: str | Path, framework: str, settings: TrainSettings | None = None
         raise UsageError("--extend-schedule applies to --resume only")
     with _StopAtStepBoundary() as stop:  # handlers first: a signal during the imports below is held, not fatal
         if resume:
+            if not out.is_dir():
+                raise UsageError(f"cannot resume: {out} does not exist")
             with _RunLock(out):
                 return _train(out, framework, settings, True, force, init_weights, progress, note, extend_schedule,
                               stop)
