@@ -11,6 +11,8 @@ file of theirs is read or written.
 | `nn-transformer` | `.pt`, `.pth`, `.bin` | a model around `torch.nn.Transformer`      | torch   |
 | `keras`          | `.weights.h5`, `.h5`  | tf_impl `save_weights` layout + config     | keras   |
 | `hf`             | a directory           | Hugging Face `save_pretrained` model dir   | torch   |
+| `kerashub`       | a directory           | KerasHub `save_to_preset` (GPT-2, BERT)    | keras   |
+| `kerashub-seq2seq` | `.weights.h5`       | keras.io's English-to-Spanish KerasHub model | keras |
 
 `hf` is a directory (`config.json` + `model.safetensors`, shards with an index, or `pytorch_model.bin`) of one of
 the families in `layouts.HF_LAYOUTS`, told apart by config.json's `model_type`; `hf-gpt2`, `hf-bert`,

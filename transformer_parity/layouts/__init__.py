@@ -10,6 +10,13 @@ Adding a layout is adding one module and one line here.
 | `hf-marian`      | `hf_marian`      | Hugging Face `MarianMTModel` directories                           |
 | `hf-bart`        | `hf_bart`        | Hugging Face `BartForConditionalGeneration` directories            |
 | `nn-transformer` | `nn_transformer` | state dicts of models built around `torch.nn.Transformer`          |
+| `kerashub-gpt2`  | `kerashub_gpt2`  | KerasHub `GPT2Backbone` / `GPT2CausalLM` presets and weights       |
+| `kerashub-bert`  | `kerashub_bert`  | KerasHub `BertBackbone` presets and weights                        |
+| `kerashub-seq2seq` | `kerashub_seq2seq` | keras.io's English-to-Spanish KerasHub model's `.weights.h5`   |
+| `--layout FILE`  | `user`           | a layout file a user writes (TOML) for a model this tool never saw |
+
+The KerasHub families are listed in `kerashub_preset.FAMILIES` (`kerashub_preset` reads and writes their preset
+directories); their tables are layout files (`kerashub_*.toml`), read by `user`, the format users write.
 """
 
 from __future__ import annotations
