@@ -1,4 +1,4 @@
-"""Measure the foundation's acceptance case and print the table README.md shows.
+"""Measure the foundation's acceptance case and print the table docs/contract.md shows.
 
 Base preset, seed 0, batch 2, source length 37 and target length 29 with padding in both: the max abs error of the
 logits and of every sublayer output, for each backend and dtype, against the float64 NumPy reference.
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="base", choices=list(rn.PRESETS))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--markdown", action="store_true", help="print a Markdown table (as in README.md)")
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table (as in docs/contract.md)")
     args = parser.parse_args(argv)
     from rich.console import Console
     from rich.table import Table

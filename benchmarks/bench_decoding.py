@@ -1,7 +1,7 @@
 """Greedy decoding of 64 tokens with the key/value cache versus recomputing the whole prefix every step.
 
 For each framework (each in its own process, so torch's and TensorFlow's thread pools never share the cores) and
-each model (the reversal model of README.md and the paper's base model, seeded weights), time
+each model (the reversal model of docs/training.md and the paper's base model, seeded weights), time
 `reference_numpy.generate` over 64 new tokens with `cached_stepper` and with `recompute_stepper`, with
 `torch.utils.benchmark` (median of blocked runs), check that both give the same tokens, and print the ratio.
 Keras runs twice: each step as a `tf.function` (both paths compiled, the default of `tf_impl.decoding`) and eager.

@@ -7,7 +7,7 @@ benchmarks.cli`).
     transformer-parity bench --preset gpu --out-dir benchmarks/results/h100
     transformer-parity bench compare A.json B.json    # ratio of medians, row by row
     transformer-parity bench plot A.json A.png        # the plot from a saved run
-    transformer-parity bench markdown A.json          # the README tables from a saved run
+    transformer-parity bench markdown A.json          # the docs tables from a saved run
     transformer-parity bench model                    # the whole model, every framework (see benchmarks/model_cli.py)
 
 PyTorch and TensorFlow are imported only when a benchmark runs.
@@ -71,7 +71,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                     "64, float32, no mask, fwd, kernel).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="actions: `bench compare A.json B.json` (ratio of two saved runs), `bench plot A.json OUT.png`, "
-               "`bench markdown A.json` (the README tables)")
+               "`bench markdown A.json` (the docs tables)")
     parser.add_argument("--list", action="store_true", help="list implementation names and exit")
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
                         help="a named grid (default: 'default', the CPU grid; 'gpu' for a CUDA sweep)")
@@ -120,7 +120,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     plt.add_argument("out", metavar="OUT.png")
     plt.add_argument("--metric", choices=("gflops", "time"), default="gflops")
     plt.add_argument("--force", action="store_true", help="overwrite OUT.png")
-    md = actions.add_parser("markdown", help="the README tables (GFLOP/s and %% of peak, ratios) of a saved run")
+    md = actions.add_parser("markdown", help="the docs tables (GFLOP/s and %% of peak, ratios) of a saved run")
     md.add_argument("result", metavar="RESULT.json")
     from .model_cli import register as register_model
     register_model(actions)

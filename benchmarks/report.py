@@ -201,7 +201,7 @@ def render_text(report: Report) -> str:
 
 
 def markdown_table(report: Report) -> str:
-    """One markdown table of every measured row (for README.md): GFLOP/s and % of measured peak side by side."""
+    """One markdown table of every measured row (for docs/benchmarks.md): GFLOP/s and % of measured peak side by side."""
     lines = ["| problem | implementation | kernel | median ms (IQR) | GFLOP/s | % peak | x numpy | max err |",
              "|---|---|---|---|---|---|---|---|"]
     for key, rows in sections(report.rows).items():
@@ -261,7 +261,7 @@ def _where(report: Report) -> str:
     return ", ".join(f"{d}: {n}" for d, n in devices.items()) or "?"
 
 
-# --- README tables ----------------------------------------------------------------------------------------------
+# --- docs tables -------------------------------------------------------------------------------------------------
 
 def _problem(row: Row) -> str:
     """A compact column label: `fwd N1024 causal`, `block fwd+bwd N512`, with dtype/device when not float32/cpu."""
@@ -353,7 +353,7 @@ def markdown_tf_vs_torch(report: Report) -> str:
 
 
 def markdown(report: Report) -> str:
-    """Everything README.md shows for a run: header, GFLOP/s and % of peak, ratios, TF against PyTorch."""
+    """Everything docs/benchmarks.md shows for a run: header, GFLOP/s and % of peak, ratios, TF against PyTorch."""
     return "\n\n".join(["\n".join(f"- {line}" for line in header_lines(report)),
                         "GFLOP/s (% of the measured GEMM peak):\n\n" + markdown_pivot(report),
                         "Our attention against the fastest built-in of its framework (median time ratio):\n\n"

@@ -1,4 +1,4 @@
-"""Train the reversal task in torch and in Keras with identical settings, then report what README.md shows.
+"""Train the reversal task in torch and in Keras with identical settings, then report what docs/training.md shows.
 
 Each framework trains in its own process (`transformer-parity train`, one after the other, so they never share the
 2 cores). Then, from the two logs and checkpoints: wall time, steps to 99% token accuracy, final token and sequence
@@ -26,9 +26,9 @@ import numpy as np
 import reference_numpy as rn
 
 ROOT = Path(__file__).resolve().parents[1]
-# The settings of the README runs. Warm-up 300 (not 100): float32 rounding differences between the frameworks
+# The settings of the documented runs. Warm-up 300 (not 100): float32 rounding differences between the frameworks
 # grow ~e-fold every 8 steps at a learning rate near 1e-3; with a 100-step warm-up the two loss curves were 1e-2
-# apart by step 96, with 300 they stay within 1e-4 over the first 100 steps (measured, see README.md).
+# apart by step 96, with 300 they stay within 1e-4 over the first 100 steps (measured, see docs/training.md).
 TRAIN_OPTIONS = ["--task", "reverse", "--num-symbols", "10", "--min-len", "1", "--max-len", "16", "--batch-size", "64",
                  "--schedule", "cosine", "--lr", "1e-3", "--warmup", "300", "--seed", "0", "--dtype", "float32",
                  "--eval-every", "250", "--checkpoint-every", "500", "--eval-size", "512"]

@@ -1,7 +1,7 @@
 """The canonical weight schema: every parameter's name and shape, seeded initialisation, validation, and the one
 loop that maps canonical weights to and from a framework's own names through a declarative table.
 
-Layout rules (see README.md, "Canonical weights"):
+Layout rules (see docs/contract.md, "Canonical weights"):
 - names are dotted paths, e.g. `encoder.layers.0.self_attn.q.kernel`;
 - a projection is `x @ kernel + bias` with `kernel` of shape `(in_features, out_features)`;
 - attention projections keep heads in the output features, head-major: feature `h * head_dim + j`;

@@ -1,7 +1,7 @@
 """Blockwise scaled dot-product attention for TensorFlow on the CPU: the function of the explicit path, computed one
 block of (batch elements, queries) at a time so that the full `(B, H, Tq, Tk)` score tensor is never built.
 
-Why (measured by `python -m benchmarks.tf_cpu_study`; README "Attention benchmarks"): the explicit path writes the
+Why (measured by `python -m benchmarks.tf_cpu_study`; docs/tf-cpu-study.md): the explicit path writes the
 whole score matrix (128 MiB at batch 4, 8 heads, 1024 x 1024 in float32) and walks it again for the scale, the
 mask, the softmax and the second matmul, every pass from DRAM, where PyTorch's fused CPU kernel never materialises
 it. Here each block's scores stay within a few MiB (`_BLOCK_BYTES`), in cache and in memory the allocator reuses,

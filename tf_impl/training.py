@@ -2,7 +2,7 @@
 PyTorch's (and Algorithm 1's) epsilon placement, the schedules of `reference_numpy.training`, and gradients and
 optimizer moments in canonical names. Class for class the twin of `torch_impl.training`.
 
-Framework defaults we override (see README.md, "Training parity"):
+Framework defaults we override (see docs/training.md):
 - `keras.optimizers.Adam` defaults to `beta_2=0.999, epsilon=1e-7`; every field of `AdamSettings` is passed.
 - Keras's Adam adds epsilon to `sqrt(v)` *before* bias-correcting the step (`lr * sqrt(1 - b2^t) / (1 - b1^t) *
   m / (sqrt(v) + eps)`, the "epsilon hat" of Kingma & Ba section 2), which equals PyTorch's update only with

@@ -1,7 +1,7 @@
 """Training in PyTorch with the reference's numbers: the padded, label-smoothed cross-entropy, Adam with explicit
 paper settings, the schedules of `reference_numpy.training`, and gradients / optimizer moments in canonical names.
 
-Framework defaults we override (see README.md, "Training parity"): `torch.optim.Adam` defaults to
+Framework defaults we override (see docs/training.md): `torch.optim.Adam` defaults to
 `betas=(0.9, 0.999), eps=1e-8`; every field of `AdamSettings` is passed explicitly, `weight_decay=0`, `amsgrad=False`.
 `LambdaLR` multiplies a base learning rate of 1.0 by the schedule, evaluated at the 1-based step.
 """
