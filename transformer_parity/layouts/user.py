@@ -210,9 +210,10 @@ def heads_from(layout: Layout, state: Mapping[str, np.ndarray], matched: Mapping
     return {"num_heads": heads.pop()} if len(heads) == 1 else {}
 
 
-def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any], state_shapes=(),
+def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any], sinusoid_rows=(),
                  source: str = "<layout>") -> tuple[rn.TransformerConfig, list[str]]:
-    """The config the canonical shapes imply, with `fields` (the layout's [config], then --set) on top."""
+    """`(config, notes)`: the config the canonical shapes imply (and the rows of any sinusoid table the file
+    holds), with `fields` (the layout's [config], then --set) on top; the notes say what was assumed."""
     inferred: dict[str, Any] = {}
     notes = []
 
@@ -249,8 +250,13 @@ def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any
     if positions:
         inferred["positional"] = "learned"
         inferred["max_len"] = positions[0] - int(fields.get("position_offset", 0))
-    elif state_shapes:
-        inferred["max_len"] = max(state_shapes)  # the longest sinusoid table the file holds
+    elif sinusoid_rows:
+        inferred["max_len"] = max(sinusoid_rows)  # the longest sinusoid table the file holds
+    elif "max_len" not in fields:
+        notes.append(f"the weights do not tell max_len (no position table): {rn.TransformerConfig().max_len} "
+                     "assumed; longer inputs need --set max_len=N")
+    if inferred.get("output_projection") is False and "output_projection" not in fields:
+        notes.append("no output layer in the weights: read as a bare backbone returning hidden states")
     inferred["final_norm"] = any(n.endswith("final_norm.gamma") for n in shapes)
     inferred["bias"] = any(n.endswith("self_attn.q.bias") for n in shapes)
     inferred["output_bias"] = "output.bias" in shapes
