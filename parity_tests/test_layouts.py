@@ -473,3 +473,42 @@ def test_a_builtin_table_is_a_layout_file(tmp_path):
     got, imported, _ = user.import_with_layout(path, EXAMPLES / "hf_gpt2.toml")
     assert got == config
     assert all(np.array_equal(imported[k], weights[k]) for k in weights)
+
+
+def test_qkv_placeholder_in_a_key_pattern(tmp_path):
+    """`{qkv}` in a key pattern covers q_proj/k_proj/v_proj in one line; a safetensors file round-trips exactly."""
+    from safetensors.numpy import save_file
+
+    from transformer_parity.layouts import table
+
+    config = rn.TransformerConfig(src_vocab_size=20, tgt_vocab_size=20, d_model=8, num_heads=2, num_encoder_layers=0,
+                                  num_decoder_layers=2, d_ff=16, max_len=12, positional="learned", norm_first=True,
+                                  final_norm=True, tie_embeddings=True, output_bias=False)
+    text = """[config]
+num_heads = 2
+norm_first = true
+tie_embeddings = true
+[weights]
+"tok.weight" = "tgt_embed.embedding"
+"pos.weight" = "tgt_pos.embedding"
+"blocks.{i}.{qkv}_proj.weight" = "decoder.layers.{i}.self_attn.{qkv}.kernel transpose"
+"blocks.{i}.{qkv}_proj.bias" = "decoder.layers.{i}.self_attn.{qkv}.bias"
+"blocks.{i}.o_proj.weight" = "decoder.layers.{i}.self_attn.o.kernel transpose"
+"blocks.{i}.o_proj.bias" = "decoder.layers.{i}.self_attn.o.bias"
+"blocks.{i}.ln1.weight" = "decoder.layers.{i}.norm1.gamma"
+"blocks.{i}.ln1.bias" = "decoder.layers.{i}.norm1.beta"
+"blocks.{i}.up.weight" = "decoder.layers.{i}.ffn.linear1.kernel transpose"
+"blocks.{i}.up.bias" = "decoder.layers.{i}.ffn.linear1.bias"
+"blocks.{i}.down.weight" = "decoder.layers.{i}.ffn.linear2.kernel transpose"
+"blocks.{i}.down.bias" = "decoder.layers.{i}.ffn.linear2.bias"
+"blocks.{i}.ln2.weight" = "decoder.layers.{i}.norm3.gamma"
+"blocks.{i}.ln2.bias" = "decoder.layers.{i}.norm3.beta"
+"ln_f.weight" = "decoder.final_norm.gamma"
+"ln_f.bias" = "decoder.final_norm.beta"
+"""
+    layout = tmp_path / "decoder.toml"
+    layout.write_text(text)
+    weights = rn.init_weights(config, seed=6)
+    save_file(table.export_state(config, weights, user.load(layout).table), str(tmp_path / "model.safetensors"))
+    got, imported, notes = user.import_with_layout(tmp_path / "model.safetensors", layout)
+    assert got == config and all(np.array_equal(imported[k], weights[k]) for k in weights)

@@ -198,7 +198,8 @@ def canonical_shapes(layout: Layout, state: Mapping[str, np.ndarray], matched: M
                 raise ValueError(f"{layout.path}: {key!r} has shape {tuple(np.shape(state[key]))}; its fused "
                                  f"q/k/v axis of {shape[-1]} does not divide by 3 ({transform})")
             shape = shape[:-1] + (shape[-1] // 3,)
-        names = [canonical.format(i=groups.get("i"), qkv=p) for p in ("qkv" if transform in FUSED else "q")]
+        parts = "qkv" if transform in FUSED else [groups.get("qkv")]  # a fused entry holds all three
+        names = [canonical.format(i=groups.get("i"), qkv=p) for p in parts]
         for name in names:
             shapes[name] = shape
     return shapes
