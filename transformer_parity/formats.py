@@ -234,7 +234,15 @@ def _load_canonical(path: Path, fields: Mapping[str, Any], on_tensor: OnTensor |
         rn.validate_weights(config, tensors)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
-    return Loaded(path, "canonical", config, tensors)
+    return Loaded(path, "canonical", config, tensors, _widened_notes([path]))
+
+
+def _widened_notes(files) -> list[str]:
+    """bfloat16 / float16 safetensors tensors were read as float32: say so (`safetensors_io.widened_note`)."""
+    from .safetensors_io import widened_note
+
+    note = widened_note(files)
+    return [] if note is None else [note]
 
 
 def _load_torch(path: Path, fields: Mapping[str, Any]) -> Loaded:
@@ -281,7 +289,7 @@ def _load_hf(path: Path, fmt: str, fields: Mapping[str, Any], on_tensor: OnTenso
     from .layouts import hf
 
     config, weights, notes, family = hf.load_dir(path, fmt, fields, on_tensor)
-    return Loaded(path, family, config, weights, notes)
+    return Loaded(path, family, config, weights, notes + _widened_notes(sorted(path.glob("*.safetensors"))))
 
 
 def _kerashub_preset(path: Path) -> bool:

@@ -27,6 +27,9 @@ from . import limits
 DTYPES = {"F16": np.dtype("<f2"), "F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "I64": np.dtype("<i8"),
           "I32": np.dtype("<i4"), "U8": np.dtype("u1"), "BOOL": np.dtype("?")}
 _CODES = {v: k for k, v in DTYPES.items()}
+# Half-precision tensors (many Hugging Face checkpoints are stored in bfloat16) are read as float32, exactly:
+# a bfloat16 is the top 16 bits of a float32, a float16 widens without rounding.
+WIDENED = {"BF16": np.dtype("<u2"), "F16": np.dtype("<f2")}
 MAX_HEADER = 100_000_000  # safetensors' own limit on the JSON header
 
 
@@ -34,8 +37,9 @@ class SafetensorsHeader:
     """The parsed, validated header of a safetensors file: tensor entries and string metadata."""
 
     def __init__(self, path: Path, entries: dict[str, tuple[np.dtype, tuple[int, ...], int, int]],
-                 metadata: dict[str, str], data_start: int):
+                 metadata: dict[str, str], data_start: int, stored: dict[str, str] | None = None):
         self.path, self.entries, self.metadata, self.data_start = path, entries, metadata, data_start
+        self.stored = stored or {}  # tensor name -> its stored code, for the tensors read as float32 (WIDENED)
 
 
 def read_header(path: str | os.PathLike) -> SafetensorsHeader:
@@ -65,23 +69,26 @@ def read_header(path: str | os.PathLike) -> SafetensorsHeader:
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise ValueError(f"{path} is not a valid safetensors file: __metadata__ must map strings to strings")
     data_len = size - 8 - header_len
-    entries, spans = {}, []
+    entries, spans, stored = {}, [], {}
     for name, info in header.items():
         try:
             code, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"{path} is not a valid safetensors file: entry {name!r} lacks dtype, shape or "
                              f"data_offsets, received {info!r}") from None
-        if code not in DTYPES:
-            raise ValueError(f"{path}: tensor {name!r} has dtype {code!r}; supported: {', '.join(DTYPES)}")
+        if code not in DTYPES and code not in WIDENED:
+            raise ValueError(f"{path}: tensor {name!r} has dtype {code!r}; supported: "
+                             f"{', '.join([*DTYPES, *WIDENED])}")
         if not (isinstance(shape, list) and all(isinstance(n, int) and n >= 0 for n in shape)):
             raise ValueError(f"{path}: tensor {name!r} has an invalid shape {shape!r}")
-        dtype = DTYPES[code]
+        dtype = WIDENED.get(code, DTYPES.get(code))
         if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end):
             raise ValueError(f"{path}: tensor {name!r} has invalid data_offsets {[begin, end]!r}")
         if end - begin != math.prod(shape) * dtype.itemsize:
             raise ValueError(f"{path}: tensor {name!r} of shape {shape} and dtype {code} needs "
                              f"{math.prod(shape) * dtype.itemsize} bytes, its offsets span {end - begin}")
+        if code in WIDENED:
+            stored[name], dtype = code, np.dtype(np.float32)  # the dtype read_tensors returns
         entries[name] = (dtype, tuple(shape), begin, end)
         spans.append((begin, end, name))
     position = 0
@@ -93,7 +100,7 @@ def read_header(path: str | os.PathLike) -> SafetensorsHeader:
     if position != data_len:
         raise ValueError(f"{path} is not a valid safetensors file: the header describes {position} bytes of data, "
                          f"the file holds {data_len} (truncated or padded)")
-    return SafetensorsHeader(path, entries, metadata, 8 + header_len)
+    return SafetensorsHeader(path, entries, metadata, 8 + header_len, stored)
 
 
 def read_tensors(header: SafetensorsHeader, names: Iterable[str] | None = None,
@@ -105,11 +112,32 @@ def read_tensors(header: SafetensorsHeader, names: Iterable[str] | None = None,
         for name in names:
             dtype, shape, begin, end = header.entries[name]
             f.seek(header.data_start + begin)
-            array = np.fromfile(f, dtype=dtype, count=math.prod(shape)).reshape(shape)
-            tensors[name] = array.astype(dtype.newbyteorder("="), copy=False)
+            code = header.stored.get(name)
+            if code is not None:  # bfloat16 / float16 -> float32, exactly
+                raw = np.fromfile(f, dtype=WIDENED[code], count=math.prod(shape)).reshape(shape)
+                tensors[name] = ((raw.astype(np.uint32) << 16).view(np.float32) if code == "BF16"
+                                 else raw.astype(np.float32))
+            else:
+                array = np.fromfile(f, dtype=dtype, count=math.prod(shape)).reshape(shape)
+                tensors[name] = array.astype(dtype.newbyteorder("="), copy=False)
             if on_tensor is not None:
                 on_tensor(name, end - begin)
     return tensors
+
+
+def widened_note(files: Iterable[str | os.PathLike]) -> str | None:
+    """A note for `Loaded.notes` when any of these safetensors files stores bfloat16 or float16 tensors (read as
+    float32, exactly): which dtype, how many tensors; None when none does."""
+    counts: dict[str, int] = {}
+    for file in files:
+        for code in read_header(file).stored.values():
+            counts[code] = counts.get(code, 0) + 1
+    if not counts:
+        return None
+    names = {"BF16": "bfloat16", "F16": "float16"}
+    stored = ", ".join(f"{n} tensor(s) in {names[code]}" for code, n in sorted(counts.items()))
+    return (f"stored {stored}, read as float32 exactly; verify --dtype {names[max(counts, key=counts.get)]} runs "
+            "the ports in that precision")
 
 
 def read_canonical(path: str | os.PathLike, on_tensor: Callable[[str, int], None] | None = None
