@@ -15,6 +15,12 @@ quotes; K (`verify.RATIO_LIMIT`) must sit well above the first column and well b
 measures instead what an output-only comparison can see: per kind of weight (q, k, v, o, ffn, norms, embeddings,
 and the key bias), float32 and float64, the smallest relative change of one element that makes the output
 comparison fail, by bisection (docs/verify.md, "What an output comparison can see").
+
+    python benchmarks/verify_calibration.py --dtype bfloat16 --seeds 10 --fault-seeds 2
+
+calibrates reduced-precision verify instead (`transformer_parity.lowp.RATIO_LIMIT`): the same two measurements in
+bfloat16 or float16, for models cast to that dtype and for autocast, on LOWP_CONFIGS (docs/verify.md, "Reduced
+precision").
 """
 
 from __future__ import annotations
@@ -50,6 +56,12 @@ CONFIGS = {
                                   num_encoder_layers=3, num_decoder_layers=3, d_ff=512, max_len=128, dropout=0.0),
 }
 FAULT_CONFIGS = ("post-ln", "pre-ln+final-norm", "gelu", "no-bias-unscaled", "small")
+
+# --dtype bfloat16 / float16: a decoder-only model (GPT-2's switches) besides encoder-decoder ones.
+GPT2_LIKE = TINY.replace(num_encoder_layers=0, norm_first=True, final_norm=True, positional="learned",
+                         tie_embeddings=True, activation="gelu_tanh", scale_embedding=False, output_bias=False)
+LOWP_CONFIGS = {**{name: CONFIGS[name] for name in ("post-ln", "pre-ln+final-norm", "gelu", "small")},
+                "gpt2-like": GPT2_LIKE}
 
 
 def shape_for(seed: int, config: rn.TransformerConfig) -> dict[str, int]:
@@ -109,6 +121,64 @@ def planted(seeds: int, backends: list[str], configs=FAULT_CONFIGS) -> dict[str,
                     record(f"{fault} ({backend})", report, expected_of(config))
         print(f"  faults on {name}: done", flush=True)
     return results
+
+
+# --- reduced precision: --dtype bfloat16 / float16 -----------------------------------------------------------------
+
+def calibrate_lowp(dtype: str, seeds: int, fault_seeds: int, backends: list[str], autocast_modes=(False, True)):
+    """Correct ports' error / floor and planted faults' error / floor where they start, in `dtype` (plain and
+    autocast), on LOWP_CONFIGS."""
+    from transformer_parity import lowp
+
+    ratios: dict[str, list[float]] = {}
+    results: dict[str, list[tuple[float, bool]]] = {}
+    for autocast in autocast_modes:
+        mode = f"{dtype}{' autocast' if autocast else ''}"
+        for name, config in LOWP_CONFIGS.items():
+            for seed in range(seeds):
+                shape = shape_for(seed, config)
+                weights = verify.seeded_weights(config, seed)
+                reference = verify.Subject("reference", "numpy", config, weights)
+                subjects = [verify.Subject(b, b, config, weights) for b in backends]
+                report = verify.judge_subjects(reference, subjects, dtype=dtype, autocast=autocast, seed=seed,
+                                               **shape)
+                for row in report.rows:
+                    ratios.setdefault(f"{row.backends[0]} vs {row.backends[1]} {mode}", []).append(row.ratio)
+                if not report.passed:
+                    print(f"  FALSE ALARM: {name} seed {seed} {mode}: {report.first_divergence}", flush=True)
+            for seed in range(fault_seeds):
+                shape = shape_for(seed, config)
+                shape["src_len"] = max(shape["src_len"], 2)  # padding needs two positions to show
+                weights = verify.seeded_weights(config, seed)
+                reference = verify.Subject("reference", "numpy", config, weights)
+                for backend in backends:
+                    for fault, port, bad, plant, expected in lowp.fault_cases(config, weights, backend):
+                        with plant:
+                            report = verify.judge_subjects(reference, [verify.Subject(backend, backend, port, bad)],
+                                                           dtype=dtype, autocast=autocast, seed=seed, **shape)
+                        at = max(r.ratio for r in report.rows if r.sublayer == expected and r.against_judge)
+                        results.setdefault(f"{fault} ({backend}, {mode})", []).append(
+                            (at, report.first_divergence == expected))
+            print(f"  {mode} {name}: done", flush=True)
+    return ratios, results
+
+
+def print_lowp(ratios, results) -> None:
+    from transformer_parity import lowp
+
+    print(f"\nK = lowp.RATIO_LIMIT = {lowp.RATIO_LIMIT:g} (pairs of backends: {lowp.PAIR_RATIO_LIMIT:g})\n")
+    print(f"{'correct port (error / floor)':44s} {'rows':>7s} {'median':>8s} {'p99.9':>8s} {'max':>8s}")
+    for key, values in sorted(ratios.items()):
+        v = np.asarray(values)
+        print(f"{key:44s} {v.size:7d} {np.median(v):8.3f} {np.quantile(v, 0.999):8.3f} {v.max():8.3f}")
+    print(f"\n{'planted fault (error / floor where it starts)':52s} {'runs':>5s} {'min':>9s} {'median':>9s} "
+          f"{'localized':>10s}")
+    for key, values in sorted(results.items()):
+        at = np.asarray([r for r, _ in values])
+        hits = sum(ok for _, ok in values)
+        print(f"{key:52s} {len(values):5d} {at.min():9.3g} {np.median(at):9.3g} {hits:>5d}/{len(values):<4d}")
+    judged = [max(v) for k, v in ratios.items() if "numpy-f64" in k]
+    print(f"\nlargest correct-port ratio against the judge {max(judged):.3f}; K = {lowp.RATIO_LIMIT:g}")
 
 
 # --- sensitivity: the smallest single-element change an output comparison sees -------------------------------------
@@ -214,9 +284,21 @@ def main(argv=None) -> int:
     parser.add_argument("--sensitivity", type=int, metavar="TRIALS", default=0,
                         help="instead: the smallest single-element nudge the output comparison detects, per kind of "
                              "weight, TRIALS random elements each, against the first backend")
+    parser.add_argument("--dtype", choices=("bfloat16", "float16"),
+                        help="instead: calibrate reduced-precision verify in this dtype, plain and --autocast, on "
+                             "LOWP_CONFIGS (a decoder-only model among them)")
     args = parser.parse_args(argv)
     backends = [b for b in args.backends.split(",") if b]
     start = time.perf_counter()
+    if args.dtype:
+        print(f"{args.dtype}: {len(LOWP_CONFIGS)} configs x {args.seeds} seeds (faults: {args.fault_seeds} seeds), "
+              f"plain and autocast, backends {backends}")
+        ratios, results = calibrate_lowp(args.dtype, args.seeds, args.fault_seeds, backends)
+        print_lowp(ratios, results)
+        print(f"\n{time.perf_counter() - start:.0f} s")
+        if args.json:
+            Path(args.json).write_text(json.dumps({"dtype": args.dtype, "correct": ratios, "faults": results}))
+        return 0
     if args.sensitivity:
         results = sensitivity(backends[0], args.sensitivity)
         print_sensitivity(results, backends[0], args.sensitivity)

@@ -14,6 +14,7 @@ that dtype at the output's largest magnitude, whichever is larger; the limit is 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Mapping
 
@@ -22,6 +23,7 @@ import numpy as np
 import reference_numpy as rn
 from reference_numpy.lowp import DTYPES, Precision
 
+from . import faults
 from .errors import UsageError
 
 # One rounding of the storage dtype: 8 and 11 significant bits.
@@ -35,6 +37,21 @@ EPS = {"bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}
 # sides. Two backends compared with each other get 2K.
 RATIO_LIMIT = 8.0
 PAIR_RATIO_LIMIT = 2 * RATIO_LIMIT
+
+
+# Planted faults smaller than the rounding of the dtype, measured invisible (error / floor ~1 where they start; the
+# calibration table in docs/verify.md): the weights comparison of two checkpoints is what catches them there.
+UNSEEN = {
+    "bfloat16": {
+        "eps-1e-3": "LayerNorm eps 1e-3 for 1e-5 moves normalized values by ~5e-4 relative (unit variance), a "
+                    "quarter of bfloat16's half-ulp 2**-9",
+        "eps-1e-3-in-code": "the same change, planted in the port's code",
+        "nudged-weight": "+1e-3 on a weight of magnitude ~0.1-0.3 is at most one bfloat16 ulp of that weight "
+                         "(2**-10..2**-9): the rounded weight barely moves",
+        "nudged-attention-weight": "the same, on a cross-attention output kernel",
+    },
+    "float16": {},
+}
 
 
 def is_reduced(dtype: str) -> bool:
@@ -83,3 +100,58 @@ def trace(backend: str, config: rn.TransformerConfig, weights: Mapping[str, np.n
         return {k: np.asarray(v).astype(np.float32)
                 for k, v in model.trace(src, tgt, src_type_ids=src_type_ids).items()}
     raise UsageError(f"unknown backend {backend!r}; choose one of numpy, torch, keras")
+
+
+# --- planted faults in reduced precision (the tests and benchmarks/verify_calibration.py --dtype) -------------------
+
+def _decoder_only_weight_faults() -> dict[str, tuple]:
+    """The weight faults re-aimed at a decoder-only model's layers: `name -> (apply, expected sublayer)`."""
+    def swap(config, weights):
+        w, b = dict(weights), "decoder.layers.0.self_attn"
+        w[f"{b}.q.kernel"], w[f"{b}.k.kernel"] = weights[f"{b}.k.kernel"], weights[f"{b}.q.kernel"]
+        return w
+
+    def transpose(name):
+        return lambda config, weights: {**weights, name: np.ascontiguousarray(weights[name].T)}
+
+    def nudge(name, index):
+        def apply(config, weights):
+            value = np.array(weights[name], copy=True)
+            value[index] += value.dtype.type(1e-3)
+            return {**weights, name: value}
+        return apply
+
+    def copy(config, weights):
+        return {**weights, **{"decoder.layers.1" + k[len("decoder.layers.0"):]: v for k, v in weights.items()
+                              if k.startswith("decoder.layers.0.")}}
+
+    return {"swapped-qk": (swap, "decoder.layers.0.self_attn"),
+            "transposed-kernel": (transpose("decoder.layers.1.self_attn.v.kernel"), "decoder.layers.1.self_attn"),
+            "transposed-out-kernel": (transpose("decoder.layers.1.self_attn.o.kernel"), "decoder.layers.1.self_attn"),
+            "nudged-weight": (nudge("decoder.layers.1.self_attn.v.kernel", (3, 5)), "decoder.layers.1.self_attn"),
+            "layer-copied": (copy, "decoder.layers.1.self_attn")}
+
+
+def fault_cases(config, weights, backend: str):
+    """Every planted fault (`faults`) that applies to `config`, re-aimed at a decoder-only model's layers where
+    needed: `(name, the port's config, the port's weights, a context manager planting the code fault (a null one
+    for the others), the sublayer verify should name first)`."""
+    none = contextlib.nullcontext
+    if config.is_decoder_only:
+        first = "decoder.layers.0.self_attn" if config.norm_first else "decoder.layers.0.ffn"
+        cases = [(name, config, apply(config, weights), none(), expected)
+                 for name, (apply, expected) in _decoder_only_weight_faults().items()]
+        cases.append(("eps-1e-3", config.replace(layer_norm_eps=1e-3), weights, none(), first))
+        cases += [(name, config, weights, plant(backend, config), first)
+                  for name, (plant, _) in faults.CODE_FAULTS.items() if "sinusoid" not in name]
+        return cases
+    cases = []
+    for name in faults.WEIGHT_FAULTS:
+        bad, expected = faults.apply_weight_fault(name, config, weights)
+        cases.append((name, config, bad, none(), expected))
+    for name in faults.CONFIG_FAULTS:
+        wrong, expected = faults.config_fault(name, config)
+        cases.append((name, wrong, weights, none(), expected))
+    cases += [(name, config, weights, plant(backend, config), expected_of(config))
+              for name, (plant, expected_of) in faults.CODE_FAULTS.items()]
+    return cases
