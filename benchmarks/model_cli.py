@@ -27,8 +27,9 @@ def register(actions) -> argparse.ArgumentParser:
         "model", help="time the whole model: forward, training step, generation, in every framework and mode",
         description="Time the whole model (forward, forward+backward+Adam step, greedy generation with and without "
                     "the key/value cache) for torch_impl (eager, torch.compile), torch.nn.Transformer and tf_impl "
-                    "(eager, tf.function, XLA), from the same weights, each output checked against the float64 "
-                    "reference while timed; float32 and bfloat16. Reports ms, tokens/s, %% of the measured GEMM "
+                    "(eager, tf.function, XLA), transformers and KerasHub where the architecture matches, from the "
+                    "same weights, each output checked against the float64 reference while timed; float32 and "
+                    "bfloat16. Reports ms, tokens/s, % of the measured GEMM "
                     "peak of the dtype, peak memory and the ratios ours / built-in.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="actions: `bench model compare A.json B.json`, `bench model plot A.json OUT.png`, "
@@ -50,14 +51,14 @@ def register(actions) -> argparse.ArgumentParser:
                        ("new-tokens", "tokens to generate")):
         parser.add_argument(f"--{name}", type=int, dest=f"model_{name.replace('-', '_')}", metavar="N",
                             help=f"{what} (default: the model's)")
-    parser.add_argument("--threads", type=int, default=None, dest="model_threads",
+    parser.add_argument("--threads", type=int, default=None, dest="model_threads", metavar="N",
                         help="CPU threads for every framework (default: os.cpu_count())")
-    parser.add_argument("--rounds", type=int, default=3, dest="model_rounds", help="interleaved timing rounds")
-    parser.add_argument("--min-time", type=float, default=0.3, dest="model_min_time",
+    parser.add_argument("--rounds", type=int, default=3, dest="model_rounds", metavar="N", help="interleaved timing rounds")
+    parser.add_argument("--min-time", type=float, default=0.3, dest="model_min_time", metavar="S",
                         help="seconds of timing per row, at least")
-    parser.add_argument("--max-time", type=float, default=2.0, dest="model_max_time",
+    parser.add_argument("--max-time", type=float, default=2.0, dest="model_max_time", metavar="S",
                         help="seconds of timing per row, at most (a row still gets 3 calls)")
-    parser.add_argument("--min-runs", type=int, default=3, dest="model_min_runs",
+    parser.add_argument("--min-runs", type=int, default=3, dest="model_min_runs", metavar="N",
                         help="timed calls per row, at least (default 3)")
     parser.add_argument("--peak-size", type=int, default=None, dest="model_peak_size", metavar="N",
                         help="N x N GEMM for the measured peak (default 2048 in float32, 512 in bfloat16)")
