@@ -168,6 +168,20 @@ def test_torch_encoder_example(torch_encoder_file, tmp_path):
     assert errors["float32"] > 0  # the comparison ran on real numbers
 
 
+def test_torch_encoder_exported_back_loads_into_the_users_model(torch_encoder_file, tmp_path):
+    """canonical -> the user's own names (--to-layout): load_state_dict takes it, every tensor bit-identical."""
+    torch = pytest.importorskip("torch")
+    model, build, path = torch_encoder_file
+    layout = str(EXAMPLES / "torch_encoder.toml")
+    convert(tmp_path, path, EXAMPLES / "torch_encoder.toml")
+    back = tmp_path / "back.pt"
+    assert main(["--quiet", "convert", str(tmp_path / "ported.safetensors"), str(back), "--to-layout", layout]) == 0
+    fresh = build()
+    result = fresh.load_state_dict(torch.load(back, weights_only=True), strict=False)
+    assert result.missing_keys == ["pos.pe"] and not result.unexpected_keys  # the sinusoid buffer is recomputed
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), model.state_dict().values()))
+
+
 def test_torch_encoder_verify_cli(torch_encoder_file, capsys):
     *_, path = torch_encoder_file
     code = main(["verify", "--layout", str(EXAMPLES / "torch_encoder.toml"), str(path), "--backends", "torch",
@@ -388,6 +402,14 @@ def test_keras_encoder_example(tmp_path):
         keras.config.set_dtype_policy(previous)
     assert logits64.dtype == np.float64
     reference_errors(loaded.config, loaded.weights, src, logits32, logits64)
+
+    back = tmp_path / "back.weights.h5"  # canonical -> the model's own .weights.h5 (--to-layout)
+    assert main(["--quiet", "convert", str(tmp_path / "ported.safetensors"), str(back), "--to-layout",
+                 str(EXAMPLES / "keras_encoder.toml")]) == 0
+    fresh = Encoder(**kwargs)
+    fresh(src)
+    fresh.load_weights(back)
+    assert all(np.array_equal(a, b) for a, b in zip(fresh.get_weights(), model.get_weights()))
 
 
 # --- bad layout files: exit 2, one line naming the problem, nothing written ------------------------------------------

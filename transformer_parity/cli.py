@@ -240,8 +240,13 @@ def cmd_convert(args) -> int:
         loaded = formats.load(in_path, _input_format(args), fields, bar.advance)
         bar.describe(f"writing {out_path.name}", loaded.nbytes)
         size_text = _size(loaded.weights)
-        path, fmt = formats.save(out_path, loaded.config, loaded.weights, out_format, args.force, bar.advance,
-                                 consume=True)
+        if getattr(args, "to_layout", None):
+            from .layouts import user
+            path, fmt = out_path, user.export_with_layout(out_path, loaded.config, loaded.weights, args.to_layout,
+                                                          args.force)
+        else:
+            path, fmt = formats.save(out_path, loaded.config, loaded.weights, out_format, args.force, bar.advance,
+                                     consume=True)
     for note in loaded.notes:
         _note(args, note)
     if not args.quiet:
@@ -413,6 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", choices=FORMAT_CHOICES, help="output format (default: from OUT's extension)")
     p.add_argument("--layout", metavar="FILE.toml", help="a layout file describing IN, a model this tool does not "
                    "know (docs/layouts.md)")
+    p.add_argument("--to-layout", metavar="FILE.toml", help="write OUT under the names of a layout file, for your own "
+                   "model's load_state_dict / load_weights (.pt, .safetensors or .weights.h5)")
     _add_config_options(p)
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.set_defaults(func=cmd_convert)

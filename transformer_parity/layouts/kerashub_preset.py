@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -103,8 +102,8 @@ def _task(path: Path, module: ModuleType) -> str | None:
 
 
 def _repeated(table) -> list[str]:
-    """Layer names that carry `{i}` in a table (`transformer_decoder` for `transformer_decoder_{i}`)."""
-    return sorted({m for _, external, _ in table for m in re.findall(r"([\w.-]+)_\{i\}", external)})
+    from .user import repeated_layers
+    return repeated_layers(table)
 
 
 def _read_weights(path: Path, table, task: bool) -> dict[str, np.ndarray]:
@@ -191,10 +190,8 @@ def _serialized(module: ModuleType, class_name: str, config: dict[str, Any], dty
 
 
 def _keras_path(name: str, repeated: list[str]) -> str:
-    """`layers/transformer_decoder_0/...` -> `layers/transformer_decoder/...` (Keras leaves the first unnumbered)."""
-    for base in repeated:
-        name = re.sub(rf"(^|/){re.escape(base)}_0(/|$)", rf"\1{base}\2", name)
-    return name
+    from .user import keras_path
+    return keras_path(name, repeated)
 
 
 def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: dict[str, np.ndarray],

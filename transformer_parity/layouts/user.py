@@ -359,8 +359,8 @@ def import_with_layout(path: str | os.PathLike, layout_path: str | os.PathLike,
     over the layout's [config])."""
     layout = load(layout_path)
     state = read_state(path)
-    if any(re.search(r"_\{i\}", external) for _, external, _ in layout.table):
-        state = keras_names(state, sorted({m for _, e, _ in layout.table for m in re.findall(r"([\w.-]+)_\{i\}", e)}))
+    if repeated_layers(layout.table):
+        state = keras_names(state, repeated_layers(layout.table))
     matched = match(layout, list(state))
     sinusoid_rows = []
     for key, (_, _, transform) in matched.items():
@@ -377,6 +377,77 @@ def import_with_layout(path: str | os.PathLike, layout_path: str | os.PathLike,
     weights = import_state(config, state, layout.table, source=f"{path} (layout {layout.path})", consume=True)
     notes.insert(0, f"read {len(matched)} tensors through layout {layout.path}")
     return config, weights, notes
+
+
+def repeated_layers(table) -> list[str]:
+    """Keras layer names that carry `{i}` in a table (`transformer_decoder` for `transformer_decoder_{i}`)."""
+    return sorted({m for _, external, _ in table for m in re.findall(r"([\w.-]+)_\{i\}", external)})
+
+
+def keras_path(name: str, repeated) -> str:
+    """`layers/transformer_decoder_0/...` -> `layers/transformer_decoder/...`: Keras leaves the first unnumbered."""
+    for base in repeated:
+        name = re.sub(rf"(^|/){re.escape(base)}_0(/|$)", rf"\1{base}\2", name)
+    return name
+
+
+def keras_paths(names, repeated=()) -> dict[str, str]:
+    """The inverse of `keras_names`: name -> the path Keras uses, `X_0` back to `X` wherever an `X_1` sibling exists
+    or `X` is one of `repeated`."""
+    prefixes = {"/".join(n.split("/")[:depth + 1]) for n in names for depth in range(n.count("/") + 1)}
+
+    def rename(name: str) -> str:
+        original = name.split("/")
+        parts = list(original)
+        for depth, part in enumerate(original[:-1]):
+            m = re.fullmatch(r"(.+)_0", part)
+            parent = "/".join(original[:depth])
+            if m and (m[1] in repeated or (f"{parent}/{m[1]}_1" if parent else f"{m[1]}_1") in prefixes):
+                parts[depth] = m[1]
+        return "/".join(parts)
+
+    return {n: rename(n) for n in names}
+
+
+# --- writing a checkpoint through a layout ----------------------------------------------------------------------------
+
+def export_with_layout(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
+                       layout_path: str | os.PathLike, force: bool = False) -> str:
+    """Write canonical weights under the names a layout file describes, for the user's own model to load: a PyTorch
+    state dict (`.pt`, `.pth`, `.bin`: `model.load_state_dict(torch.load(path))`), a `.safetensors`, or a Keras
+    `.weights.h5` (`model.load_weights(path)`). The layout's [config] must agree with the model's config (a layout
+    for epsilon 1e-6 describes another model than one with 1e-5). Returns a description of what was written."""
+    from .. import formats
+    from .table import export_state
+
+    layout = load(layout_path)
+    conflicts = [f"{k}={v!r} (this model has {getattr(config, k)!r})" for k, v in layout.config.items()
+                 if getattr(config, k) != v]
+    if conflicts:
+        raise ValueError(f"{layout.path} describes another model than this one: {', '.join(conflicts)}")
+    path = Path(path)
+    name = path.name.lower()
+    kind = ("keras" if name.endswith(".weights.h5") else "torch" if name.endswith((".pt", ".pth", ".bin"))
+            else "safetensors" if name.endswith(".safetensors") else None)
+    if kind is None:
+        raise ValueError(f"{path}: --to-layout writes a .pt/.pth/.bin state dict, a .safetensors or a .weights.h5")
+    formats.check_output(path, force)
+    state = export_state(config, dict(weights), layout.table)
+    if kind == "torch":
+        import torch
+    with formats.atomic_path(path, force) as tmp:
+        if kind == "torch":
+            torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}, tmp)
+        elif kind == "safetensors":
+            from safetensors.numpy import save_file
+            save_file({k: np.ascontiguousarray(v) for k, v in state.items()}, str(tmp))
+        else:
+            import h5py
+            names = keras_paths(list(state), repeated_layers(layout.table))
+            with h5py.File(tmp, "w") as f:
+                for key, value in state.items():
+                    f.create_dataset(names[key], data=np.ascontiguousarray(value))
+    return f"{kind} under layout {layout.path.name}"
 
 
 def _preview(names, limit: int = 6) -> str:
