@@ -31,17 +31,23 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "transformer_parity"]
-ABORT_MARKERS = ("pybind11", "terminate called", "Traceback", "core dumped", "Aborted")
-TRAIN = ["--framework", "torch", "--steps", "12", "--warmup", "2", "--batch-size", "16", "--eval-every", "6",
+ABORT_MARKERS = ("pybind11", "terminate called", "core dumped", "Aborted")
+STEPS = 12
+TRAIN = ["--framework", "torch", "--steps", str(STEPS), "--warmup", "2", "--batch-size", "16", "--eval-every", "6",
          "--checkpoint-every", "1", "--eval-size", "32", "--d-model", "32", "--heads", "2", "--layers", "1",
          "--d-ff", "64", "--num-symbols", "6", "--max-len", "8", "--threads", "1", "-q"]
 
 
-def _sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
+def _weights_digest(path: Path) -> str:
+    """SHA-256 over a checkpoint's config and canonical weights (name, dtype, shape, bytes), read as the CLI reads it."""
+    from transformer_parity import formats
+
+    loaded = formats.load(path)
+    h = hashlib.sha256(loaded.config.to_json().encode())
+    for name in sorted(loaded.weights):
+        value = loaded.weights[name]
+        h.update(f"{name} {value.dtype} {value.shape}".encode())
+        h.update(value.tobytes())
     return h.hexdigest()
 
 
@@ -73,8 +79,18 @@ def _run(args: list[str], cwd: Path, kill_after: float | None = None, signum: in
     return proc.returncode, err, time.perf_counter() - start, sent
 
 
-def _aborted(err: str) -> bool:
-    return any(marker in err for marker in ABORT_MARKERS)
+def _trace(err: str) -> str | None:
+    """'abort' (a C++ abort, a core dump), 'traceback' (a Python traceback through this project's code or a
+    framework's), 'start-up' (a traceback from the interpreter's own start-up or the standard library's imports,
+    before any of this project's code runs), or None."""
+    if any(marker in err for marker in ABORT_MARKERS):
+        return "abort"
+    if "Traceback" in err or "Fatal Python error" in err:
+        ours = any(name in err for name in ("transformer_parity/", "torch_impl/", "tf_impl/", "reference_numpy/",
+                                            "site-packages/torch", "benchmarks/"))
+        only_entry = "transformer_parity/__main__.py" in err and err.count('File "/') == 1
+        return "traceback" if ours and not only_entry else "start-up"
+    return None
 
 
 def soak_convert(work: Path, trials: int, rng: random.Random, say) -> dict:
@@ -86,12 +102,13 @@ def soak_convert(work: Path, trials: int, rng: random.Random, say) -> dict:
         code, err, seconds, _ = _run(["convert", str(base), str(work / name), "-q"], work)
         assert code == 0, err
         durations.append(seconds)
-    expected = _sha(work / "reference.pt")
-    (work / "reference2.pt").unlink()
+    expected = _weights_digest(work / "reference.pt")  # torch.save names the archive's folder after the file, so
+    (work / "reference2.pt").unlink()                   # equal conversions need not be equal bytes
     full = min(durations)
     say(f"convert: an uninterrupted conversion takes {full:.1f} s (the faster of two; signals land in [0, that])")
     counts = {"trials": trials, "uninterrupted_seconds": round(full, 2), "signals_sent": 0, "exit_codes": {},
-              "temp_files_left": 0, "partial_outputs": 0, "complete_outputs": 0, "abort_traces": 0, "examples": []}
+              "temp_files_left": 0, "partial_outputs": 0, "complete_outputs": 0, "abort_traces": 0, "tracebacks": 0,
+              "startup_tracebacks": 0, "examples": []}
     for i in range(trials):
         out = work / "x.pt"
         signum = (signal.SIGINT, signal.SIGTERM)[i % 2]
@@ -103,15 +120,17 @@ def soak_convert(work: Path, trials: int, rng: random.Random, say) -> dict:
         counts["exit_codes"][str(code)] = counts["exit_codes"].get(str(code), 0) + 1
         temps = _temps(work)
         counts["temp_files_left"] += len(temps)
-        if out.exists():
-            if _sha(out) == expected:
+        if out.exists():  # published: it must be the whole conversion
+            if _weights_digest(out) == expected:
                 counts["complete_outputs"] += 1
             else:
                 counts["partial_outputs"] += 1
             out.unlink()
-        if _aborted(err):
-            counts["abort_traces"] += 1
-            counts["examples"].append({"signal": signum, "delay": round(delay, 2), "stderr": err[-500:]})
+        kind = _trace(err)
+        if kind is not None:
+            counts[{"abort": "abort_traces", "traceback": "tracebacks", "start-up": "startup_tracebacks"}[kind]] += 1
+            counts["examples"].append({"signal": signum, "delay": round(delay, 2), "kind": kind,
+                                       "stderr": err[-500:]})
         for t in temps:
             Path(work, t).unlink(missing_ok=True)
         say(f"convert {i + 1}/{trials}: {signal.Signals(signum).name} at {delay:.2f} s -> exit {code}"
@@ -167,7 +186,9 @@ def soak_train(work: Path, trials: int, rng: random.Random, say) -> dict:
     counts = {"trials": trials, "uninterrupted_seconds": round(full, 2), "first_checkpoint_seconds": round(first, 2),
               "signal_window_seconds": [round(low, 2), round(full, 2)], "signals_sent": 0, "exit_codes": {},
               "temp_files_left": 0,
-              "unresumable": 0, "bit_identical": 0, "different": 0, "abort_traces": 0, "resumes": 0,
+              "unresumable": 0, "bit_identical": 0, "different": 0, "abort_traces": 0, "tracebacks": 0,
+              "startup_tracebacks": 0, "resumes": 0,
+              "complete_when_signalled": 0,
               "examples": []}
     for i in range(trials):
         run = work / f"run{i}"
@@ -175,14 +196,22 @@ def soak_train(work: Path, trials: int, rng: random.Random, say) -> dict:
         delay = rng.uniform(low, full)
         code, err, seconds, sent = _run(["train", "--out", str(run), *TRAIN], work, delay, signum)
         counts["signals_sent"] += sent
+        if not sent:  # it finished first: the machine is faster now; move the window earlier
+            low, full = low * seconds / full, seconds
         counts["exit_codes"][str(code)] = counts["exit_codes"].get(str(code), 0) + 1
         temps = _temps(run) if run.exists() else []
         counts["temp_files_left"] += len(temps)
-        if _aborted(err):
-            counts["abort_traces"] += 1
-            counts["examples"].append({"signal": signum, "delay": round(delay, 2), "stderr": err[-500:]})
+        kind = _trace(err)
+        if kind is not None:
+            counts[{"abort": "abort_traces", "traceback": "tracebacks", "start-up": "startup_tracebacks"}[kind]] += 1
+            counts["examples"].append({"signal": signum, "delay": round(delay, 2), "kind": kind,
+                                       "stderr": err[-500:]})
+        manifest = run / "run.json"
+        if code != 0 and manifest.exists() and json.loads(manifest.read_text())["step"] == STEPS:
+            counts["complete_when_signalled"] += 1  # the signal came after the last save: nothing to resume
+            code = 0
         if code != 0:
-            if (run / "run.json").exists():
+            if manifest.exists():
                 counts["resumes"] += 1
                 code, err, *_ = _run(["train", "--out", str(run), *TRAIN, "--resume"], work)
             else:  # interrupted before its first checkpoint: nothing to resume, start again

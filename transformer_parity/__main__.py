@@ -2,6 +2,10 @@
 
 import sys
 
-from .cli import main
+try:
+    from .cli import main
+except KeyboardInterrupt:  # Ctrl-C while the CLI itself loads: one line, as anywhere else
+    sys.stderr.write("transformer-parity: interrupted\n")
+    sys.exit(130)
 
 sys.exit(main())
