@@ -305,3 +305,20 @@ def test_seq2seq_round_trip_is_bit_identical_and_loads(seq2seq_file, tmp_path):
     fresh = english_to_spanish()
     fresh.load_weights(again)
     assert all(np.array_equal(a, b) for a, b in zip(fresh.get_weights(), model.get_weights()))
+
+
+def test_scaffold_of_the_seq2seq_file_guesses_the_builtin_table(seq2seq_file, tmp_path, capsys):
+    """`layout --scaffold` on the example's .weights.h5 guesses every line; with num_heads and the unscaled
+    embeddings added, the layout reads the same config and weights as the built-in kerashub-seq2seq table."""
+    _, path = seq2seq_file
+    assert main(["layout", "--scaffold", str(path)]) == 0
+    text = capsys.readouterr().out
+    rows = [line for line in text.splitlines() if line.startswith('"')]
+    assert len(rows) == 48 and not any('= "?"' in row for row in rows)
+    layout = tmp_path / "s2s.toml"
+    layout.write_text(text.replace("# num_heads = ?", "num_heads = 4").replace("# scale_embedding = true",
+                                                                                  "scale_embedding = false"))
+    mine = formats.load(path, formats.LAYOUT_PREFIX + str(layout))
+    builtin = formats.load(path, "kerashub-seq2seq")
+    assert mine.config == builtin.config
+    assert all(np.array_equal(mine.weights[k], builtin.weights[k]) for k in builtin.weights)

@@ -461,16 +461,19 @@ def _preview(names, limit: int = 6) -> str:
 UNMAPPED = "?"
 _ROLES = [  # (words in the key's module path, canonical leaf under a layer); first hit wins
     (("qkv", "qkv_proj", "in_proj", "c_attn", "query_key_value"), "{attn}.{{qkv}}"),
-    (("q", "q_proj", "query", "w_q", "wq", "q_lin"), "{attn}.q"),
-    (("k", "k_proj", "key", "w_k", "wk", "k_lin"), "{attn}.k"),
-    (("v", "v_proj", "value", "w_v", "wv", "v_lin"), "{attn}.v"),
-    (("o", "o_proj", "out_proj", "w_o", "wo", "out_lin", "attention_output", "c_proj_attn"), "{attn}.o"),
+    (("q", "q_proj", "query", "w_q", "wq", "q_lin", "query_dense"), "{attn}.q"),
+    (("k", "k_proj", "key", "w_k", "wk", "k_lin", "key_dense"), "{attn}.k"),
+    (("v", "v_proj", "value", "w_v", "wv", "v_lin", "value_dense"), "{attn}.v"),
+    (("o", "o_proj", "out_proj", "w_o", "wo", "out_lin", "attention_output", "c_proj_attn", "output_dense"),
+     "{attn}.o"),
+    (("_cross_attention_layer_norm", "cross_attn_layer_norm", "encoder_attn_layer_norm"), "cross_norm"),
     (("norm1", "ln_1", "ln1", "layernorm1", "layer_norm1", "norm_1", "attention_norm", "self_attn_layer_norm",
-      "self_attention_layer_norm"), "norm1"),
+      "self_attention_layer_norm", "_self_attention_layer_norm"), "norm1"),
     (("norm2", "ln_2", "ln2", "layernorm2", "layer_norm2", "norm_2", "ffn_norm", "final_layer_norm",
-      "feedforward_layer_norm"), "norm2"),
-    (("linear1", "fc1", "w_1", "w1", "c_fc", "lin1", "intermediate_dense"), "ffn.linear1"),
-    (("linear2", "fc2", "w_2", "w2", "lin2", "output_dense"), "ffn.linear2"),
+      "feedforward_layer_norm", "_feedforward_layer_norm"), "norm2"),
+    (("linear1", "fc1", "w_1", "w1", "c_fc", "lin1", "intermediate_dense", "_feedforward_intermediate_dense"),
+     "ffn.linear1"),
+    (("linear2", "fc2", "w_2", "w2", "lin2", "_feedforward_output_dense"), "ffn.linear2"),
 ]
 
 
@@ -487,7 +490,15 @@ def _generalize(key: str, torch_style: bool) -> tuple[str, int | None]:
         m = re.fullmatch(r"(.+)_(\d+)", part)
         if not torch_style and m and parts[n - 1:n] != ["vars"]:
             return "/".join(parts[:n] + [m[1] + "_{i}"] + parts[n + 1:]), int(m[2])
+        if not torch_style and part in LAYER_CLASSES:  # a one-layer Keras model: its only layer is unnumbered
+            return "/".join(parts[:n] + [part + "_{i}"] + parts[n + 1:]), 0
     return key, None
+
+
+LAYER_CLASSES = ("transformer_encoder", "transformer_decoder", "encoder_layer", "decoder_layer", "transformer_layer",
+                 "transformer_block", "encoder_block", "decoder_block")  # Keras names of repeated layers
+HEADS = ("dense", "classifier", "output", "out", "head", "lm_head", "fc", "fc_out", "logits", "generator",
+         "final_layer", "output_net", "projection")
 
 
 def _guess(pattern: str, shape: tuple[int, ...], torch_style: bool, layered: bool, ffn_index: dict) -> str:
@@ -499,22 +510,22 @@ def _guess(pattern: str, shape: tuple[int, ...], torch_style: bool, layered: boo
     two_d = len(shape) == 2
     transpose = " transpose" if torch_style and two_d else ""
     if not layered:
-        if leaf in ("pe", "pos_table") or (module and module[-1] in ("pe", "pos_encoding")):
+        last = module[-1] if module else leaf
+        side = "tgt" if any(w.startswith(("dec", "tgt", "trg")) or w == "functional" for w in module) else "src"
+        if leaf in ("pe", "pos_table") or last in ("pe", "pos_encoding"):
             return "- sinusoid"  # a fixed table the model computes (check: learned positions are trained)
-        if any("pos" in w or w == "wpe" for w in module) and two_d:
-            return "src_pos.embedding"
-        if two_d and any(w in ("embed", "embedding", "embeddings", "wte", "tok_embeddings", "embed_tokens",
-                               "token_embedding", "word_embeddings", "src_embed") or w.startswith("embed")
-                         for w in module + [leaf]):
-            return "src_embed.embedding"
-        if any(w in ("norm", "ln_f", "final_norm", "layer_norm", "layernorm") for w in module) and len(shape) == 1:
+        if two_d and ("pos" in last or last == "wpe"):
+            return f"{side}_pos.embedding"
+        if two_d and ("embed" in last or last in ("wte", "tok", "tokens")):
+            return f"{side}_embed.embedding"
+        if len(shape) == 1 and ("norm" in last or last in ("ln_f", "layernorm")):
             return "encoder.final_norm." + ("beta" if is_bias else "gamma")
-        if module:
+        if re.sub(r"_\d+$", "", last) in HEADS or "classifier" in last or "head" in last:
             return "output." + ("bias" if is_bias else "kernel" + transpose)
         return UNMAPPED
-    stack = "decoder" if any(w.startswith("dec") for w in module) else "encoder"
-    attn = "cross_attn" if any(w in ("cross_attn", "src_attn", "encoder_attn", "enc_dec_attn") for w in module) \
-        else "self_attn"
+    stack = "decoder" if any(w.startswith("dec") or "decoder" in w for w in module) else "encoder"
+    attn = "cross_attn" if any(w in ("cross_attn", "src_attn", "encoder_attn", "enc_dec_attn",
+                                     "_cross_attention_layer") for w in module) else "self_attn"
     for names, role in _ROLES:
         if module and module[-1] in names:
             break
@@ -532,8 +543,15 @@ def _guess(pattern: str, shape: tuple[int, ...], torch_style: bool, layered: boo
     if role is None:
         return UNMAPPED
     name = f"{stack}.layers.{{i}}." + role.format(attn=attn)
-    if role.startswith("norm"):
+    if role.startswith(("norm", "cross_norm")):
+        if role == "cross_norm":
+            name = name.replace("cross_norm", "norm2")  # the norm of the cross-attention block
+        elif stack == "decoder" and role == "norm2":
+            name = name[:-1] + "3"  # a decoder layer's feed-forward norm is norm3 (norm2 follows cross-attention)
         return f"{name}.{'beta' if is_bias else 'gamma'}"
+    if len(shape) == 3 or (is_bias is False and leaf == "1" and len(shape) == 2):  # Keras einsum kernels
+        heads = "heads_in" if role.endswith(".o") and not leaf == "1" else "heads_out"
+        return f"{name}.{'bias' if leaf == '1' else 'kernel'} {heads}"
     fused = "{qkv}" in name
     if fused:
         return f"{name}.{'bias' if is_bias else 'kernel'} " + ("fused_qkv_t" if torch_style else "fused_qkv")
@@ -553,10 +571,15 @@ def scaffold(path: str | os.PathLike) -> str:
         pattern, index = _generalize(key, torch_style)
         patterns.setdefault(pattern, [tuple(np.shape(value)), set()])[1].add(index)
     ffn_index: dict = {}
+    guesses = {pattern: _guess(pattern, shape, torch_style, indices != {None}, ffn_index)
+               for pattern, (shape, indices) in patterns.items()}
+    if not any("encoder.layers" in g for g in guesses.values()) and any("decoder.layers" in g for g in guesses.values()):
+        guesses = {k: g.replace("src_", "tgt_").replace("encoder.final_norm", "decoder.final_norm")
+                   for k, g in guesses.items()}  # a decoder-only model: embeddings and final norm are the decoder's
     rows = []
     for pattern, (shape, indices) in patterns.items():
         layered = indices != {None}
-        guess = _guess(pattern, shape, torch_style, layered, ffn_index)
+        guess = guesses[pattern]
         count = f" x{len(indices)}" if layered else ""
         hint = " (q|k|v concatenated? if interleaved per head: fused_qkv_heads...)" if "fused" in guess else ""
         rows.append((pattern, guess, f"{shape}{count}{hint}"))
