@@ -19,9 +19,12 @@ length, which norms, biases and heads exist. Every key of the file must be match
 pattern must match some key (but the optional `tied`, `sinusoid` and `ignore` entries, which describe what a file
 may or may not hold), and every shape must be the one the config implies; each failure names the key.
 
-`.weights.h5` files are read through `tf_impl.checkpoints.read_h5_file` (which treats the file as hostile); their
-dataset paths are the names (`layers/encoder/enc_layers_1/mha/wq/vars/0`), with Keras's unnumbered first list
-item renamed `_0` wherever a `_1` sibling exists, so `{i}` covers every layer.
+`.weights.h5` files are read through the hardened HDF5 checks of `tf_impl.checkpoints` (`read_keras_h5`); their
+dataset paths are the names (`enc_layers/encoder_layer_1/mha/wq/vars/0`), with Keras's unnumbered first layer of a
+kind renamed `_0` wherever a `_1` sibling exists (or a pattern says `name_{i}`), so `{i}` covers every layer.
+
+`scaffold` writes a starting file for a checkpoint; `export_with_layout` writes canonical weights back under the
+names a layout gives (`convert --to-layout`).
 """
 
 from __future__ import annotations
