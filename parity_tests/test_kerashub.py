@@ -63,7 +63,6 @@ def gpt2_logits(lm, ids) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def gpt2_preset(tmp_path_factory):
-    keras_hub.models.GPT2Backbone  # noqa: B018
     backbone = keras_hub.models.GPT2Backbone(**GPT2, dropout=0.0)
     exercise(backbone)
     lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)

@@ -20,8 +20,6 @@ epsilon). The table is the layout file `kerashub_seq2seq.toml`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
 import reference_numpy as rn
 
 NAME = "kerashub-seq2seq"

@@ -40,7 +40,7 @@ import numpy as np
 
 import reference_numpy as rn
 
-from .table import CHECKED, FUSED, HEADS, TRANSFORMS, Entry, check_table, import_state
+from .table import CHECKED, FUSED, TRANSFORMS, Entry, check_table, import_state
 
 SECTIONS = ("config", "weights")
 OPTIONAL = CHECKED  # tied / sinusoid / ignore: matched keys that are checked or skipped, not parameters
@@ -500,7 +500,7 @@ def _generalize(key: str, torch_style: bool) -> tuple[str, int | None]:
 
 LAYER_CLASSES = ("transformer_encoder", "transformer_decoder", "encoder_layer", "decoder_layer", "transformer_layer",
                  "transformer_block", "encoder_block", "decoder_block")  # Keras names of repeated layers
-HEADS = ("dense", "classifier", "output", "out", "head", "lm_head", "fc", "fc_out", "logits", "generator",
+HEAD_NAMES = ("dense", "classifier", "output", "out", "head", "lm_head", "fc", "fc_out", "logits", "generator",
          "final_layer", "output_net", "projection")
 
 
@@ -523,7 +523,7 @@ def _guess(pattern: str, shape: tuple[int, ...], torch_style: bool, layered: boo
             return f"{side}_embed.embedding"
         if len(shape) == 1 and ("norm" in last or last in ("ln_f", "layernorm")):
             return "encoder.final_norm." + ("beta" if is_bias else "gamma")
-        if re.sub(r"_\d+$", "", last) in HEADS or "classifier" in last or "head" in last:
+        if re.sub(r"_\d+$", "", last) in HEAD_NAMES or "classifier" in last or "head" in last:
             return "output." + ("bias" if is_bias else "kernel" + transpose)
         return UNMAPPED
     stack = "decoder" if any(w.startswith("dec") or "decoder" in w for w in module) else "encoder"
@@ -576,7 +576,8 @@ def scaffold(path: str | os.PathLike) -> str:
     ffn_index: dict = {}
     guesses = {pattern: _guess(pattern, shape, torch_style, indices != {None}, ffn_index)
                for pattern, (shape, indices) in patterns.items()}
-    if not any("encoder.layers" in g for g in guesses.values()) and any("decoder.layers" in g for g in guesses.values()):
+    stacks = {g.split(".layers.")[0] for g in guesses.values() if ".layers." in g}
+    if stacks == {"decoder"}:
         guesses = {k: g.replace("src_", "tgt_").replace("encoder.final_norm", "decoder.final_norm")
                    for k, g in guesses.items()}  # a decoder-only model: embeddings and final norm are the decoder's
     rows = []
