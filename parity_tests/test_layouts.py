@@ -380,7 +380,7 @@ def test_keras_encoder_example(tmp_path):
     model = Encoder(**kwargs)
     rng = np.random.default_rng(0)
     model.compile(optimizer=keras.optimizers.Adam(1e-2),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), run_eagerly=True)
     # model.fit also saves the optimizer's state (an int64 iteration count) in the .weights.h5: skipped, never read
     model.fit(rng.integers(1, 50, size=(8, 12)), rng.integers(0, 6, size=(8, 12)), epochs=2, batch_size=4, verbose=0)
     path = tmp_path / "model.weights.h5"

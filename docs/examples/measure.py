@@ -84,7 +84,7 @@ def hand_written(tmp: Path) -> list[str]:
     model = Encoder(**kwargs)
     rng = np.random.default_rng(0)
     model.compile(optimizer=keras.optimizers.Adam(1e-2),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), run_eagerly=True)
     model.fit(rng.integers(1, 50, size=(8, 12)), rng.integers(0, 6, size=(8, 12)), epochs=2, batch_size=4, verbose=0)
     path = tmp / "keras.weights.h5"
     model.save_weights(path)
