@@ -24,23 +24,8 @@ import reference_numpy as rn
 from transformer_parity.training_parity import (SCHEDULES, batch_for, gradient_errors, gradient_stream,
                                                 reference_adam, relative_error, run_adam, split_key_biases,
                                                 train_both, weight_differences)
+from transformer_parity.variants import TINY, VARIANTS
 from transformer_parity.verify import seeded_weights
-
-TINY = rn.TransformerConfig.preset("tiny", dropout=0.0)
-# The configurations parity_tests/conftest.py's VARIANTS covers.
-VARIANTS = {
-    "post-ln": TINY,
-    "pre-ln+final-norm": TINY.replace(norm_first=True, final_norm=True),
-    "final-norm": TINY.replace(final_norm=True),
-    "learned-pos": TINY.replace(positional="learned"),
-    "concat-sinusoid": TINY.replace(sinusoid_layout="concatenated"),
-    "gelu": TINY.replace(activation="gelu"),
-    "tied": TINY.replace(tie_embeddings=True),
-    "no-bias-unscaled": TINY.replace(bias=False, scale_embedding=False),
-    "pad-id-3": TINY.replace(pad_id=3),
-    "encoder-only": TINY.replace(num_decoder_layers=0, tgt_vocab_size=7),
-    "asymmetric-depth": TINY.replace(num_encoder_layers=1, num_decoder_layers=3),
-}
 
 
 def main() -> int:

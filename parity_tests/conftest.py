@@ -10,22 +10,7 @@ import pytest
 
 import reference_numpy as rn
 
-TINY = rn.TransformerConfig.preset("tiny", dropout=0.0)
-
-# Every variant the issue names, on the tiny preset; ids are what a failing test prints.
-VARIANTS = {
-    "post-ln": TINY,
-    "pre-ln+final-norm": TINY.replace(norm_first=True, final_norm=True),
-    "final-norm": TINY.replace(final_norm=True),
-    "learned-pos": TINY.replace(positional="learned"),
-    "concat-sinusoid": TINY.replace(sinusoid_layout="concatenated"),
-    "gelu": TINY.replace(activation="gelu"),
-    "tied": TINY.replace(tie_embeddings=True),
-    "no-bias-unscaled": TINY.replace(bias=False, scale_embedding=False),
-    "pad-id-3": TINY.replace(pad_id=3),
-    "encoder-only": TINY.replace(num_decoder_layers=0, tgt_vocab_size=7),
-    "asymmetric-depth": TINY.replace(num_encoder_layers=1, num_decoder_layers=3),
-}
+from transformer_parity.variants import FAMILIES, TINY, VARIANTS  # noqa: E402,F401 (fixtures import them from here)
 
 
 @pytest.fixture(params=list(VARIANTS), ids=list(VARIANTS))

@@ -10,24 +10,9 @@ import pytest
 
 import reference_numpy as rn
 
-from .conftest import TINY, weights_for
+from .conftest import FAMILIES, TINY, weights_for
 from .tolerances import atol
 
-# One small model per family; the HF helper's tests build the real layouts on the same switches.
-FAMILIES = {
-    "gpt2-like": TINY.replace(num_encoder_layers=0, norm_first=True, final_norm=True, positional="learned",
-                              tie_embeddings=True, activation="gelu_tanh", scale_embedding=False,
-                              output_bias=False),
-    "bert-mlm-like": TINY.replace(num_decoder_layers=0, tgt_vocab_size=48, positional="learned",
-                                  type_vocab_size=2, embed_norm=True, head_transform=True, pooler=True,
-                                  tie_embeddings=True, scale_embedding=False, activation="gelu", layer_norm_eps=1e-12),
-    "bare-backbone": TINY.replace(num_decoder_layers=0, positional="learned", type_vocab_size=3, embed_norm=True,
-                                  pooler=True, output_projection=False, scale_embedding=False),
-    "marian-like": TINY.replace(tgt_vocab_size=48, activation="silu", sinusoid_layout="concatenated",
-                                share_embeddings=True, tie_embeddings=True, output_bias=True),
-    "bart-like": TINY.replace(tgt_vocab_size=48, positional="learned", position_offset=2, embed_norm=True,
-                              activation="gelu", share_embeddings=True, tie_embeddings=True, scale_embedding=False),
-}
 
 
 def family_inputs(config, batch=2, src_len=9, tgt_len=7, seed=3):

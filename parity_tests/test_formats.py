@@ -14,8 +14,7 @@ from transformer_parity.errors import UsageError
 from transformer_parity.safetensors_io import read_header, write_canonical
 from transformer_parity.verify import seeded_weights
 
-from .conftest import TINY, VARIANTS
-from .test_families import FAMILIES
+from .conftest import FAMILIES, TINY, VARIANTS
 from .tolerances import atol
 
 EXT = {"canonical": "m.safetensors", "torch": "m.pt", "keras": "m.weights.h5", "nn-transformer": "m.bin"}

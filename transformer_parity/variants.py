@@ -1,0 +1,42 @@
+"""Small configurations that exercise every switch of `TransformerConfig` on the tiny preset: the tests, the
+calibration and the training-parity benchmark all draw from these, so each names one set of models.
+
+`VARIANTS` are the paper's model with one switch changed each; `FAMILIES` are one small model per family of real
+checkpoints (decoder-only, BERT-style encoder, bare backbone, Marian/BART encoder-decoder). Dict keys are the ids a
+failing test prints.
+"""
+
+from __future__ import annotations
+
+import reference_numpy as rn
+
+TINY = rn.TransformerConfig.preset("tiny", dropout=0.0)
+
+VARIANTS = {
+    "post-ln": TINY,
+    "pre-ln+final-norm": TINY.replace(norm_first=True, final_norm=True),
+    "final-norm": TINY.replace(final_norm=True),
+    "learned-pos": TINY.replace(positional="learned"),
+    "concat-sinusoid": TINY.replace(sinusoid_layout="concatenated"),
+    "gelu": TINY.replace(activation="gelu"),
+    "tied": TINY.replace(tie_embeddings=True),
+    "no-bias-unscaled": TINY.replace(bias=False, scale_embedding=False),
+    "pad-id-3": TINY.replace(pad_id=3),
+    "encoder-only": TINY.replace(num_decoder_layers=0, tgt_vocab_size=7),
+    "asymmetric-depth": TINY.replace(num_encoder_layers=1, num_decoder_layers=3),
+}
+
+FAMILIES = {
+    "gpt2-like": TINY.replace(num_encoder_layers=0, norm_first=True, final_norm=True, positional="learned",
+                              tie_embeddings=True, activation="gelu_tanh", scale_embedding=False,
+                              output_bias=False),
+    "bert-mlm-like": TINY.replace(num_decoder_layers=0, tgt_vocab_size=48, positional="learned",
+                                  type_vocab_size=2, embed_norm=True, head_transform=True, pooler=True,
+                                  tie_embeddings=True, scale_embedding=False, activation="gelu", layer_norm_eps=1e-12),
+    "bare-backbone": TINY.replace(num_decoder_layers=0, positional="learned", type_vocab_size=3, embed_norm=True,
+                                  pooler=True, output_projection=False, scale_embedding=False),
+    "marian-like": TINY.replace(tgt_vocab_size=48, activation="silu", sinusoid_layout="concatenated",
+                                share_embeddings=True, tie_embeddings=True, output_bias=True),
+    "bart-like": TINY.replace(tgt_vocab_size=48, positional="learned", position_offset=2, embed_norm=True,
+                              activation="gelu", share_embeddings=True, tie_embeddings=True, scale_embedding=False),
+}
