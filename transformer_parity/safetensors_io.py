@@ -160,12 +160,19 @@ def write_canonical(path: str | os.PathLike, config: rn.TransformerConfig, weigh
     (the caller owns atomicity: pass a temporary path and rename it). `consume=True` deletes each entry of
     `weights` (a dict) once written."""
     rn.validate_weights(config, weights)
-    names = list(rn.parameter_shapes(config))
-    header: dict = {"__metadata__": {"format": FORMAT_TAG, "format_version": FORMAT_VERSION,
-                                     "config": config.to_json()}}
+    metadata = {"format": FORMAT_TAG, "format_version": FORMAT_VERSION, "config": config.to_json()}
+    write_tensors(path, weights, list(rn.parameter_shapes(config)), metadata, on_tensor, consume)
+
+
+def write_tensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], names: list[str],
+                  metadata: Mapping[str, str], on_tensor: Callable[[str, int], None] | None = None,
+                  consume: bool = False) -> None:
+    """A safetensors file of `tensors[name]` for each of `names`, in that order, with `metadata`, streamed tensor by
+    tensor and synced to disk (the caller owns atomicity). `consume=True` deletes each entry once written."""
+    header: dict = {"__metadata__": dict(metadata)}
     offset = 0
     for name in names:
-        array = np.asarray(weights[name])
+        array = np.asarray(tensors[name])
         dtype = array.dtype.newbyteorder("<")
         if dtype not in _CODES:
             raise ValueError(f"{name} has dtype {array.dtype}, which safetensors cannot store here")
@@ -178,8 +185,10 @@ def write_canonical(path: str | os.PathLike, config: rn.TransformerConfig, weigh
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for name in names:
-            value = np.asarray(weights.pop(name) if consume else weights[name])
+            value = np.asarray(tensors.pop(name) if consume else tensors[name])
             array = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
             f.write(memoryview(array).cast("B"))
             if on_tensor is not None:
                 on_tensor(name, array.nbytes)
+        f.flush()
+        os.fsync(f.fileno())

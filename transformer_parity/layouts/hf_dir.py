@@ -13,14 +13,13 @@ nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import math
 import os
 import shutil
-import struct
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -132,36 +131,14 @@ def _read_bin(file: Path) -> dict[str, np.ndarray]:
 
 # --- writing ------------------------------------------------------------------------------------------------------
 
-_CODES = {np.dtype("float16"): "F16", np.dtype("float32"): "F32", np.dtype("float64"): "F64"}
 
 
 def write_safetensors(path: Path, tensors: dict[str, np.ndarray], metadata: Mapping[str, str],
                       on_tensor: OnTensor | None = None, consume: bool = False) -> None:
     """A plain safetensors file, streamed tensor by tensor; `consume=True` empties `tensors` as it writes."""
-    header: dict[str, Any] = {"__metadata__": dict(metadata)}
-    offset = 0
-    names = list(tensors)
-    for name in names:
-        array = tensors[name]
-        if array.dtype not in _CODES:
-            raise ValueError(f"{name} has dtype {array.dtype}, which this writer does not store")
-        nbytes = math.prod(array.shape) * array.dtype.itemsize
-        header[name] = {"dtype": _CODES[array.dtype], "shape": list(array.shape),
-                        "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # safetensors aligns the data section to 8 bytes
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for name in names:
-            value = tensors.pop(name) if consume else tensors[name]
-            array = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
-            f.write(memoryview(array).cast("B"))
-            if on_tensor is not None:
-                on_tensor(name, array.nbytes)
-        f.flush()
-        os.fsync(f.fileno())
+    from ..safetensors_io import write_tensors
+
+    write_tensors(path, tensors, list(tensors), metadata, on_tensor, consume)
 
 
 def check_output_dir(path: str | os.PathLike, force: bool) -> Path:
@@ -185,21 +162,29 @@ def check_output_dir(path: str | os.PathLike, force: bool) -> Path:
 
 def write_dir(path: str | os.PathLike, hf_config: Mapping[str, Any], state: dict[str, np.ndarray], force: bool,
               on_tensor: OnTensor | None = None, consume: bool = False) -> Path:
-    """Write `config.json` + `model.safetensors` to the directory `path`, atomically: built in a temporary directory
-    beside it, then published. Without `force` the name is claimed with `mkdir` (so two writers cannot both win)
-    and the finished directory renamed onto it; with `force` an existing model directory is moved aside first and
-    put back if publishing fails. SIGINT/SIGTERM leave nothing behind."""
+    """Write `config.json` + `model.safetensors` to the directory `path`, atomically (see `atomic_dir`)."""
+    path = check_output_dir(path, force)
+    with atomic_dir(path, force) as tmp:
+        (tmp / CONFIG).write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+        write_safetensors(tmp / SAFETENSORS, state, {"format": "pt"}, on_tensor, consume)
+    return path
+
+
+@contextlib.contextmanager
+def atomic_dir(path: Path, force: bool) -> Iterator[Path]:
+    """A temporary directory beside `path` to build a model directory in, published as `path` when the block
+    succeeds. Without `force` the name is claimed with `mkdir` (so two writers cannot both win) and the finished
+    directory renamed onto it; with `force` an existing directory is moved aside first and put back if publishing
+    fails. SIGINT/SIGTERM leave nothing behind."""
     from ..formats import _raise_on_sigterm, _restore_sigterm, deferred_signals
 
-    path = check_output_dir(path, force)
     with deferred_signals():  # the handler and the temporary directory appear together, or neither
         previous = _raise_on_sigterm()
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent))
     old = None
     try:
         os.chmod(tmp, 0o777 & ~_umask())
-        (tmp / CONFIG).write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
-        write_safetensors(tmp / SAFETENSORS, state, {"format": "pt"}, on_tensor, consume)
+        yield tmp
         with deferred_signals():
             if force and path.exists():
                 old = Path(tempfile.mkdtemp(prefix=f".{path.name[:100]}.", suffix=".old", dir=path.parent))
@@ -222,7 +207,6 @@ def write_dir(path: str | os.PathLike, hf_config: Mapping[str, Any], state: dict
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         _restore_sigterm(previous)
-    return path
 
 
 def _umask() -> int:

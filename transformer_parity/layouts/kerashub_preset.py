@@ -13,8 +13,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping
@@ -257,39 +255,11 @@ def _write_dir(path: Path, files: Mapping[str, Any], h5_files: Mapping[str, Mapp
                force: bool) -> None:
     """Build the preset in a temporary directory beside `path`, then publish it (as `hf_dir.write_dir` does: the
     name claimed with mkdir without --force; with it, the old preset moved aside and put back on failure)."""
-    from ..formats import _raise_on_sigterm, _restore_sigterm, deferred_signals
-    from . import hf_dir
+    from .hf_dir import atomic_dir
 
-    with deferred_signals():
-        previous = _raise_on_sigterm()
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent))
-    old = None
-    try:
-        os.chmod(tmp, 0o777 & ~hf_dir._umask())
+    with atomic_dir(path, force) as tmp:
         for name, content in files.items():
             (tmp / name).write_text(json.dumps(content, indent=4) + "\n")
         for name, datasets in h5_files.items():
             if datasets:
                 _write_h5(tmp / name, datasets)
-        with deferred_signals():
-            if force and path.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{path.name[:100]}.", suffix=".old", dir=path.parent))
-                os.replace(path, old / "model")
-            else:
-                try:
-                    os.mkdir(path)
-                except FileExistsError:
-                    raise ValueError(f"{path} exists; pass --force to replace it") from None
-            try:
-                os.replace(tmp, path)
-            except BaseException:
-                if old is not None:
-                    os.replace(old / "model", path)
-                else:
-                    os.rmdir(path)
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        _restore_sigterm(previous)
