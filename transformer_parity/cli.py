@@ -282,6 +282,7 @@ examples:
 
 The first checkpoint is the reference: the judge is the NumPy reference in float64 on its weights. Each sublayer's
 tolerance is K x its floor (the NumPy float32-vs-float64 error on the same inputs), K = 10; see docs/verify.md.
+With --dtype bfloat16/float16 the floor is the error of the NumPy reference rounding as that port does, K = 5.5.
 With two or more checkpoints their weights are compared first, name by name: a tensor that differs (beyond a
 float64 -> float32 rounding that happened) fails verify even when every output is within tolerance.
 exit status: 0 all within tolerance (and the weights the same), 1 a weight or an output differs, 2 bad input.
