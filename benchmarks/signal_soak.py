@@ -7,7 +7,7 @@
   uninterrupted conversion. Counted: temporary files left, outputs that exist but differ from the uninterrupted
   one (a partial file), exit statuses, and abort traces (`pybind11`, `terminate called`, `Traceback`, a core dump).
 - **train**: a tiny reversal run with `--checkpoint-every 1`; each trial starts it, sends SIGINT or SIGTERM at a
-  random moment, then resumes (`--resume`; a fresh start where no checkpoint was saved yet) until it finishes.
+  random moment between its first checkpoint and the end of an uninterrupted run's length, then resumes (`--resume`; a fresh start where no checkpoint was saved yet) until it finishes.
   Counted: temporary files left after the interruption, unresumable runs, and whether the finished run's checkpoint
   and Adam state are bit-identical to an uninterrupted run's.
 
@@ -62,13 +62,17 @@ def _default_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _run(args: list[str], cwd: Path, kill_after: float | None = None, signum: int = signal.SIGINT
-         ) -> tuple[int, str, float, bool]:
-    """(exit status, stderr, seconds, whether the signal was sent: False if the command ended first)."""
+def _run(args: list[str], cwd: Path, kill_after: float | None = None, signum: int = signal.SIGINT,
+         after_file: Path | None = None) -> tuple[int, str, float, bool]:
+    """(exit status, stderr, seconds, whether the signal was sent: False if the command ended first). With
+    `after_file`, `kill_after` counts from the moment that file appears."""
     start = time.perf_counter()
     proc = subprocess.Popen(CLI + args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=_default_signals)
     sent = False
+    if after_file is not None:
+        while proc.poll() is None and not after_file.exists():
+            time.sleep(0.005)
     if kill_after is not None:
         try:
             proc.wait(timeout=kill_after)
@@ -180,11 +184,11 @@ def soak_train(work: Path, trials: int, rng: random.Random, say) -> dict:
     straight = work / "straight"
     first, full = _first_save_time(["train", "--out", str(straight), *TRAIN], work, straight)
     expected = _final(straight)
-    low = max(0.0, first - 1.0)  # signals land while it trains and saves, not only while it starts
+    window = full - first  # signals land while it trains and saves: timed from its first checkpoint
     say(f"train: an uninterrupted run takes {full:.1f} s, its first checkpoint appears at {first:.1f} s; signals "
-        f"are sent between {low:.1f} and {full:.1f} s")
+        f"are sent 0 to {window:.1f} s after the first checkpoint appears")
     counts = {"trials": trials, "uninterrupted_seconds": round(full, 2), "first_checkpoint_seconds": round(first, 2),
-              "signal_window_seconds": [round(low, 2), round(full, 2)], "signals_sent": 0, "exit_codes": {},
+              "signal_window_after_first_checkpoint_seconds": round(window, 2), "signals_sent": 0, "exit_codes": {},
               "temp_files_left": 0,
               "unresumable": 0, "bit_identical": 0, "different": 0, "abort_traces": 0, "tracebacks": 0,
               "startup_tracebacks": 0, "resumes": 0,
@@ -193,11 +197,10 @@ def soak_train(work: Path, trials: int, rng: random.Random, say) -> dict:
     for i in range(trials):
         run = work / f"run{i}"
         signum = (signal.SIGINT, signal.SIGTERM)[i % 2]
-        delay = rng.uniform(low, full)
-        code, err, seconds, sent = _run(["train", "--out", str(run), *TRAIN], work, delay, signum)
+        delay = rng.uniform(0, window)
+        code, err, seconds, sent = _run(["train", "--out", str(run), *TRAIN], work, delay, signum,
+                                        after_file=run / "run.json")
         counts["signals_sent"] += sent
-        if not sent:  # it finished first: the machine is faster now; move the window earlier
-            low, full = low * seconds / full, seconds
         counts["exit_codes"][str(code)] = counts["exit_codes"].get(str(code), 0) + 1
         temps = _temps(run) if run.exists() else []
         counts["temp_files_left"] += len(temps)
@@ -222,7 +225,7 @@ def soak_train(work: Path, trials: int, rng: random.Random, say) -> dict:
         if code == 0:
             same = _final(run) == expected
             counts["bit_identical" if same else "different"] += 1
-        say(f"train {i + 1}/{trials}: {signal.Signals(signum).name} at {delay:.2f} s -> "
+        say(f"train {i + 1}/{trials}: {signal.Signals(signum).name} {delay:.2f} s after the first checkpoint -> "
             f"{'finished' if code == 0 else 'FAILED'}" + (f", temp files {temps}" if temps else ""))
         shutil.rmtree(run, ignore_errors=True)
     return counts
