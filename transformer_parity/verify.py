@@ -16,6 +16,9 @@ The tolerance rule (docs/verify.md; with two or more checkpoints the weights are
 
 K was chosen from measurements (`benchmarks/verify_calibration.py`): correct ports stay below ~3 floors over
 hundreds of seeds, configs and shapes, while the planted porting faults sit at hundreds of floors and more.
+
+With `--dtype bfloat16|float16` (and `--autocast`) the ports run in that precision and the floor comes from the NumPy
+reference rounding as they do, with its own K: `lowp`.
 """
 
 from __future__ import annotations
