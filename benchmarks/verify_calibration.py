@@ -39,6 +39,7 @@ import numpy as np  # noqa: E402
 
 import reference_numpy as rn  # noqa: E402
 from transformer_parity import faults, verify  # noqa: E402
+from transformer_parity.variants import FAMILIES  # noqa: E402
 
 TINY = rn.TransformerConfig.preset("tiny", dropout=0.0)
 CONFIGS = {
@@ -58,10 +59,8 @@ CONFIGS = {
 FAULT_CONFIGS = ("post-ln", "pre-ln+final-norm", "gelu", "no-bias-unscaled", "small")
 
 # --dtype bfloat16 / float16: a decoder-only model (GPT-2's switches) besides encoder-decoder ones.
-GPT2_LIKE = TINY.replace(num_encoder_layers=0, norm_first=True, final_norm=True, positional="learned",
-                         tie_embeddings=True, activation="gelu_tanh", scale_embedding=False, output_bias=False)
 LOWP_CONFIGS = {**{name: CONFIGS[name] for name in ("post-ln", "pre-ln+final-norm", "gelu", "small")},
-                "gpt2-like": GPT2_LIKE}
+                "gpt2-like": FAMILIES["gpt2-like"]}
 
 
 def shape_for(seed: int, config: rn.TransformerConfig) -> dict[str, int]:

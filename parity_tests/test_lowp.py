@@ -13,12 +13,10 @@ import reference_numpy as rn
 from reference_numpy import lowp as rlowp
 from reference_numpy import ops
 from transformer_parity import cli, formats, lowp, verify
+from transformer_parity.variants import FAMILIES, TINY
 from transformer_parity.verify import Subject, seeded_weights
 
-from .conftest import TINY
-
-GPT2_LIKE = TINY.replace(num_encoder_layers=0, norm_first=True, final_norm=True, positional="learned",
-                         tie_embeddings=True, activation="gelu_tanh", scale_embedding=False, output_bias=False)
+GPT2_LIKE = FAMILIES["gpt2-like"]
 SHAPE = {"batch": 2, "src_len": 9, "tgt_len": 7}
 
 
