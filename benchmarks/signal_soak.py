@@ -32,8 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "transformer_parity"]
 ABORT_MARKERS = ("pybind11", "terminate called", "core dumped", "Aborted")
-STEPS = 12
-TRAIN = ["--framework", "torch", "--steps", str(STEPS), "--warmup", "2", "--batch-size", "16", "--eval-every", "6",
+STEPS = 40
+TRAIN = ["--framework", "torch", "--steps", str(STEPS), "--warmup", "2", "--batch-size", "16", "--eval-every", "10",
          "--checkpoint-every", "1", "--eval-size", "32", "--d-model", "32", "--heads", "2", "--layers", "1",
          "--d-ff", "64", "--num-symbols", "6", "--max-len", "8", "--threads", "1", "-q"]
 
