@@ -62,7 +62,9 @@ def table(report: "Report") -> "Table":
             t.add_row(name if i == 0 else "", pair_label(r.backends), _num(r.max_abs_err), _num(r.max_rel_err),
                       _num(r.floor), ratio, status)
     limits = sorted({r.limit for r in report.rows}) or [0.0]
-    t.caption = (f"backends: one name = that backend vs the {JUDGE} judge; floor: NumPy float32 vs float64 on the "
+    floor_run = {"float32": "float32", "float64": "float32 (x eps64/eps32)"}.get(
+        report.dtype, f"{report.dtype} (rounded where the frameworks round)")
+    t.caption = (f"backends: one name = that backend vs the {JUDGE} judge; floor: NumPy {floor_run} vs float64 on the "
                  f"same inputs;\npass: max abs <= {limits[0]:g} x floor"
                  + (f" ({limits[-1]:g} x floor between two backends)" if len(limits) > 1 else ""))
     t.caption_justify = "left"
@@ -75,6 +77,7 @@ def verdict(report: "Report") -> str:
     from . import weight_diff
     from .verify import RATIO_LIMIT
 
+    limit = min((r.limit for r in report.rows), default=RATIO_LIMIT)  # the judge's K for this dtype
     n = len(report.rows)
     weights = ""
     if report.weights_compared:
@@ -88,7 +91,7 @@ def verdict(report: "Report") -> str:
             weights = f"weights: {counts['identical']} tensors identical, {counts['rounding']} {rounding}; "
     if report.passed:
         return (f"PASS: {weights}all {n} comparisons within tolerance; largest error {_ratio(report.max_ratio())} x "
-                f"floor (limit {RATIO_LIMIT:g})")
+                f"floor (limit {limit:g})")
     weights_failed = weight_diff.verdict(report.weights)
     if weights_failed:
         if not report.rows:
