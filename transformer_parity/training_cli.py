@@ -17,7 +17,8 @@ TRAIN_EXAMPLES = """\
 examples:
   transformer-parity train --framework torch --out runs/torch-reverse            # reverse 1-16 symbols
   transformer-parity train --framework tf --out runs/tf-reverse --steps 3000
-  transformer-parity train --framework torch --out runs/torch-reverse --resume --steps 4000
+  transformer-parity train --framework torch --out runs/torch-reverse --resume                # after Ctrl-C
+  transformer-parity train --framework torch --out runs/torch-reverse --resume --steps 4000 --extend-schedule
   transformer-parity train --framework torch --out runs/copy --task copy --schedule noam --warmup 400
   transformer-parity train --framework tf --out runs/ft --init base-port.safetensors   # fine-tune a checkpoint
 """
