@@ -221,7 +221,12 @@ def save_run(out: Path, trainer, settings: TrainSettings, log: dict) -> None:
     try:
         _publish_manifest(out, manifest, mode)  # the commit point
     except BaseException:
-        shutil.rmtree(final, ignore_errors=True)
+        try:
+            published = json.loads((out / MANIFEST).read_text()).get("save") == manifest["save"]
+        except (OSError, ValueError, AttributeError):
+            published = False
+        if not published:  # the previous save stays current; this one never was
+            shutil.rmtree(final, ignore_errors=True)
         raise
     _replace_with(final / CHECKPOINT, out / CHECKPOINT, checkpoint, mode)
     _replace_with(final / LOG, out / LOG, log_bytes, mode)
@@ -246,8 +251,12 @@ def _remove_stale(out: Path, keep: str | None) -> None:
     saves = out / SAVES
     if saves.is_dir():
         for item in saves.iterdir():
-            if item.name != keep:
-                shutil.rmtree(item, ignore_errors=True) if item.is_dir() else item.unlink(missing_ok=True)
+            if item.name == keep:
+                continue
+            if item.is_dir():
+                shutil.rmtree(item, ignore_errors=True)
+            else:
+                item.unlink(missing_ok=True)
     for item in out.glob(".*.tmp"):
         item.unlink(missing_ok=True)
 
