@@ -4,6 +4,8 @@
 import hashlib
 import json
 import math
+import os
+import stat
 import subprocess
 import sys
 
@@ -390,3 +392,20 @@ def test_encoder_only_refuses_targets():
 
 def test_config_json_is_plain():
     assert json.loads(TINY.to_json())["d_model"] == 32
+
+
+def test_save_weights_respects_the_umask_and_refuses_special_files(tmp_path):
+    weights = rn.init_weights(rn.TransformerConfig.preset("tiny"), seed=0)
+    config = rn.TransformerConfig.preset("tiny")
+    old = os.umask(0o022)
+    try:
+        rn.save_weights(tmp_path / "w.safetensors", config, weights)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "w.safetensors").stat().st_mode & 0o777 == 0o644
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to(tmp_path / "w.safetensors")
+    for name in ("fifo", "link"):
+        with pytest.raises(ValueError, match="is not a regular file"):
+            rn.save_weights(tmp_path / name, config, weights, overwrite=True)
+    assert (tmp_path / "link").is_symlink() and stat.S_ISFIFO((tmp_path / "fifo").stat().st_mode)

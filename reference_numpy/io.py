@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Mapping
@@ -79,11 +80,18 @@ def load_weights(path: str | os.PathLike, config: TransformerConfig | None = Non
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to a temporary file beside `path`, fsync it, then rename it into place."""
+    """Write `data` to a temporary file beside `path`, fsync it, then rename it into place. Only a regular file (or a
+    new name) is replaced: a symbolic link, FIFO or device at `path` is refused. The file gets the mode the umask
+    gives a new file (mkstemp's 0600 would hide it from other users), or keeps the mode of the file it replaces."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise ValueError(f"{path} exists and is not a regular file (a link, FIFO, device or directory); refusing to "
+                         "replace it")
+    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o666 & ~_umask()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent or ".")
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -91,6 +99,12 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only portable way to read it is to set it
+    os.umask(mask)
+    return mask
 
 
 def _existing_file(path: str | os.PathLike) -> Path:
