@@ -129,6 +129,44 @@ def test_bert_head_pooler_and_embedding_norm_are_the_formulas():
                                atol=1e-12)
 
 
+# KerasHub's BertMaskedLM: a tanh-GELU encoder at epsilon 1e-12 whose head uses the exact GELU and epsilon 1e-5.
+OWN_HEAD = FAMILIES["bert-mlm-like"].replace(activation="gelu_tanh", head_activation="gelu", head_layer_norm_eps=1e-5)
+
+
+def test_head_with_its_own_activation_and_epsilon_is_the_formula():
+    config = OWN_HEAD
+    w = weights_for(config, dtype=np.float64)
+    src, _, kwargs = family_inputs(config)
+    trace = rn.Transformer(config, w).trace(src, **kwargs)
+    hidden = trace["encoder.layers.1"]
+    x = hidden @ w["head.dense.kernel"] + w["head.dense.bias"]
+    head = rn.ops.layer_norm(rn.ops.gelu(x), w["head.norm.gamma"], w["head.norm.beta"], 1e-5)
+    np.testing.assert_allclose(trace["head"], head, rtol=0, atol=1e-12)
+    for changed in (dict(head_activation=None), dict(head_layer_norm_eps=None)):  # each field is used
+        other = rn.Transformer(config.replace(**changed), w).trace(src, **kwargs)["head"]
+        assert np.max(np.abs(other - head)) > 1e-6, changed
+    plain = FAMILIES["bert-mlm-like"]
+    assert plain.replace(head_activation=None, head_layer_norm_eps=None) == plain  # None: the old config
+    for field, value in (("head_activation", "gelu"), ("head_layer_norm_eps", 1e-5)):
+        with pytest.raises(ValueError, match=f"{field}=.* needs head_transform=True"):
+            FAMILIES["bare-backbone"].replace(**{field: value})
+    with pytest.raises(ValueError, match="head_activation must be one of .* received 'tanh'"):
+        plain.replace(head_activation="tanh")
+    with pytest.raises(ValueError, match="head_layer_norm_eps must be a positive finite number .* received 0"):
+        plain.replace(head_layer_norm_eps=0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_head_with_its_own_activation_and_epsilon_in_every_backend(backend, dtype):
+    config = OWN_HEAD
+    weights = weights_for(config, dtype=dtype)
+    src, _, kwargs = family_inputs(config)
+    traced = backend.trace(backend.build(config, weights, dtype), src, **kwargs)
+    desired = rn.Transformer(config, weights, np.float64).trace(src, **kwargs)
+    for name in ("head", "logits"):
+        np.testing.assert_allclose(traced[name], desired[name], rtol=0, atol=atol(dtype), err_msg=name)
+
+
 def test_bare_backbone_returns_hidden_states():
     config = FAMILIES["bare-backbone"]
     model = rn.Transformer(config, weights_for(config))

@@ -53,6 +53,8 @@ class TransformerConfig:
     type_vocab_size: int = 0  # (BERT) segment embeddings added to the source embedding; 0 = none
     embed_norm: bool = False  # (BERT, BART) a LayerNorm on token + position (+ segment) embeddings
     head_transform: bool = False  # (BERT) dense -> activation -> LayerNorm before the output projection
+    head_activation: str | None = None  # the head transform's activation; None = activation (KerasHub BERT: gelu)
+    head_layer_norm_eps: float | None = None  # the head's LayerNorm epsilon; None = layer_norm_eps
     pooler: bool = False  # (BERT) dense + tanh on the first position's final hidden state; an extra output
 
     def __post_init__(self) -> None:
@@ -76,6 +78,17 @@ class TransformerConfig:
                 or not 0 < self.layer_norm_eps < float("inf"):
             raise ValueError(f"layer_norm_eps must be a positive finite number, received {self.layer_norm_eps!r}")
         _check_choice("activation", self.activation, ACTIVATIONS)
+        if self.head_activation is not None:
+            _check_choice("head_activation", self.head_activation, ACTIVATIONS)
+        if self.head_layer_norm_eps is not None and (
+                not isinstance(self.head_layer_norm_eps, (int, float)) or isinstance(self.head_layer_norm_eps, bool)
+                or not 0 < self.head_layer_norm_eps < float("inf")):
+            raise ValueError("head_layer_norm_eps must be a positive finite number or None (= layer_norm_eps), "
+                             f"received {self.head_layer_norm_eps!r}")
+        for name in ("head_activation", "head_layer_norm_eps"):
+            if getattr(self, name) is not None and not self.head_transform:
+                raise ValueError(f"{name}={getattr(self, name)!r} needs head_transform=True (it configures the "
+                                 "head transform)")
         _check_choice("positional", self.positional, POSITIONAL)
         _check_choice("sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)
         if self.positional == "sinusoidal" and self.d_model % 2:

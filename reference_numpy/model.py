@@ -34,8 +34,13 @@ class _Module:
 
 
 class LayerNorm(_Module):
+    def __init__(self, config: TransformerConfig, weights: Mapping[str, np.ndarray], name: str,
+                 eps: float | None = None):
+        super().__init__(config, weights, name)
+        self.eps = config.layer_norm_eps if eps is None else eps  # the head's own epsilon, or the model's
+
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        return self.ops.layer_norm(x, self.param("gamma"), self.param("beta"), self.config.layer_norm_eps)
+        return self.ops.layer_norm(x, self.param("gamma"), self.param("beta"), self.eps)
 
 
 class MultiHeadAttention(_Module):
@@ -191,11 +196,12 @@ class HeadTransform(_Module):
 
     def __init__(self, config, weights, name="head"):
         super().__init__(config, weights, name)
-        self.norm = LayerNorm(config, weights, f"{name}.norm")
+        self.activation = config.head_activation or config.activation
+        self.norm = LayerNorm(config, weights, f"{name}.norm", eps=config.head_layer_norm_eps)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         x = self.ops.linear(x, self.param("dense.kernel"), self.param("dense.bias"))
-        return self.norm(self.ops.ACTIVATIONS[self.config.activation](x))
+        return self.norm(self.ops.ACTIVATIONS[self.activation](x))
 
 
 class Transformer:

@@ -451,9 +451,9 @@ class HeadTransform(_ConfigSerializable, keras.layers.Layer):
         super().__init__(name=name, **kwargs)
         self.config = config
         self.dense = keras.layers.Dense(config.d_model, use_bias=config.bias, dtype=self.dtype_policy, name="dense")
-        self.activation = ACTIVATIONS[config.activation]
-        self.norm = keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, dtype=self.dtype_policy,
-                                                    name="norm")
+        self.activation = ACTIVATIONS[config.head_activation or config.activation]
+        eps = config.layer_norm_eps if config.head_layer_norm_eps is None else config.head_layer_norm_eps
+        self.norm = keras.layers.LayerNormalization(epsilon=eps, dtype=self.dtype_policy, name="norm")
 
     def build(self, x_shape):
         _check_features(self.name, "x", x_shape, self.config.d_model)

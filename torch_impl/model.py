@@ -290,8 +290,9 @@ class HeadTransform(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.dense = nn.Linear(config.d_model, config.d_model, bias=config.bias)
-        self.activation = ACTIVATIONS[config.activation]
-        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.activation = ACTIVATIONS[config.head_activation or config.activation]
+        eps = config.layer_norm_eps if config.head_layer_norm_eps is None else config.head_layer_norm_eps
+        self.norm = nn.LayerNorm(config.d_model, eps=eps)
 
     def forward(self, x):
         return self.norm(self.activation(self.dense(x)))
