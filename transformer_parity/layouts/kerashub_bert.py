@@ -1,5 +1,5 @@
-"""KerasHub BERT (`keras_hub.models.BertBackbone`): a post-LN encoder with segment embeddings, an embedding
-LayerNorm and a pooler.
+"""KerasHub BERT (`keras_hub.models.BertBackbone`, `BertMaskedLM`): a post-LN encoder with segment embeddings, an
+embedding LayerNorm and a pooler, and the masked-LM head.
 
 The math, read from keras-hub 0.32 (`keras_hub/src/models/bert/bert_backbone.py`,
 `layers/modeling/transformer_encoder.py`): token + position + segment embeddings added (no scale), a
@@ -8,9 +8,15 @@ tanh-approximated GELU — Hugging Face BERT uses the exact one), and a pooler `
 `cls_token_index` (0). The backbone returns `sequence_output` and `pooled_output`; here a bare backbone
 (`output_projection=False`) with `pooler=True`.
 
-`BertMaskedLM` cannot be expressed by one config and is refused: its `MaskedLMHead` uses the exact GELU
-(`intermediate_activation="gelu"`) and `LayerNormalization(epsilon=1e-05)`, while the encoder layers use the tanh
-GELU and epsilon 1e-12; the config has one activation and one epsilon. The table is `kerashub_bert.toml`.
+`BertMaskedLM` (`models/bert/bert_masked_lm.py`, `layers/modeling/masked_lm_head.py`) adds a `MaskedLMHead`: a
+`Dense(hidden_dim)` with the exact GELU (`intermediate_activation="gelu"`), `LayerNormalization(epsilon=1e-05)`,
+then the tied token embedding (`token_embedding(x, reverse=True)`) plus a bias of its own. Here:
+`head_transform=True` with `head_activation="gelu"` and `head_layer_norm_eps=1e-5` (the encoder keeps its tanh
+GELU and 1e-12), `tie_embeddings=True`, `output_bias=True`; the backbone's pooler weights are kept (`pooler=True`),
+as the task's preset holds them. KerasHub's head first gathers the positions in its `mask_positions` input and
+predicts only those, `(B, M, vocab)`; the canonical model predicts every position, `(B, S, vocab)`, so KerasHub's
+logits are the canonical ones gathered at `mask_positions` (`np.take_along_axis(logits, positions[..., None], 1)`).
+The backbone's table is `kerashub_bert.toml`; the head's five weights (`task.weights.h5`) are `HEAD` below.
 """
 
 from __future__ import annotations
@@ -22,25 +28,31 @@ import reference_numpy as rn
 
 NAME = "kerashub-bert"
 BACKBONE = "BertBackbone"
-TASKS = ()
-REFUSED_TASKS = {"BertMaskedLM": "its MaskedLMHead uses the exact GELU and LayerNorm epsilon 1e-5 while the encoder "
-                                 "layers use the tanh GELU and epsilon 1e-12, and one config has one activation and "
-                                 "one epsilon; convert the backbone (config.json and model.weights.h5 without "
-                                 "task.json) instead",
-                 "BertTextClassifier": "its classifier head has no canonical equivalent; convert the backbone "
+TASKS = ("BertMaskedLM",)
+REFUSED_TASKS = {"BertTextClassifier": "its classifier head has no canonical equivalent; convert the backbone "
                                        "(config.json and model.weights.h5 without task.json) instead"}
 LAYOUT = Path(__file__).with_name("kerashub_bert.toml")
-SERIALIZED = {"BertBackbone": ("keras_hub.src.models.bert.bert_backbone", "bert_backbone")}  # class: (module, name)
+SERIALIZED = {"BertBackbone": ("keras_hub.src.models.bert.bert_backbone", "bert_backbone"),  # class: (module, name)
+              "BertMaskedLM": ("keras_hub.src.models.bert.bert_masked_lm", "bert_masked_lm")}
 FIXED = {"num_decoder_layers": 0, "activation": "gelu_tanh", "layer_norm_eps": 1e-12, "norm_first": False,
          "final_norm": False, "positional": "learned", "position_offset": 0, "scale_embedding": False, "bias": True,
          "embed_norm": True, "head_transform": False, "pooler": True, "output_projection": False,
          "tie_embeddings": False}
+MASKED_LM = {"head_transform": True, "head_activation": "gelu", "head_layer_norm_eps": 1e-5, "output_projection": True,
+             "tie_embeddings": True, "output_bias": True}  # BertMaskedLM's MaskedLMHead, over FIXED
+HEAD = [  # MaskedLMHead's weights in task.weights.h5 (`task/` marks that file); the logits' kernel is the embedding
+    ("head.dense.kernel", "task/layers/masked_lm_head/_intermediate_dense/vars/0", "identity"),
+    ("head.dense.bias", "task/layers/masked_lm_head/_intermediate_dense/vars/1", "identity"),
+    ("head.norm.gamma", "task/layers/masked_lm_head/_intermediate_layer_norm/vars/0", "identity"),
+    ("head.norm.beta", "task/layers/masked_lm_head/_intermediate_layer_norm/vars/1", "identity"),
+    ("output.bias", "task/layers/masked_lm_head/vars/0", "identity"),
+]
 
 
 def table(config: rn.TransformerConfig) -> list[tuple[str, str, str]]:
     from . import user
 
-    return user.load(LAYOUT).table
+    return user.load(LAYOUT).table + (HEAD if config.output_projection else [])
 
 
 def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn.TransformerConfig, list[str]]:
@@ -57,26 +69,35 @@ def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn
         d_ff=integer(backbone, "intermediate_dim"), max_len=integer(backbone, "max_sequence_length"),
         type_vocab_size=integer(backbone, "num_segments"), dropout=float(backbone.get("dropout", 0.1)), pad_id=0,
         output_bias=False, **FIXED)
+    if task == "BertMaskedLM":
+        config = config.replace(**MASKED_LM)
     notes = ["KerasHub BERT takes a padding_mask input rather than a pad id; padding masks here use pad_id=0 "
              "(--set pad_id=N to change)"]
     return config, notes
 
 
 def export_problems(config: rn.TransformerConfig) -> list[str]:
-    """Why `config` is not a KerasHub BertBackbone (empty if it is one)."""
-    problems = [f"{k}={getattr(config, k)!r} (KerasHub BertBackbone has {v!r})" for k, v in FIXED.items()
-                if getattr(config, k) != v]
+    """Why `config` is not a KerasHub BertBackbone or BertMaskedLM (empty if it is one)."""
+    wanted = {**FIXED, **MASKED_LM} if config.output_projection else \
+        {**FIXED, "head_activation": None, "head_layer_norm_eps": None}
+    kind = "BertMaskedLM" if config.output_projection else "BertBackbone"
+    values = {**config.to_dict(), "output_bias": config.has_output_bias}  # output_bias=None: the same as bias
+    problems = [f"{k}={values[k]!r} (KerasHub {kind} has {v!r})" for k, v in wanted.items() if values[k] != v]
     if config.type_vocab_size < 1:
         problems.append("type_vocab_size=0 (BertBackbone always has segment embeddings)")
+    if config.output_projection and config.tgt_vocab_size != config.src_vocab_size:
+        problems.append(f"tgt_vocab_size={config.tgt_vocab_size} != src_vocab_size={config.src_vocab_size} "
+                        "(BertMaskedLM predicts the input vocabulary)")
     return problems
 
 
 def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], str | None]:
+    """`(BertBackbone config, task class or None)` for a config `export_problems` accepts."""
     backbone = {"vocabulary_size": config.src_vocab_size, "num_layers": config.num_encoder_layers,
                 "num_heads": config.num_heads, "hidden_dim": config.d_model, "intermediate_dim": config.d_ff,
                 "dropout": config.dropout, "max_sequence_length": config.max_len,
-                "num_segments": config.type_vocab_size, "cls_token_index": 0}
-    return backbone, None
+                "num_segments": config.type_vocab_size}  # KerasHub 0.32 writes no cls_token_index (always 0)
+    return backbone, (TASKS[0] if config.output_projection else None)
 
 
 def task_config(backbone: dict[str, Any], task: str) -> dict[str, Any]:
