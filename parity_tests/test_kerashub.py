@@ -275,6 +275,19 @@ def test_bert_masked_lm_import_export_is_bit_identical_and_loads(mlm_preset, tmp
                                   mlm_logits(lm, ids, segments, positions))
 
 
+def test_bare_bert_masked_lm_weights_file_reads_as_the_task(mlm_preset, tmp_path):
+    """`BertMaskedLM.save_weights` nests the backbone beside the head: read with --from kerashub-bert (and --config
+    for what the weights cannot tell, here dropout), it gives the preset's config and weights."""
+    lm, path = mlm_preset
+    bare, fields, out = tmp_path / "mlm.weights.h5", tmp_path / "fields.json", tmp_path / "mlm.safetensors"
+    lm.save_weights(str(bare))
+    fields.write_text(json.dumps({"dropout": 0.0}))
+    assert main(["--quiet", "convert", str(bare), str(out), "--from", "kerashub-bert", "--config", str(fields)]) == 0
+    preset, loaded = formats.load(path), formats.load(out)
+    assert loaded.config == preset.config and sorted(loaded.weights) == sorted(preset.weights)
+    assert all(np.array_equal(loaded.weights[k], preset.weights[k]) for k in preset.weights)
+
+
 def test_bert_masked_lm_export_refuses_the_encoder_activation_in_the_head(mlm_preset, tmp_path, capsys):
     _, path = mlm_preset
     out, fields = tmp_path / "out", tmp_path / "fields.json"

@@ -40,6 +40,7 @@ FIXED = {"num_decoder_layers": 0, "activation": "gelu_tanh", "layer_norm_eps": 1
          "tie_embeddings": False}
 MASKED_LM = {"head_transform": True, "head_activation": "gelu", "head_layer_norm_eps": 1e-5, "output_projection": True,
              "tie_embeddings": True, "output_bias": True}  # BertMaskedLM's MaskedLMHead, over FIXED
+TASK_FIELDS = {"BertMaskedLM": MASKED_LM}  # a bare BertMaskedLM .weights.h5 (its save_weights) is read as this task
 HEAD = [  # MaskedLMHead's weights in task.weights.h5 (`task/` marks that file); the logits' kernel is the embedding
     ("head.dense.kernel", "task/layers/masked_lm_head/_intermediate_dense/vars/0", "identity"),
     ("head.dense.bias", "task/layers/masked_lm_head/_intermediate_dense/vars/1", "identity"),

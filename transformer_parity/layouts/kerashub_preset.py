@@ -152,16 +152,31 @@ def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[st
     module = family(declared)
     layout = user.load(module.LAYOUT)
     state = user.keras_names(user.read_keras_h5(path), _repeated(layout.table))
-    matched = user.match(layout, list(state))
+    state, task = _split_task(module, state)
+    matched = user.match(layout, [k for k in state if not k.startswith(TASK_PREFIX)])
     shapes = user.canonical_shapes(layout, state, matched)
     inferred = {**{k: v for k, v in module.FIXED.items() if k not in ("num_encoder_layers", "num_decoder_layers")},
-                **layout.config, **user.heads_from(layout, state, matched), **dict(fields or {})}
+                **layout.config, **user.heads_from(layout, state, matched),
+                **(module.TASK_FIELDS[task] if task else {}), **dict(fields or {})}
     config, notes = user.infer_config(shapes, inferred, source=f"{path} ({declared})")
-    weights = import_state(config, state, layout.table, source=str(path), consume=True)
-    notes.insert(0, f"read a KerasHub {module.BACKBONE or 'model'} .weights.h5 ({declared}); config read off the "
-                    "weights")
+    weights = import_state(config, state, module.table(config) if task else layout.table, source=str(path),
+                           consume=True)
+    notes.insert(0, f"read a KerasHub {task or module.BACKBONE or 'model'} .weights.h5 ({declared}); config read off "
+                    "the weights")
     notes += getattr(module, "NOTES", [])
     return config, weights, notes, declared
+
+
+def _split_task(module: ModuleType, state: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str | None]:
+    """A task's `save_weights` nests its backbone (`layers/bert_backbone/...`) beside the head's layers: the
+    backbone's paths as in model.weights.h5, the rest under `task/` as in task.weights.h5, and the task's class.
+    A family with one task whose fields it states (`TASK_FIELDS`) has such files; others are left as they are."""
+    tasks = getattr(module, "TASK_FIELDS", {})
+    nested = f"layers/{module.SERIALIZED[module.BACKBONE][1]}/" if module.BACKBONE else None
+    if len(tasks) != 1 or not any(k.startswith(nested) for k in state):
+        return state, None
+    return {(k[len(nested):] if k.startswith(nested) else TASK_PREFIX + k): v for k, v in state.items()}, \
+        next(iter(tasks))
 
 
 def family_for_export(config: rn.TransformerConfig, declared: str | None = None) -> ModuleType:
