@@ -298,6 +298,17 @@ def test_bert_masked_lm_export_refuses_the_encoder_activation_in_the_head(mlm_pr
     assert not out.exists()
 
 
+def test_bert_masked_lm_has_no_hugging_face_equivalent(mlm_preset, tmp_path, capsys):
+    """transformers' BertForMaskedLM head uses the encoder's hidden_act and layer_norm_eps."""
+    _, path = mlm_preset
+    out = tmp_path / "hf"
+    assert main(["convert", str(path), str(out), "--to", "hf-bert"]) == 2
+    err = capsys.readouterr().err
+    assert "head_activation='gelu' (BERT's head uses the encoder's activation='gelu_tanh')" in err
+    assert "head_layer_norm_eps=1e-05 (BERT's head uses the encoder's layer_norm_eps=1e-12)" in err
+    assert not out.exists()
+
+
 def test_gpt2_export_refuses_a_model_kerashub_cannot_express(tmp_path, capsys):
     path = tmp_path / "m.safetensors"
     assert main(["--quiet", "init", "--preset", "tiny", "-o", str(path)]) == 0

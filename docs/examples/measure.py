@@ -139,6 +139,23 @@ def kerashub(tmp: Path) -> list[str]:
     lines += row("BertBackbone (sequence output)", loaded.config, loaded.weights, {"src": ids, "types": types},
                  source, output="last_hidden_state")
 
+    lm = keras_hub.models.BertMaskedLM(backbone=keras_hub.models.BertBackbone(**t.BERT, dropout=0.0),
+                                       preprocessor=None)
+    t.exercise(lm, seed=5)
+    lm.save_to_preset(str(tmp / "mlm"))
+    loaded = formats.load(tmp / "mlm")
+    ids, types, _ = t.mlm_inputs(loaded.config)
+    every = np.tile(np.arange(ids.shape[1], dtype=np.int32), (len(ids), 1))  # mask_positions: all, in order
+    lm64 = keras_hub.models.BertMaskedLM(
+        backbone=keras_hub.models.BertBackbone(**t.BERT, dropout=0.0, dtype="float64"), preprocessor=None)
+    lm64.set_weights([w.astype(np.float64) for w in lm.get_weights()])
+    raw64 = t.mlm_logits(lm64, ids, types, every)
+    t.float64_exact(lm64)
+    source = {"float32": t.mlm_logits(lm, ids, types, every), "float64": t.mlm_logits(lm64, ids, types, every)}
+    lines += row("BertMaskedLM (every position)", loaded.config, loaded.weights, {"src": ids, "types": types}, source)
+    judge = trace("numpy", loaded.config, loaded.weights, "float64", ids, None, types)["logits"]
+    lines.append(f"| BertMaskedLM | float64, Keras as is | {err(raw64, judge):.1e} | | | | | |")
+
     model = t.english_to_spanish()
     t.exercise(model, seed=2)
     model.save_weights(tmp / "s2s.weights.h5")

@@ -108,6 +108,10 @@ def export_problems(config: rn.TransformerConfig) -> list[str]:
                         "BertForMaskedLM nor BertModel)")
     if not config.output_projection and not config.pooler:
         problems.append("pooler=False (transformers' BertModel always has a pooler)")
+    for field, encoder in (("head_activation", "activation"), ("head_layer_norm_eps", "layer_norm_eps")):
+        if getattr(config, field) not in (None, getattr(config, encoder)):  # one hidden_act, one layer_norm_eps
+            problems.append(f"{field}={getattr(config, field)!r} (BERT's head uses the encoder's {encoder}="
+                            f"{getattr(config, encoder)!r})")
     if config.type_vocab_size < 1:
         problems.append("type_vocab_size=0 (BERT has segment embeddings)")
     if config.output_projection and config.tgt_vocab_size != config.src_vocab_size:
