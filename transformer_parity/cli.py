@@ -10,6 +10,7 @@ frameworks its files and backends need.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -96,7 +97,18 @@ def parse_fields(config_file: str | None, sets: Sequence[str]) -> dict[str, Any]
     return fields
 
 
+_OPTIONAL_EXAMPLES = {"bool": False, "int": 0, "float": 0.0, "str": ""}
+
+
 def _typed(name: str, text: str, default: Any) -> Any:
+    if default is None:  # an optional field (`output_bias: bool | None`): `none`, or a value of its type
+        if text.lower() in ("none", "null"):
+            return None
+        import reference_numpy as rn
+
+        annotation = next(f.type for f in dataclasses.fields(rn.TransformerConfig) if f.name == name)
+        kinds = [k for k in str(annotation).replace(" ", "").split("|") if k in _OPTIONAL_EXAMPLES]
+        return _typed(name, text, _OPTIONAL_EXAMPLES[kinds[0]] if kinds else "")
     if isinstance(default, bool):
         lowered = text.lower()
         if lowered in ("true", "1", "yes", "on"):
