@@ -142,7 +142,7 @@ def test_head_with_its_own_activation_and_epsilon_is_the_formula():
     x = hidden @ w["head.dense.kernel"] + w["head.dense.bias"]
     head = rn.ops.layer_norm(rn.ops.gelu(x), w["head.norm.gamma"], w["head.norm.beta"], 1e-5)
     np.testing.assert_allclose(trace["head"], head, rtol=0, atol=1e-12)
-    for changed in (dict(head_activation=None), dict(head_layer_norm_eps=None)):  # each field is used
+    for changed in ({"head_activation": None}, {"head_layer_norm_eps": None}):  # each field is used
         other = rn.Transformer(config.replace(**changed), w).trace(src, **kwargs)["head"]
         assert np.max(np.abs(other - head)) > 1e-6, changed
     plain = FAMILIES["bert-mlm-like"]
