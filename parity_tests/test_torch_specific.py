@@ -182,3 +182,16 @@ def test_weights_never_alias_between_model_and_canonical_dicts():
         for parameter in model.parameters():
             parameter.add_(1.0)
     assert all(np.array_equal(weights[k], before[k]) and np.array_equal(exported[k], before[k]) for k in weights)
+
+
+def test_bfloat16_model_decodes_to_numpy():
+    """A model cast to bfloat16 (verify --dtype bfloat16, bench model) hands NumPy float32 logits to the decoder."""
+    from torch_impl.decoding import cached_stepper, recompute_stepper
+
+    config = TINY
+    weights = rn.init_weights(config, seed=0)
+    model = ti.Transformer.from_reference(config, weights).to(torch.bfloat16)
+    src = np.array([[5, 6, 7, 8]])
+    for stepper in (cached_stepper(model, src), recompute_stepper(model, src)):
+        logits = stepper(np.array([[1]]))
+        assert logits.dtype == np.float32 and logits.shape == (1, config.tgt_vocab_size)

@@ -12,7 +12,7 @@ import torch
 
 from reference_numpy.decoding import NextLogits
 
-from .model import Transformer
+from .model import Transformer, _host
 
 
 def _encode(model: Transformer, src_ids, src_mask):
@@ -44,7 +44,7 @@ def cached_stepper(model: Transformer, src_ids=None, src_mask=None) -> NextLogit
         with torch.no_grad():
             logits = model.decode(new, memory, src_mask, tgt_mask=torch.ones_like(new, dtype=torch.bool),
                                   cache=cache)
-        return logits[:, -1].cpu().numpy()
+        return _host(logits[:, -1])
 
     return next_logits
 
@@ -58,6 +58,6 @@ def recompute_stepper(model: Transformer, src_ids=None, src_mask=None) -> NextLo
         ids = torch.as_tensor(np.asarray(ids), device=device)
         with torch.no_grad():
             logits = model.decode(ids, memory, src_mask, tgt_mask=torch.ones_like(ids, dtype=torch.bool))
-        return logits[:, -1].cpu().numpy()
+        return _host(logits[:, -1])
 
     return next_logits

@@ -494,7 +494,11 @@ class Transformer(nn.Module):
 
 
 def _host(x) -> np.ndarray:
-    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    """A tensor as a NumPy array; bfloat16, which NumPy has no dtype for, widens exactly to float32."""
+    if not isinstance(x, torch.Tensor):
+        return np.asarray(x)
+    x = x.detach().cpu()
+    return (x.float() if x.dtype == torch.bfloat16 else x).numpy()
 
 
 def attention_mask(key_mask: torch.Tensor, query_len: int, causal: bool = False) -> torch.Tensor:
