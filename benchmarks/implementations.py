@@ -569,16 +569,21 @@ REGISTRY = _registry()
 
 def select(patterns: list[str] | None) -> list[Implementation]:
     """Implementations by exact name or glob (`torch*`, `*.xla`), in registry order; all when `patterns` is None."""
+    return select_from(REGISTRY, patterns, "transformer-parity bench --list")
+
+
+def select_from(registry: dict, patterns: list[str] | None, lister: str) -> list:
+    """`registry` entries by exact name or glob, in registry order (all when `patterns` is None); an unknown pattern
+    is a `ValueError` that names it and the command listing the names."""
     if not patterns:
-        return list(REGISTRY.values())
+        return list(registry.values())
     chosen: list[str] = []
     for pattern in patterns:
-        matches = [name for name in REGISTRY if fnmatch.fnmatchcase(name, pattern)]
+        matches = [name for name in registry if fnmatch.fnmatchcase(name, pattern)]
         if not matches:
-            raise ValueError(f"unknown implementation {pattern!r}; `transformer-parity bench --list` shows the "
-                             f"{len(REGISTRY)} names")
+            raise ValueError(f"unknown implementation {pattern!r}; `{lister}` shows the {len(registry)} names")
         chosen.extend(m for m in matches if m not in chosen)
-    return [REGISTRY[name] for name in REGISTRY if name in chosen]
+    return [registry[name] for name in registry if name in chosen]
 
 
 def framework_installed(framework: str) -> bool:

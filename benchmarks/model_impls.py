@@ -13,7 +13,6 @@ Frameworks are imported inside the builders, so `--list` needs neither PyTorch n
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import importlib.util
 import json
 import math
@@ -470,13 +469,6 @@ OURS = ("torch_impl.", "tf_impl.")
 
 def select(patterns: list[str] | None) -> list[ModelImpl]:
     """Implementations by exact name or glob (`torch*`, `*.xla`), in registry order; all when `patterns` is None."""
-    if not patterns:
-        return list(REGISTRY.values())
-    chosen: list[str] = []
-    for pattern in patterns:
-        matches = [name for name in REGISTRY if fnmatch.fnmatchcase(name, pattern)]
-        if not matches:
-            raise ValueError(f"unknown implementation {pattern!r}; `transformer-parity bench model --list` shows "
-                             f"the names ({', '.join(REGISTRY)})")
-        chosen += [m for m in matches if m not in chosen]
-    return [REGISTRY[name] for name in REGISTRY if name in chosen]
+    from .implementations import select_from
+
+    return select_from(REGISTRY, patterns, "transformer-parity bench model --list")

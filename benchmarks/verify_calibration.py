@@ -39,19 +39,11 @@ import numpy as np  # noqa: E402
 
 import reference_numpy as rn  # noqa: E402
 from transformer_parity import faults, verify  # noqa: E402
-from transformer_parity.variants import FAMILIES  # noqa: E402
+from transformer_parity.variants import FAMILIES, TINY, VARIANTS  # noqa: E402
 
-TINY = rn.TransformerConfig.preset("tiny", dropout=0.0)
 CONFIGS = {
-    "post-ln": TINY,
-    "pre-ln+final-norm": TINY.replace(norm_first=True, final_norm=True),
-    "learned-pos": TINY.replace(positional="learned"),
-    "concat-sinusoid": TINY.replace(sinusoid_layout="concatenated"),
-    "gelu": TINY.replace(activation="gelu"),
-    "tied": TINY.replace(tie_embeddings=True),
-    "no-bias-unscaled": TINY.replace(bias=False, scale_embedding=False),
-    "pad-id-3": TINY.replace(pad_id=3),
-    "encoder-only": TINY.replace(num_decoder_layers=0, tgt_vocab_size=7),
+    **{name: VARIANTS[name] for name in ("post-ln", "pre-ln+final-norm", "learned-pos", "concat-sinusoid", "gelu",
+                                         "tied", "no-bias-unscaled", "pad-id-3", "encoder-only")},
     "one-head": TINY.replace(num_heads=1),
     "small": rn.TransformerConfig(src_vocab_size=1000, tgt_vocab_size=900, d_model=128, num_heads=8,
                                   num_encoder_layers=3, num_decoder_layers=3, d_ff=512, max_len=128, dropout=0.0),
