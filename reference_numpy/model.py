@@ -256,7 +256,7 @@ class Transformer:
     def encode(self, src_ids, src_mask=None, record: Record | None = None, attention_weights: bool = False, *,
                src_type_ids=None):
         """Source ids `(B, S)` -> memory `(B, S, D)`."""
-        self._require("encode", self.config.has_encoder)
+        check_stack(self.config, "encode")
         src_ids, src_mask = self._inputs("src", src_ids, src_mask, self.config.src_vocab_size)
         type_ids = self._type_ids(src_type_ids, src_ids.shape)
         x = self.src_embed(src_ids, type_ids=type_ids)
@@ -268,7 +268,7 @@ class Transformer:
                attention_weights: bool = False):
         """Target ids `(B, T)` and memory `(B, S, D)` -> logits `(B, T, tgt_vocab_size)` (a decoder-only model:
         memory and src_mask are None)."""
-        self._require("decode", self.config.has_decoder)
+        check_stack(self.config, "decode")
         tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, self.config.tgt_vocab_size)
         x = self.tgt_embed(tgt_ids)
         if record is not None:
@@ -326,13 +326,6 @@ class Transformer:
             record["logits"] = logits
         return logits
 
-    def _require(self, method: str, present: bool) -> None:
-        if not present:
-            c = self.config
-            raise ValueError(f"{method}() needs {'an encoder' if method == 'encode' else 'a decoder'}; this model "
-                             f"has num_encoder_layers={c.num_encoder_layers}, num_decoder_layers="
-                             f"{c.num_decoder_layers}")
-
     def _inputs(self, side: str, ids, mask, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
         ids = check_token_ids(f"{side}_ids", ids, vocab_size, self.config.max_len)
         if mask is None:
@@ -367,6 +360,15 @@ def check_family(config: TransformerConfig, tgt_ids, tgt_mask, src_type_ids) -> 
     if src_type_ids is not None and not config.type_vocab_size:
         raise ValueError("src_type_ids need segment embeddings (type_vocab_size > 0); this model has "
                          "type_vocab_size=0")
+
+
+def check_stack(config: TransformerConfig, method: str) -> None:
+    """`encode()` needs an encoder and `decode()` a decoder (the same text in every backend)."""
+    present = config.has_encoder if method == "encode" else config.has_decoder
+    if not present:
+        raise ValueError(f"{method}() needs {'an encoder' if method == 'encode' else 'a decoder'}; this model has "
+                         f"num_encoder_layers={config.num_encoder_layers}, num_decoder_layers="
+                         f"{config.num_decoder_layers}")
 
 
 def check_type_ids(type_ids, shape: tuple[int, ...], type_vocab_size: int, max_len: int) -> np.ndarray:

@@ -636,7 +636,7 @@ class Transformer(_ConfigSerializable, keras.Model):
         return self._forward(src_ids, tgt_ids, src_mask, tgt_mask, src_type_ids, attention_weights, False)[1]
 
     def _encode(self, src_ids, src_mask, src_type_ids, attention_weights, training):
-        self._require("encode", self.config.has_encoder)
+        rn.check_stack(self.config, "encode")
         src_ids, src_mask = self._inputs("src", src_ids, src_mask, self.config.src_vocab_size)
         type_ids = self._type_ids(src_type_ids, src_ids)
         x = self.src_embed(src_ids, type_ids=type_ids, training=training)
@@ -646,7 +646,7 @@ class Transformer(_ConfigSerializable, keras.Model):
         return memory, {**record, **layers}
 
     def _decode(self, tgt_ids, memory, src_mask, tgt_mask, attention_weights, training, cache=None):
-        self._require("decode", self.config.has_decoder)
+        rn.check_stack(self.config, "decode")
         tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, self.config.tgt_vocab_size)
         t = tf.shape(tgt_ids)[1]
         offset, key_mask = 0, tgt_mask
@@ -704,13 +704,6 @@ class Transformer(_ConfigSerializable, keras.Model):
             tied = getattr(self, f"{side}_embed").token.embeddings
         logits = record["logits"] = self.output_projection(x, tied)
         return logits, record
-
-    def _require(self, method: str, present: bool) -> None:
-        if not present:
-            c = self.config
-            raise ValueError(f"{method}() needs {'an encoder' if method == 'encode' else 'a decoder'}; this model "
-                             f"has num_encoder_layers={c.num_encoder_layers}, num_decoder_layers="
-                             f"{c.num_decoder_layers}")
 
     def _inputs(self, side: str, ids, mask, vocab_size: int) -> tuple[tf.Tensor, tf.Tensor]:
         """Validate ids (and an explicit mask): on the host with the reference's checks when eager, from static

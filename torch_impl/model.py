@@ -371,7 +371,7 @@ class Transformer(nn.Module):
     def encode(self, src_ids, src_mask=None, record: Record | None = None, attention_weights: bool = False, *,
                src_type_ids=None):
         """Source ids `(B, S)` -> memory `(B, S, D)`."""
-        self._require("encode", self.config.has_encoder)
+        rn.check_stack(self.config, "encode")
         src_ids, src_mask = self._inputs("src", src_ids, src_mask, self.config.src_vocab_size)
         type_ids = self._type_ids(src_type_ids, src_ids)
         x = self.src_embed.dropout(self.src_embed(src_ids, type_ids=type_ids))
@@ -387,7 +387,7 @@ class Transformer(nn.Module):
         With a `cache` (from `new_cache()`), `tgt_ids` (and `tgt_mask`) are only the positions after those already
         decoded into it; their keys and values are appended, and the logits equal those of a full recomputation.
         """
-        self._require("decode", self.config.has_decoder)
+        rn.check_stack(self.config, "decode")
         tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, self.config.tgt_vocab_size)
         t = tgt_ids.shape[1]
         offset, key_mask = 0, tgt_mask
@@ -449,7 +449,6 @@ class Transformer(nn.Module):
             return self._output(memory, record)
         return self.decode(tgt_ids, memory, src_mask, tgt_mask, record, attention_weights)
 
-
     def _output(self, x, record):
         """Final hidden states -> (head transform ->) logits; a bare backbone returns the hidden states."""
         if self.head is not None:
@@ -468,13 +467,6 @@ class Transformer(nn.Module):
         if record is not None:
             record["logits"] = logits
         return logits
-
-    def _require(self, method: str, present: bool) -> None:
-        if not present:
-            c = self.config
-            raise ValueError(f"{method}() needs {'an encoder' if method == 'encode' else 'a decoder'}; this model "
-                             f"has num_encoder_layers={c.num_encoder_layers}, num_decoder_layers="
-                             f"{c.num_decoder_layers}")
 
     def _inputs(self, side: str, ids, mask, vocab_size: int):
         """Validate ids (and an explicit mask) with the reference's checks; returns tensors on the model's device."""
