@@ -39,6 +39,20 @@ def refuse(hf: Mapping[str, Any], supported: Mapping[str, Any]) -> None:
             raise ValueError(f"config.json {key}={hf[key]!r} is not supported (only {value!r})")
 
 
+# transformers' activation names (its ACT2FN) -> ours, and the name each of ours is written back as.
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
+               "silu": "silu", "swish": "silu"}
+TO_HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+
+
+def activation(hf: Mapping[str, Any], key: str, default: str) -> str:
+    """Our name for the activation config.json names under `key` (absent: `default`)."""
+    name = hf.get(key, default)
+    if name not in ACTIVATIONS:
+        raise ValueError(f"config.json {key}={name!r} is not supported; supported: {', '.join(ACTIVATIONS)}")
+    return ACTIVATIONS[name]
+
+
 def integer(hf: Mapping[str, Any], key: str) -> int:
     value = hf.get(key)
     if isinstance(value, bool) or not isinstance(value, int):

@@ -13,16 +13,13 @@ from typing import Any, Collection
 
 import reference_numpy as rn
 
-from .hf import architecture, integer, refuse
+from .hf import TO_HF_ACTIVATION, activation, architecture, integer, refuse
 
 NAME = "hf-bert"
 MODEL_TYPE = "bert"
 ARCHITECTURES = ("BertForMaskedLM", "BertModel")
 BASE_PREFIX = "bert."  # where BertForMaskedLM keeps its BertModel
 
-ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
-               "silu": "silu", "swish": "silu"}
-TO_HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
 
 _LAYER = "encoder.layer.{i}."
 BACKBONE = [
@@ -77,18 +74,14 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
     there is not in the config)."""
     arch = architecture(hf, MODEL_TYPE, ARCHITECTURES, any(k.startswith(("cls.", BASE_PREFIX)) for k in keys))
     refuse(hf, {"is_decoder": False, "add_cross_attention": False, "position_embedding_type": "absolute"})
-    activation = hf.get("hidden_act", "gelu")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"config.json hidden_act={activation!r} is not supported; supported: "
-                         f"{', '.join(ACTIVATIONS)}")
     mlm = arch == "BertForMaskedLM"
     vocab = integer(hf, "vocab_size")
     config = rn.TransformerConfig(
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=integer(hf, "hidden_size"),
         num_heads=integer(hf, "num_attention_heads"), num_encoder_layers=integer(hf, "num_hidden_layers"),
         num_decoder_layers=0, d_ff=integer(hf, "intermediate_size"), max_len=integer(hf, "max_position_embeddings"),
-        dropout=float(hf.get("hidden_dropout_prob", 0.1)), activation=ACTIVATIONS[activation], norm_first=False,
-        final_norm=False, layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)), positional="learned",
+        dropout=float(hf.get("hidden_dropout_prob", 0.1)), activation=activation(hf, "hidden_act", "gelu"),
+        norm_first=False, final_norm=False, layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)), positional="learned",
         scale_embedding=False, bias=True, tie_embeddings=mlm and bool(hf.get("tie_word_embeddings", True)),
         pad_id=int(hf.get("pad_token_id") or 0), output_bias=mlm, output_projection=mlm,
         type_vocab_size=int(hf.get("type_vocab_size", 2)), embed_norm=True, head_transform=mlm,

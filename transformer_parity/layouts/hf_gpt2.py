@@ -11,16 +11,13 @@ from typing import Any, Collection
 
 import reference_numpy as rn
 
-from .hf import architecture, integer as _int, refuse
+from .hf import TO_HF_ACTIVATION, activation, architecture, integer as _int, refuse
 
 NAME = "hf-gpt2"
 MODEL_TYPE = "gpt2"
 ARCHITECTURES = ("GPT2LMHeadModel", "GPT2Model")
 BASE_PREFIX = "transformer."  # where GPT2LMHeadModel keeps its GPT2Model
 
-ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
-               "silu": "silu", "swish": "silu"}
-TO_HF_ACTIVATION = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
 
 BACKBONE = [
     # canonical                                        GPT2Model                          transform
@@ -61,10 +58,6 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
     refuse(hf, {"add_cross_attention": False, "scale_attn_by_inverse_layer_idx": False,
                  "scale_attn_weights": True, "reorder_and_upcast_attn": False})
     notes = []
-    activation = hf.get("activation_function", "gelu_new")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"config.json activation_function={activation!r} is not supported; supported: "
-                         f"{', '.join(ACTIVATIONS)}")
     vocab, d = _int(hf, "vocab_size"), _int(hf, "n_embd")
     pad = hf.get("pad_token_id")
     if pad is None:
@@ -77,7 +70,7 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=d, num_heads=_int(hf, "n_head"),
         num_encoder_layers=0, num_decoder_layers=_int(hf, "n_layer"), d_ff=hf.get("n_inner") or 4 * d,
         max_len=_int(hf, "n_positions"), dropout=float(hf.get("resid_pdrop", 0.1)),
-        activation=ACTIVATIONS[activation], norm_first=True, final_norm=True,
+        activation=activation(hf, "activation_function", "gelu_new"), norm_first=True, final_norm=True,
         layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)), positional="learned", scale_embedding=False,
         bias=True, tie_embeddings=tied, pad_id=int(pad), output_bias=False, output_projection=lm)
     return config, arch, notes

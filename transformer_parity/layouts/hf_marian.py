@@ -12,15 +12,14 @@ from typing import Any, Collection
 
 import reference_numpy as rn
 
-from .hf import architecture, integer, refuse
+from .hf import TO_HF_ACTIVATION as HF_NAMES, activation, architecture, integer, refuse
 
 NAME = "hf-marian"
 MODEL_TYPE = "marian"
 ARCHITECTURES = ("MarianMTModel",)
 BASE_PREFIX = "model."
 
-ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "gelu_new": "gelu_tanh", "relu": "relu"}
-TO_HF_ACTIVATION = {"silu": "swish", "gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
+TO_HF_ACTIVATION = {**HF_NAMES, "silu": "swish"}  # Marian's own configs name SiLU "swish"
 LAYER_NORM_EPS = 1e-5  # Marian's nn.LayerNorm default; config.json has no field for it
 
 _ENC, _DEC = "model.encoder.layers.{i}.", "model.decoder.layers.{i}."
@@ -84,10 +83,6 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
     if hf.get("decoder_vocab_size") not in (None, vocab):
         raise ValueError(f"config.json decoder_vocab_size={hf['decoder_vocab_size']} differs from vocab_size={vocab}"
                          " (separate vocabularies are not supported)")
-    activation = hf.get("activation_function", "gelu")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"config.json activation_function={activation!r} is not supported; supported: "
-                         f"{', '.join(ACTIVATIONS)}")
     pad = integer(hf, "pad_token_id")
     notes = [f"layer_norm_eps={LAYER_NORM_EPS} (Marian's fixed nn.LayerNorm epsilon)"]
     start = hf.get("decoder_start_token_id", pad)
@@ -99,7 +94,8 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
         num_heads=integer(hf, "encoder_attention_heads"), num_encoder_layers=integer(hf, "encoder_layers"),
         num_decoder_layers=integer(hf, "decoder_layers"), d_ff=integer(hf, "encoder_ffn_dim"),
         max_len=integer(hf, "max_position_embeddings"), dropout=float(hf.get("dropout", 0.1)),
-        activation=ACTIVATIONS[activation], norm_first=False, final_norm=False, layer_norm_eps=LAYER_NORM_EPS,
+        activation=activation(hf, "activation_function", "gelu"), norm_first=False, final_norm=False,
+        layer_norm_eps=LAYER_NORM_EPS,
         positional="sinusoidal", sinusoid_layout="concatenated", scale_embedding=bool(hf.get("scale_embedding")),
         bias=True, tie_embeddings=bool(hf.get("tie_word_embeddings", True)), pad_id=pad, output_bias=True,
         share_embeddings=True)
