@@ -44,5 +44,18 @@ def hf_layout(name: str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{HF_LAYOUTS[name]}")
 
 
+def first_exporter(names, load, config, what: str) -> ModuleType:
+    """The first of the layout modules `load(name)` whose `export_problems(config)` is empty; otherwise a
+    `ValueError` that says, for each, why this model has no `what` equivalent."""
+    problems = {}
+    for name in names:
+        module = load(name)
+        problems[name] = module.export_problems(config)
+        if not problems[name]:
+            return module
+    raise ValueError(f"this model has no {what} equivalent here: " + "; ".join(
+        f"as {name}: {', '.join(p)}" for name, p in problems.items()))
+
+
 def file_layout(name: str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{FILE_LAYOUTS[name]}")

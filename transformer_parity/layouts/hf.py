@@ -117,19 +117,12 @@ def _legacy_norm_names(state: dict[str, np.ndarray]) -> int:
 
 def family_for_export(config: rn.TransformerConfig, declared: str | None = None):
     """The family a canonical config is written as: `declared` (`hf-bert`), or the one that can express it."""
-    from . import HF_LAYOUTS, hf_layout
+    from . import HF_LAYOUTS, first_exporter, hf_layout
 
     names = [n for n in HF_LAYOUTS if declared in (None, "hf", n)]
     if not names:
         raise ValueError(f"unknown Hugging Face format {declared!r}; choose hf or one of {', '.join(HF_LAYOUTS)}")
-    problems = {}
-    for name in names:
-        module = hf_layout(name)
-        problems[name] = module.export_problems(config)
-        if not problems[name]:
-            return module
-    raise ValueError("this model has no Hugging Face equivalent here: " + "; ".join(
-        f"as {name}: {', '.join(p)}" for name, p in problems.items()))
+    return first_exporter(names, hf_layout, config, "Hugging Face")
 
 
 def save_dir(path: str | os.PathLike, config: rn.TransformerConfig, weights: dict[str, np.ndarray],

@@ -58,7 +58,7 @@ def table(config: rn.TransformerConfig) -> list[tuple[str, str, str]]:
 
 def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn.TransformerConfig, list[str]]:
     """`(config, notes)` from `BertBackbone.get_config()` (config.json)."""
-    from .kerashub_preset import integer
+    from .hf import integer
 
     if backbone.get("cls_token_index", 0) != 0:
         raise ValueError(f"config.json cls_token_index={backbone['cls_token_index']!r} is not supported (the pooler "

@@ -34,7 +34,7 @@ def table(config: rn.TransformerConfig) -> list[tuple[str, str, str]]:
 
 def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn.TransformerConfig, list[str]]:
     """`(config, notes)` from `GPT2Backbone.get_config()` (config.json) and the task class (task.json), if any."""
-    from .kerashub_preset import integer
+    from .hf import integer
 
     vocab = integer(backbone, "vocabulary_size")
     config = rn.TransformerConfig(

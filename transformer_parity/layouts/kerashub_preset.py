@@ -36,11 +36,6 @@ def family(name: str) -> ModuleType:
     return importlib.import_module(f"{__package__}.{FAMILIES[name]}")
 
 
-def integer(config: Mapping[str, Any], key: str) -> int:
-    value = config.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"config.json {key} must be an integer, received {value!r}")
-    return value
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -180,15 +175,10 @@ def _split_task(module: ModuleType, state: dict[str, np.ndarray]) -> tuple[dict[
 
 
 def family_for_export(config: rn.TransformerConfig, declared: str | None = None) -> ModuleType:
+    from . import first_exporter
+
     names = [n for n in PRESETS[1:] if declared in (None, "kerashub", n)] or [declared]
-    problems = {}
-    for name in names:
-        module = family(name)
-        problems[name] = module.export_problems(config)
-        if not problems[name]:
-            return module
-    raise ValueError("this model has no KerasHub equivalent here: " + "; ".join(
-        f"as {name}: {', '.join(p)}" for name, p in problems.items()))
+    return first_exporter(names, family, config, "KerasHub")
 
 
 def _serialized(module: ModuleType, class_name: str, config: dict[str, Any], dtype: str | None) -> dict[str, Any]:
