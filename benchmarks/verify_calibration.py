@@ -154,20 +154,26 @@ def calibrate_lowp(dtype: str, seeds: int, fault_seeds: int, backends: list[str]
     return ratios, results
 
 
-def print_lowp(ratios, results) -> None:
-    from transformer_parity import lowp
-
-    print(f"\nK = lowp.RATIO_LIMIT = {lowp.RATIO_LIMIT:g} (pairs of backends: {lowp.PAIR_RATIO_LIMIT:g})\n")
-    print(f"{'correct port (error / floor)':44s} {'rows':>7s} {'median':>8s} {'p99.9':>8s} {'max':>8s}")
+def print_ratio_tables(ratios, results, limit_name: str, limit: float, pair_limit: float) -> None:
+    """The two calibration tables: correct ports' error/floor (median, p99.9, max) and planted faults' error/floor
+    where each starts, with how many runs named the right sublayer."""
+    print(f"\nK = {limit_name} = {limit:g} (pairs of backends: {pair_limit:g})\n")
+    print(f"{'correct port (error / floor)':52s} {'rows':>7s} {'median':>8s} {'p99.9':>8s} {'max':>8s}")
     for key, values in sorted(ratios.items()):
         v = np.asarray(values)
-        print(f"{key:44s} {v.size:7d} {np.median(v):8.3f} {np.quantile(v, 0.999):8.3f} {v.max():8.3f}")
-    print(f"\n{'planted fault (error / floor where it starts)':52s} {'runs':>5s} {'min':>9s} {'median':>9s} "
+        print(f"{key:52s} {v.size:7d} {np.median(v):8.3f} {np.quantile(v, 0.999):8.3f} {v.max():8.3f}")
+    print(f"\n{'planted fault (error / floor where it starts)':52s} {'runs':>7s} {'min':>10s} {'median':>10s} "
           f"{'localized':>10s}")
     for key, values in sorted(results.items()):
         at = np.asarray([r for r, _ in values])
         hits = sum(ok for _, ok in values)
-        print(f"{key:52s} {len(values):5d} {at.min():9.3g} {np.median(at):9.3g} {hits:>5d}/{len(values):<4d}")
+        print(f"{key:52s} {len(values):7d} {at.min():10.3g} {np.median(at):10.3g} {hits:>5d}/{len(values):<4d}")
+
+
+def print_lowp(ratios, results) -> None:
+    from transformer_parity import lowp
+
+    print_ratio_tables(ratios, results, "lowp.RATIO_LIMIT", lowp.RATIO_LIMIT, lowp.PAIR_RATIO_LIMIT)
     judged = [max(v) for k, v in ratios.items() if "numpy-f64" in k]
     print(f"\nlargest correct-port ratio against the judge {max(judged):.3f}; K = {lowp.RATIO_LIMIT:g}")
 
@@ -307,17 +313,7 @@ def main(argv=None) -> int:
         for key, values in planted(1, backends, ("base",)).items():
             fault_results.setdefault(key.replace(" (", " (base, "), []).extend(values)
 
-    print(f"\nK = verify.RATIO_LIMIT = {verify.RATIO_LIMIT:g} (pairs of backends: {verify.PAIR_RATIO_LIMIT:g})\n")
-    print(f"{'correct port (error / floor)':44s} {'rows':>7s} {'median':>8s} {'p99.9':>8s} {'max':>8s}")
-    for key, values in sorted(ratios.items()):
-        v = np.asarray(values)
-        print(f"{key:44s} {v.size:7d} {np.median(v):8.3f} {np.quantile(v, 0.999):8.3f} {v.max():8.3f}")
-    print(f"\n{'planted fault (error / floor where it starts)':44s} {'runs':>7s} {'min':>10s} {'median':>10s} "
-          f"{'localized':>10s}")
-    for key, values in sorted(fault_results.items()):
-        at = np.asarray([r for r, _ in values])
-        hits = sum(ok for _, ok in values)
-        print(f"{key:44s} {len(values):7d} {at.min():10.3g} {np.median(at):10.3g} {hits:>5d}/{len(values):<4d}")
+    print_ratio_tables(ratios, fault_results, "verify.RATIO_LIMIT", verify.RATIO_LIMIT, verify.PAIR_RATIO_LIMIT)
     worst_correct = max((max(v) for v in ratios.values()), default=float("nan"))
     weakest_fault = min((min(r for r, _ in v) for v in fault_results.values()), default=float("nan"))
     print(f"\nlargest correct-port ratio {worst_correct:.3f}; smallest planted-fault ratio {weakest_fault:.3g}; "
