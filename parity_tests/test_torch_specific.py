@@ -80,6 +80,39 @@ def test_multi_head_attention(tq, tk, dtype):
     np.testing.assert_allclose(attn.numpy(), desired_weights, rtol=0, atol=atol(dtype))
 
 
+@pytest.mark.parametrize("kind", ["self", "cross"])
+def test_packed_projections_under_autograd(kind, dtype, monkeypatch):
+    """With gradients recorded, the projections that share an input run as one packed matmul (q, k, v in
+    self-attention; k, v in encoder-decoder attention): the output equals the reference's, and every parameter's
+    gradient equals the one taken through separate projections."""
+    weights = weights_for(TINY, dtype=dtype)
+    name = f"decoder.layers.1.{kind}_attn"
+    x_q = t(RNG.standard_normal((2, 4, 32)).astype(dtype))
+    x_kv = x_q if kind == "self" else t(RNG.standard_normal((2, 6, 32)).astype(dtype))
+    mask = MASKS["padding"](2, 4, x_kv.shape[1])
+    desired, _ = rn.MultiHeadAttention(TINY, rn.Transformer(TINY, weights).weights, name)(
+        x_q.numpy().astype(np.float64), x_kv.numpy().astype(np.float64), mask)
+    mha = load(ti.MultiHeadAttention(TINY, name), weights, name, dtype)
+    packed_sizes, grads = [], {}
+    packed = ti.model._packed_linear
+    for path, linear in (("packed", packed), ("separate", lambda x, linears: tuple(f(x) for f in linears))):
+        monkeypatch.setattr(ti.model, "_packed_linear",
+                            lambda x, linears, linear=linear: packed_sizes.append(len(linears)) or linear(x, linears))
+        mha.zero_grad(set_to_none=True)
+        out, _ = mha(x_q, x_kv, t(mask))
+        out.sum().backward()
+        np.testing.assert_allclose(out.detach().numpy(), desired, rtol=0, atol=atol(dtype))
+        grads[path] = {n: p.grad.numpy() for n, p in mha.named_parameters()}
+    assert packed_sizes == [3, 3] if kind == "self" else [2, 2], packed_sizes
+    assert set(grads["packed"]) == {f"{p}.{leaf}" for p in "qkvo" for leaf in ("weight", "bias")}
+    for n, g in grads["separate"].items():
+        np.testing.assert_allclose(grads["packed"][n], g, rtol=0, atol=atol(dtype),
+                                   err_msg=n)
+    with torch.no_grad():  # inference does not pack (no backward pass to save)
+        mha(x_q, x_kv, t(mask))
+    assert len(packed_sizes) == 2
+
+
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_feed_forward_and_layer_norm(activation, dtype):
     config = TINY.replace(activation=activation, layer_norm_eps=1e-6)

@@ -86,22 +86,48 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x_q, x_kv, mask=None, need_weights: bool = False, cache: AttentionCache | None = None):
         b, tq, d = x_q.shape
         h, dk = self.config.num_heads, self.config.head_dim
-        q = self.q(x_q).view(b, tq, h, dk).transpose(1, 2)  # (B, H, Tq, d_k)
         if cache is not None and cache.static and cache.k is not None:
-            k, v = cache.k, cache.v  # the memory's keys and values, from the first decoding step
+            q, k, v = self.q(x_q), cache.k, cache.v  # the memory's keys and values, from the first decoding step
         else:
-            k = self.k(x_kv).view(b, -1, h, dk).transpose(1, 2)  # (B, H, Tk, d_k)
-            v = self.v(x_kv).view(b, -1, h, dk).transpose(1, 2)  # (B, H, Tk, d_k)
+            q, k, v = self._project(x_q, x_kv)  # (B, Tq, D), (B, Tk, D), (B, Tk, D)
+            k = k.view(b, -1, h, dk).transpose(1, 2)  # (B, H, Tk, d_k)
+            v = v.view(b, -1, h, dk).transpose(1, 2)  # (B, H, Tk, d_k)
             if cache is not None:
                 if not cache.static and cache.k is not None:
                     k = torch.cat([cache.k, k], dim=2)  # (B, H, T_cached + Tk, d_k)
                     v = torch.cat([cache.v, v], dim=2)  # (B, H, T_cached + Tk, d_k)
                 cache.k, cache.v = k, v
+        q = q.view(b, tq, h, dk).transpose(1, 2)  # (B, H, Tq, d_k)
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, need_weights=need_weights, impl=self.impl,
             dropout_p=self.config.dropout if self.training else 0.0)
         out = out.transpose(1, 2).reshape(b, tq, d)  # (B, H, Tq, d_k) -> (B, Tq, D)
         return self.o(out), weights
+
+    def _project(self, x_q, x_kv):
+        """Queries, keys and values, `(B, T, D)` each.
+
+        When gradients are being recorded, the projections that share an input run as one matmul over the
+        concatenated kernels (self-attention: q, k and v; encoder-decoder attention: k and v), as
+        `torch.nn.MultiheadAttention` does with its packed `in_proj_weight`: the backward pass then has one
+        input-gradient and one kernel-gradient matmul and one bias sum where it had three of each (60 fewer matmuls
+        in a training step of the 4+4-layer bench model, benchmarks/model_bench.py). The parameters stay separate,
+        so names, checkpoints and the optimizer see q, k and v as before. Without gradients (inference, decoding one
+        token at a time) the concatenation would be a copy of the kernels on every call for no backward pass to
+        save, so the projections run separately. Either way the result is the same up to float rounding.
+        """
+        if not (torch.is_grad_enabled() and self.q.weight.requires_grad):
+            return self.q(x_q), self.k(x_kv), self.v(x_kv)
+        if x_q is x_kv:
+            return _packed_linear(x_q, (self.q, self.k, self.v))
+        return (self.q(x_q), *_packed_linear(x_kv, (self.k, self.v)))
+
+
+def _packed_linear(x, linears) -> tuple[torch.Tensor, ...]:
+    """`tuple(linear(x) for linear in linears)` as one matmul over the concatenated weights (all `(D, D)`)."""
+    weight = torch.cat([linear.weight for linear in linears])  # (n D, D)
+    bias = None if linears[0].bias is None else torch.cat([linear.bias for linear in linears])  # (n D,)
+    return F.linear(x, weight, bias).chunk(len(linears), dim=-1)  # n x (B, T, D)
 
 
 class FeedForward(nn.Module):
