@@ -117,6 +117,7 @@ def reference_stepper(model: Transformer, src_ids: np.ndarray | None = None, src
         memory = model.encode(src_ids, src_mask)
 
     def next_logits(ids: np.ndarray) -> np.ndarray:
-        return model.decode(ids, memory, src_mask, tgt_mask=np.ones(np.shape(ids), dtype=bool))[:, -1]
+        all_real = np.ones(np.shape(ids), dtype=bool)
+        return model.decode(ids, memory, src_mask, tgt_mask=all_real, last_only=True)[:, -1]
 
     return next_logits

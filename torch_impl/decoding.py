@@ -43,7 +43,7 @@ def cached_stepper(model: Transformer, src_ids=None, src_mask=None) -> NextLogit
         new = torch.as_tensor(new, device=device)
         with torch.no_grad():
             logits = model.decode(new, memory, src_mask, tgt_mask=torch.ones_like(new, dtype=torch.bool),
-                                  cache=cache)
+                                  cache=cache, last_only=True)
         return _host(logits[:, -1])
 
     return next_logits
@@ -57,7 +57,8 @@ def recompute_stepper(model: Transformer, src_ids=None, src_mask=None) -> NextLo
     def next_logits(ids: np.ndarray) -> np.ndarray:
         ids = torch.as_tensor(np.asarray(ids), device=device)
         with torch.no_grad():
-            logits = model.decode(ids, memory, src_mask, tgt_mask=torch.ones_like(ids, dtype=torch.bool))
+            logits = model.decode(ids, memory, src_mask, tgt_mask=torch.ones_like(ids, dtype=torch.bool),
+                                  last_only=True)
         return _host(logits[:, -1])
 
     return next_logits

@@ -406,7 +406,7 @@ class Transformer(nn.Module):
         return self.encoder(x, attention_mask(src_mask, src_ids.shape[1]), record, attention_weights)
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, record: Record | None = None,
-               attention_weights: bool = False, cache: KVCache | None = None):
+               attention_weights: bool = False, cache: KVCache | None = None, *, last_only: bool = False):
         """Target ids `(B, T)` and memory `(B, S, D)` -> logits `(B, T, tgt_vocab_size)` (a decoder-only model:
         memory and src_mask are None).
 
@@ -435,7 +435,7 @@ class Transformer(nn.Module):
                          cache)
         if cache is not None:
             cache.key_mask = key_mask
-        return self._output(x, record)
+        return self._output(x[:, -1:] if last_only else x, record)
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache for incremental decoding with `decode(..., cache=...)`."""
