@@ -268,6 +268,14 @@ def test_unsupported_model_type_lists_the_supported_ones(tmp_path_factory, tmp_p
     _convert_fails(tmp_path, capsys, copy, "model_type='llama' is not supported; supported model types: gpt2")
 
 
+def test_config_json_of_neither_kind_names_both_kinds(tmp_path, capsys):
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.json").write_text(json.dumps({"hidden_size": 64}))
+    _convert_fails(tmp_path, capsys, tmp_path / "other", "config.json has no model_type, so it is not a Hugging Face "
+                                                         "model directory, and it is not a serialized KerasHub object")
+    _convert_fails(tmp_path, capsys, tmp_path / "other", "KerasHub presets of GPT2Backbone (GPT2CausalLM)")
+
+
 def test_config_that_disagrees_with_the_weights(tmp_path_factory, tmp_path, capsys):
     copy = _copy(hf_model("bert-mlm", tmp_path_factory)[1], tmp_path)
     config = json.loads((copy / "config.json").read_text())

@@ -68,8 +68,14 @@ def family_for(hf: Mapping[str, Any], path: str | os.PathLike, declared: str | N
     modules = [hf_layout(name) for name in HF_LAYOUTS]
     found = next((m for m in modules if m.MODEL_TYPE == model_type), None)
     if found is None:
+        supported = ", ".join(f"{m.MODEL_TYPE} ({', '.join(m.ARCHITECTURES)})" for m in modules)
+        if model_type is None:  # not a Hugging Face config at all: say what else a directory may be
+            from .kerashub_preset import supported_classes
+            raise ValueError(f"{path}: config.json has no model_type, so it is not a Hugging Face model directory, "
+                             "and it is not a serialized KerasHub object either; supported directories: Hugging "
+                             f"Face model types {supported}; KerasHub presets of {supported_classes()}")
         raise ValueError(f"{path}: config.json model_type={model_type!r} is not supported; supported model types: "
-                         + ", ".join(f"{m.MODEL_TYPE} ({', '.join(m.ARCHITECTURES)})" for m in modules))
+                         + supported)
     if declared not in (None, "hf", found.NAME):
         raise ValueError(f"{path} holds a {model_type} model (format {found.NAME}), not {declared}")
     return found

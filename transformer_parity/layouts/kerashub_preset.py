@@ -68,13 +68,18 @@ def _class_name(data: Mapping[str, Any], path: Path) -> str:
     return name
 
 
+def supported_classes() -> str:
+    """The KerasHub backbones (and their tasks) a preset may hold, for error messages."""
+    return ", ".join(f"{m.BACKBONE} ({', '.join(m.TASKS) or 'backbone only'})"
+                     for m in map(family, FAMILIES) if m.BACKBONE)
+
+
 def family_for(backbone_class: str, path: Path, declared: str | None) -> ModuleType:
     modules = [family(name) for name in FAMILIES]
     found = next((m for m in modules if m.BACKBONE == backbone_class), None)
     if found is None:
         raise ValueError(f"{path}: KerasHub class {backbone_class!r} is not supported; supported: "
-                         + ", ".join(f"{m.BACKBONE} ({', '.join(m.TASKS) or 'backbone only'})" for m in modules
-                                     if m.BACKBONE))
+                         + supported_classes())
     if declared not in (None, "kerashub", found.NAME):
         raise ValueError(f"{path} holds a {backbone_class} (format {found.NAME}), not {declared}")
     return found
