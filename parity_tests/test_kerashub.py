@@ -121,6 +121,18 @@ def test_bare_gpt2_weights_file_reads_its_config_off_the_weights(gpt2_preset):
     assert all(np.array_equal(bare.weights[k], preset.weights[k]) for k in bare.weights)
 
 
+def test_bare_gpt2_causal_lm_weights_file_reads_as_the_task(gpt2_preset, tmp_path):
+    """`GPT2CausalLM.save_weights` nests the backbone under `layers/gpt2_backbone/`: read with --from kerashub-gpt2,
+    it is the causal LM (tied logits) with the preset's config and weights (whose logits are checked above)."""
+    lm, path = gpt2_preset
+    bare, out = tmp_path / "lm.weights.h5", tmp_path / "lm.safetensors"
+    lm.save_weights(str(bare))
+    assert main(["--quiet", "convert", str(bare), str(out), "--from", "kerashub-gpt2", "--set", "dropout=0"]) == 0
+    preset, loaded = formats.load(path), formats.load(out)
+    assert loaded.config == preset.config and sorted(loaded.weights) == sorted(preset.weights)
+    assert all(np.array_equal(loaded.weights[k], preset.weights[k]) for k in preset.weights)
+
+
 def test_hf_gpt2_directory_to_kerashub_preset_matches_transformers(tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")

@@ -24,6 +24,8 @@ SERIALIZED = {"GPT2Backbone": ("keras_hub.src.models.gpt2.gpt2_backbone", "gpt2_
 FIXED = {"num_encoder_layers": 0, "activation": "gelu_tanh", "layer_norm_eps": 1e-5, "norm_first": True,
          "final_norm": True, "positional": "learned", "position_offset": 0, "scale_embedding": False, "bias": True,
          "embed_norm": False, "head_transform": False, "type_vocab_size": 0, "pooler": False, "output_bias": False}
+CAUSAL_LM = {"output_projection": True, "tie_embeddings": True}  # GPT2CausalLM's logits: the tied embedding
+TASK_FIELDS = {"GPT2CausalLM": CAUSAL_LM}  # a bare GPT2CausalLM .weights.h5 (its save_weights) is read as this task
 
 
 def table(config: rn.TransformerConfig) -> list[tuple[str, str, str]]:
