@@ -188,8 +188,8 @@ def _compiled_greedy(model: Transformer, jit_compile: bool):
             cache = model.new_cache(b, p + new_tokens)
 
             def decode(new):  # (B, T) ids -> (B, V) logits of the last one; all decoder inputs are real tokens
-                return model.decode(new, memory, src_mask, tgt_mask=tf.ones_like(new, dtype=tf.bool),
-                                    cache=cache)[:, -1]
+                return model.decode(new, memory, src_mask, tgt_mask=tf.ones_like(new, dtype=tf.bool), cache=cache,
+                                    last_only=True)[:, -1]
 
             def choose(ids, logits, position):  # the argmax written into column `position` of (B, P + N)
                 chosen = tf.argmax(logits, axis=-1, output_type=tf.int64)[:, None]  # (B, 1)

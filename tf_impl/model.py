@@ -637,15 +637,16 @@ class Transformer(_ConfigSerializable, keras.Model):
         return self._encode(src_ids, src_mask, src_type_ids, False, training)[0]
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, *, training: bool = False,
-               cache: KVCache | None = None) -> tf.Tensor:
+               cache: KVCache | None = None, last_only: bool = False) -> tf.Tensor:
         """Target ids `(B, T)`, memory `(B, S, D)` and the source mask `(B, S)` -> logits `(B, T, tgt_vocab_size)`
         (a decoder-only model: memory and src_mask are None).
 
         With a `cache` (from `new_cache()`), `tgt_ids` (and `tgt_mask`) are only the positions after those already
         decoded into it; their keys and values are added to it, and the logits equal those of a full
-        recomputation.
+        recomputation. `last_only`: the logits of the last position alone, `(B, 1, tgt_vocab_size)` (what a
+        generation step reads; a prompt's other positions skip the output projection).
         """
-        return self._decode(tgt_ids, memory, src_mask, tgt_mask, False, training, cache)[0]
+        return self._decode(tgt_ids, memory, src_mask, tgt_mask, False, training, cache, last_only)[0]
 
     def new_cache(self, batch_size: int | None = None, length: int | None = None) -> KVCache:
         """An empty key/value cache for incremental decoding with `decode(..., cache=...)`: growing (no arguments),
@@ -686,7 +687,8 @@ class Transformer(_ConfigSerializable, keras.Model):
                                       attention_weights=attention_weights, training=training)
         return memory, {**record, **layers}
 
-    def _decode(self, tgt_ids, memory, src_mask, tgt_mask, attention_weights, training, cache=None):
+    def _decode(self, tgt_ids, memory, src_mask, tgt_mask, attention_weights, training, cache=None,
+                last_only=False):
         rn.check_stack(self.config, "decode")
         tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, self.config.tgt_vocab_size)
         t = tf.shape(tgt_ids)[1]
@@ -720,7 +722,7 @@ class Transformer(_ConfigSerializable, keras.Model):
             cache.key_mask = key_mask
             if cache.index is not None:
                 cache.index = offset + t
-        logits, head = self._output(x)
+        logits, head = self._output(x[:, -1:] if last_only else x)
         return logits, {**record, **layers, **head}
 
     def _forward(self, src_ids, tgt_ids, src_mask, tgt_mask, src_type_ids, attention_weights, training):
