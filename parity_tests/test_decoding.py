@@ -168,9 +168,10 @@ def test_generate_stops_and_pads_after_eos():
 # --- tf_impl.decoding.greedy: the whole greedy loop as one tf.function over a fixed-size cache ---------------------
 
 # name -> (config, start token): an encoder-decoder, GPT-2's decoder-only shape (its prompt holds pad_id, which must
-# still be attended), Marian's start token == pad_id. One encoder layer: XLA compilation is most of the test time.
+# still be attended; max_len 10: prompt 5 + 6 new tokens fill every position, as the last one is never fed back),
+# Marian's start token == pad_id. One encoder layer: XLA compilation is most of the test time.
 GREEDY_CASES = {"encoder-decoder": (VARIANTS["post-ln"].replace(num_encoder_layers=1), 1),
-                "gpt2-like": (FAMILIES["gpt2-like"], None),
+                "gpt2-like": (FAMILIES["gpt2-like"].replace(max_len=10), None),
                 "marian-like": (FAMILIES["marian-like"].replace(num_encoder_layers=1), FAMILIES["marian-like"].pad_id)}
 # Every model under XLA; without XLA (the same program, another compiler) the encoder-decoder only.
 GREEDY_RUNS = [(name, True) for name in GREEDY_CASES] + [("encoder-decoder", False)]
@@ -239,8 +240,9 @@ def test_tf_compiled_greedy_rejects_bad_inputs():
     cases = [
         (lambda: greedy(model, start, 0, src), ValueError, "new_tokens must be a positive integer, received 0"),
         (lambda: greedy(model, start, True, src), ValueError, "new_tokens must be a positive integer"),
-        (lambda: greedy(model, start, config.max_len, src), ValueError,
-         f"start length 1 \\+ new_tokens={config.max_len} exceeds max_len={config.max_len}"),
+        (lambda: greedy(model, start, config.max_len + 1, src), ValueError,
+         f"start length 1 \\+ new_tokens={config.max_len + 1} needs {config.max_len + 1} decoder positions, more "
+         f"than max_len={config.max_len}"),
         (lambda: greedy(model, start.astype(np.float32), 3, src), TypeError, "start must hold integer token ids"),
         (lambda: greedy(model, start, 3), ValueError, "needs src_ids, received None"),
         (lambda: greedy(model, start[:1], 3, src), ValueError, "different batch sizes: 2 and 1"),

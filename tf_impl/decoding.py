@@ -142,7 +142,7 @@ def greedy(model: Transformer, start, new_tokens: int, src_ids=None, src_mask=No
            ) -> tuple[np.ndarray, np.ndarray]:
     """`new_tokens` greedy tokens after `start` `(B, P)` (the start token, or a decoder-only model's prompt), as ONE
     `tf.function`: encode the source, run `start` through the decoder in one call filling a fixed-size key/value
-    cache of `P + new_tokens` positions, then a `tf.while_loop` of one token per step (argmax). No early stop, so
+    cache of `P + new_tokens - 1` positions (the last token chosen is never fed back), then a `tf.while_loop` of one token per step (argmax). No early stop, so
     every call does the same work. Traced (and, with `jit_compile`, compiled by XLA) once per model, shapes and
     `new_tokens`.
 
@@ -155,8 +155,9 @@ def greedy(model: Transformer, start, new_tokens: int, src_ids=None, src_mask=No
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, (int, np.integer)) or new_tokens < 1:
         raise ValueError(f"new_tokens must be a positive integer, received {new_tokens!r}")
     batch, p = start.shape
-    if p + new_tokens > c.max_len:
-        raise ValueError(f"start length {p} + new_tokens={new_tokens} exceeds max_len={c.max_len}")
+    if p + new_tokens - 1 > c.max_len:  # the last token chosen is never fed back
+        raise ValueError(f"start length {p} + new_tokens={new_tokens} needs {p + new_tokens - 1} decoder positions, "
+                         f"more than max_len={c.max_len}")
     source = ()
     if c.is_decoder_only:
         if src_ids is not None or src_mask is not None:
@@ -185,7 +186,7 @@ def _compiled_greedy(model: Transformer, jit_compile: bool):
         def run(start, new_tokens, src_ids=None, src_mask=None):
             b, p = start.shape  # static: the cache and the ids buffer have fixed sizes
             memory = None if src_ids is None else model.encode(src_ids, src_mask)
-            cache = model.new_cache(b, p + new_tokens)
+            cache = model.new_cache(b, p + new_tokens - 1)
 
             def decode(new):  # (B, T) ids -> (B, V) logits of the last one; all decoder inputs are real tokens
                 return model.decode(new, memory, src_mask, tgt_mask=tf.ones_like(new, dtype=tf.bool), cache=cache,
