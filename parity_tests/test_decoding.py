@@ -222,6 +222,9 @@ def test_tf_fixed_size_cache_gives_the_logits_of_full_recomputation():
                                                   src_mask, tgt_mask=np.ones(tgt.shape, dtype=bool))
     np.testing.assert_allclose(np.concatenate(parts, axis=1), full, rtol=0, atol=atol("float64"))
     assert int(cache.length) == 6 and cache.key_mask.numpy().sum(axis=1).tolist() == [6, 6]
+    with pytest.raises(ValueError, match="2 more position\\(s\\) after 6 cached ones exceeds the fixed-size cache's "
+                                         "length 7"):
+        model.decode(tgt[:, :2], memory, src_mask, ones[:, :2], cache=cache)
     for kwargs, message in ((dict(batch_size=2), "both batch_size and length"),
                             (dict(batch_size=2, length=config.max_len + 1), "exceeds max_len")):
         with pytest.raises(ValueError, match=message):

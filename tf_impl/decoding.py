@@ -142,9 +142,9 @@ def greedy(model: Transformer, start, new_tokens: int, src_ids=None, src_mask=No
            ) -> tuple[np.ndarray, np.ndarray]:
     """`new_tokens` greedy tokens after `start` `(B, P)` (the start token, or a decoder-only model's prompt), as ONE
     `tf.function`: encode the source, run `start` through the decoder in one call filling a fixed-size key/value
-    cache of `P + new_tokens - 1` positions (the last token chosen is never fed back), then a `tf.while_loop` of one token per step (argmax). No early stop, so
-    every call does the same work. Traced (and, with `jit_compile`, compiled by XLA) once per model, shapes and
-    `new_tokens`.
+    cache of `P + new_tokens - 1` positions (the last token chosen is never fed back), then a `tf.while_loop` of
+    one token per step (argmax). No early stop, so every call does the same work. Traced (and, with `jit_compile`,
+    compiled by XLA) once per model, shapes and `new_tokens`.
 
     Returns `(ids, logits)`: `(B, P + new_tokens)` int64 ids (the start, then the chosen tokens) and the last
     step's logits `(B, V)` (the scores of the final token).

@@ -701,6 +701,11 @@ class Transformer(_ConfigSerializable, keras.Model):
                 raise ValueError(f"decoding {new} more position(s) after {offset} cached ones exceeds max_len="
                                  f"{self.config.max_len}")
             if cache.index is not None:  # fixed-size: the new positions' mask written at the offset
+                size = cache.key_mask.shape[1]
+                if not tf.is_symbolic_tensor(offset) and new is not None and int(offset) + new > size:
+                    # checked eagerly only: past the end, dynamic_update_slice would clamp and overwrite silently
+                    raise ValueError(f"decoding {new} more position(s) after {int(offset)} cached ones exceeds the "
+                                     f"fixed-size cache's length {size}")
                 key_mask = dynamic_update_slice(cache.key_mask, tgt_mask, [0, offset])  # (B, T_max)
                 for self_cache, _ in cache.layers:
                     self_cache.index = offset
