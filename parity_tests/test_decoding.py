@@ -9,7 +9,7 @@ import pytest
 import reference_numpy as rn
 
 from .torch_threads import one_torch_thread  # noqa: F401 (autouse)
-from .conftest import VARIANTS, weights_for
+from .conftest import FAMILIES, VARIANTS, weights_for
 from .tolerances import atol
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,3 +163,98 @@ def test_generate_stops_and_pads_after_eos():
 
     out = rn.generate(next_logits, 2, bos_id=1, eos_id=eos, pad_id=pad, max_new_tokens=8)
     np.testing.assert_array_equal(out, [[1, 4, 2, 0, 0, 0, 0, 0, 0], [1, 3, 3, 3, 2, 0, 0, 0, 0]])
+
+
+# --- tf_impl.decoding.greedy: the whole greedy loop as one tf.function over a fixed-size cache ---------------------
+
+# name -> (config, start token): an encoder-decoder, GPT-2's decoder-only shape (its prompt holds pad_id, which must
+# still be attended; max_len 10: prompt 5 + 6 new tokens fill every position, as the last one is never fed back),
+# Marian's start token == pad_id. One encoder layer: XLA compilation is most of the test time.
+GREEDY_CASES = {"encoder-decoder": (VARIANTS["post-ln"].replace(num_encoder_layers=1), 1),
+                "gpt2-like": (FAMILIES["gpt2-like"].replace(max_len=10), None),
+                "marian-like": (FAMILIES["marian-like"].replace(num_encoder_layers=1), FAMILIES["marian-like"].pad_id)}
+# Every model under XLA; without XLA (the same program, another compiler) the encoder-decoder only.
+GREEDY_RUNS = [(name, True) for name in GREEDY_CASES] + [("encoder-decoder", False)]
+
+
+def _greedy_inputs(config, start_id):
+    """`(start, src)`: a `(3, 1)` start column and a source, or a decoder-only model's `(3, 5)` prompt."""
+    if start_id is None:
+        prompt = rn.sample_ids(config, 3, 5, config.tgt_vocab_size, seed=7)
+        prompt[:, 2] = config.pad_id
+        return prompt, None
+    src, _ = rn.sample_batch(config, batch=3, src_len=9, seed=4)
+    return np.full((3, 1), start_id, dtype=np.int64), src
+
+
+@pytest.mark.parametrize("name, jit_compile", GREEDY_RUNS,
+                         ids=[f"{name}-{'xla' if jit else 'function'}" for name, jit in GREEDY_RUNS])
+def test_tf_compiled_greedy_matches_reference(name, jit_compile):
+    """The ids equal the reference's greedy ids, and the last step's logits its recomputation's."""
+    import tf_impl
+    from tf_impl.decoding import greedy
+
+    config, start_id = GREEDY_CASES[name]
+    weights = weights_for(config, dtype=np.float32)
+    start, src = _greedy_inputs(config, start_id)
+    reference = rn.reference_stepper(rn.Transformer(config, weights), src)
+    desired = rn.generate(reference, 3, prompt=start, eos_id=-1, pad_id=config.pad_id, max_new_tokens=6)
+    model = tf_impl.Transformer.from_reference(config, weights, dtype="float32")
+    ids, logits = greedy(model, start, 6, src, jit_compile=jit_compile)
+    np.testing.assert_array_equal(ids, desired)
+    np.testing.assert_allclose(logits, reference(desired[:, :-1]), rtol=0, atol=atol("float32"))
+
+
+def test_tf_fixed_size_cache_gives_the_logits_of_full_recomputation():
+    """Eagerly, a prompt of 4 then one position at a time into a fixed-size cache of 7 (3 left unfilled)."""
+    import tf_impl
+
+    config = FAMILIES["bart-like"]  # learned positions read from row position_offset on
+    weights = weights_for(config, dtype=np.float64)
+    src, tgt = rn.sample_batch(config, batch=2, src_len=5, tgt_len=6, seed=1)
+    model = tf_impl.Transformer.from_reference(config, weights)
+    memory, src_mask = model.encode(src), src != config.pad_id
+    cache = model.new_cache(batch_size=2, length=7)
+    ones = np.ones((2, 4), dtype=bool)
+    parts = [model.decode(tgt[:, :4], memory, src_mask, ones, cache=cache)]
+    parts += [model.decode(tgt[:, t:t + 1], memory, src_mask, ones[:, :1], cache=cache) for t in (4, 5)]
+    full = rn.Transformer(config, weights).decode(tgt, rn.Transformer(config, weights).encode(src, src_mask),
+                                                  src_mask, tgt_mask=np.ones(tgt.shape, dtype=bool))
+    np.testing.assert_allclose(np.concatenate(parts, axis=1), full, rtol=0, atol=atol("float64"))
+    assert int(cache.length) == 6 and cache.key_mask.numpy().sum(axis=1).tolist() == [6, 6]
+    with pytest.raises(ValueError, match="2 more position\\(s\\) after 6 cached ones exceeds the fixed-size cache's "
+                                         "length 7"):
+        model.decode(tgt[:, :2], memory, src_mask, ones[:, :2], cache=cache)
+    for kwargs, message in ((dict(batch_size=2), "both batch_size and length"),
+                            (dict(batch_size=2, length=config.max_len + 1), "exceeds max_len")):
+        with pytest.raises(ValueError, match=message):
+            model.new_cache(**kwargs)
+
+
+def test_tf_compiled_greedy_rejects_bad_inputs():
+    import tf_impl
+    from tf_impl.decoding import greedy
+
+    config = VARIANTS["post-ln"]
+    model = tf_impl.Transformer.from_reference(config, weights_for(config))
+    decoder_only = tf_impl.Transformer.from_reference(FAMILIES["gpt2-like"], weights_for(FAMILIES["gpt2-like"]))
+    src, _ = rn.sample_batch(config, batch=2, src_len=5, seed=1)
+    start = np.ones((2, 1), dtype=np.int64)
+    cases = [
+        (lambda: greedy(model, start, 0, src), ValueError, "new_tokens must be a positive integer, received 0"),
+        (lambda: greedy(model, start, True, src), ValueError, "new_tokens must be a positive integer"),
+        (lambda: greedy(model, start, config.max_len + 1, src), ValueError,
+         f"start length 1 \\+ new_tokens={config.max_len + 1} needs {config.max_len + 1} decoder positions, more "
+         f"than max_len={config.max_len}"),
+        (lambda: greedy(model, start.astype(np.float32), 3, src), TypeError, "start must hold integer token ids"),
+        (lambda: greedy(model, start, 3), ValueError, "needs src_ids, received None"),
+        (lambda: greedy(model, start[:1], 3, src), ValueError, "different batch sizes: 2 and 1"),
+        (lambda: greedy(model, start, 3, src, src_mask=src), TypeError, "src_mask must be a bool array"),
+        (lambda: greedy(decoder_only, start, 3, src), ValueError, "decoder-only model has no source"),
+        (lambda: greedy(tf_impl.Transformer.from_reference(VARIANTS["encoder-only"],
+                                                           weights_for(VARIANTS["encoder-only"])), start, 3),
+         ValueError, "decode\\(\\) needs a decoder"),
+    ]
+    for call, error, message in cases:
+        with pytest.raises(error, match=message):
+            call()

@@ -1,4 +1,5 @@
-"""`next_logits` steppers for `reference_numpy.generate`: incremental (key/value cache) or full recomputation.
+"""`next_logits` steppers for `reference_numpy.generate`: incremental (key/value cache) or full recomputation; and
+`greedy`, the whole greedy loop as one compiled program over a fixed-size cache.
 
 Encoder-decoder models take the source ids; a decoder-only model takes none (its prompt goes to `generate`).
 Decoder inputs always count as real tokens (all-True target mask), so a start token equal to `pad_id` (Marian's)
@@ -11,7 +12,9 @@ import weakref
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 
+import reference_numpy as rn
 from reference_numpy.decoding import NextLogits
 
 from .model import KVCache, Transformer
@@ -133,3 +136,87 @@ def _compiled_recompute(model: Transformer):
 
         _RECOMPUTE[model] = tf.function(step, input_signature=signature)
     return _RECOMPUTE[model]
+
+
+def greedy(model: Transformer, start, new_tokens: int, src_ids=None, src_mask=None, *, jit_compile: bool = True
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """`new_tokens` greedy tokens after `start` `(B, P)` (the start token, or a decoder-only model's prompt), as ONE
+    `tf.function`: encode the source, run `start` through the decoder in one call filling a fixed-size key/value
+    cache of `P + new_tokens - 1` positions (the last token chosen is never fed back), then a `tf.while_loop` of
+    one token per step (argmax). No early stop, so every call does the same work. Traced (and, with `jit_compile`,
+    compiled by XLA) once per model, shapes and `new_tokens`.
+
+    Returns `(ids, logits)`: `(B, P + new_tokens)` int64 ids (the start, then the chosen tokens) and the last
+    step's logits `(B, V)` (the scores of the final token).
+    """
+    c = model.config
+    rn.check_stack(c, "decode")
+    start = rn.check_token_ids("start", start, c.tgt_vocab_size, c.max_len)
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, (int, np.integer)) or new_tokens < 1:
+        raise ValueError(f"new_tokens must be a positive integer, received {new_tokens!r}")
+    batch, p = start.shape
+    if p + new_tokens - 1 > c.max_len:  # the last token chosen is never fed back
+        raise ValueError(f"start length {p} + new_tokens={new_tokens} needs {p + new_tokens - 1} decoder positions, "
+                         f"more than max_len={c.max_len}")
+    source = ()
+    if c.is_decoder_only:
+        if src_ids is not None or src_mask is not None:
+            raise ValueError("a decoder-only model has no source: its prompt is start, received src_ids")
+    else:
+        if src_ids is None:
+            raise ValueError("an encoder-decoder model needs src_ids, received None")
+        src_ids = rn.check_token_ids("src_ids", src_ids, c.src_vocab_size, c.max_len)
+        if src_ids.shape[0] != batch:
+            raise ValueError(f"src_ids and start have different batch sizes: {src_ids.shape[0]} and {batch}")
+        src_mask = src_ids != c.pad_id if src_mask is None else rn.check_padding_mask("src_mask", src_mask,
+                                                                                        src_ids.shape)
+        source = (tf.constant(src_ids, tf.int64), tf.constant(src_mask))
+    ids, logits = _compiled_greedy(model, jit_compile)(tf.constant(start, tf.int64), int(new_tokens), *source)
+    return ids.numpy(), logits.numpy()
+
+
+_GREEDY: "weakref.WeakKeyDictionary[Transformer, dict]" = weakref.WeakKeyDictionary()
+
+
+def _compiled_greedy(model: Transformer, jit_compile: bool):
+    """`greedy`'s program as a `tf.function` of (start, new_tokens (a Python int)[, src_ids, src_mask]) ->
+    (ids, last logits); one per model and `jit_compile`, retraced per input shape and `new_tokens`."""
+    functions = _GREEDY.setdefault(model, {})
+    if jit_compile not in functions:
+        def run(start, new_tokens, src_ids=None, src_mask=None):
+            b, p = start.shape  # static: the cache and the ids buffer have fixed sizes
+            memory = None if src_ids is None else model.encode(src_ids, src_mask)
+            cache = model.new_cache(b, p + new_tokens - 1)
+
+            def decode(new):  # (B, T) ids -> (B, V) logits of the last one; all decoder inputs are real tokens
+                return model.decode(new, memory, src_mask, tgt_mask=tf.ones_like(new, dtype=tf.bool), cache=cache,
+                                    last_only=True)[:, -1]
+
+            def choose(ids, logits, position):  # the argmax written into column `position` of (B, P + N)
+                chosen = tf.argmax(logits, axis=-1, output_type=tf.int64)[:, None]  # (B, 1)
+                return dynamic_update_slice(ids, chosen, [0, position])
+
+            logits = decode(start)  # the prompt in one call
+            ids = choose(tf.concat([start, tf.zeros((b, new_tokens), tf.int64)], axis=1), logits, p)  # (B, P + N)
+
+            def step(i, ids, logits, state):  # feeds token p + i - 1, chooses token p + i
+                _set_state(cache, state)
+                logits = decode(tf.slice(ids, [0, p + i - 1], [b, 1]))  # (B, V)
+                return i + 1, choose(ids, logits, p + i), logits, _state(cache)
+
+            _, ids, logits, _ = tf.while_loop(lambda i, *_: i < new_tokens, step,
+                                              (tf.constant(1), ids, logits, _state(cache)))
+            return ids, logits
+
+        functions[jit_compile] = tf.function(run, jit_compile=jit_compile)
+    return functions[jit_compile]
+
+
+def _state(cache: KVCache) -> list[tf.Tensor]:
+    """A fixed-size cache as loop variables: key mask, index, then `_flatten`'s keys and values."""
+    return [cache.key_mask, cache.index, *_flatten(cache)]
+
+
+def _set_state(cache: KVCache, state) -> None:
+    cache.key_mask, cache.index, *tensors = state
+    _unflatten(cache, tensors)

@@ -17,6 +17,7 @@ from typing import Mapping
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 
 import reference_numpy as rn
 from reference_numpy import IDENTITY, Rule, TransformerConfig
@@ -51,31 +52,55 @@ Record = dict  # canonical sublayer name -> tensor, in execution order
 
 
 class AttentionCache:
-    """The keys and values one attention layer has computed so far, for incremental decoding (eager only).
+    """The keys and values one attention layer has computed so far, for incremental decoding.
 
     `static` (encoder-decoder attention): computed from the memory on the first call, reused afterwards.
-    Otherwise (causal self-attention) each call appends the keys and values of its new positions.
+    Otherwise (causal self-attention) each call adds the keys and values of its new positions: appended (the
+    growing form, eager or dynamic shapes), or, in the fixed-size form (`index` set), written into preallocated
+    `(B, H, T_max, d_k)` buffers at position `index`, so that shapes stay static under XLA.
     """
 
     def __init__(self, static: bool):
         self.static = static
-        self.k: tf.Tensor | None = None  # (B, H, T_cached, d_k)
-        self.v: tf.Tensor | None = None  # (B, H, T_cached, d_k)
+        self.k: tf.Tensor | None = None  # (B, H, T_cached, d_k); fixed-size form: (B, H, T_max, d_k)
+        self.v: tf.Tensor | None = None  # (B, H, T_cached, d_k); fixed-size form: (B, H, T_max, d_k)
+        self.index: tf.Tensor | None = None  # fixed-size form: where this call's keys and values go (scalar int32)
 
 
 class KVCache:
     """Incremental-decoding state of a decoder: per layer `(self_attn, cross_attn)` caches, plus the key mask of
-    the target positions processed so far. Make one per source batch with `Transformer.new_cache()`."""
+    the target positions processed so far. Make one per source batch with `Transformer.new_cache()`.
+
+    The fixed-size form (`new_cache(batch_size, length)`, for `tf.function(jit_compile=True)`): the self-attention
+    buffers and the key mask cover all `length` positions from the start, False where nothing is written yet, and
+    `index` counts the positions written.
+    """
 
     def __init__(self, num_layers: int, cross_attention: bool = True):
         self.layers = [(AttentionCache(static=False), AttentionCache(static=True) if cross_attention else None)
                        for _ in range(num_layers)]
-        self.key_mask: tf.Tensor | None = None  # (B, T_done) bool, True = real token
+        self.key_mask: tf.Tensor | None = None  # (B, T_done) bool, True = real token; fixed-size: (B, T_max)
+        self.index: tf.Tensor | None = None  # fixed-size form only: positions written so far (scalar int32)
+
+    @classmethod
+    def fixed(cls, num_layers: int, cross_attention: bool, batch_size: int, length: int, num_heads: int,
+              head_dim: int, dtype) -> "KVCache":
+        """Zeroed self-attention buffers `(B, H, length, d_k)`, an all-False key mask and `index` 0."""
+        cache = cls(num_layers, cross_attention)
+        for self_attn, _ in cache.layers:
+            self_attn.k = tf.zeros((batch_size, num_heads, length, head_dim), dtype)  # (B, H, T_max, d_k)
+            self_attn.v = tf.zeros((batch_size, num_heads, length, head_dim), dtype)  # (B, H, T_max, d_k)
+        cache.key_mask = tf.zeros((batch_size, length), tf.bool)  # (B, T_max)
+        cache.index = tf.constant(0, tf.int32)
+        return cache
 
     @property
     def length(self):
         """Target positions already decoded (the position offset of the next call): an int, or a scalar tensor
-        inside `tf.function` when the cached length is dynamic (see `tf_impl.decoding.cached_stepper`)."""
+        inside `tf.function` when the cached length is dynamic (see `tf_impl.decoding.cached_stepper`) and in the
+        fixed-size form."""
+        if self.index is not None:
+            return self.index
         if self.key_mask is None:
             return 0
         static = self.key_mask.shape[1]
@@ -168,7 +193,11 @@ class MultiHeadAttention(_ConfigSerializable, keras.layers.Layer):
             k = tf.transpose(tf.reshape(self.k(x_kv), (b, -1, h, dk)), (0, 2, 1, 3))  # (B, H, Tk, d_k)
             v = tf.transpose(tf.reshape(self.v(x_kv), (b, -1, h, dk)), (0, 2, 1, 3))  # (B, H, Tk, d_k)
             if cache is not None:
-                if not cache.static and cache.k is not None:
+                if cache.index is not None:  # fixed-size: a static-shape write (XLA's dynamic_update_slice)
+                    at = [0, 0, cache.index, 0]
+                    k = dynamic_update_slice(cache.k, k, at)  # (B, H, T_max, d_k)
+                    v = dynamic_update_slice(cache.v, v, at)  # (B, H, T_max, d_k)
+                elif not cache.static and cache.k is not None:
                     k = tf.concat([cache.k, k], axis=2)  # (B, H, T_cached + Tk, d_k)
                     v = tf.concat([cache.v, v], axis=2)  # (B, H, T_cached + Tk, d_k)
                 cache.k, cache.v = k, v
@@ -349,12 +378,14 @@ class Embedding(_ConfigSerializable, keras.layers.Layer):
             x = x * math.sqrt(self.config.d_model)
         if self.segment is not None:  # BERT's order: (token + segment) + position
             x = x + self.segment(tf.zeros_like(ids) if type_ids is None else type_ids)
-        t = tf.shape(ids)[1]
+        # tf.slice with the size given: XLA compiles it for a tensor offset as a static-shape dynamic slice (a
+        # `table[offset:offset + t]` slice there comes out of dynamic, padded size)
+        size = (tf.shape(ids)[1], self.config.d_model)
         if self.position is None:
-            x = x + tf.convert_to_tensor(self.sinusoid)[offset:offset + t]
+            x = x + tf.slice(tf.convert_to_tensor(self.sinusoid), (offset, 0), size)
         else:
             start = offset + self.config.position_offset
-            x = x + self.position.embeddings[start:start + t]
+            x = x + tf.slice(tf.convert_to_tensor(self.position.embeddings), (start, 0), size)
         if self.norm is not None:
             x = self.norm(x)
         return self.dropout(x, training=training)
@@ -606,21 +637,32 @@ class Transformer(_ConfigSerializable, keras.Model):
         return self._encode(src_ids, src_mask, src_type_ids, False, training)[0]
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, *, training: bool = False,
-               cache: KVCache | None = None) -> tf.Tensor:
+               cache: KVCache | None = None, last_only: bool = False) -> tf.Tensor:
         """Target ids `(B, T)`, memory `(B, S, D)` and the source mask `(B, S)` -> logits `(B, T, tgt_vocab_size)`
         (a decoder-only model: memory and src_mask are None).
 
-        With a `cache` (from `new_cache()`; eager only), `tgt_ids` (and `tgt_mask`) are only the positions after
-        those already decoded into it; their keys and values are appended, and the logits equal those of a full
-        recomputation.
+        With a `cache` (from `new_cache()`), `tgt_ids` (and `tgt_mask`) are only the positions after those already
+        decoded into it; their keys and values are added to it, and the logits equal those of a full
+        recomputation. `last_only`: the logits of the last position alone, `(B, 1, tgt_vocab_size)` (what a
+        generation step reads; a prompt's other positions skip the output projection).
         """
-        return self._decode(tgt_ids, memory, src_mask, tgt_mask, False, training, cache)[0]
+        return self._decode(tgt_ids, memory, src_mask, tgt_mask, False, training, cache, last_only)[0]
 
-    def new_cache(self) -> KVCache:
-        """An empty key/value cache for incremental decoding with `decode(..., cache=...)`."""
-        if not self.config.has_decoder:
+    def new_cache(self, batch_size: int | None = None, length: int | None = None) -> KVCache:
+        """An empty key/value cache for incremental decoding with `decode(..., cache=...)`: growing (no arguments),
+        or fixed-size for `batch_size` sequences of at most `length` positions (static shapes, for XLA)."""
+        c = self.config
+        if not c.has_decoder:
             raise ValueError("an encoder-only model (num_decoder_layers=0) has no decoder to cache")
-        return KVCache(self.config.num_decoder_layers, cross_attention=self.config.has_encoder)
+        if (batch_size is None) != (length is None):
+            raise ValueError(f"a fixed-size cache needs both batch_size and length, received batch_size="
+                             f"{batch_size}, length={length}")
+        if length is None:
+            return KVCache(c.num_decoder_layers, cross_attention=c.has_encoder)
+        if length > c.max_len:
+            raise ValueError(f"a cache of length {length} exceeds max_len={c.max_len}")
+        return KVCache.fixed(c.num_decoder_layers, c.has_encoder, batch_size, length, c.num_heads, c.head_dim,
+                             self.compute_dtype)
 
     def call(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, src_type_ids=None,
              training: bool = False) -> tf.Tensor:
@@ -645,28 +687,47 @@ class Transformer(_ConfigSerializable, keras.Model):
                                       attention_weights=attention_weights, training=training)
         return memory, {**record, **layers}
 
-    def _decode(self, tgt_ids, memory, src_mask, tgt_mask, attention_weights, training, cache=None):
+    def _decode(self, tgt_ids, memory, src_mask, tgt_mask, attention_weights, training, cache=None,
+                last_only=False):
         rn.check_stack(self.config, "decode")
         tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, self.config.tgt_vocab_size)
         t = tf.shape(tgt_ids)[1]
         offset, key_mask = 0, tgt_mask
+        self_mask = None
         if cache is not None:
             offset = cache.length
             new = tgt_ids.shape[1]
             if isinstance(offset, int) and new is not None and offset + new > self.config.max_len:
                 raise ValueError(f"decoding {new} more position(s) after {offset} cached ones exceeds max_len="
                                  f"{self.config.max_len}")
-            if cache.key_mask is not None:
+            if cache.index is not None:  # fixed-size: the new positions' mask written at the offset
+                size = cache.key_mask.shape[1]
+                if not tf.is_symbolic_tensor(offset) and new is not None and int(offset) + new > size:
+                    # checked eagerly only: past the end, dynamic_update_slice would clamp and overwrite silently
+                    raise ValueError(f"decoding {new} more position(s) after {int(offset)} cached ones exceeds the "
+                                     f"fixed-size cache's length {size}")
+                key_mask = dynamic_update_slice(cache.key_mask, tgt_mask, [0, offset])  # (B, T_max)
+                for self_cache, _ in cache.layers:
+                    self_cache.index = offset
+                # query i (position offset + i) sees filled keys j <= offset + i; the buffer's tail is unfilled
+                rows = offset + tf.range(t)[:, None]  # (T, 1)
+                cols = tf.range(tf.shape(key_mask)[1])[None, :]  # (1, T_max)
+                self_mask = tf.logical_and(attention_mask(key_mask, t), cols <= rows)  # (B, 1, T, T_max)
+            elif cache.key_mask is not None:
                 key_mask = tf.concat([cache.key_mask, tgt_mask], axis=1)  # (B, T_cached + T)
+        if self_mask is None:
+            self_mask = attention_mask(key_mask, t, causal=True)
         shared = self.src_embed.token.embeddings if self.config.share_embeddings else None
         x = self.tgt_embed(tgt_ids, offset=offset, token_table=shared, training=training)
         record: Record = {"decoder.embed": x}
         cross_mask = None if memory is None else attention_mask(tf.convert_to_tensor(src_mask), t)
-        x, layers = self.decoder(x, memory, attention_mask(key_mask, t, causal=True), cross_mask,
-                                 attention_weights=attention_weights, training=training, cache=cache)
+        x, layers = self.decoder(x, memory, self_mask, cross_mask, attention_weights=attention_weights,
+                                 training=training, cache=cache)
         if cache is not None:
             cache.key_mask = key_mask
-        logits, head = self._output(x)
+            if cache.index is not None:
+                cache.index = offset + t
+        logits, head = self._output(x[:, -1:] if last_only else x)
         return logits, {**record, **layers, **head}
 
     def _forward(self, src_ids, tgt_ids, src_mask, tgt_mask, src_type_ids, attention_weights, training):
