@@ -258,3 +258,32 @@ def test_tf_compiled_greedy_rejects_bad_inputs():
     for call, error, message in cases:
         with pytest.raises(error, match=message):
             call()
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch", "tf"])
+def test_last_only_is_the_last_row_of_the_full_logits(backend, dtype):
+    """`decode(..., last_only=True)`, which the steppers use, equals the float64 reference's full logits at the last
+    position (the other positions skip the output projection, nothing else changes)."""
+    config = VARIANTS["tied"]
+    weights = weights_for(config, dtype=dtype)
+    src, tgt = rn.sample_batch(config, batch=3, src_len=9, tgt_len=6, seed=8)
+    reference = rn.Transformer(config, weights)
+    memory, src_mask = reference.encode(src), src != config.pad_id
+    desired = reference.decode(tgt, memory, src_mask)[:, -1:]  # (B, 1, V), every position projected
+    if backend == "numpy":
+        actual = rn.Transformer(config, weights, np.dtype(dtype)).decode(tgt, memory.astype(dtype), src_mask,
+                                                                          last_only=True)
+    elif backend == "torch":
+        import torch
+
+        import torch_impl
+        model = torch_impl.Transformer.from_reference(config, weights, dtype=getattr(torch, dtype))
+        with torch.no_grad():
+            actual = model.decode(torch.as_tensor(tgt), model.encode(torch.as_tensor(src)), torch.as_tensor(src_mask),
+                                  last_only=True).numpy()
+    else:
+        import tf_impl
+        model = tf_impl.Transformer.from_reference(config, weights, dtype=dtype)
+        actual = np.asarray(model.decode(tgt, model.encode(src), src_mask, last_only=True))
+    assert actual.shape == desired.shape
+    np.testing.assert_allclose(actual, desired, rtol=0, atol=atol(dtype))

@@ -54,7 +54,8 @@ def cached_stepper(model: Transformer, src_ids=None, src_mask=None, compiled: bo
             cache.key_mask = key_mask
             _unflatten(cache, tensors)
             return np.asarray(logits)
-        logits = model.decode(new, memory, src_mask, tgt_mask=np.ones(new.shape, dtype=bool), cache=cache)
+        logits = model.decode(new, memory, src_mask, tgt_mask=np.ones(new.shape, dtype=bool), cache=cache,
+                              last_only=True)
         return np.asarray(logits[:, -1])
 
     return next_logits
@@ -94,7 +95,7 @@ def _compiled_step(model: Transformer):
             cache.key_mask = key_mask
             _unflatten(cache, tensors)
             logits = model.decode(new_ids, memory, src_mask, tgt_mask=tf.ones_like(new_ids, dtype=tf.bool),
-                                  cache=cache)
+                                  cache=cache, last_only=True)
             return logits[:, -1], cache.key_mask, _flatten(cache)
 
         _STEPS[model] = tf.function(step, input_signature=signature)
@@ -113,7 +114,7 @@ def recompute_stepper(model: Transformer, src_ids=None, src_mask=None, compiled:
         if compiled:
             source = () if memory is None else (memory, src_mask)
             return np.asarray(_compiled_recompute(model)(tf.constant(ids, tf.int64), *source))
-        logits = model.decode(ids, memory, src_mask, tgt_mask=np.ones(ids.shape, dtype=bool))
+        logits = model.decode(ids, memory, src_mask, tgt_mask=np.ones(ids.shape, dtype=bool), last_only=True)
         return np.asarray(logits[:, -1])
 
     return next_logits
@@ -131,7 +132,7 @@ def _compiled_recompute(model: Transformer):
                           tf.TensorSpec((None, None), tf.bool)]
 
         def step(ids, memory=None, src_mask=None):
-            logits = model.decode(ids, memory, src_mask, tgt_mask=tf.ones_like(ids, dtype=tf.bool))
+            logits = model.decode(ids, memory, src_mask, tgt_mask=tf.ones_like(ids, dtype=tf.bool), last_only=True)
             return logits[:, -1]
 
         _RECOMPUTE[model] = tf.function(step, input_signature=signature)
