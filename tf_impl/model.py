@@ -483,11 +483,16 @@ class OutputProjection(_ConfigSerializable, keras.layers.Layer):
 
     def call(self, x, tied_embedding=None):
         """`(B, T, D)` -> `(B, T, V)`; `tied_embedding` `(V, D)` is the kernel, transposed, when tied."""
+        # One (B*T, D) matmul, not a batched one against a broadcast table: the gradient of a broadcast table is a
+        # (B, V, D) batched product summed over B, which under XLA costs more than the rest of the backward pass.
+        rows = tf.reshape(x, (-1, self.config.d_model))  # (B, T, D) -> (B*T, D)
         if self.kernel is None:
-            logits = tf.matmul(x, tied_embedding, transpose_b=True)
+            logits = tf.matmul(rows, tied_embedding, transpose_b=True)  # (B*T, V)
         else:
-            logits = tf.matmul(x, self.kernel)
-        return logits if self.bias is None else logits + self.bias
+            logits = tf.matmul(rows, self.kernel)  # (B*T, V)
+        if self.bias is not None:
+            logits = logits + self.bias
+        return tf.reshape(logits, tf.concat([tf.shape(x)[:-1], tf.shape(logits)[-1:]], axis=0))  # (B, T, V)
 
 
 class Transformer(_ConfigSerializable, keras.Model):
