@@ -97,10 +97,22 @@ def _gelu(x: tf.Tensor) -> tf.Tensor:
     return 0.5 * x * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
 
 
-def _gelu_tanh(x: tf.Tensor) -> tf.Tensor:
+@tf.custom_gradient
+def _gelu_tanh(x: tf.Tensor):
     """GELU's tanh approximation (GPT-2's `gelu_new`), written out for the same reason as `_gelu`: Python constants
-    here take the input's dtype, so float64 stays float64 throughout."""
-    return 0.5 * x * (1.0 + tf.math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+    here take the input's dtype, so float64 stays float64 throughout.
+
+    The derivative is written out too, from `x` and the tanh: autodiff of the written-out product keeps more
+    intermediates for the backward pass, which under XLA costs two extra passes over the `(B, T, d_ff)` activations
+    per layer (gpt2-256's training step: 24 such passes instead of 16, 26 ms instead of 15 ms on one CPU thread).
+    """
+    c = math.sqrt(2.0 / math.pi)
+    t = tf.math.tanh(c * (x + 0.044715 * x * x * x))
+
+    def grad(upstream):
+        return upstream * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * x * x))
+
+    return 0.5 * x * (1.0 + t), grad
 
 
 ACTIVATIONS = {"relu": tf.nn.relu, "gelu": _gelu, "gelu_tanh": _gelu_tanh, "silu": tf.nn.silu}
