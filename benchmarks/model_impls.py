@@ -262,12 +262,8 @@ def _build_tf_impl(problem, weights, inputs, mode: str) -> Runner:
     args = (tgt, None) if decoder_only else (tf.constant(inputs.src), tgt)
     if problem.task == "train":
         from tf_impl.training import Trainer
-        trainer = Trainer(problem.config, weights, dtype=problem.dtype, compiled=mode != "eager")
-        if mode == "xla":  # Trainer has no jit switch; its step function, recompiled with XLA
-            trainer._train_step = tf.function(trainer._train_step_eager, jit_compile=True)
-        if decoder_only:  # Trainer.train_step makes a tensor of tgt_in, which a decoder-only model has not
-            return Runner(fn=lambda: float(trainer._train_step(tgt, None, labels)),
-                          to_numpy=lambda loss: {"loss": np.float64(loss)})
+        trainer = Trainer(problem.config, weights, dtype=problem.dtype, compiled=mode != "eager",
+                          jit_compile=mode == "xla")
         return Runner(fn=lambda: trainer.train_step(*args, labels), to_numpy=lambda loss: {"loss": np.float64(loss)})
     model = Transformer.from_reference(problem.config, weights, dtype=problem.dtype)
     if problem.task == "forward":
@@ -450,9 +446,10 @@ REGISTRY: dict[str, ModelImpl] = {impl.name: impl for impl in [
     _impl("tf_impl.function", "tf", "tf_impl.Transformer under tf.function (training: Trainer(compiled=True); "
           "generation: tf_impl.decoding.greedy, the whole loop as one tf.function; without cache: its compiled "
           "steps)", TASKS, ALL_DTYPES, _build_tf_impl, mode="function"),
-    _impl("tf_impl.xla", "tf", "tf_impl.Transformer under tf.function(jit_compile=True) (generation: "
-          "tf_impl.decoding.greedy, the whole loop compiled by XLA)", ("forward", "train", "generate"), ALL_DTYPES,
-          _build_tf_impl, why_not="generation without a cache recompiles per length (dynamic shapes)", mode="xla"),
+    _impl("tf_impl.xla", "tf", "tf_impl.Transformer under tf.function(jit_compile=True) (training: "
+          "Trainer(jit_compile=True); generation: tf_impl.decoding.greedy, the whole loop compiled by XLA)",
+          ("forward", "train", "generate"), ALL_DTYPES, _build_tf_impl,
+          why_not="generation without a cache recompiles per length (dynamic shapes)", mode="xla"),
 ]}
 
 REGISTRY.update({impl.name: impl for impl in [

@@ -8,7 +8,7 @@ import pytest
 import reference_numpy as rn
 
 from .torch_threads import one_torch_thread  # noqa: F401 (autouse)
-from .conftest import TINY, VARIANTS, weights_for
+from .conftest import FAMILIES, TINY, VARIANTS, weights_for
 from .tolerances import atol
 from transformer_parity.training_parity import batch_for
 
@@ -56,11 +56,14 @@ def test_loss_definition():
             rn.token_cross_entropy(logits, np.array([[1, 0]]), 0, bad)
 
 
-# float64: every variant, torch and Keras against each other (the float64 torch gradient is `desired`, pinned to
-# the reference below by finite differences).
-@pytest.mark.parametrize("name", list(VARIANTS), ids=list(VARIANTS))
+# float64: every variant, and GPT-2's family for its gelu_tanh (whose derivative tf_impl writes out), torch and Keras
+# against each other (the float64 torch gradient is `desired`, pinned to the reference below by finite differences).
+FLOAT64_CONFIGS = {**VARIANTS, "gpt2-like": FAMILIES["gpt2-like"]}
+
+
+@pytest.mark.parametrize("name", list(FLOAT64_CONFIGS), ids=list(FLOAT64_CONFIGS))
 def test_float64_gradients_torch_vs_keras(name):
-    config = VARIANTS[name]
+    config = FLOAT64_CONFIGS[name]
     weights = weights_for(config, dtype=np.float64)
     batch = batch_for(config)
     desired_loss, desired = loss_and_gradients("torch", config, weights, batch, 0.1)

@@ -11,7 +11,7 @@ from transformer_parity.training_parity import (SCHEDULES, gradient_stream, refe
                                                 run_adam, train_both)
 
 from .torch_threads import one_torch_thread  # noqa: F401 (autouse)
-from .conftest import TINY, weights_for
+from .conftest import FAMILIES, TINY, weights_for
 from .training_tolerances import (ADAM_UPDATE_RTOL, OPTIMIZER_STEP_ATOL, OPTIMIZER_STEPS, SCHEDULE_RTOL,
                                   weight_differences, zero_gradient_parameter)
 
@@ -139,3 +139,46 @@ def test_moments_are_canonical_and_resume_across_frameworks():
         second.train_step(src, tgt[:, :-1], tgt[:, 1:])
     differences = weight_differences(second.weights(), straight.weights())
     assert max(differences.values()) <= OPTIMIZER_STEP_ATOL["float64"]
+
+
+def _decoder_only_batches(config: rn.TransformerConfig, steps: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`(inputs, labels)` per step: a decoder-only model's one sequence, and the same shifted left by one."""
+    batches = [rn.sample_batch(config, batch=4, src_len=9, seed=100 + s)[0] for s in range(steps)]
+    return [(seq[:, :-1], seq[:, 1:]) for seq in batches]
+
+
+def test_decoder_only_training_steps_torch_vs_keras():
+    """A decoder-only batch (`tgt_in=None`) through both Trainers, float64: the same losses and weights after two
+    Adam steps."""
+    from tf_impl.training import Trainer as KerasTrainer
+    from torch_impl.training import Trainer as TorchTrainer
+
+    config = FAMILIES["gpt2-like"]
+    weights = weights_for(config, dtype="float64")
+    trainers = [TorchTrainer(config, weights, dtype="float64", schedule=SCHEDULES["noam"]),
+                KerasTrainer(config, weights, dtype="float64", schedule=SCHEDULES["noam"], compiled=False)]
+    losses = np.array([[t.train_step(ids, None, labels) for t in trainers]
+                       for ids, labels in _decoder_only_batches(config, 2)])  # (steps, 2)
+    np.testing.assert_allclose(losses[:, 1], losses[:, 0], rtol=1e-12)
+    differences = weight_differences(trainers[1].weights(), trainers[0].weights())
+    worst = max(differences, key=differences.get)
+    assert differences[worst] <= OPTIMIZER_STEP_ATOL["float64"], f"{worst}: {differences[worst]:.3g}"
+
+
+def test_jit_compiled_training_steps_match_tf_function():
+    """`Trainer(jit_compile=True)` (XLA) takes the steps the plain `tf.function` step takes, to float32 rounding
+    (key biases left out, as in test_training_steps_torch_vs_keras)."""
+    from tf_impl.training import Trainer
+
+    config = FAMILIES["gpt2-like"]
+    weights = weights_for(config, dtype="float32")
+    trainers = [Trainer(config, weights, schedule=SCHEDULES["cosine"], jit_compile=jit) for jit in (False, True)]
+    losses = np.array([[t.train_step(ids, None, labels) for t in trainers]
+                       for ids, labels in _decoder_only_batches(config, 2)])  # (steps, 2)
+    np.testing.assert_allclose(losses[:, 1], losses[:, 0], rtol=1e-5)
+    differences = weight_differences(trainers[1].weights(), trainers[0].weights())
+    differences = {k: v for k, v in differences.items() if not zero_gradient_parameter(k)}
+    worst = max(differences, key=differences.get)
+    assert differences[worst] <= OPTIMIZER_STEP_ATOL["float32"], f"{worst}: {differences[worst]:.3g}"
+    with pytest.raises(ValueError, match="compiled=False, jit_compile=True"):
+        Trainer(config, weights, compiled=False, jit_compile=True)

@@ -122,10 +122,22 @@ def _gelu(x: tf.Tensor) -> tf.Tensor:
     return 0.5 * x * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
 
 
-def _gelu_tanh(x: tf.Tensor) -> tf.Tensor:
+@tf.custom_gradient
+def _gelu_tanh(x: tf.Tensor):
     """GELU's tanh approximation (GPT-2's `gelu_new`), written out for the same reason as `_gelu`: Python constants
-    here take the input's dtype, so float64 stays float64 throughout."""
-    return 0.5 * x * (1.0 + tf.math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+    here take the input's dtype, so float64 stays float64 throughout.
+
+    The derivative is written out too, from `x` and the tanh: autodiff of the written-out product keeps more
+    intermediates, which under XLA costs one more pass over the `(B, T, d_ff)` activations per layer (gpt2-256's
+    training step: 12 such fusions instead of 8, 1-2% of the step on CPU).
+    """
+    c = math.sqrt(2.0 / math.pi)
+    t = tf.math.tanh(c * (x + 0.044715 * x * x * x))
+
+    def grad(upstream):  # a sum of two products, as autodiff's: XLA then keeps the bias gradient a fast reduction
+        return upstream * (0.5 * (1.0 + t)) + upstream * (0.5 * x * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * x * x))
+
+    return 0.5 * x * (1.0 + t), grad
 
 
 ACTIVATIONS = {"relu": tf.nn.relu, "gelu": _gelu, "gelu_tanh": _gelu_tanh, "silu": tf.nn.silu}
@@ -514,11 +526,16 @@ class OutputProjection(_ConfigSerializable, keras.layers.Layer):
 
     def call(self, x, tied_embedding=None):
         """`(B, T, D)` -> `(B, T, V)`; `tied_embedding` `(V, D)` is the kernel, transposed, when tied."""
+        # One (B*T, D) matmul, not a batched one against a broadcast table: the gradient of a broadcast table is a
+        # (B, V, D) batched product summed over B, which under XLA costs more than the rest of the backward pass.
+        rows = tf.reshape(x, (-1, self.config.d_model))  # (B, T, D) -> (B*T, D)
         if self.kernel is None:
-            logits = tf.matmul(x, tied_embedding, transpose_b=True)
+            logits = tf.matmul(rows, tied_embedding, transpose_b=True)  # (B*T, V)
         else:
-            logits = tf.matmul(x, self.kernel)
-        return logits if self.bias is None else logits + self.bias
+            logits = tf.matmul(rows, self.kernel)  # (B*T, V)
+        if self.bias is not None:
+            logits = logits + self.bias
+        return tf.reshape(logits, tf.concat([tf.shape(x)[:-1], tf.shape(logits)[-1:]], axis=0))  # (B, T, V)
 
 
 class Transformer(_ConfigSerializable, keras.Model):
