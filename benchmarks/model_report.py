@@ -7,6 +7,7 @@ import csv
 import dataclasses
 import io
 import json
+import math
 from typing import Any, Iterable
 
 from .model_bench import ModelReport, ModelRow
@@ -94,8 +95,9 @@ def render_text(report: ModelReport) -> str:
                          + "  " + cells[-1])
     lines += ["", "ratios (speed = their median / our median; > 1 means ours is faster):"]
     for r in ratios(report.rows):
+        judged = f" ({verdict(r)})" if r["goal"] is not None else ""
         lines.append(f"  {r['kind']}: {r['what']}: {r['ours']} {_sig(r['ours_ms'])} ms vs {r['theirs']} "
-                     f"{_sig(r['theirs_ms'])} ms -> {r['speed']:.2f}x")
+                     f"{_sig(r['theirs_ms'])} ms -> {r['speed']:.2f}x{judged}")
     return "\n".join(lines)
 
 
@@ -143,7 +145,7 @@ def ratios(rows: list[ModelRow]) -> list[dict[str, Any]]:
         for kind, ours, theirs in pairs:
             out.append({"kind": kind, "what": _what(key), "ours": ours.impl, "ours_ms": ours.median_ms,
                         "theirs": theirs.impl, "theirs_ms": theirs.median_ms,
-                        "speed": theirs.median_ms / ours.median_ms, "goal": 1.0})
+                        "speed": theirs.median_ms / ours.median_ms, "goal": 1.0, "noise": _noise(ours, theirs)})
     for key, impls in groups.items():
         if key[-1] != "bfloat16":
             continue
@@ -154,6 +156,29 @@ def ratios(rows: list[ModelRow]) -> list[dict[str, Any]]:
                             "ours_ms": bf16.median_ms, "theirs": f"{name} float32", "theirs_ms": f32[name].median_ms,
                             "speed": f32[name].median_ms / bf16.median_ms, "goal": None})
     return out
+
+
+def _noise(ours: ModelRow, theirs: ModelRow) -> float | None:
+    """Half-width of an approximate 95% interval of `speed`, relative: twice the standard error of the ratio of two
+    medians, each median's from its row's IQR and run count (normal approximation: sigma = IQR / 1.349, standard
+    error of a median = 1.2533 sigma / sqrt(runs)). None when a row lacks its spread. A ratio closer to 1 than this
+    is a tie on this machine, whichever side of 1 it falls."""
+    parts = []
+    for row in (ours, theirs):
+        if not row.iqr_ms or not row.runs or not row.median_ms:
+            return None
+        parts.append((1.2533 * row.iqr_ms / 1.349 / math.sqrt(row.runs) / row.median_ms) ** 2)
+    return 2 * math.sqrt(sum(parts))
+
+
+def verdict(ratio: dict[str, Any]) -> str:
+    """`met`, `NOT met`, or `tie (+-x%)` when the goal lies within the ratio's noise (`_noise`)."""
+    if ratio["goal"] is None:
+        return ""
+    noise = ratio.get("noise")
+    if noise is not None and abs(ratio["speed"] - ratio["goal"]) <= noise * ratio["speed"]:
+        return f"tie (+-{100 * noise:.0f}%)"
+    return "met" if ratio["speed"] >= ratio["goal"] else "NOT met"
 
 
 # --- Markdown -------------------------------------------------------------------------------------------------------
@@ -213,7 +238,7 @@ def _md_ratios(report: ModelReport) -> str:
     lines = ["| comparison | problem | ours | ms | theirs | ms | speed | goal |",
              "|---|---|---|---:|---|---:|---:|---|"]
     for r in rs:
-        goal = "" if r["goal"] is None else (">= 1.0: met" if r["speed"] >= r["goal"] else ">= 1.0: NOT met")
+        goal = "" if r["goal"] is None else f">= 1.0: {verdict(r)}"
         lines.append(f"| {r['kind']} | {r['what']} | {r['ours']} | {_sig(r['ours_ms'])} | {r['theirs']} | "
                      f"{_sig(r['theirs_ms'])} | {r['speed']:.2f}x | {goal} |")
     return "\n".join(lines)

@@ -3,6 +3,7 @@ command, an out-of-memory row, and the CUDA path (marked gpu). Nothing here asse
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -221,6 +222,33 @@ def test_model_bench_flags_a_wrong_port():
     rows = model_bench.run(pairs, options).rows
     assert [(r.impl, r.check) for r in rows] == [("torch_impl.eager", "ok"), ("planted", "FLAGGED")] * 2
     assert all("differ from the float64 reference" in r.note for r in rows if r.impl == "planted")
+
+
+def test_model_bench_ratio_verdict_accounts_for_noise():
+    """A ratio is `met` / `NOT met` only when 1.0 lies outside its noise (twice the standard error of a ratio of
+    medians, from each row's IQR and run count); otherwise a tie, whichever side of 1 the ratio falls."""
+    from benchmarks.model_bench import ModelRow
+    from benchmarks.model_report import ratios, verdict
+
+    def row(impl, median, iqr, runs):
+        return ModelRow(impl=impl, framework="torch", status="ok", model="m", task="train", dtype="float32", batch=1,
+                        src_len=1, tgt_len=1, new_tokens=1, d_model=1, layers="1+1", vocab=1, device_name="cpu",
+                        tokens=1, gflop=1.0, median_ms=median, iqr_ms=iqr, runs=runs)
+
+    def judged(ours, theirs):
+        (r,) = [r for r in ratios([ours, theirs]) if r["kind"] == "torch_impl vs nn.Transformer"]
+        return r, verdict(r)
+
+    # an IQR of 10 ms over 50 runs: each median +-1.31 ms (1 SE), the ratio of ~100 ms medians +-3.7% (2 SE)
+    r, said = judged(row("torch_impl.eager", 100.0, 10.0, 50), row("torch.nn.Transformer", 102.0, 10.0, 50))
+    se = 1.2533 * 10 / 1.349 / math.sqrt(50)
+    assert r["noise"] == pytest.approx(2 * math.hypot(se / 100, se / 102), rel=1e-9)
+    assert said == "tie (+-4%)"
+    assert judged(row("torch_impl.eager", 100.0, 10.0, 50), row("torch.nn.Transformer", 110.0, 10.0, 50))[1] == "met"
+    assert judged(row("torch_impl.eager", 110.0, 10.0, 50), row("torch.nn.Transformer", 100.0, 10.0, 50))[1] == \
+        "NOT met"
+    assert judged(row("torch_impl.eager", 100.0, None, 50), row("torch.nn.Transformer", 99.0, 1.0, 50))[1] == \
+        "NOT met"  # no spread known: judged on the medians alone
 
 
 def test_model_flop_count():
