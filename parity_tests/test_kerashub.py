@@ -90,25 +90,32 @@ def test_gpt2_causal_lm_matches_the_reference(gpt2_preset):
     reference_errors(loaded.config, loaded.weights, ids, gpt2_logits(lm, ids), gpt2_logits(lm64, ids))
 
 
-def test_gpt2_import_export_is_bit_identical(gpt2_preset, tmp_path):
+def h5_datasets(file) -> dict[str, np.ndarray]:
+    """Every dataset of an .h5 file but the optimizer's state (`model.fit` leaves it; it is no model weight)."""
     import h5py
 
+    out = {}
+    with h5py.File(file) as f:
+        f.visititems(lambda n, o: out.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) else None)
+    return {k: v for k, v in out.items() if not k.startswith("optimizer/")}
+
+
+def assert_same_datasets(original_file, written_file) -> None:
+    """The same dataset names, each with the same dtype and values, bit for bit."""
+    original, written = h5_datasets(original_file), h5_datasets(written_file)
+    assert sorted(original) == sorted(written), written_file
+    assert all(original[k].dtype == written[k].dtype and np.array_equal(original[k], written[k])
+               for k in original), written_file
+
+
+def test_gpt2_import_export_is_bit_identical(gpt2_preset, tmp_path):
     _, path = gpt2_preset
     canonical, again = tmp_path / "gpt2.safetensors", tmp_path / "again"
     assert main(["--quiet", "convert", str(path), str(canonical)]) == 0
     assert main(["--quiet", "convert", str(canonical), str(again), "--to", "kerashub"]) == 0
     for name in ("config.json", "task.json"):
         assert json.loads((again / name).read_text()) == json.loads((path / name).read_text())
-
-    def datasets(file):
-        out = {}
-        with h5py.File(file) as f:
-            f.visititems(lambda n, o: out.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) else None)
-        return out
-
-    original, written = datasets(path / "model.weights.h5"), datasets(again / "model.weights.h5")
-    assert sorted(original) == sorted(written)
-    assert all(original[k].dtype == written[k].dtype and np.array_equal(original[k], written[k]) for k in original)
+    assert_same_datasets(path / "model.weights.h5", again / "model.weights.h5")
     lm = keras_hub.models.GPT2CausalLM.from_preset(str(again))
     assert type(lm).__name__ == "GPT2CausalLM"
 
@@ -258,16 +265,6 @@ def test_bert_masked_lm_matches_the_reference_at_its_mask_positions(mlm_preset):
     np.testing.assert_allclose(mlm_logits(lm64, ids, segments, positions), judge, rtol=0, atol=atol("float64"))
 
 
-def h5_datasets(file) -> dict[str, np.ndarray]:
-    """Every dataset of an .h5 file but the optimizer's state (`model.fit` leaves it; it is no model weight)."""
-    import h5py
-
-    out = {}
-    with h5py.File(file) as f:
-        f.visititems(lambda n, o: out.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) else None)
-    return {k: v for k, v in out.items() if not k.startswith("optimizer/")}
-
-
 def test_bert_masked_lm_import_export_is_bit_identical_and_loads(mlm_preset, tmp_path):
     lm, path = mlm_preset
     canonical, again = tmp_path / "mlm.safetensors", tmp_path / "again"
@@ -276,10 +273,7 @@ def test_bert_masked_lm_import_export_is_bit_identical_and_loads(mlm_preset, tmp
     for name in ("config.json", "task.json"):
         assert json.loads((again / name).read_text()) == json.loads((path / name).read_text())
     for name in ("model.weights.h5", "task.weights.h5"):
-        original, written = h5_datasets(path / name), h5_datasets(again / name)
-        assert sorted(original) == sorted(written), name
-        assert all(original[k].dtype == written[k].dtype and np.array_equal(original[k], written[k])
-                   for k in original), name
+        assert_same_datasets(path / name, again / name)
     reloaded = keras_hub.models.BertMaskedLM.from_preset(str(again))
     assert type(reloaded).__name__ == "BertMaskedLM"
     ids, segments, positions = mlm_inputs(formats.load(again).config, seed=7)
@@ -408,21 +402,11 @@ def test_seq2seq_matches_the_reference(seq2seq_file):
 
 
 def test_seq2seq_round_trip_is_bit_identical_and_loads(seq2seq_file, tmp_path):
-    import h5py
-
     model, path = seq2seq_file
     canonical, again = tmp_path / "s2s.safetensors", tmp_path / "again.weights.h5"
     assert main(["--quiet", "convert", str(path), str(canonical), "--from", "kerashub-seq2seq"]) == 0
     assert main(["--quiet", "convert", str(canonical), str(again), "--to", "kerashub-seq2seq"]) == 0
-
-    def datasets(file):
-        out = {}
-        with h5py.File(file) as f:
-            f.visititems(lambda n, o: out.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) else None)
-        return out
-
-    original, written = datasets(path), datasets(again)
-    assert sorted(original) == sorted(written) and all(np.array_equal(original[k], written[k]) for k in original)
+    assert_same_datasets(path, again)
     fresh = english_to_spanish()
     fresh.load_weights(again)
     assert all(np.array_equal(a, b) for a, b in zip(fresh.get_weights(), model.get_weights()))
