@@ -80,36 +80,43 @@ def correct_ports(seeds: int, backends: list[str]) -> dict[str, list[float]]:
     return ratios
 
 
+def _fault_run(config, seed: int) -> tuple[dict, dict, verify.Subject]:
+    """`(shape, weights, reference subject)` of one planted-fault run."""
+    shape = shape_for(seed, config)
+    shape["src_len"] = max(shape["src_len"], 2)  # padding needs two positions to show
+    weights = verify.seeded_weights(config, seed)
+    return shape, weights, verify.Subject("reference", "numpy", config, weights)
+
+
+def _record(results: dict, fault: str, report: verify.Report, expected: str) -> None:
+    """A planted fault's error / floor where it starts (`expected`), and whether verify named that sublayer."""
+    at = max(r.ratio for r in report.rows if r.sublayer == expected and r.against_judge)
+    results.setdefault(fault, []).append((at, report.first_divergence == expected))
+
+
 def planted(seeds: int, backends: list[str], configs=FAULT_CONFIGS) -> dict[str, list[tuple[float, bool]]]:
     results: dict[str, list[tuple[float, bool]]] = {}
-
-    def record(fault: str, report: verify.Report, expected: str) -> None:
-        at = max(r.ratio for r in report.rows if r.sublayer == expected and r.against_judge)
-        results.setdefault(fault, []).append((at, report.first_divergence == expected))
 
     for name in configs:
         config = CONFIGS[name]
         for seed in range(seeds):
-            shape = shape_for(seed, config)
-            shape["src_len"] = max(shape["src_len"], 2)  # padding needs two positions to show
-            weights = verify.seeded_weights(config, seed)
-            reference = verify.Subject("reference", "numpy", config, weights)
+            shape, weights, reference = _fault_run(config, seed)
             for backend in backends:
                 for fault in faults.WEIGHT_FAULTS:
                     bad, expected = faults.apply_weight_fault(fault, config, weights)
                     report = verify.judge_subjects(reference, [verify.Subject(backend, backend, config, bad)],
                                                    seed=seed, **shape)
-                    record(f"{fault} ({backend})", report, expected)
+                    _record(results, f"{fault} ({backend})", report, expected)
                 for fault in faults.CONFIG_FAULTS:
                     wrong, expected = faults.config_fault(fault, config)
                     report = verify.judge_subjects(reference, [verify.Subject(backend, backend, wrong, weights)],
                                                    seed=seed, **shape)
-                    record(f"{fault} ({backend})", report, expected)
+                    _record(results, f"{fault} ({backend})", report, expected)
                 for fault, (plant, expected_of) in faults.CODE_FAULTS.items():
                     with plant(backend, config):
                         report = verify.judge_subjects(reference, [verify.Subject(backend, backend, config, weights)],
                                                        seed=seed, **shape)
-                    record(f"{fault} ({backend})", report, expected_of(config))
+                    _record(results, f"{fault} ({backend})", report, expected_of(config))
         print(f"  faults on {name}: done", flush=True)
     return results
 
@@ -138,18 +145,13 @@ def calibrate_lowp(dtype: str, seeds: int, fault_seeds: int, backends: list[str]
                 if not report.passed:
                     print(f"  FALSE ALARM: {name} seed {seed} {mode}: {report.first_divergence}", flush=True)
             for seed in range(fault_seeds):
-                shape = shape_for(seed, config)
-                shape["src_len"] = max(shape["src_len"], 2)  # padding needs two positions to show
-                weights = verify.seeded_weights(config, seed)
-                reference = verify.Subject("reference", "numpy", config, weights)
+                shape, weights, reference = _fault_run(config, seed)
                 for backend in backends:
                     for fault, port, bad, plant, expected in lowp.fault_cases(config, weights, backend):
                         with plant:
                             report = verify.judge_subjects(reference, [verify.Subject(backend, backend, port, bad)],
                                                            dtype=dtype, autocast=autocast, seed=seed, **shape)
-                        at = max(r.ratio for r in report.rows if r.sublayer == expected and r.against_judge)
-                        results.setdefault(f"{fault} ({backend}, {mode})", []).append(
-                            (at, report.first_divergence == expected))
+                        _record(results, f"{fault} ({backend}, {mode})", report, expected)
             print(f"  {mode} {name}: done", flush=True)
     return ratios, results
 
@@ -207,9 +209,10 @@ def _detected(reference, backend: str, config, weights, name: str, flat: int, re
 
 
 def smallest_detected(reference, backend, config, weights, name, flat, dtype, seed, steps: int = 15) -> float:
-    """Bisection (in log space, between 1e-17 and LARGEST_NUDGE, to a factor of ~1.3) for the smallest relative change of one element
-    that makes verify's output comparison fail; inf if even LARGEST_NUDGE passes. Assumes the failure is monotonic
-    in the size of the change, which holds near the threshold (the error grows linearly with it)."""
+    """Bisection (in log space, between 1e-17 and LARGEST_NUDGE, to a factor of ~1.3) for the smallest relative
+    change of one element that makes verify's output comparison fail; inf if even LARGEST_NUDGE passes. Assumes the
+    failure is monotonic in the size of the change, which holds near the threshold (the error grows linearly with
+    it)."""
     if not _detected(reference, backend, config, weights, name, flat, LARGEST_NUDGE, dtype, seed):
         return float("inf")
     low, high = -17.0, float(np.log10(LARGEST_NUDGE))
