@@ -709,8 +709,7 @@ class Transformer(_ConfigSerializable, keras.Model):
         rn.check_stack(self.config, "decode")
         tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, self.config.tgt_vocab_size)
         t = tf.shape(tgt_ids)[1]
-        offset, key_mask = 0, tgt_mask
-        self_mask = None
+        offset, key_mask, first = 0, tgt_mask, None
         if cache is not None:
             offset = cache.length
             new = tgt_ids.shape[1]
@@ -726,20 +725,15 @@ class Transformer(_ConfigSerializable, keras.Model):
                 key_mask = dynamic_update_slice(cache.key_mask, tgt_mask, [0, offset])  # (B, T_max)
                 for self_cache, _ in cache.layers:
                     self_cache.index = offset
-                # query i (position offset + i) sees filled keys j <= offset + i; the buffer's tail is unfilled
-                rows = offset + tf.range(t)[:, None]  # (T, 1)
-                cols = tf.range(tf.shape(key_mask)[1])[None, :]  # (1, T_max)
-                self_mask = tf.logical_and(attention_mask(key_mask, t), cols <= rows)  # (B, 1, T, T_max)
+                first = offset  # the new positions' queries start at the offset, not at the buffer's end
             elif cache.key_mask is not None:
                 key_mask = tf.concat([cache.key_mask, tgt_mask], axis=1)  # (B, T_cached + T)
-        if self_mask is None:
-            self_mask = attention_mask(key_mask, t, causal=True)
         shared = self.src_embed.token.embeddings if self.config.share_embeddings else None
         x = self.tgt_embed(tgt_ids, offset=offset, token_table=shared, training=training)
         record: Record = {"decoder.embed": x}
         cross_mask = None if memory is None else attention_mask(tf.convert_to_tensor(src_mask), t)
-        x, layers = self.decoder(x, memory, self_mask, cross_mask, attention_weights=attention_weights,
-                                 training=training, cache=cache)
+        x, layers = self.decoder(x, memory, attention_mask(key_mask, t, causal=True, first=first), cross_mask,
+                                 attention_weights=attention_weights, training=training, cache=cache)
         if cache is not None:
             cache.key_mask = key_mask
             if cache.index is not None:
@@ -858,10 +852,11 @@ def _check_static_mask(name: str, mask: tf.Tensor, ids_shape: tf.TensorShape) ->
         raise ValueError(f"{name} must have the shape of the ids {tuple(ids_shape)}, received {tuple(mask.shape)}")
 
 
-def attention_mask(key_mask: tf.Tensor, query_len, causal: bool = False) -> tf.Tensor:
-    """Key padding mask `(B, Tk)` (True = real token) -> `(B, 1, Tq, Tk)` attention mask, True = may attend."""
+def attention_mask(key_mask: tf.Tensor, query_len, causal: bool = False, first=None) -> tf.Tensor:
+    """Key padding mask `(B, Tk)` (True = real token) -> `(B, 1, Tq, Tk)` attention mask, True = may attend.
+    `causal` with `first`: see `causal_mask`."""
     shape = tf.shape(key_mask)
     mask = tf.broadcast_to(key_mask[:, None, None, :], (shape[0], 1, query_len, shape[1]))  # (B, 1, Tq, Tk)
     if causal:
-        mask = tf.logical_and(mask, causal_mask(query_len, shape[1]))
+        mask = tf.logical_and(mask, causal_mask(query_len, shape[1], first))
     return mask
