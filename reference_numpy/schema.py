@@ -148,9 +148,9 @@ def validate_weights(config: TransformerConfig, weights: Mapping[str, np.ndarray
     missing = [k for k in expected if k not in weights]
     unexpected = sorted(k for k in weights if k not in expected)
     if missing:
-        problems.append(f"missing {len(missing)} parameter(s): {_preview(missing)}")
+        problems.append(f"missing {len(missing)} parameter(s): {preview(missing)}")
     if unexpected:
-        problems.append(f"unexpected {len(unexpected)} parameter(s): {_preview(unexpected)}")
+        problems.append(f"unexpected {len(unexpected)} parameter(s): {preview(unexpected)}")
     for name, shape in expected.items():
         if name in weights:
             value = weights[name]
@@ -170,7 +170,8 @@ def weights_dtype(weights: Mapping[str, np.ndarray]) -> np.dtype:
     return next(iter(dtypes))
 
 
-def _preview(names: list[str], limit: int = 6) -> str:
+def preview(names: list[str], limit: int = 6) -> str:
+    """The first `limit` names, then how many more: error messages stay one readable line."""
     shown = ", ".join(names[:limit])
     return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
 
@@ -236,8 +237,8 @@ def from_framework_state(config: TransformerConfig, state: Mapping[str, np.ndarr
     missing = sorted(wanted - set(state))
     unused = sorted(set(state) - wanted)
     if missing or unused:
-        parts = [f"missing {len(missing)}: {_preview(missing)}"] if missing else []
-        parts += [f"unused {len(unused)}: {_preview(unused)}"] if unused else []
+        parts = [f"missing {len(missing)}: {preview(missing)}"] if missing else []
+        parts += [f"unused {len(unused)}: {preview(unused)}"] if unused else []
         raise ValueError("framework weights do not match the config: " + "; ".join(parts))
     weights = _apply(((fw, (name, t)) for name, (fw, t) in mapping.items()), state, consume,
                      lambda t, a: t.to_canonical(a))

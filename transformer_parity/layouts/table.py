@@ -36,6 +36,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 import reference_numpy as rn
+from reference_numpy.schema import preview
 
 TRANSFORMS = ("identity", "transpose", "fused_qkv", "row", "tied", "sinusoid", "ignore",
               "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t", "heads_out", "heads_in")
@@ -135,8 +136,8 @@ def import_state(config: rn.TransformerConfig, state: dict[str, np.ndarray], tab
     missing = sorted(wanted - set(state))
     unused = sorted(set(state) - wanted - set(optional))
     if missing or unused:
-        parts = [f"missing {len(missing)}: {_preview(missing)}"] if missing else []
-        parts += [f"unexpected {len(unused)}: {_preview(unused)}"] if unused else []
+        parts = [f"missing {len(missing)}: {preview(missing)}"] if missing else []
+        parts += [f"unexpected {len(unused)}: {preview(unused)}"] if unused else []
         raise ValueError(f"{source}: the weights do not match the config: " + "; ".join(parts))
     problems = []
     for name, (external, transform, _) in mapping.items():
@@ -224,9 +225,6 @@ def export_state(config: rn.TransformerConfig, weights: dict[str, np.ndarray], t
     return out
 
 
-def _preview(names: Sequence[str], limit: int = 6) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
 
 
 def fused_part(array: np.ndarray, transform: str, part: int, num_heads: int) -> np.ndarray:

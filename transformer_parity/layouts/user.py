@@ -39,6 +39,7 @@ from typing import Any, Mapping
 import numpy as np
 
 import reference_numpy as rn
+from reference_numpy.schema import preview
 
 from .table import CHECKED, FUSED, TRANSFORMS, Entry, check_table, import_state
 
@@ -453,10 +454,8 @@ def export_with_layout(path: str | os.PathLike, config: rn.TransformerConfig, we
     return f"{kind} under layout {layout.path.name}"
 
 
-def _preview(names, limit: int = 6) -> str:
-    names = list(names)
-    shown = ", ".join(repr(n) for n in names[:limit])
-    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+def _preview(names) -> str:
+    return preview([repr(n) for n in names])
 
 
 # --- a starting file: every key listed, the guessable ones guessed ----------------------------------------------------
