@@ -291,7 +291,7 @@ class Options:
     rounds: int = 3
     seed: int = 0
     peak_n: int | None = None
-    peak_time: float = 0.3
+    peak_time: float = 1.0
     progress: Any = None
 
 
@@ -421,10 +421,8 @@ def run(pairs: list[tuple[Problem, list]], options: Options) -> ModelReport:
     peaks = {}
     for dtype in sorted({p.dtype for p, _ in pairs}):
         say(f"peak: {dtype} GEMM")
-        installed = [f for f in ("numpy", "torch", "tf") if (f in frameworks or f == "numpy")
-                     and engine._importable({"numpy": "numpy", "torch": "torch", "tf": "tensorflow"}[f])]
-        peaks[dtype] = engine.measure_peak("cpu", dtype, installed, options.threads, options.peak_n,
-                                           options.peak_time)
+        peaks[dtype] = engine.measure_peak("cpu", dtype, engine.peak_frameworks(frameworks), options.threads,
+                                           options.peak_n, options.peak_time)
 
     rows: list[ModelRow] = []
     weights_cache, desired_cache = {}, {}

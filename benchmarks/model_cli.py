@@ -61,9 +61,9 @@ def register(actions) -> argparse.ArgumentParser:
     parser.add_argument("--min-runs", type=int, default=3, dest="model_min_runs", metavar="N",
                         help="timed calls per row, at least (default 3)")
     parser.add_argument("--peak-size", type=int, default=None, dest="model_peak_size", metavar="N",
-                        help="N x N GEMM for the measured peak (default 2048 in float32, 512 in bfloat16)")
-    parser.add_argument("--peak-time", type=float, default=0.3, dest="model_peak_time", metavar="S",
-                        help="seconds of timing for each peak GEMM (default 0.3)")
+                        help="N x N GEMM for the measured peak (default 2048 in float32, 1024 in bfloat16)")
+    parser.add_argument("--peak-time", type=float, default=1.0, dest="model_peak_time", metavar="S",
+                        help="seconds of timing for each peak GEMM; its fastest block counts (default 1.0)")
     parser.add_argument("--json", metavar="PATH", dest="model_json")
     parser.add_argument("--csv", metavar="PATH", dest="model_csv")
     parser.add_argument("--plot", metavar="PATH.png", dest="model_plot", help="tokens/s bars (needs matplotlib)")
