@@ -146,6 +146,20 @@ def test_bare_gpt2_causal_lm_weights_file_reads_as_the_task(gpt2_preset, tmp_pat
     assert all(np.array_equal(loaded.weights[k], preset.weights[k]) for k in preset.weights)
 
 
+def test_a_set_that_contradicts_the_file_is_one_short_line(gpt2_preset, tmp_path, capsys):
+    """`--set d_model=64` against a d_model-32 file misshapes nearly every tensor: exit 2, one line that names the
+    first few and counts the rest (it had listed every one, kilobytes on one line), nothing written."""
+    _, path = gpt2_preset
+    out = tmp_path / "x.safetensors"
+    capsys.readouterr()
+    assert main(["convert", str(path / "model.weights.h5"), str(out), "--from", "kerashub-gpt2",
+                 "--set", "d_model=64", "--set", "num_heads=4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "with the wrong shape: " in err and "expected" not in err and "the config implies (" in err, err
+    assert "\n" not in err and len(err) < 900 and err.endswith("more)"), err
+    assert not out.exists()
+
+
 def test_hf_gpt2_directory_to_kerashub_preset_matches_transformers(tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")

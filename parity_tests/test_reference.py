@@ -146,6 +146,18 @@ def test_validate_weights_names_every_problem():
     assert "decoder.layers.1.ffn.linear1.kernel has shape (64, 32), expected (32, 64)" in text
 
 
+def test_a_config_that_misshapes_every_tensor_gets_one_short_line():
+    """`--set d_model=...` against a file misshapes nearly every tensor; the message names the first few and counts
+    the rest, as it does for missing and unexpected names (it had listed all of them, kilobytes on one line)."""
+    with pytest.raises(ValueError) as err:
+        rn.validate_weights(TINY.replace(d_model=64, num_heads=4), rn.init_weights(TINY, 0))
+    text = str(err.value)
+    count = len([name for name, shape in rn.parameter_shapes(TINY.replace(d_model=64, num_heads=4)).items()
+                 if rn.init_weights(TINY, 0)[name].shape != shape])
+    assert f"{count} with the wrong shape: src_embed.embedding has shape (48, 32), expected (48, 64); " in text
+    assert text.endswith(f"; ... ({count - 6} more)") and "\n" not in text and len(text) < 600
+
+
 def test_weights_of_another_config_are_rejected():
     with pytest.raises(ValueError, match=r"src_embed.embedding has shape \(48, 32\), expected \(50, 32\)"):
         rn.Transformer(TINY.replace(src_vocab_size=50), rn.init_weights(TINY, 0))

@@ -151,13 +151,18 @@ def validate_weights(config: TransformerConfig, weights: Mapping[str, np.ndarray
         problems.append(f"missing {len(missing)} parameter(s): {preview(missing)}")
     if unexpected:
         problems.append(f"unexpected {len(unexpected)} parameter(s): {preview(unexpected)}")
+    misshaped, not_float = [], []
     for name, shape in expected.items():
         if name in weights:
             value = weights[name]
             if tuple(np.shape(value)) != shape:
-                problems.append(f"{name} has shape {tuple(np.shape(value))}, expected {shape}")
+                misshaped.append(f"{name} has shape {tuple(np.shape(value))}, expected {shape}")
             elif np.asarray(value).dtype not in (np.float16, np.float32, np.float64):
-                problems.append(f"{name} has dtype {np.asarray(value).dtype}, expected a float dtype")
+                not_float.append(f"{name} has dtype {np.asarray(value).dtype}, expected a float dtype")
+    if misshaped:  # a config that contradicts the file misshapes nearly every tensor: one line, not kilobytes
+        problems.append(f"{len(misshaped)} with the wrong shape: {preview(misshaped, sep='; ')}")
+    if not_float:
+        problems.append(f"{len(not_float)} not floating point: {preview(not_float, sep='; ')}")
     if problems:
         raise ValueError("weights do not match the config: " + "; ".join(problems))
 
@@ -170,10 +175,10 @@ def weights_dtype(weights: Mapping[str, np.ndarray]) -> np.dtype:
     return next(iter(dtypes))
 
 
-def preview(names: list[str], limit: int = 6) -> str:
+def preview(names: list[str], limit: int = 6, sep: str = ", ") -> str:
     """The first `limit` names, then how many more: error messages stay one readable line."""
-    shown = ", ".join(names[:limit])
-    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+    shown = sep.join(names[:limit])
+    return shown + (f"{sep}... ({len(names) - limit} more)" if len(names) > limit else "")
 
 
 # --- declarative mapping tables ------------------------------------------------------------------------------------

@@ -145,8 +145,10 @@ def import_state(config: rn.TransformerConfig, state: dict[str, np.ndarray], tab
         actual = tuple(np.shape(state[external]))
         if actual != expected:
             problems.append(f"{external} has shape {actual}, the config implies {expected}")
-    if problems:
-        raise ValueError(f"{source}: the weights do not match the config: " + "; ".join(dict.fromkeys(problems)))
+    if problems:  # a config that contradicts the file misshapes nearly every tensor: one line, not kilobytes
+        problems = list(dict.fromkeys(problems))
+        raise ValueError(f"{source}: the weights do not match the config: {len(problems)} with the wrong shape: "
+                         + preview(problems, sep="; "))
 
     uses: dict[str, int] = {}
     for external, _, _ in mapping.values():
