@@ -367,14 +367,17 @@ def summarize(block_times: list[float], number: int) -> Timing:
     return Timing(float(q50), float(q75 - q25), len(block_times) * number)
 
 
-def measure(fn: Callable[[], Any], min_run_time: float, device: str = "cpu", framework: str = "torch") -> Timing:
-    """Time `fn` alone (one warm-up call, then blocks until `min_run_time`, at least 3 blocks)."""
-    per_call = time_block(fn, 1, device, framework)
-    number = block_size(per_call)
-    times: list[float] = []
-    while len(times) < 3 or sum(times) * number < min_run_time:
-        times.append(time_block(fn, number, device, framework))
-    return summarize(times, number)
+def time_blocks(fn: Callable[[], Any], min_run_time: float, device: str = "cpu", framework: str = "torch"
+                ) -> list[float]:
+    """Seconds per call of each block of `fn` timed alone: one warm-up call, then blocks until `min_run_time`, at
+    least 3. A `fn` whose warm-up call alone outlasts `min_run_time` is timed by that call."""
+    warm_up = time_block(fn, 1, device, framework)
+    if warm_up >= min_run_time:
+        return [warm_up]
+    number, blocks = block_size(warm_up), []
+    while len(blocks) < 3 or sum(blocks) * number < min_run_time:
+        blocks.append(time_block(fn, number, device, framework))
+    return blocks
 
 
 def _sync(device: str, framework: str) -> None:
@@ -425,13 +428,7 @@ def measure_peak(device: str, dtype: str, frameworks: Iterable[str], threads: in
         except (ImportError, _Skip):
             continue
         for label, fn in variants:
-            fastest = time_block(fn, 1, device, framework)  # warm-up (and the whole probe for a crawling one)
-            if fastest < min_run_time:
-                number, blocks = block_size(fastest), []
-                while len(blocks) < 3 or sum(blocks) * number < min_run_time:
-                    blocks.append(time_block(fn, number, device, framework))
-                fastest = min(blocks)
-            gflops = 2 * n ** 3 / fastest / 1e9
+            gflops = 2 * n ** 3 / min(time_blocks(fn, min_run_time, device, framework)) / 1e9
             best["all"][label] = round(gflops, 2)
             if best["gflops"] is None or gflops > best["gflops"]:
                 best["gflops"], best["by"] = gflops, label
