@@ -227,8 +227,6 @@ def export_state(config: rn.TransformerConfig, weights: dict[str, np.ndarray], t
     return out
 
 
-
-
 def fused_part(array: np.ndarray, transform: str, part: int, num_heads: int) -> np.ndarray:
     """q, k or v (`part` 0/1/2) of a fused projection in canonical orientation. `_t`: stored `(3D, in)` as an
     `nn.Linear` holds it; `_heads`: the 3D features are `(H, 3, dk)`, q/k/v interleaved per head."""
