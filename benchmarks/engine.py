@@ -812,8 +812,13 @@ _SETTLE_S = 0.25  # seconds between frameworks' timing rounds
 
 
 def _timing_rounds(group: list, case, options) -> None:
+    """Round r starts at the group's r-th implementation and wraps around, so each takes every position in turn: the
+    first after the pause between frameworks, and the one after each other. With one fixed order, whatever a position
+    costs (caches and thread pools left by the previous implementation) fell on the same implementation every round."""
     for round_ in range(options.rounds):
-        for item in [item for item in group if round_ < item.rounds and item.runner is not None]:
+        start = round_ % len(group)
+        order = group[start:] + group[:start]
+        for item in [item for item in order if round_ < item.rounds and item.runner is not None]:
             try:
                 with item.runner.context():
                     spent, share = 0.0, item.budget / item.rounds

@@ -285,10 +285,12 @@ class ModelReport:
 @dataclass
 class Options:
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)
-    min_time: float = 0.3  # seconds of steady-state timing per row, at least
+    # The default grid's rows are timed for 1.5-2 s in 5 rounds: about 20 runs of an 80 ms forward pass (0.3 s in 3
+    # rounds gave 6, too few for the IQR that a ratio's noise comes from; 50 s more over the 68-row grid).
+    min_time: float = 1.5  # seconds of steady-state timing per row, at least
     max_time: float = 2.0  # ... and at most (a row still gets min_runs calls)
     min_runs: int = 3
-    rounds: int = 3
+    rounds: int = 5
     seed: int = 0
     peak_n: int | None = None
     peak_time: float = 1.0

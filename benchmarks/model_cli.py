@@ -22,7 +22,7 @@ OUT_NAMES = {"json": "model_bench.json", "csv": "model_bench.csv", "plot": "mode
 
 def register(actions) -> argparse.ArgumentParser:
     """Add the `model` action (with its own compare / plot / markdown) to `bench`'s actions."""
-    from .model_bench import DTYPES, MODELS, PRESETS, TASKS
+    from .model_bench import DTYPES, MODELS, PRESETS, TASKS, Options
     parser = actions.add_parser(
         "model", help="time the whole model: forward, training step, generation, in every framework and mode",
         description="Time the whole model (forward, forward+backward+Adam step, greedy generation with and without "
@@ -53,13 +53,16 @@ def register(actions) -> argparse.ArgumentParser:
                             help=f"{what} (default: the model's)")
     parser.add_argument("--threads", type=int, default=None, dest="model_threads", metavar="N",
                         help="CPU threads for every framework (default: os.cpu_count())")
-    parser.add_argument("--rounds", type=int, default=3, dest="model_rounds", metavar="N", help="interleaved timing rounds")
-    parser.add_argument("--min-time", type=float, default=0.3, dest="model_min_time", metavar="S",
-                        help="seconds of timing per row, at least")
-    parser.add_argument("--max-time", type=float, default=2.0, dest="model_max_time", metavar="S",
-                        help="seconds of timing per row, at most (a row still gets 3 calls)")
-    parser.add_argument("--min-runs", type=int, default=3, dest="model_min_runs", metavar="N",
-                        help="timed calls per row, at least (default 3)")
+    parser.add_argument("--rounds", type=int, default=Options.rounds, dest="model_rounds", metavar="N",
+                        help=f"interleaved timing rounds, each starting one implementation later (default "
+                             f"{Options.rounds})")
+    parser.add_argument("--min-time", type=float, default=Options.min_time, dest="model_min_time", metavar="S",
+                        help=f"seconds of timing per row, at least (default {Options.min_time})")
+    parser.add_argument("--max-time", type=float, default=Options.max_time, dest="model_max_time", metavar="S",
+                        help=f"seconds of timing per row, at most, unless --min-runs needs more (default "
+                             f"{Options.max_time})")
+    parser.add_argument("--min-runs", type=int, default=Options.min_runs, dest="model_min_runs", metavar="N",
+                        help=f"timed calls per row, at least (default {Options.min_runs})")
     parser.add_argument("--peak-size", type=int, default=None, dest="model_peak_size", metavar="N",
                         help="N x N GEMM for the measured peak (default 2048 in float32, 1024 in bfloat16)")
     parser.add_argument("--peak-time", type=float, default=1.0, dest="model_peak_time", metavar="S",

@@ -1,11 +1,13 @@
 """The benchmarks run: a tiny problem through the engine and through pytest-benchmark, every output of the `bench`
 command, an out-of-memory row, and the CUDA path (marked gpu). Nothing here asserts anything about speed."""
 
+import dataclasses
 import importlib.util
 import json
 import math
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +74,21 @@ def test_peak_is_each_frameworks_fastest_block_and_probes_xla(monkeypatch):
     if importlib.util.find_spec("tensorflow") is not None:
         real = engine.measure_peak("cpu", "float32", ["tf"], threads=1, n=64, min_run_time=0.01)
         assert set(real["all"]) == {"tf", "tf.xla"} and round(real["gflops"], 2) == max(real["all"].values()) > 0
+
+
+def test_timing_rounds_rotate_which_implementation_goes_first(monkeypatch):
+    """Each round starts one implementation later, so none always runs first after the pause between frameworks or
+    always after the same neighbour (a fixed order once put a 0.89x row against the same pair's 1.01x); an
+    implementation with fewer rounds (slower than its budget) just drops out of the later ones."""
+    order = []
+    monkeypatch.setattr(engine, "time_block", lambda fn, number, *_: order.append(fn) or 1.0)
+    runner = lambda name: implementations.Runner(fn=name, to_numpy=dict)  # noqa: E731
+    numpy_impl = types.SimpleNamespace(framework="numpy")
+    group = [engine._Live(numpy_impl, runner(name), None, number=1, budget=rounds, rounds=rounds)
+             for name, rounds in (("a", 4), ("b", 4), ("c", 2))]
+    engine._timing_rounds(group, engine.Case(**TINY), dataclasses.replace(QUICK, rounds=4))
+    assert order == list("abc" "bca" "ab" "ab")
+    assert [len(item.times) for item in group] == [4, 4, 2]
 
 
 def test_reference_slice_matches_full_reference():
