@@ -460,7 +460,7 @@ def run(pairs: list[tuple[Problem, list]], options: Options) -> ModelReport:
         "models": {p.model: p.config.to_dict() for p, _ in pairs},
         "flop_convention": FLOP_CONVENTION,
         "timing": (f"blocks of >= 1 ms, {options.rounds} interleaved rounds over a problem's implementations of one "
-                   f"framework (frameworks take turns), >= {options.min_time}s and >= {options.min_runs} runs per "
+                   f"framework, each round starting one implementation later (frameworks take turns), >= {options.min_time}s and >= {options.min_runs} runs per "
                    f"row (capped at {options.max_time}s) after a timed first call and one warm-up call; median and "
                    "IQR over blocks"),
         "check": ("max |output - float64 NumPy reference|: logits (forward), the loss at the initial weights "

@@ -145,7 +145,8 @@ def ratios(rows: list[ModelRow]) -> list[dict[str, Any]]:
         for kind, ours, theirs in pairs:
             out.append({"kind": kind, "what": _what(key), "ours": ours.impl, "ours_ms": ours.median_ms,
                         "theirs": theirs.impl, "theirs_ms": theirs.median_ms,
-                        "speed": theirs.median_ms / ours.median_ms, "goal": 1.0, "noise": _noise(ours, theirs)})
+                        "speed": theirs.median_ms / ours.median_ms, "goal": 1.0, "noise": _noise(ours, theirs),
+                        "runs": [ours.runs, theirs.runs]})
     for key, impls in groups.items():
         if key[-1] != "bfloat16":
             continue
@@ -171,10 +172,21 @@ def _noise(ours: ModelRow, theirs: ModelRow) -> float | None:
     return 2 * math.sqrt(sum(parts))
 
 
+# Fewer timed runs than this on either side and a ratio is not judged: the noise comes from each row's IQR, whose
+# estimate of the spread has a relative standard error of about 1.17 / sqrt(runs) for normal data (37% at 10 runs,
+# 67% at 3, where the "IQR" is the middle of three numbers), so below 10 a 2-sigma tie band can be half its true
+# width and a tie read as NOT met (the default grid's 3-run bfloat16 training rows did exactly that).
+MIN_JUDGED_RUNS = 10
+
+
 def verdict(ratio: dict[str, Any]) -> str:
-    """`met`, `NOT met`, or `tie (+-x%)` when the goal lies within the ratio's noise (`_noise`)."""
+    """`met`, `NOT met`, `tie (+-x%)` when the goal lies within the ratio's noise (`_noise`), or `too few runs` when
+    either row has fewer than MIN_JUDGED_RUNS."""
     if ratio["goal"] is None:
         return ""
+    runs = ratio.get("runs") or []
+    if any(n is not None and n < MIN_JUDGED_RUNS for n in runs):
+        return f"too few runs to judge ({' and '.join(str(n) for n in runs)}; needs {MIN_JUDGED_RUNS})"
     noise = ratio.get("noise")
     if noise is not None and abs(ratio["speed"] - ratio["goal"]) <= noise * ratio["speed"]:
         return f"tie (+-{100 * noise:.0f}%)"

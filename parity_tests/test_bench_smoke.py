@@ -262,7 +262,8 @@ def test_model_bench_flags_a_wrong_port():
 
 def test_model_bench_ratio_verdict_accounts_for_noise():
     """A ratio is `met` / `NOT met` only when 1.0 lies outside its noise (twice the standard error of a ratio of
-    medians, from each row's IQR and run count); otherwise a tie, whichever side of 1 the ratio falls."""
+    medians, from each row's IQR and run count); otherwise a tie, whichever side of 1 the ratio falls; and not judged
+    when either row has too few runs for its IQR to mean anything."""
     from benchmarks.model_bench import ModelRow
     from benchmarks.model_report import ratios, verdict
 
@@ -285,6 +286,11 @@ def test_model_bench_ratio_verdict_accounts_for_noise():
         "NOT met"
     assert judged(row("torch_impl.eager", 100.0, None, 50), row("torch.nn.Transformer", 99.0, 1.0, 50))[1] == \
         "NOT met"  # no spread known: judged on the medians alone
+    # three runs a side: their "IQR" says little about the spread, so 2% apart is not judged at all
+    assert judged(row("torch_impl.eager", 102.0, 0.1, 3), row("torch.nn.Transformer", 100.0, 0.1, 9))[1] == \
+        "too few runs to judge (3 and 9; needs 10)"
+    assert judged(row("torch_impl.eager", 102.0, 0.1, 10), row("torch.nn.Transformer", 100.0, 0.1, 10))[1] == \
+        "NOT met"
 
 
 def test_model_flop_count():
