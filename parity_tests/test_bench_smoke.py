@@ -2,12 +2,14 @@
 command, an out-of-memory row, and the CUDA path (marked gpu). Nothing here asserts anything about speed."""
 
 import dataclasses
+import gc
 import importlib.util
 import json
 import math
 import subprocess
 import sys
 import types
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -76,10 +78,40 @@ def test_peak_is_each_frameworks_fastest_block_and_probes_xla(monkeypatch):
         assert set(real["all"]) == {"tf", "tf.xla"} and round(real["gflops"], 2) == max(real["all"].values()) > 0
 
 
-def test_timing_rounds_rotate_which_implementation_goes_first(monkeypatch):
-    """Each round starts one implementation later, so none always runs first after the pause between frameworks or
-    always after the same neighbour (a fixed order once put a 0.89x row against the same pair's 1.01x); an
-    implementation with fewer rounds (slower than its budget) just drops out of the later ones."""
+def test_a_timed_block_runs_without_the_garbage_collector():
+    """A collection's cost belongs to the whole process, not to the block it lands in: off inside, restored after
+    (also when the timed call raises), and left off when the caller had it off."""
+    seen = []
+    assert gc.isenabled()
+    engine.time_block(lambda: seen.append(gc.isenabled()), 3, "cpu", "numpy")
+    assert seen == [False] * 3 and gc.isenabled()
+    with pytest.raises(ZeroDivisionError):
+        engine.time_block(lambda: 1 / 0, 1, "cpu", "numpy")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        engine.time_block(lambda: None, 1, "cpu", "numpy")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_round_orders_balance_position_and_predecessor(n):
+    """Across the orders, every implementation takes every position, and follows every other one, equally often."""
+    orders = engine.round_orders(n)
+    assert all(sorted(order) == list(range(n)) for order in orders)
+    for position in range(n):
+        assert Counter(order[position] for order in orders) == {k: len(orders) // n for k in range(n)}
+    follows = Counter(pair for order in orders for pair in zip(order, order[1:]))
+    assert set(follows) == {(a, b) for a in range(n) for b in range(n) if a != b}
+    assert len(set(follows.values())) <= 1
+
+
+def test_timing_rounds_change_the_order_every_round(monkeypatch):
+    """The rounds follow `round_orders`, so no implementation always runs first after the pause between frameworks
+    or always after the same neighbour (a fixed order once put a 0.89x row against the same pair's 1.01x); one with
+    fewer rounds (slower than its budget) just drops out of the later ones."""
     order = []
     monkeypatch.setattr(engine, "time_block", lambda fn, number, *_: order.append(fn) or 1.0)
     runner = lambda name: implementations.Runner(fn=name, to_numpy=dict)  # noqa: E731
@@ -87,7 +119,7 @@ def test_timing_rounds_rotate_which_implementation_goes_first(monkeypatch):
     group = [engine._Live(numpy_impl, runner(name), None, number=1, budget=rounds, rounds=rounds)
              for name, rounds in (("a", 4), ("b", 4), ("c", 2))]
     engine._timing_rounds(group, engine.Case(**TINY), dataclasses.replace(QUICK, rounds=4))
-    assert order == list("abc" "bca" "ab" "ab")
+    assert order == list("abc" "bca" "ab" "ba")  # orders 012, 120, 201, 210; c has no third or fourth round
     assert [len(item.times) for item in group] == [4, 4, 2]
 
 
