@@ -460,9 +460,9 @@ def run(pairs: list[tuple[Problem, list]], options: Options) -> ModelReport:
         "models": {p.model: p.config.to_dict() for p, _ in pairs},
         "flop_convention": FLOP_CONVENTION,
         "timing": (f"blocks of >= 1 ms, {options.rounds} interleaved rounds over a problem's implementations of one "
-                   f"framework, each round starting one implementation later (frameworks take turns), >= {options.min_time}s and >= {options.min_runs} runs per "
-                   f"row (capped at {options.max_time}s) after a timed first call and one warm-up call; median and "
-                   "IQR over blocks"),
+                   f"framework in orders balancing position and predecessor (frameworks take turns), >= {options.min_time}s and >= {options.min_runs} runs per "
+                   f"row (capped at {options.max_time}s) after a timed first call and one warm-up call; garbage collector off inside "
+                   "blocks; median and IQR over blocks"),
         "check": ("max |output - float64 NumPy reference|: logits (forward), the loss at the initial weights "
                   "(train), the greedy tokens and the last step's logits (generation); float32 rows beyond "
                   "max(5e-5, 10 x the NumPy float32 floor) are FLAGGED; bfloat16 rows are reported, not judged"),

@@ -54,8 +54,8 @@ def register(actions) -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=None, dest="model_threads", metavar="N",
                         help="CPU threads for every framework (default: os.cpu_count())")
     parser.add_argument("--rounds", type=int, default=Options.rounds, dest="model_rounds", metavar="N",
-                        help=f"interleaved timing rounds, each starting one implementation later (default "
-                             f"{Options.rounds})")
+                        help=f"interleaved timing rounds, in orders that balance position and predecessor "
+                             f"(default {Options.rounds})")
     parser.add_argument("--min-time", type=float, default=Options.min_time, dest="model_min_time", metavar="S",
                         help=f"seconds of timing per row, at least (default {Options.min_time})")
     parser.add_argument("--max-time", type=float, default=Options.max_time, dest="model_max_time", metavar="S",
