@@ -357,9 +357,9 @@ def time_block(fn: Callable[[], Any], number: int, device: str = "cpu", framewor
 
     Python's cyclic garbage collector is off inside a block, as `timeit` keeps it off: what a collection costs depends
     on everything else alive in the process, not on the code timed (with four TensorFlow models, PyTorch and
-    transformers loaded, about 500,000 tracked objects, a full collection took 50-250 ms, 12 of them in 30 s of
-    timing), and it fell on whichever block's allocation crossed the threshold. The collections that are due run
-    between blocks, untimed."""
+    transformers loaded, about 500,000 tracked objects, one bench run made 12 full collections of 140 ms on average,
+    up to 256 ms), and it fell on whichever block's allocation crossed the threshold. The collections that are due
+    run between blocks, untimed."""
     collecting = gc.isenabled()
     gc.disable()
     try:

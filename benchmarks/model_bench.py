@@ -285,8 +285,8 @@ class ModelReport:
 @dataclass
 class Options:
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)
-    # The default grid's rows are timed for 1.5-2 s in 5 rounds: about 20 runs of an 80 ms forward pass (0.3 s in 3
-    # rounds gave 6, too few for the IQR that a ratio's noise comes from; 50 s more over the 68-row grid).
+    # The default grid's rows are timed for 1.5-2 s in 5 rounds: 23 runs of a 75 ms forward pass (0.3 s in 3 rounds
+    # gave 6, too few for the IQR that a ratio's noise comes from); the grid took 664 s, against 663 s before.
     min_time: float = 1.5  # seconds of steady-state timing per row, at least
     max_time: float = 2.0  # ... and at most (a row still gets min_runs calls)
     min_runs: int = 3
@@ -460,9 +460,10 @@ def run(pairs: list[tuple[Problem, list]], options: Options) -> ModelReport:
         "models": {p.model: p.config.to_dict() for p, _ in pairs},
         "flop_convention": FLOP_CONVENTION,
         "timing": (f"blocks of >= 1 ms, {options.rounds} interleaved rounds over a problem's implementations of one "
-                   f"framework in orders balancing position and predecessor (frameworks take turns), >= {options.min_time}s and >= {options.min_runs} runs per "
-                   f"row (capped at {options.max_time}s) after a timed first call and one warm-up call; garbage collector off inside "
-                   "blocks; median and IQR over blocks"),
+                   "framework in orders balancing position and predecessor (frameworks take turns), "
+                   f">= {options.min_time}s and >= {options.min_runs} runs per row (capped at {options.max_time}s) "
+                   "after a timed first call and one warm-up call; garbage collector off inside blocks; median and "
+                   "IQR over blocks"),
         "check": ("max |output - float64 NumPy reference|: logits (forward), the loss at the initial weights "
                   "(train), the greedy tokens and the last step's logits (generation); float32 rows beyond "
                   "max(5e-5, 10 x the NumPy float32 floor) are FLAGGED; bfloat16 rows are reported, not judged"),

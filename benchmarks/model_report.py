@@ -175,7 +175,7 @@ def _noise(ours: ModelRow, theirs: ModelRow) -> float | None:
 # Fewer timed runs than this on either side and a ratio is not judged: the noise comes from each row's IQR, whose
 # estimate of the spread has a relative standard error of about 1.17 / sqrt(runs) for normal data (37% at 10 runs,
 # 67% at 3, where the "IQR" is the middle of three numbers), so below 10 a 2-sigma tie band can be half its true
-# width and a tie read as NOT met (the default grid's 3-run bfloat16 training rows did exactly that).
+# width and a tie read as NOT met (a default grid's bfloat16 training pair, 4 and 5 runs, read 0.98x as NOT met).
 MIN_JUDGED_RUNS = 10
 
 
