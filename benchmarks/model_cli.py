@@ -56,8 +56,9 @@ def register(actions) -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=Options.rounds, dest="model_rounds", metavar="N",
                         help=f"interleaved timing rounds, in orders that balance position and predecessor "
                              f"(default {Options.rounds})")
-    parser.add_argument("--min-time", type=float, default=Options.min_time, dest="model_min_time", metavar="S",
-                        help=f"seconds of timing per row, at least (default {Options.min_time})")
+    parser.add_argument("--min-time", type=float, default=None, dest="model_min_time", metavar="S",
+                        help=f"seconds of timing per row, at least (default {Options.min_time}, or --max-time if "
+                             "that is less)")
     parser.add_argument("--max-time", type=float, default=Options.max_time, dest="model_max_time", metavar="S",
                         help=f"seconds of timing per row, at most, unless --min-runs needs more (default "
                              f"{Options.max_time})")
@@ -132,6 +133,8 @@ def handle(args) -> int:
         raise ValueError(f"--peak-size must be >= 1, received {args.model_peak_size}")
     if not args.model_peak_time > 0:
         raise ValueError(f"--peak-time must be > 0, received {args.model_peak_time}")
+    if args.model_min_time is None:  # `--max-time 1` alone asks for short rows; it contradicts no --min-time given
+        args.model_min_time = min(model_bench.Options.min_time, args.model_max_time)
     if not 0 < args.model_min_time <= args.model_max_time:
         raise ValueError(f"need 0 < --min-time <= --max-time, received {args.model_min_time} and "
                          f"{args.model_max_time}")

@@ -228,8 +228,8 @@ def test_cuda_path():
 
 # --- the whole-model benchmark (`bench model`) ----------------------------------------------------------------------
 
-MODEL_QUICK = ["model", "--preset", "smoke", "--threads", "1", "--min-time", "0.001", "--max-time", "0.005",
-               "--min-runs", "1", "--rounds", "1", "--peak-size", "64", "--peak-time", "0.001", "--quiet"]
+MODEL_QUICK = ["model", "--preset", "smoke", "--threads", "1", "--max-time", "0.005", "--min-runs", "1", "--rounds",
+               "1", "--peak-size", "64", "--peak-time", "0.001", "--quiet"]
 
 
 def test_model_bench_writes_checked_rows_ratios_and_compares(tmp_path, capsys):
@@ -239,6 +239,7 @@ def test_model_bench_writes_checked_rows_ratios_and_compares(tmp_path, capsys):
     assert cli.main(MODEL_QUICK + ["--json", str(out["json"]), "--csv", str(out["csv"])]) == 0
     data = json.loads(out["json"].read_text())
     assert data["kind"] == "model-bench" and data["meta"]["cpu"] and data["meta"]["load_before"]
+    assert ">= 0.005s" in data["meta"]["timing"]  # --max-time alone lowers the default --min-time to it
     rows = {(r["impl"], r["task"], r["dtype"]): r for r in data["rows"]}
     measured = {key for key, r in rows.items() if r["status"] == "ok"}
     assert {("torch_impl.eager", task, dtype) for task in ("forward", "train", "generate", "generate-nocache")
@@ -350,6 +351,8 @@ def test_model_flop_count():
     (["model", "--set", "d_model=7"], "d_model=7 is not divisible by num_heads"),
     (["model", "--model", "micro", "--src-len", "99"], "do not fit max_len=16"),
     (["model", "compare", "missing.json", "missing.json"], "no such result file: missing.json"),
+    (["model", "--min-time", "3", "--max-time", "1"], "need 0 < --min-time <= --max-time, received 3.0 and 1.0"),
+    (["model", "--max-time", "0"], "need 0 < --min-time <= --max-time, received 0.0 and 0.0"),
 ])
 def test_model_bench_bad_input_is_one_line(argv, message, capsys):
     assert cli.main(argv) == 2
