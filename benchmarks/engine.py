@@ -772,6 +772,14 @@ class _Live:
     budget: float  # seconds of timing
     rounds: int  # rounds it takes part in
     times: list = field(default_factory=list)  # seconds per call, one entry per block
+    block_rounds: list = field(default_factory=list)  # the round each block of `times` ran in
+
+    def round_medians(self) -> list[float]:
+        """Seconds per call, the median block of each round it ran (in round order)."""
+        by_round: dict[int, list[float]] = {}
+        for round_, block in zip(self.block_rounds, self.times):
+            by_round.setdefault(round_, []).append(block)
+        return [float(np.median(by_round[r])) for r in sorted(by_round)]
 
 
 def _run_case(case, impls, inputs, desired, err_scope, slicer, options, device_names, impls_mod, say) -> list[Row]:
@@ -853,6 +861,7 @@ def _timing_rounds(group: list, case, options) -> None:
                     while spent < share or not spent:  # at least one block per round
                         block = time_block(item.runner.fn, item.number, case.device, item.impl.framework)
                         item.times.append(block)
+                        item.block_rounds.append(round_)
                         spent += block * item.number
             except Exception as exc:  # noqa: BLE001 - out of memory, or a failure only repeated calls show
                 _failed(item.row, exc)
@@ -879,11 +888,11 @@ def _prepare(impl, case, inputs, desired, err_scope, slicer, options, device_nam
             row.first_call_ms = 1e3 * time_block(runner.fn, 1, case.device, impl.framework)
             meter = memory_meter(case.device, impl.framework)
             _sync(case.device, impl.framework)
-            start = time.perf_counter()
             with meter if meter is not None else contextlib.nullcontext():
+                start = time.perf_counter()  # inside: entering the meter collects garbage and trims the heap
                 out = runner.fn()
                 _sync(case.device, impl.framework)
-            per_call = time.perf_counter() - start
+                per_call = time.perf_counter() - start
             if meter is not None:
                 row.peak_mem_mib, row.mem_method = meter.peak_mib, meter.method
             if desired is not None:

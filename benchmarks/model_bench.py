@@ -12,7 +12,8 @@ Method, per problem (a model config, a shape, a task and a dtype) — the attent
    not silently timed; bfloat16 rows report their difference (their rule is the reduced-precision `verify`'s job);
 3. one warm-up call measures the **memory** (peak RSS growth);
 4. the implementations of a framework are timed in interleaved rounds of device-synchronised blocks
-   (`engine._timing_rounds`), frameworks taking turns; median and IQR over blocks.
+   (`engine._timing_rounds`), frameworks taking turns; median and IQR over blocks, and the median block of each
+   round (`round_ms`): a goal's verdict pairs two rows round by round (`model_report._noise`).
 Training rows keep training: each timed call is one more Adam update (dropout 0 by default, so the first call's loss
 is comparable across frameworks).
 
@@ -243,6 +244,9 @@ class ModelRow:
     median_ms: float | None = None
     iqr_ms: float | None = None
     runs: int | None = None
+    # ms per call, the median block of each timing round, in round order: rounds interleave the implementations of
+    # one framework, so two rows of one problem and framework pair round by round (the ratios' noise, model_report)
+    round_ms: list[float] | None = None
     tokens: int | None = None  # tokens per call (see tokens/s in the module docstring)
     tokens_per_s: float | None = None
     gflop: float | None = None  # counted GFLOP per call
@@ -463,7 +467,8 @@ def run(pairs: list[tuple[Problem, list]], options: Options) -> ModelReport:
                    "framework in orders balancing position and predecessor (frameworks take turns), "
                    f">= {options.min_time}s and >= {options.min_runs} runs per row (capped at {options.max_time}s) "
                    "after a timed first call and one warm-up call; garbage collector off inside blocks; median and "
-                   "IQR over blocks"),
+                   "IQR over blocks, and each round's median block (round_ms); a ratio's 95% interval from the "
+                   "rounds its two rows shared (Student's t on per-round log ratios)"),
         "check": ("max |output - float64 NumPy reference|: logits (forward), the loss at the initial weights "
                   "(train), the greedy tokens and the last step's logits (generation); float32 rows beyond "
                   "max(5e-5, 10 x the NumPy float32 floor) are FLAGGED; bfloat16 rows are reported, not judged"),
@@ -504,6 +509,7 @@ def _run_problem(problem, impls, weights, inputs, desired, options, say) -> list
         timing = engine.summarize(item.times, item.number)
         row = item.row
         row.median_ms, row.iqr_ms, row.runs = 1e3 * timing.median, 1e3 * timing.iqr, timing.runs
+        row.round_ms = [1e3 * t for t in item.round_medians()]
         row.tokens_per_s = problem.tokens / timing.median
         row.gflops = problem.flops / timing.median / 1e9
         if item.impl.name.endswith((".compile", ".function", ".xla")) and row.first_call_ms is not None:
@@ -540,10 +546,10 @@ def _prepare(impl, problem, weights, inputs, desired: Desired, options):
             _check(row, runner.to_numpy(first), desired, problem.dtype)
             del first
             meter = engine.memory_meter("cpu", impl.framework)
-            start = time.perf_counter()
             with meter if meter is not None else contextlib.nullcontext():
+                start = time.perf_counter()  # inside: entering the meter collects garbage and trims the heap
                 runner.fn()
-            per_call = time.perf_counter() - start
+                per_call = time.perf_counter() - start
             if meter is not None:
                 row.peak_mem_mib, row.mem_method = meter.peak_mib, meter.method
     except Exception as exc:  # noqa: BLE001

@@ -8,6 +8,7 @@ import dataclasses
 import io
 import json
 import math
+import statistics
 from typing import Any, Iterable
 
 from .model_bench import ModelReport, ModelRow
@@ -30,7 +31,8 @@ def to_csv(report: ModelReport) -> bytes:
     writer = csv.DictWriter(out, fieldnames=[f.name for f in dataclasses.fields(ModelRow)], lineterminator="\n")
     writer.writeheader()
     for row in report.rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in dataclasses.asdict(row).items()})
+        writer.writerow({k: ("" if v is None else " ".join(f"{x:.6g}" for x in v) if isinstance(v, list) else v)
+                         for k, v in dataclasses.asdict(row).items()})
     return out.getvalue().encode()
 
 
@@ -146,7 +148,8 @@ def ratios(rows: list[ModelRow]) -> list[dict[str, Any]]:
             out.append({"kind": kind, "what": _what(key), "ours": ours.impl, "ours_ms": ours.median_ms,
                         "theirs": theirs.impl, "theirs_ms": theirs.median_ms,
                         "speed": theirs.median_ms / ours.median_ms, "goal": 1.0, "noise": _noise(ours, theirs),
-                        "runs": [ours.runs, theirs.runs]})
+                        "runs": [ours.runs, theirs.runs],
+                        "rounds": min(len(ours.round_ms or []), len(theirs.round_ms or []))})
     for key, impls in groups.items():
         if key[-1] != "bfloat16":
             continue
@@ -160,33 +163,50 @@ def ratios(rows: list[ModelRow]) -> list[dict[str, Any]]:
 
 
 def _noise(ours: ModelRow, theirs: ModelRow) -> float | None:
-    """Half-width of an approximate 95% interval of `speed`, relative: twice the standard error of the ratio of two
-    medians, each median's from its row's IQR and run count (normal approximation: sigma = IQR / 1.349, standard
-    error of a median = 1.2533 sigma / sqrt(runs)). None when a row lacks its spread. A ratio closer to 1 than this
-    is a tie on this machine, whichever side of 1 it falls."""
-    parts = []
-    for row in (ours, theirs):
-        if not row.iqr_ms or not row.runs or not row.median_ms:
-            return None
-        parts.append((1.2533 * row.iqr_ms / 1.349 / math.sqrt(row.runs) / row.median_ms) ** 2)
-    return 2 * math.sqrt(sum(parts))
+    """Half-width of a 95% interval of `speed`, relative, from the rounds both rows ran: the rounds interleave one
+    framework's implementations, so round r of each row was timed within a second or two of the other's, and the
+    log of their ratio, round by round, cancels the host's drift between rounds. The interval is Student's t on the
+    mean of those logs. None below two paired rounds.
+
+    The unit is the round, not the run: a shared host's speed drifts over seconds, so the runs of one round are not
+    independent draws. Counted per run (each median's standard error from its IQR over sqrt(runs)), the default
+    grid's gpt2-256 forward, repeated in one process, gave a band of +-5% around ratios that themselves ranged over
+    0.93-1.09x (docs/model-bench.md)."""
+    a, b = ours.round_ms or [], theirs.round_ms or []
+    paired = min(len(a), len(b))
+    if paired < 2 or not all(x > 0 for x in a[:paired] + b[:paired]):
+        return None
+    logs = [math.log(b[r] / a[r]) for r in range(paired)]
+    return math.expm1(_t95(paired - 1) * statistics.stdev(logs) / math.sqrt(paired))
 
 
-# Fewer timed runs than this on either side and a ratio is not judged: the noise comes from each row's IQR, whose
-# estimate of the spread has a relative standard error of about 1.17 / sqrt(runs) for normal data (37% at 10 runs,
-# 67% at 3, where the "IQR" is the middle of three numbers), so below 10 a 2-sigma tie band can be half its true
-# width and a tie read as NOT met (a default grid's bfloat16 training pair, 4 and 5 runs, read 0.98x as NOT met).
-MIN_JUDGED_RUNS = 10
+# Two-sided 95% quantiles of Student's t for 1-9 degrees of freedom; from 10 on, the Cornish-Fisher expansion
+# around the normal quantile is within 0.2% of the exact value.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262)
+
+
+def _t95(df: int) -> float:
+    if df <= len(_T95):
+        return _T95[df - 1]
+    z = 1.959964
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+# Fewer paired rounds than this and a ratio is not judged: with 5 rounds (the default grid's) the interval's t is
+# 2.78 and its spread estimate has 4 degrees of freedom; below that a single odd round decides the verdict.
+MIN_JUDGED_ROUNDS = 5
 
 
 def verdict(ratio: dict[str, Any]) -> str:
-    """`met`, `NOT met`, `tie (+-x%)` when the goal lies within the ratio's noise (`_noise`), or `too few runs` when
-    either row has fewer than MIN_JUDGED_RUNS."""
+    """`met`, `NOT met`, `tie (+-x%)` when the goal lies within the ratio's noise (`_noise`), or `too few rounds`
+    when the two rows share fewer than MIN_JUDGED_ROUNDS timing rounds (or a result file has no rounds)."""
     if ratio["goal"] is None:
         return ""
-    runs = ratio.get("runs") or []
-    if any(n is not None and n < MIN_JUDGED_RUNS for n in runs):
-        return f"too few runs to judge ({' and '.join(str(n) for n in runs)}; needs {MIN_JUDGED_RUNS})"
+    rounds = ratio.get("rounds") or 0
+    if not rounds:
+        return "not judged (no per-round times in this result)"
+    if rounds < MIN_JUDGED_ROUNDS:
+        return f"too few rounds to judge ({rounds}; needs {MIN_JUDGED_ROUNDS})"
     noise = ratio.get("noise")
     if noise is not None and abs(ratio["speed"] - ratio["goal"]) <= noise * ratio["speed"]:
         return f"tie (+-{100 * noise:.0f}%)"

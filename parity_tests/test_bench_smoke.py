@@ -8,6 +8,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 import types
 from collections import Counter
 from pathlib import Path
@@ -121,6 +122,8 @@ def test_timing_rounds_change_the_order_every_round(monkeypatch):
     engine._timing_rounds(group, engine.Case(**TINY), dataclasses.replace(QUICK, rounds=4))
     assert order == list("abc" "bca" "ab" "ba")  # orders 012, 120, 201, 210; c has no third or fourth round
     assert [len(item.times) for item in group] == [4, 4, 2]
+    assert [item.block_rounds for item in group] == [[0, 1, 2, 3], [0, 1, 2, 3], [0, 1]]
+    assert group[2].round_medians() == [1.0, 1.0]
 
 
 def test_reference_slice_matches_full_reference():
@@ -293,37 +296,70 @@ def test_model_bench_flags_a_wrong_port():
     assert all("differ from the float64 reference" in r.note for r in rows if r.impl == "planted")
 
 
-def test_model_bench_ratio_verdict_accounts_for_noise():
-    """A ratio is `met` / `NOT met` only when 1.0 lies outside its noise (twice the standard error of a ratio of
-    medians, from each row's IQR and run count); otherwise a tie, whichever side of 1 the ratio falls; and not judged
-    when either row has too few runs for its IQR to mean anything."""
+def test_model_bench_ratio_verdict_pairs_rounds():
+    """A ratio is `met` / `NOT met` only when the goal lies outside its 95% interval, which comes from the rounds the
+    two rows shared (Student's t on the per-round log ratios): drift of the host between rounds cancels, a ratio
+    that wanders from round to round is a tie, and fewer than MIN_JUDGED_ROUNDS shared rounds are not judged."""
     from benchmarks.model_bench import ModelRow
-    from benchmarks.model_report import ratios, verdict
+    from benchmarks.model_report import MIN_JUDGED_ROUNDS, _t95, ratios, verdict
 
-    def row(impl, median, iqr, runs):
+    def row(impl, round_ms):
+        median = float(np.median(round_ms)) if round_ms else 100.0
         return ModelRow(impl=impl, framework="torch", status="ok", model="m", task="train", dtype="float32", batch=1,
                         src_len=1, tgt_len=1, new_tokens=1, d_model=1, layers="1+1", vocab=1, device_name="cpu",
-                        tokens=1, gflop=1.0, median_ms=median, iqr_ms=iqr, runs=runs)
+                        tokens=1, gflop=1.0, median_ms=median, iqr_ms=1.0, runs=50, round_ms=round_ms)
 
-    def judged(ours, theirs):
-        (r,) = [r for r in ratios([ours, theirs]) if r["kind"] == "torch_impl vs nn.Transformer"]
+    def judged(ours, per_round_speed):
+        theirs = [o * s for o, s in zip(ours, per_round_speed)]
+        (r,) = [r for r in ratios([row("torch_impl.eager", ours), row("torch.nn.Transformer", theirs)])
+                if r["kind"] == "torch_impl vs nn.Transformer"]
         return r, verdict(r)
 
-    # an IQR of 10 ms over 50 runs: each median +-1.31 ms (1 SE), the ratio of ~100 ms medians +-3.7% (2 SE)
-    r, said = judged(row("torch_impl.eager", 100.0, 10.0, 50), row("torch.nn.Transformer", 102.0, 10.0, 50))
-    se = 1.2533 * 10 / 1.349 / math.sqrt(50)
-    assert r["noise"] == pytest.approx(2 * math.hypot(se / 100, se / 102), rel=1e-9)
-    assert said == "tie (+-4%)"
-    assert judged(row("torch_impl.eager", 100.0, 10.0, 50), row("torch.nn.Transformer", 110.0, 10.0, 50))[1] == "met"
-    assert judged(row("torch_impl.eager", 110.0, 10.0, 50), row("torch.nn.Transformer", 100.0, 10.0, 50))[1] == \
-        "NOT met"
-    assert judged(row("torch_impl.eager", 100.0, None, 50), row("torch.nn.Transformer", 99.0, 1.0, 50))[1] == \
-        "NOT met"  # no spread known: judged on the medians alone
-    # three runs a side: their "IQR" says little about the spread, so 2% apart is not judged at all
-    assert judged(row("torch_impl.eager", 102.0, 0.1, 3), row("torch.nn.Transformer", 100.0, 0.1, 9))[1] == \
-        "too few runs to judge (3 and 9; needs 10)"
-    assert judged(row("torch_impl.eager", 102.0, 0.1, 10), row("torch.nn.Transformer", 100.0, 0.1, 10))[1] == \
-        "NOT met"
+    assert MIN_JUDGED_ROUNDS == 5
+    # the host drifts by 50% between rounds, ours is 2% faster in each: drift cancels round by round
+    drifting = [80.0, 120.0, 100.0, 90.0, 110.0]
+    r, said = judged(drifting, [1.02, 1.021, 1.019, 1.02, 1.02])
+    logs = np.log([1.02, 1.021, 1.019, 1.02, 1.02])
+    assert r["rounds"] == 5
+    assert r["noise"] == pytest.approx(math.expm1(2.776 * np.std(logs, ddof=1) / math.sqrt(5)), rel=1e-9)
+    assert said == "met"
+    assert judged(drifting, [0.98, 0.979, 0.981, 0.98, 0.98])[1] == "NOT met"
+    # the ratio itself wanders (0.9-1.1x): 1.0 lies within its interval, whichever side the medians fall
+    r, said = judged(drifting, [0.9, 1.1, 0.95, 1.05, 1.02])
+    assert said.startswith("tie (+-") and r["noise"] > 0.05
+    # four shared rounds (one row dropped out of the fifth), or a result file without rounds: not judged
+    assert judged(drifting[:4], [1.1] * 4)[1] == "too few rounds to judge (4; needs 5)"
+    (r,) = [r for r in ratios([row("torch_impl.eager", None), row("torch.nn.Transformer", None)])
+            if r["kind"] == "torch_impl vs nn.Transformer"]
+    assert r["noise"] is None and verdict(r) == "not judged (no per-round times in this result)"
+    # Student's t: the table, then the Cornish-Fisher expansion (within 0.2% of the exact quantiles)
+    assert _t95(4) == 2.776
+    for df, exact in ((10, 2.228), (30, 2.042), (120, 1.980), (10_000, 1.960)):
+        assert _t95(df) == pytest.approx(exact, rel=2e-3)
+
+
+def test_model_bench_times_calls_outside_the_memory_meter(monkeypatch):
+    """How many rounds a row gets comes from one timed call; the memory meter's entry (a full garbage collection and
+    a heap trim, 0.1-0.5 s in a process holding several models) once counted in it, and the default grid's 75 ms
+    forward rows ran 3 rounds instead of 5. Here a meter that takes 0.3 s to enter must change nothing."""
+    from benchmarks import model_bench
+
+    class SlowMeter:
+        method, peak_mib = "test", 0.0
+
+        def __enter__(self):
+            time.sleep(0.3)
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(model_bench.engine, "memory_meter", lambda *_: SlowMeter())
+    pairs = model_bench.plan("smoke", tasks=["forward"], dtypes=["float32"], impl_patterns=["torch_impl.eager"])
+    options = model_bench.Options(threads=1, min_time=0.05, max_time=0.1, min_runs=1, rounds=5, peak_n=64,
+                                  peak_time=0.001)
+    (row,) = model_bench.run(pairs, options).rows
+    assert row.status == "ok" and len(row.round_ms) == 5 and row.median_ms < 50
 
 
 def test_model_flop_count():
