@@ -392,6 +392,21 @@ def time_blocks(fn: Callable[[], Any], min_run_time: float, device: str = "cpu",
     return blocks
 
 
+def rounds_that_fit(budget: float, block: float, wanted: int) -> int:
+    """Rounds of at least one block each that `budget` seconds hold, at most `wanted`, at least 1 (a hair of slack:
+    1.5 s // 0.3 s is 4.0 in floating point)."""
+    return max(1, min(wanted, math.floor(budget / block * (1 + 1e-9)))) if block > 0 else wanted
+
+
+def sizing_call(fn: Callable[[], Any], metered: float, limit: float, device: str = "cpu", framework: str = "torch"
+                ) -> float:
+    """Seconds per call to size a row's blocks and rounds by. The memory-metered warm-up call follows a heap trim
+    and pays the page faults of refilling the heap (base-256 and gpt2-256 training steps: up to 1.24x the plain call
+    after it), so a call that fits within `limit` (the row's longest timing) is followed by one plain call, and that
+    call sizes the row."""
+    return time_block(fn, 1, device, framework) if metered <= limit else metered
+
+
 def _sync(device: str, framework: str) -> None:
     if device != "cuda":
         return
@@ -902,6 +917,7 @@ def _prepare(impl, case, inputs, desired, err_scope, slicer, options, device_nam
                     row.note = f"{row.err_output} has NaN or Inf"
             row.err_scope = err_scope
             del out
+            per_call = sizing_call(runner.fn, per_call, options.max_time, case.device, impl.framework)
     except Exception as exc:  # noqa: BLE001
         _failed(row, exc)
         del runner
@@ -909,8 +925,7 @@ def _prepare(impl, case, inputs, desired, err_scope, slicer, options, device_nam
         return row, None
     number = block_size(per_call)
     budget = min(options.max_time, max(options.min_time, options.min_runs * per_call))
-    rounds = int(max(1, min(options.rounds, budget // (per_call * number) if per_call > 0 else options.rounds)))
-    return row, _Live(impl, runner, row, number, budget, rounds)
+    return row, _Live(impl, runner, row, number, budget, rounds_that_fit(budget, per_call * number, options.rounds))
 
 
 def _failed(row: Row, exc: BaseException) -> Row:

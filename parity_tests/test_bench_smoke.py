@@ -362,6 +362,37 @@ def test_model_bench_times_calls_outside_the_memory_meter(monkeypatch):
     assert row.status == "ok" and len(row.round_ms) == 5 and row.median_ms < 50
 
 
+def test_model_bench_gives_a_slow_row_its_rounds():
+    """A row of calls too slow for min_time to hold a block in each round gets the time for one, up to max_time (a
+    0.35 s training step had 4 rounds in the grid, too few for a verdict): here 40 ms calls, min_time 0.15 s (3 of
+    them), max_time 0.3 s, 5 rounds asked for."""
+    pytest.importorskip("torch")
+    from benchmarks import model_bench, model_impls
+
+    right = model_impls.REGISTRY["torch_impl.eager"]
+
+    def slow_builder(problem, weights, inputs):
+        runner = right.builder(problem, weights, inputs)
+        fn = runner.fn
+        return dataclasses.replace(runner, fn=lambda: (time.sleep(0.04), fn())[1])
+
+    slow = model_impls.ModelImpl("slow", "torch", "40 ms more per call", right.tasks, right.dtypes, slow_builder)
+    pairs = [(problem, [slow]) for problem, _ in model_bench.plan("smoke", tasks=["forward"], dtypes=["float32"],
+                                                                  impl_patterns=["torch_impl.eager"])]
+    options = model_bench.Options(threads=1, min_time=0.15, max_time=0.3, min_runs=1, rounds=5, peak_n=64,
+                                  peak_time=0.001)
+    (row,) = model_bench.run(pairs, options).rows
+    assert row.status == "ok" and len(row.round_ms) == 5 and row.median_ms >= 40
+
+
+def test_rounds_that_fit():
+    assert engine.rounds_that_fit(1.5, 0.3, 5) == 5  # 1.5 // 0.3 is 4.0 in floating point
+    assert engine.rounds_that_fit(1.49, 0.3, 5) == 4
+    assert engine.rounds_that_fit(0.1, 0.3, 5) == 1
+    assert engine.rounds_that_fit(100.0, 0.3, 5) == 5
+    assert engine.rounds_that_fit(1.0, 0.0, 5) == 5
+
+
 def test_model_flop_count():
     """The analytic count, by hand for a 1+1-layer model (see benchmarks/model_bench.py)."""
     from benchmarks.model_bench import MODELS, model_flops
