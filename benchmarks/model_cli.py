@@ -54,11 +54,11 @@ def register(actions) -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=None, dest="model_threads", metavar="N",
                         help="CPU threads for every framework (default: os.cpu_count())")
     parser.add_argument("--rounds", type=int, default=Options.rounds, dest="model_rounds", metavar="N",
-                        help=f"interleaved timing rounds, in orders that balance position and predecessor "
-                             f"(default {Options.rounds})")
+                        help=f"interleaved timing rounds, in orders that balance position and predecessor; a "
+                             f"verdict needs 5 that both rows ran (default {Options.rounds})")
     parser.add_argument("--min-time", type=float, default=None, dest="model_min_time", metavar="S",
-                        help=f"seconds of timing per row, at least (default {Options.min_time}, or --max-time if "
-                             "that is less)")
+                        help=f"seconds of timing per row, at least, and enough for one call per round where "
+                             f"--max-time allows (default {Options.min_time}, or --max-time if that is less)")
     parser.add_argument("--max-time", type=float, default=Options.max_time, dest="model_max_time", metavar="S",
                         help=f"seconds of timing per row, at most, unless --min-runs needs more (default "
                              f"{Options.max_time})")
