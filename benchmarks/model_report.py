@@ -226,8 +226,8 @@ def _md_rows(report: ModelReport) -> str:
     lines = []
     for title, rows in sections(report.rows).items():
         lines += [f"**{title}**", "",
-                  "| implementation | median ms (IQR) | tokens/s | GFLOP/s | % peak | mem MiB | 1st call ms | compile s "
-                  "| max err | check |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  "| implementation | median ms (IQR) | tokens/s | GFLOP/s | % peak | mem MiB | 1st call ms "
+                  "| compile s | max err | check |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in rows:
             if r.status != "ok":
                 lines.append(f"| {r.impl} | {r.status} | | | | | | | | {r.note} |")
@@ -304,6 +304,17 @@ def render_compare(a: ModelReport, b: ModelReport, path_a: str, path_b: str) -> 
 
 # --- the plot -----------------------------------------------------------------------------------------------------
 
+def _value_axis(values: Iterable[float]) -> tuple[str, tuple[float, float]]:
+    """The y axis for one panel of bars: linear from 0 unless the bars span more than 10x, then log over whole
+    decades. A log axis autoscaled to close values starts just below the smallest bar, which draws a 0.2% difference
+    as a bar several times the other's height."""
+    shown = [v for v in values if v > 0]
+    low, high = min(shown), max(shown)
+    if high <= 10 * low:
+        return "linear", (0.0, high * 1.12)
+    return "log", (10.0 ** math.floor(math.log10(low)), 10.0 ** math.ceil(math.log10(high * 1.5)))
+
+
 def plot(report: ModelReport, path: str, force: bool = False) -> None:
     """tokens/s per implementation, one panel per model and task, float32 and bfloat16 bars side by side."""
     try:
@@ -329,10 +340,16 @@ def plot(report: ModelReport, path: str, force: bool = False) -> None:
         width = 0.8 / len(dtypes)
         for j, dtype in enumerate(dtypes):
             xs = [i + (j - (len(dtypes) - 1) / 2) * width for i in range(len(names))]
-            ax.bar(xs, [impls[n].get(dtype, 0) for n in names], width, label=dtype, color=colors.get(dtype))
+            heights = [impls[n].get(dtype, 0) for n in names]
+            if not any(heights):
+                continue
+            bars = ax.bar(xs, heights, width, label=dtype, color=colors.get(dtype))
+            ax.bar_label(bars, labels=[_sig(h) if h else "" for h in heights], fontsize=6, padding=1)
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels(names, rotation=35, ha="right", fontsize=7)
-        ax.set_yscale("log")
+        scale, limits = _value_axis(v for per_dtype in impls.values() for v in per_dtype.values())
+        ax.set_yscale(scale)
+        ax.set_ylim(*limits)
         ax.set_ylabel("tokens/s")
         ax.set_title(f"{model}: {task}", fontsize=10)
         ax.grid(True, axis="y", which="both", alpha=0.3)
@@ -341,7 +358,7 @@ def plot(report: ModelReport, path: str, force: bool = False) -> None:
         ax.axis("off")
     fig.suptitle(f"whole-model benchmark, {report.meta.get('cpu', '')}, {report.meta.get('threads')} threads, "
                  f"{report.meta.get('date', '')[:10]}", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)

@@ -273,6 +273,17 @@ def test_model_bench_writes_checked_rows_ratios_and_compares(tmp_path, capsys):
     assert "is a whole-model result; use `bench model" in capsys.readouterr().err
 
 
+def test_model_bench_plot_axis_does_not_magnify_small_differences():
+    """Bars 0.2% apart share a linear axis from 0 (an autoscaled log axis had drawn them as 1 to 7); bars spanning
+    more than 10x get a log axis over whole decades that holds every bar."""
+    from benchmarks.model_report import _value_axis
+
+    scale, (low, high) = _value_axis([13950.0, 13980.0])
+    assert scale == "linear" and low == 0 and 13980 < high < 16000
+    scale, (low, high) = _value_axis([12.0, 950.0, 0.0])  # 0: a dtype the implementation did not run
+    assert scale == "log" and (low, high) == (10.0, 10000.0)
+
+
 def test_model_bench_flags_a_wrong_port():
     """A row whose output disagrees with the float64 reference is flagged (here: one kernel transposed)."""
     pytest.importorskip("torch")
