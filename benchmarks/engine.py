@@ -398,6 +398,22 @@ def rounds_that_fit(budget: float, block: float, wanted: int) -> int:
     return max(1, min(wanted, math.floor(budget / block * (1 + 1e-9)))) if block > 0 else wanted
 
 
+def metered_call(fn: Callable[[], Any], row, device: str = "cpu", framework: str = "torch") -> tuple[Any, float]:
+    """One call of `fn` under the memory meter: (its output, seconds). The peak lands on `row` (`peak_mem_mib`,
+    `mem_method`). The clock starts inside the meter, because entering it collects garbage and trims the heap
+    (0.1-0.5 s with several models loaded), which had made a 75 ms call look several times longer."""
+    meter = memory_meter(device, framework)
+    _sync(device, framework)
+    with meter if meter is not None else contextlib.nullcontext():
+        start = time.perf_counter()
+        out = fn()
+        _sync(device, framework)
+        seconds = time.perf_counter() - start
+    if meter is not None:
+        row.peak_mem_mib, row.mem_method = meter.peak_mib, meter.method
+    return out, seconds
+
+
 def sizing_call(fn: Callable[[], Any], metered: float, limit: float, device: str = "cpu", framework: str = "torch"
                 ) -> float:
     """Seconds per call to size a row's blocks and rounds by. The memory-metered warm-up call follows a heap trim
@@ -901,15 +917,7 @@ def _prepare(impl, case, inputs, desired, err_scope, slicer, options, device_nam
     try:
         with runner.context():
             row.first_call_ms = 1e3 * time_block(runner.fn, 1, case.device, impl.framework)
-            meter = memory_meter(case.device, impl.framework)
-            _sync(case.device, impl.framework)
-            with meter if meter is not None else contextlib.nullcontext():
-                start = time.perf_counter()  # inside: entering the meter collects garbage and trims the heap
-                out = runner.fn()
-                _sync(case.device, impl.framework)
-                per_call = time.perf_counter() - start
-            if meter is not None:
-                row.peak_mem_mib, row.mem_method = meter.peak_mib, meter.method
+            out, per_call = metered_call(runner.fn, row, case.device, impl.framework)
             if desired is not None:
                 actual = slicer.outputs(runner.to_numpy(out))
                 row.max_abs_err, row.err_output = ref.max_abs_error(actual, desired)

@@ -30,7 +30,6 @@ forward and training, generated tokens per second for generation.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import os
@@ -290,7 +289,7 @@ class ModelReport:
 class Options:
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     # The default grid's rows are timed for 1.5-2 s in 5 rounds: 23 runs of a 75 ms forward pass (0.3 s in 3 rounds
-    # gave 6, too few for the IQR that a ratio's noise comes from); the grid took 664 s, against 663 s before.
+    # gave 6, too few for a verdict); the whole default grid took 763 s in the run committed in the docs.
     min_time: float = 1.5  # seconds of steady-state timing per row, at least
     max_time: float = 2.0  # ... and at most (a row still gets min_runs calls)
     min_runs: int = 3
@@ -545,13 +544,7 @@ def _prepare(impl, problem, weights, inputs, desired: Desired, options):
             row.first_call_ms = 1e3 * (time.perf_counter() - start)
             _check(row, runner.to_numpy(first), desired, problem.dtype)
             del first
-            meter = engine.memory_meter("cpu", impl.framework)
-            with meter if meter is not None else contextlib.nullcontext():
-                start = time.perf_counter()  # inside: entering the meter collects garbage and trims the heap
-                runner.fn()
-                per_call = time.perf_counter() - start
-            if meter is not None:
-                row.peak_mem_mib, row.mem_method = meter.peak_mib, meter.method
+            _, per_call = engine.metered_call(runner.fn, row, "cpu", impl.framework)
             per_call = engine.sizing_call(runner.fn, per_call, options.max_time, "cpu", impl.framework)
     except Exception as exc:  # noqa: BLE001
         engine._failed(row, exc)
