@@ -228,9 +228,64 @@ class Report:
     def from_json_dict(cls, data: dict[str, Any]) -> "Report":
         if not isinstance(data, dict) or not {"meta", "peaks", "rows"} <= set(data):
             raise ValueError("not a benchmark result: expected a JSON object with meta, peaks and rows")
-        names = {f.name for f in dataclasses.fields(Row)}
-        rows = [Row(**{k: v for k, v in r.items() if k in names}) for r in data["rows"]]
-        return cls(data["meta"], data["peaks"], rows)
+        return cls(*result_from_json(Row, data, {**META_FIELDS, "memory": "dict"}))
+
+
+_JSON_KINDS = {"str": "a string", "int": "an integer", "float": "a finite number",
+               "list[float]": "a list of finite numbers", "dict": "an object", "dict[float]": "an object of numbers"}
+# The meta and peak fields that the tables and plots read (others are shown as they are, or not at all).
+META_FIELDS = {"date": "str", "cpu": "str", "cpu_flags": "str", "versions": "dict", "devices": "dict",
+               "thread_settings": "dict"}
+PEAK_FIELDS = {"device": "str", "dtype": "str", "by": "str", "n": "int", "gflops": "float | None",
+               "all": "dict[float]"}
+
+
+def _json_value_fits(value: Any, annotation: str) -> bool:
+    """Whether a JSON value fits a field annotated as a key of _JSON_KINDS, maybe `| None`."""
+    if value is None:
+        return annotation.endswith("| None")
+    kind = annotation.removesuffix(" | None")
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if kind == "list[float]":
+        return isinstance(value, list) and all(_json_value_fits(x, "float") for x in value)
+    if kind == "dict":
+        return isinstance(value, dict)
+    if kind == "dict[float]":
+        return isinstance(value, dict) and all(_json_value_fits(x, "float") for x in value.values())
+    raise TypeError(f"no JSON check for a field of type {annotation}")
+
+
+def _check_fields(obj: Any, fields: dict[str, str], where: str) -> dict:
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} must be an object, received {type(obj).__name__}")
+    for name, annotation in fields.items():
+        if name in obj and not _json_value_fits(obj[name], annotation):
+            wanted = _JSON_KINDS[annotation.removesuffix(" | None")]
+            raise ValueError(f"{where}: {name} must be {wanted}{' or null' if annotation.endswith('| None') else ''}, "
+                             f"received {obj[name]!r:.60}")
+    return obj
+
+
+def result_from_json(row_type: type, data: dict[str, Any], meta_fields: dict[str, str] = META_FIELDS
+                     ) -> tuple[dict, list[dict], list]:
+    """(meta, peaks, rows) of a result file, every row field checked against its annotation and the meta and peak
+    fields the reports read against `meta_fields` and PEAK_FIELDS, so that a corrupt or hand-edited file is refused
+    here in one line, not by a TypeError deep in a table or a plot. Unknown keys are ignored (files written by other
+    versions)."""
+    meta = _check_fields(data["meta"], meta_fields, "meta")
+    peaks, rows = data["peaks"], data["rows"]
+    for name, value in (("peaks", peaks), ("rows", rows)):
+        if not isinstance(value, list):
+            raise ValueError(f"{name} must be a list, received {type(value).__name__}")
+    peaks = [_check_fields(peak, PEAK_FIELDS, f"peak {index}") for index, peak in enumerate(peaks)]
+    fields = {f.name: str(f.type) for f in dataclasses.fields(row_type)}
+    return meta, peaks, [row_type(**{k: v for k, v in _check_fields(row, fields, f"row {index}").items()
+                                     if k in fields}) for index, row in enumerate(rows)]
 
 
 # --- options ----------------------------------------------------------------------------------------------------------

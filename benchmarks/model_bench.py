@@ -280,9 +280,7 @@ class ModelReport:
                 or not {"meta", "peaks", "rows"} <= set(data):
             raise ValueError("not a model benchmark result: expected a JSON object with kind 'model-bench', meta, "
                              "peaks and rows")
-        names = {f.name for f in dataclasses.fields(ModelRow)}
-        return cls(data["meta"], data["peaks"], [ModelRow(**{k: v for k, v in r.items() if k in names})
-                                                 for r in data["rows"]])
+        return cls(*engine.result_from_json(ModelRow, data))
 
 
 @dataclass

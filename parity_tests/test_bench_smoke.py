@@ -436,3 +436,30 @@ def test_model_bench_bad_input_is_one_line(argv, message, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("result", ["attention-cpu/attention_bench.json", "model-cpu-goals-tf/model_bench.json"])
+@pytest.mark.parametrize("corrupt, message", [
+    (lambda d: d["rows"][0].update(median_ms="slow"), "row 0: median_ms must be a finite number or null, "
+                                                      "received 'slow'"),
+    (lambda d: d["rows"][0].update(runs=2.5), "row 0: runs must be an integer or null, received 2.5"),
+    (lambda d: d["rows"].__setitem__(0, 7), "row 0 must be an object, received int"),
+    (lambda d: d.update(rows={}), "rows must be a list, received dict"),
+    (lambda d: d["peaks"][0].update(all=5), "peak 0: all must be an object of numbers, received 5"),
+    (lambda d: d.update(meta=[]), "meta must be an object, received list"),
+    (lambda d: d["meta"].update(date=5), "meta: date must be a string, received 5"),
+])
+def test_corrupt_result_files_are_one_line(result, corrupt, message, tmp_path, capsys):
+    """A hand-edited or damaged result file is refused as it is read, naming the field and the value received, for
+    every report action of both benches; nothing is written."""
+    data = json.loads((ROOT / "benchmarks" / "results" / result).read_text())
+    corrupt(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    model = ["model"] if result.startswith("model") else []
+    for argv in (model + ["markdown", str(path)], model + ["compare", str(path), str(path)],
+                 model + ["plot", str(path), str(tmp_path / "out.png")]):
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, (argv, err)
+    assert not (tmp_path / "out.png").exists()
