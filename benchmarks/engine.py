@@ -859,6 +859,7 @@ class _Live:
     rounds: int  # rounds it takes part in
     times: list = field(default_factory=list)  # seconds per call, one entry per block
     block_rounds: list = field(default_factory=list)  # the round each block of `times` ran in
+    min_runs: int = 1  # calls it makes over its rounds, at least, however fast its blocks turn out to be
 
     def round_medians(self) -> list[float]:
         """Seconds per call, the median block of each round it ran (in round order)."""
@@ -943,12 +944,15 @@ def _timing_rounds(group: list, case, options) -> None:
         for item in [item for item in order if round_ < item.rounds and item.runner is not None]:
             try:
                 with item.runner.context():
-                    spent, share = 0.0, item.budget / item.rounds
-                    while spent < share or not spent:  # at least one block per round
+                    # the budget's share, and at least one block per round, and enough blocks for min_runs calls
+                    # (the budget comes from one sizing call: slower calls later would otherwise mean fewer)
+                    spent, share, blocks = 0.0, item.budget / item.rounds, 0
+                    while spent < share or blocks < math.ceil(item.min_runs / (item.number * item.rounds)):
                         block = time_block(item.runner.fn, item.number, case.device, item.impl.framework)
                         item.times.append(block)
                         item.block_rounds.append(round_)
                         spent += block * item.number
+                        blocks += 1
             except Exception as exc:  # noqa: BLE001 - out of memory, or a failure only repeated calls show
                 _failed(item.row, exc)
                 item.runner = None

@@ -553,7 +553,8 @@ def _prepare(impl, problem, weights, inputs, desired: Desired, options):
     budget = min(options.max_time, max(options.min_time, options.rounds * per_call * number))
     budget = max(budget, options.min_runs * per_call * number)  # at least min_runs calls, whatever max_time says
     return row, engine._Live(impl, runner, row, number, budget,
-                             engine.rounds_that_fit(budget, per_call * number, options.rounds))
+                             engine.rounds_that_fit(budget, per_call * number, options.rounds),
+                             min_runs=options.min_runs)
 
 
 def _check(row: ModelRow, actual: dict, desired: Desired, dtype: str) -> None:

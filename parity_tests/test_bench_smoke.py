@@ -126,6 +126,19 @@ def test_timing_rounds_change_the_order_every_round(monkeypatch):
     assert group[2].round_medians() == [1.0, 1.0]
 
 
+def test_timing_rounds_keep_min_runs_when_calls_turn_out_slower(monkeypatch):
+    """A row's budget comes from one sizing call; if its calls then run slower (a busier host), the budget alone
+    would buy fewer than --min-runs (150 asked, 144 timed in a goal run). Each round times enough blocks for its
+    share of min_runs."""
+    monkeypatch.setattr(engine, "time_block", lambda fn, number, *_: 1.0)  # every block overruns the round's share
+    runner = implementations.Runner(fn="a", to_numpy=dict)
+    item = engine._Live(types.SimpleNamespace(framework="numpy"), runner, None, number=2, budget=4.0, rounds=4,
+                        min_runs=21)
+    engine._timing_rounds([item], engine.Case(**TINY), dataclasses.replace(QUICK, rounds=4))
+    assert item.block_rounds == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]  # ceil(21 / (2 x 4)) = 3 blocks a round
+    assert len(item.times) * item.number >= 21
+
+
 def test_reference_slice_matches_full_reference():
     """Huge problems are checked on a slice; the slice of the full answer must be the answer of the slice."""
     case = engine.Case(batch=2, heads=3, q_len=6, k_len=6, head_dim=4, mask="padded+causal")
