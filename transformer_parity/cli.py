@@ -249,7 +249,7 @@ def cmd_convert(args) -> int:
     start = time.perf_counter()
     size = formats.source_size(in_path)
     with _Bytes(args, f"reading {in_path.name}", size) as bar:
-        loaded = formats.load(in_path, _input_format(args), fields, bar.advance)
+        loaded = formats.load(in_path, _input_format(args), fields, bar.advance, allow_drop=args.allow_drop)
         bar.describe(f"writing {out_path.name}", loaded.nbytes)
         size_text = _size(loaded.weights)
         if getattr(args, "to_layout", None):
@@ -265,6 +265,12 @@ def cmd_convert(args) -> int:
         _console(args).print(f"converted {in_path} ({loaded.format}) -> {path} ({fmt}), {size_text}, "
                              f"in {time.perf_counter() - start:.1f} s", markup=False)
     return 0
+
+
+def _add_allow_drop(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-drop", metavar="NAME", action="append", default=[], dest="allow_drop",
+                        help="let a layout's `ignore` leave out this float tensor although it holds nonzero values "
+                             "(repeatable; a key, or a pattern with {i}); what is dropped is listed")
 
 
 def _input_format(args) -> str | None:
@@ -304,6 +310,7 @@ exit status: 0 all within tolerance (and the weights the same), 1 a weight or an
 def cmd_verify(args) -> int:
     from . import report as rep
     from . import verify
+    from .formats import allowing_drops
 
     fields = parse_fields(args.config, args.sets)
     if args.json and args.json != "-":
@@ -338,11 +345,12 @@ def cmd_verify(args) -> int:
             status.update(f"running {step}" if not step.startswith(("reading", "seeding")) else step)
 
     try:
-        result = verify.run(args.checkpoints, preset=args.preset, fields=fields, backends=backends,
-                            formats=declared or None,
-                            dtype=args.dtype, batch=args.batch, src_len=args.src_len, tgt_len=args.tgt_len,
-                            seed=args.seed, progress=progress, outputs_only=args.outputs_only,
-                            autocast=args.autocast)
+        with allowing_drops(args.allow_drop):  # the loads verify.run makes take --allow-drop
+            result = verify.run(args.checkpoints, preset=args.preset, fields=fields, backends=backends,
+                                formats=declared or None,
+                                dtype=args.dtype, batch=args.batch, src_len=args.src_len, tgt_len=args.tgt_len,
+                                seed=args.seed, progress=progress, outputs_only=args.outputs_only,
+                                autocast=args.autocast)
     finally:
         if status is not None:
             status.stop()
@@ -434,6 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to-layout", metavar="FILE.toml", help="write OUT under the names of a layout file, for your own "
                    "model's load_state_dict / load_weights (.pt, .safetensors or .weights.h5)")
     _add_config_options(p)
+    _add_allow_drop(p)
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.set_defaults(func=cmd_convert)
 
@@ -467,6 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--outputs-only", action="store_true",
                    help="with two or more checkpoints, skip the weight-by-weight comparison that runs first (for "
                         "ports whose weights differ on purpose, e.g. quantised)")
+    _add_allow_drop(p)
     p.add_argument("--json", metavar="PATH", help="also write a machine-readable report ('-': stdout only)")
     p.add_argument("--force", action="store_true", help="overwrite the --json file if it exists")
     p.set_defaults(func=cmd_verify)
