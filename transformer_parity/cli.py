@@ -223,8 +223,9 @@ examples:
   transformer-parity convert base.safetensors base.pt                 # canonical -> PyTorch
   transformer-parity convert base.pt base.weights.h5                   # PyTorch -> Keras weights
   transformer-parity convert base.weights.h5 back.safetensors --force  # overwrite an existing file
-  # a model built around torch.nn.Transformer (e.g. PyTorch's translation tutorial), heads given explicitly:
-  transformer-parity convert seq2seq.pt seq2seq.safetensors --from nn-transformer --set num_heads=8
+  # a model built around torch.nn.Transformer (e.g. PyTorch's translation tutorial): what its weights cannot tell
+  # (num_heads, activation, norm_first, layer_norm_eps, scale_embedding, pad_id) given in a JSON file:
+  transformer-parity convert seq2seq.pt seq2seq.safetensors --from nn-transformer --config tutorial.json
   # canonical -> the tutorial's own state-dict layout (loads with model.load_state_dict):
   transformer-parity convert model.safetensors tutorial.pt --to nn-transformer
   # a Hugging Face model directory (save_pretrained's config.json + weights) to Keras, and back:
@@ -295,7 +296,7 @@ examples:
   transformer-parity verify model.safetensors quantised.pt --outputs-only   # weights differ on purpose
   transformer-parity verify model.pt model.weights.h5 --json report.json
   transformer-parity verify model.pt --backends torch --dtype float64 --batch 4 --src-len 64 --tgt-len 48
-  transformer-parity verify seq2seq.pt --set num_heads=8     # config-less files take --set/--config
+  transformer-parity verify seq2seq.pt --config tutorial.json   # config-less files take --set/--config
   transformer-parity verify model.safetensors --dtype bfloat16 [--autocast]   # a bfloat16 port
 
 The first checkpoint is the reference: the judge is the NumPy reference in float64 on its weights. Each sublayer's
@@ -376,12 +377,13 @@ def cmd_verify(args) -> int:
 LAYOUT_EXAMPLES = """\
 examples:
   transformer-parity layout --scaffold model.pt > my_layout.toml       # every key listed, the guessable ones guessed
+  transformer-parity layout --scaffold epoch=3.ckpt > my_layout.toml   # a PyTorch Lightning checkpoint
   transformer-parity layout --scaffold model.weights.h5 > my_layout.toml
   transformer-parity convert --layout my_layout.toml model.pt model.safetensors
   transformer-parity verify --layout my_layout.toml model.pt
 
 A layout file describes a model this tool does not know: its [config] (what the weights cannot tell, such as
-num_heads) and its [weights] ("your name" = "canonical name [transform]", {i} for the layer). See docs/layouts.md.
+num_heads: each "?" of the scaffold must be replaced) and its [weights] ("your name" = "canonical name [transform]", {i} for the layer). See docs/layouts.md.
 """
 
 

@@ -21,7 +21,8 @@ read from a file a user writes:
   | `row`       | shape `(1, n)` for a canonical `(n,)`                | required         | written   |
   | `tied`      | a second copy of the canonical array (a tied head)   | optional, equal  | left out  |
   | `sinusoid`  | a fixed sinusoid table the model recomputes          | optional, equal  | left out  |
-  | `ignore`    | a buffer that is not a parameter (a causal mask)     | optional         | left out  |
+  | `causal_mask` | a causal-mask buffer: lower-triangular ones        | optional, equal  | left out  |
+  | `ignore`    | a buffer that is not a parameter (position ids)      | optional         | left out  |
 
 The first entry whose `canonical` pattern matches a name maps it. Reading fails on any external entry that is
 missing, unused or of the wrong shape, naming the entry and the shape the config implies; writing produces exactly
@@ -44,11 +45,11 @@ import numpy as np
 import reference_numpy as rn
 from reference_numpy.schema import preview
 
-TRANSFORMS = ("identity", "transpose", "fused_qkv", "row", "tied", "sinusoid", "ignore",
+TRANSFORMS = ("identity", "transpose", "fused_qkv", "row", "tied", "sinusoid", "causal_mask", "ignore",
               "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t", "heads_out", "heads_in")
 FUSED = ("fused_qkv", "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t")  # one external array holds q, k, v
 HEADS = ("heads_out", "heads_in")  # einsum kernels of Keras MultiHeadAttention
-CHECKED = ("tied", "sinusoid", "ignore")  # optional on reading, never written
+CHECKED = ("tied", "sinusoid", "causal_mask", "ignore")  # optional on reading, never written
 Entry = tuple[str, str, str]  # (canonical, external, transform)
 
 _PLACEHOLDERS = {"i": r"(?P<i>\d+)", "qkv": r"(?P<qkv>[qkv])"}
@@ -264,6 +265,14 @@ def _check_optional(config, weights, array, external: str, transform: str, canon
                     "; a learned or altered table is a parameter: map it to src_pos.embedding / tgt_pos.embedding")
             raise ValueError(f"{source}: {external} {array.shape} is not the sinusoid table the model computes: "
                              f"{problem}{hint}")
+    elif transform == "causal_mask":
+        square = array.reshape(array.shape[-2:]) if array.ndim >= 2 and array.size == np.prod(array.shape[-2:]) \
+            else None  # (1, 1, n, n) -> (n, n)
+        if square is None or square.shape[0] != square.shape[1] or not np.array_equal(
+                square != 0, np.tri(square.shape[0], dtype=bool)):
+            raise ValueError(f"{source}: {external} {array.shape} is mapped causal_mask but is not a causal mask "
+                             "(ones on and below the diagonal, zeros above); a buffer holding anything else changes "
+                             "the model")
 
 
 # --- fixed sinusoid tables, as models store them -----------------------------------------------------------------------
