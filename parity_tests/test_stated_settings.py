@@ -128,7 +128,7 @@ def test_layout_config_none_is_null_and_hparam_references_stay_references():
     assert layout.config == {"pad_id": None, "num_heads": "hparam:model_kwargs.num_heads"}
 
 
-# --- ignore: a trained tensor is dropped only when the user names it ---------------------------------------------------
+# --- ignore: a trained tensor is dropped only when the user names it --------------------------------------------------
 
 @pytest.fixture(scope="module")
 def encoder_with_buffers(tmp_path_factory):
@@ -188,7 +188,7 @@ def test_integer_boolean_and_zero_buffers_go_silently_the_rest_by_name():
     assert drops.notes[0] == "dropped (--allow-drop): causal (shape (4, 4), max |x| 1)"
 
 
-# --- sinusoid buffers in every usual layout, built in float32 ----------------------------------------------------------
+# --- sinusoid buffers in every usual layout, built in float32 ---------------------------------------------------------
 
 def float32_table(length: int, d: int, layout: str) -> np.ndarray:
     """The tutorials' float32 formulas: PyTorch's (interleaved) and TensorFlow's ([sin | cos])."""

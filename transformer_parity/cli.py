@@ -383,7 +383,8 @@ examples:
   transformer-parity verify --layout my_layout.toml model.pt
 
 A layout file describes a model this tool does not know: its [config] (what the weights cannot tell, such as
-num_heads: each "?" of the scaffold must be replaced) and its [weights] ("your name" = "canonical name [transform]", {i} for the layer). See docs/layouts.md.
+num_heads: each "?" of the scaffold must be replaced) and its [weights] ("your name" = "canonical name
+[transform]", {i} for the layer). See docs/layouts.md.
 """
 
 

@@ -14,8 +14,8 @@ a positional table its kind and length: `UNSTATED`) must be stated: by `fields` 
 a config this module stored in the file, or by a key of a Lightning checkpoint's `hyper_parameters` spelled exactly
 as the field (`layouts.hparams`); otherwise the import is refused, naming every missing setting. A file this module
 exports carries its config in the state dict's `_metadata`, which `load_state_dict` ignores, so it loads into the
-tutorial's model as it is and re-imports losslessly. Reading the `.pt` file itself (`torch.load(weights_only=True)`) is `torch_impl.checkpoints`; PyTorch is
-imported only when tensors are converted or a file is written.
+tutorial's model as it is and re-imports losslessly. Reading the `.pt` file itself (`torch.load(weights_only=True)`)
+is `torch_impl.checkpoints`; PyTorch is imported only when tensors are converted or a file is written.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ import numpy as np
 
 import reference_numpy as rn
 from reference_numpy import IDENTITY, TRANSPOSE, Rule, Transform, TransformerConfig
+
+from . import hparams as hp
+from .table import classify_sinusoid, sinusoid_mismatch
 
 if TYPE_CHECKING:
     import torch
@@ -236,8 +239,6 @@ def _count_layers(state: Mapping[str, Any], prefix: str | None) -> int:
 def _classify_positions(table: np.ndarray) -> str | None:
     """'interleaved' or 'concatenated' if `(L, D)` is that sinusoid table within float32 rounding (the tutorials
     build it in float32), else None (a learned table)."""
-    from .table import classify_sinusoid
-
     return classify_sinusoid(table)
 
 
@@ -289,8 +290,6 @@ def import_nn_transformer(state: Mapping[str, Any], path: str | os.PathLike = "<
     base = stored.to_dict() if stored is not None else rn.TransformerConfig().to_dict()
     if stored is None:
         unstated = _unstated(layout, inferred, fields)
-        from . import hparams as hp
-
         found, ambiguous = hp.by_field_name(hparams, unstated)
         for name, (value, key) in found.items():
             notes.append(f"{name}={value!r} read from the checkpoint's hyper_parameters[{key!r}]")
@@ -316,8 +315,6 @@ def import_nn_transformer(state: Mapping[str, Any], path: str | os.PathLike = "<
         arrays["<zero output bias>"] = np.zeros(inferred["tgt_vocab_size"], arrays[head].dtype)
         layout = NNLayout(**{**layout.__dict__, "output_bias": "<zero output bias>"})
     if layout.positions is not None and config.positional == "sinusoidal":
-        from .table import sinusoid_mismatch
-
         problem = sinusoid_mismatch(arrays[layout.positions].reshape(-1, d_model), config.sinusoid_layout)
         if problem:  # a learned table, or the other layout: dropping it would change the model
             raise ValueError(f"{path}: {layout.positions} is not the sinusoid table of positional=sinusoidal, "

@@ -275,7 +275,7 @@ def _check_optional(config, weights, array, external: str, transform: str, canon
                              "the model")
 
 
-# --- fixed sinusoid tables, as models store them -----------------------------------------------------------------------
+# --- fixed sinusoid tables, as models store them ----------------------------------------------------------------------
 
 EPS32 = float(np.finfo(np.float32).eps)
 # A table built in float32, as the tutorials build it, differs from the exact one by the float32 rounding of its

@@ -21,9 +21,11 @@ The transform is one of `layouts.table.TRANSFORMS` (identity when left out). Wha
 them: the layer counts from the `{i}` that occur, d_model, the vocabularies, d_ff, learned positions and their
 length, a sinusoid table's layout and length, which norms, biases and heads exist. What they cannot tell
 (`UNSTATED`, and `unstated` for the settings that depend on the weights) must be stated in `[config]` or on the
-command line, or the import is refused with one line naming every missing field. Every key of the file must be matched by exactly one pattern, every
-pattern must match some key (but the optional `tied`, `sinusoid` and `ignore` entries, which describe what a file
-may or may not hold), and every shape must be the one the config implies; each failure names the key.
+command line, or the import is refused with one line naming every missing field. Every key of the file must be
+matched by exactly one pattern, every pattern must match some key (but the optional `tied`, `sinusoid`,
+`causal_mask` and `ignore` entries, which describe what a file may or may not hold), and every shape must be the one
+the config implies; each failure names the key. `ignore` drops a float tensor with a nonzero value only when the user
+names it (`table.Drops`, `--allow-drop`).
 
 `.weights.h5` files are read through the hardened HDF5 checks of `tf_impl.checkpoints` (`read_keras_h5`); their
 dataset paths are the names (`enc_layers/encoder_layer_1/mha/wq/vars/0`), with Keras's unnumbered first layer of a
@@ -52,7 +54,7 @@ from .table import (CHECKED, FUSED, TRANSFORMS, Drops, Entry, check_table, class
                     sinusoid_mismatch, sinusoid_rows)
 
 SECTIONS = ("config", "weights")
-OPTIONAL = CHECKED  # tied / sinusoid / ignore: matched keys that are checked or skipped, not parameters
+OPTIONAL = CHECKED  # tied / sinusoid / causal_mask / ignore: matched keys that are checked or skipped
 # What no model's weights tell, so every layout states it ([config], --set or --config). `unstated` adds those that
 # depend on what the weights hold (no positional table: its kind and length; ...).
 UNSTATED = ("num_heads", "activation", "norm_first", "layer_norm_eps", "scale_embedding", "pad_id")
