@@ -297,13 +297,17 @@ def test_import_a_torch_nn_transformer_and_export_it_to_keras(tmp_path, capsys):
 
     seq2seq, _ = _tutorial_classes()
     torch.save(_randomize(seq2seq(2, 2, 32, 4, 50, 45, dim_feedforward=64), 7).state_dict(), tmp_path / "tut.pt")
-    code, out, err = run(["convert", tmp_path / "tut.pt", tmp_path / "tut.safetensors", "--set", "num_heads=4"],
-                         capsys)
-    assert code == 0 and "(nn-transformer)" in out and "assumed" in err and "num_heads" not in err.split("assumed")[1]
+    settings = ["--set", "activation=relu", "--set", "norm_first=false", "--set", "layer_norm_eps=1e-5",
+                "--set", "scale_embedding=true", "--set", "pad_id=1"]
+    code, out, err = run(["convert", tmp_path / "tut.pt", tmp_path / "tut.safetensors", "--set", "num_heads=4",
+                          *settings], capsys)
+    assert code == 0 and "(nn-transformer)" in out and "assumed" not in err
     assert run(["convert", tmp_path / "tut.safetensors", tmp_path / "tut.weights.h5"], capsys)[0] == 0
-    code, out, _ = run(["verify", tmp_path / "tut.pt", tmp_path / "tut.weights.h5", "--set", "num_heads=4"], capsys)
+    code, out, _ = run(["verify", tmp_path / "tut.pt", tmp_path / "tut.weights.h5", "--set", "num_heads=4",
+                        *settings], capsys)
     assert code == 0 and "PASS" in out
-    code, _, err = run(["convert", tmp_path / "tut.pt", tmp_path / "x.safetensors", "--set", "num_heads=3"], capsys)
+    code, _, err = run(["convert", tmp_path / "tut.pt", tmp_path / "x.safetensors", "--set", "num_heads=3",
+                        *settings], capsys)
     assert_clean_error(code, err, "not divisible by num_heads=3")
 
 

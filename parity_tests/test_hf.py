@@ -405,8 +405,13 @@ def test_a_pretraining_checkpoint_with_legacy_names_reads_as_the_masked_lm(tmp_p
     state["cls.seq_relationship.bias"] = np.zeros(2, np.float32)
     hf_dir.write_safetensors(copy_ / "model.safetensors", state, {"format": "pt"})
     capsys.readouterr()
-    assert cli.main(["convert", str(copy_), str(tmp_path / "m.safetensors")]) == 0
+    assert cli.main(["convert", str(copy_), str(tmp_path / "m.safetensors")]) == 2  # a trained head is not dropped
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cls.seq_relationship.weight (shape (2, 64), max |x| 1)" in err, err
+    assert cli.main(["convert", str(copy_), str(tmp_path / "m.safetensors"),
+                     "--allow-drop", "cls.seq_relationship.weight"]) == 0  # its bias is zero: no name needed
     err = capsys.readouterr().err
     assert "renamed 12 LayerNorm gamma/beta" in err and "left out 2 tensor(s)" in err
+    assert "dropped (--allow-drop): cls.seq_relationship.weight" in err
     a, b = formats.load(path), formats.load(tmp_path / "m.safetensors")
     assert all(np.array_equal(a.weights[k], b.weights[k]) for k in a.weights)

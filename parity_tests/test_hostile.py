@@ -479,7 +479,10 @@ def test_malformed_nn_transformer_files(tmp_path, capsys, damage):
     else:
         state["transformer.encoder.layers.0.self_attn.in_proj_weight"] = torch.randn(48)
     torch.save(state, tmp_path / "m.pt")
-    code, _, err = run(["convert", tmp_path / "m.pt", tmp_path / "o.safetensors", "--set", "num_heads=2"], capsys)
+    settings = ["num_heads=2", "activation=relu", "norm_first=false", "layer_norm_eps=1e-5", "scale_embedding=true",
+                "pad_id=0"]
+    code, _, err = run(["convert", tmp_path / "m.pt", tmp_path / "o.safetensors",
+                        *[a for s in settings for a in ("--set", s)]], capsys)
     assert_clean_error(code, err, "m.pt")
     assert not (tmp_path / "o.safetensors").exists()
 

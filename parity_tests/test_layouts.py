@@ -5,6 +5,7 @@ and float64) and the float64 reference; the format's errors; one built-in table 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,18 @@ def reference_errors(config, weights, src, logits32, logits64, float64_exact: bo
     assert_allclose(logits32, judge, rtol=0, atol=property_atol("float32", floor))
     assert_allclose(logits64, judge, rtol=0, atol=atol("float64") if float64_exact else floor / 10)
     return {"float32": float(np.max(np.abs(logits32 - judge))), "float64": float(np.max(np.abs(logits64 - judge)))}
+
+
+def fill_scaffold(text: str, **values) -> str:
+    """What the user does with `layout --scaffold`'s [config]: each "?" replaced by the value in the model's code
+    (every "?" must be named here, and each name must be a "?" line)."""
+    for name, value in values.items():
+        literal = ("true" if value else "false") if isinstance(value, bool) else \
+            f'"{value}"' if isinstance(value, str) else repr(value)
+        text, count = re.subn(rf'^{name} = "\?"', f"{name} = {literal}", text, flags=re.M)
+        assert count == 1, (name, text)
+    assert not re.search(r'^\w+ = "\?"', text, flags=re.M), text
+    return text
 
 
 def convert(tmp_path, source: Path, layout: Path, *extra: str) -> formats.Loaded:
@@ -419,7 +432,7 @@ W_Q = '"layers.{i}.attn.W_Q.weight"   = "encoder.layers.{i}.self_attn.q.kernel t
 FFN1 = '"layers.{i}.ffn.0.weight"      = "encoder.layers.{i}.ffn.linear1.kernel transpose"'
 BAD_LAYOUTS = {
     "syntax-error": (TORCH_LAYOUT.replace('"src_embed.embedding"', '"src_embed.embedding'),
-                     "line 7, column"),
+                     "line 11, column"),
     "unknown-transform": (TORCH_LAYOUT.replace(W_Q, W_Q.replace("transpose", "transposed")),
                           "unknown transform 'transposed'"),
     "pattern-matches-nothing": (TORCH_LAYOUT + '"blocks.{i}.attn.W_Q.weight" = "encoder.layers.{i}.norm1.gamma"\n',
@@ -429,7 +442,17 @@ BAD_LAYOUTS = {
     "unmapped-key": (TORCH_LAYOUT.replace(W_Q + "\n", ""), "not in the layout: 'layers.0.attn.W_Q.weight'"),
     "shape-mismatch": (TORCH_LAYOUT.replace(FFN1, FFN1.replace(" transpose", "")),
                        "layers.0.ffn.0.weight has shape (64, 32), the config implies (32, 64)"),
-    "no-num-heads": (TORCH_LAYOUT.replace("num_heads = 4", ""), "num_heads is not in the layout's [config]"),
+    "no-num-heads": (TORCH_LAYOUT.replace("num_heads = 4", ""), "the weights do not tell num_heads: state them"),
+    "unstated-settings": (TORCH_LAYOUT.replace('activation = "relu"', "").replace("layer_norm_eps = 1e-5", ""),
+                          "the weights do not tell activation, layer_norm_eps: state them in the layout's [config]"),
+    "unfilled-config": (TORCH_LAYOUT.replace("num_heads = 4", 'num_heads = "?"').replace("pad_id = 0", 'pad_id = "?"'),
+                        ':3: [config] num_heads, pad_id still "?" (from the scaffold)'),
+    "ignore-a-trained-bias": (TORCH_LAYOUT.replace('"output.bias"', '"- ignore"'),
+                              "1 tensor(s) marked ignore hold nonzero values, so dropping them would change the "
+                              "model: classifier.bias (shape (7,), max |x|"),
+    "sinusoid-in-the-wrong-layout": (TORCH_LAYOUT.replace("pad_id = 0", 'pad_id = 0\nsinusoid_layout = "concatenated"'),
+                                     "pos.pe (64, 32) is not the sinusoid table the model computes: against the "
+                                     "concatenated table (read as (L, D) = (64, 32)), row 0 differs by 1"),
     "unknown-field": (TORCH_LAYOUT.replace("num_heads = 4", "num_head = 4"), "unknown field(s) ['num_head']"),
     "unfinished-scaffold": (TORCH_LAYOUT.replace('"src_embed.embedding"', '"?"'), "'embed.weight' is not mapped"),
 }
@@ -469,7 +492,8 @@ def test_scaffold_guesses_the_plain_pytorch_encoder(torch_encoder_file, tmp_path
     rows = [line for line in text.splitlines() if line.startswith('"')]
     assert len(rows) == 20 and not any('= "?"' in row for row in rows), text
     layout = tmp_path / "scaffold.toml"
-    layout.write_text(text.replace("# num_heads = ?", "num_heads = 4"))
+    layout.write_text(fill_scaffold(text, num_heads=4, activation="relu", norm_first=False, layer_norm_eps=1e-5,
+                                    scale_embedding=True, pad_id=0))
     loaded = convert(tmp_path, path, layout)
     src = rn.sample_ids(loaded.config, batch=2, length=10, vocab_size=50, seed=4)
     reference_errors(loaded.config, loaded.weights, src, *torch_logits(model, src, build))
@@ -508,7 +532,12 @@ def test_qkv_placeholder_in_a_key_pattern(tmp_path):
                                   final_norm=True, tie_embeddings=True, output_bias=False)
     text = """[config]
 num_heads = 2
+activation = "relu"
 norm_first = true
+layer_norm_eps = 1e-5
+scale_embedding = true
+pad_id = 0
+position_offset = 0
 tie_embeddings = true
 [weights]
 "tok.weight" = "tgt_embed.embedding"

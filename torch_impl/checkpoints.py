@@ -124,15 +124,20 @@ def is_project_file(obj: Any) -> bool:
     return isinstance(obj, Mapping) and obj.get("format") == FORMAT_TAG
 
 
-def _numpy_state(state: Mapping[str, Any], path: Path | str, consume: bool = False) -> dict[str, np.ndarray]:
+def _numpy_state(state: Mapping[str, Any], path: Path | str, consume: bool = False,
+                 integers: bool = False) -> dict[str, np.ndarray]:
     """Tensors -> NumPy arrays (sharing memory); `consume=True` empties `state` (a dict) as it goes, so that the
-    arrays are the only owners of the weights."""
+    arrays are the only owners of the weights. `integers=True` keeps integer and boolean buffers (position ids, a
+    causal mask) for a layout to skip; otherwise they are refused."""
     out = {}
     for key in list(state):
         value = state.pop(key) if consume else state[key]
         if not isinstance(value, torch.Tensor):
             raise ValueError(f"{path}: entry {key!r} is a {type(value).__name__}, expected a tensor")
         _check_tensor(value, path)
+        if integers and not value.is_floating_point() and not value.is_complex():
+            out[key] = value.detach().cpu().numpy()
+            continue
         if not value.is_floating_point():
             raise ValueError(f"{path}: entry {key!r} has dtype {value.dtype}, expected a floating dtype")
         if value.dtype == torch.bfloat16:
@@ -199,11 +204,42 @@ def load_torch_impl_state(state: Mapping[str, Any], path: str | os.PathLike, con
 
 # --- any state dict ----------------------------------------------------------------------------------------------
 
+LIGHTNING_VERSION = "pytorch-lightning_version"  # a key every PyTorch Lightning .ckpt has
+
+
+def is_lightning_checkpoint(obj: Any) -> bool:
+    """A PyTorch Lightning `.ckpt`: `{"state_dict": ..., "hyper_parameters": ..., "epoch": ..., ...}`."""
+    return isinstance(obj, Mapping) and isinstance(obj.get("state_dict"), Mapping) and (
+        LIGHTNING_VERSION in obj or "hyper_parameters" in obj)
+
+
+def lightning_parts(obj: Mapping[str, Any], path: str | os.PathLike) -> tuple[dict[str, Any] | None, str]:
+    """`(hyper_parameters or None, a note)` of a Lightning checkpoint. Its state dict's keys keep the
+    LightningModule's attribute prefixes (`model.encoder...`): a layout names them, nothing strips them."""
+    hparams = obj.get("hyper_parameters")
+    if hparams is not None and not isinstance(hparams, Mapping):
+        raise ValueError(f"{path}: hyper_parameters is a {type(hparams).__name__}, expected a dict")
+    version = obj.get(LIGHTNING_VERSION)
+    about = ", ".join(x for x in (f"pytorch-lightning {version}" if version else "",
+                                  f"epoch {obj['epoch']}" if "epoch" in obj else "") if x)
+    note = (f"read a PyTorch Lightning checkpoint ({about or 'no version recorded'}): its state_dict"
+            + (f"; hyper_parameters has {len(hparams)} key(s), read only where named (\"hparam:KEY\")"
+               if hparams else ""))
+    return (dict(hparams) if hparams is not None else None), note
+
+
 def unwrap_state_dict(obj: Any, path: str | os.PathLike) -> tuple[Mapping[str, Any], str | None]:
-    """The tensor dict inside a loaded object: the object itself, or a lone nested dict such as
-    `{"model_state_dict": ..., "epoch": 3}`. Returns `(state, key it was under or None)`."""
+    """The tensor dict inside a loaded object: the object itself, a Lightning checkpoint's `state_dict`, or a lone
+    nested dict such as `{"model_state_dict": ..., "epoch": 3}`. Returns `(state, key it was under or None)`."""
     if not isinstance(obj, Mapping):
         raise ValueError(f"{path} holds a {type(obj).__name__}, expected a state dict")
+    if is_lightning_checkpoint(obj):
+        state = obj["state_dict"]
+        bad = [k for k, v in state.items() if not isinstance(v, torch.Tensor)]
+        if bad or not state:
+            raise ValueError(f"{path}: a Lightning checkpoint whose state_dict " + (
+                f"holds non-tensor entries {bad[:4]}" if bad else "is empty"))
+        return state, "state_dict"
     if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
         return obj, None
     nested = [k for k, v in obj.items() if isinstance(v, Mapping) and v

@@ -223,8 +223,9 @@ examples:
   transformer-parity convert base.safetensors base.pt                 # canonical -> PyTorch
   transformer-parity convert base.pt base.weights.h5                   # PyTorch -> Keras weights
   transformer-parity convert base.weights.h5 back.safetensors --force  # overwrite an existing file
-  # a model built around torch.nn.Transformer (e.g. PyTorch's translation tutorial), heads given explicitly:
-  transformer-parity convert seq2seq.pt seq2seq.safetensors --from nn-transformer --set num_heads=8
+  # a model built around torch.nn.Transformer (e.g. PyTorch's translation tutorial): what its weights cannot tell
+  # (num_heads, activation, norm_first, layer_norm_eps, scale_embedding, pad_id) given in a JSON file:
+  transformer-parity convert seq2seq.pt seq2seq.safetensors --from nn-transformer --config tutorial.json
   # canonical -> the tutorial's own state-dict layout (loads with model.load_state_dict):
   transformer-parity convert model.safetensors tutorial.pt --to nn-transformer
   # a Hugging Face model directory (save_pretrained's config.json + weights) to Keras, and back:
@@ -249,7 +250,7 @@ def cmd_convert(args) -> int:
     start = time.perf_counter()
     size = formats.source_size(in_path)
     with _Bytes(args, f"reading {in_path.name}", size) as bar:
-        loaded = formats.load(in_path, _input_format(args), fields, bar.advance)
+        loaded = formats.load(in_path, _input_format(args), fields, bar.advance, allow_drop=args.allow_drop)
         bar.describe(f"writing {out_path.name}", loaded.nbytes)
         size_text = _size(loaded.weights)
         if getattr(args, "to_layout", None):
@@ -265,6 +266,12 @@ def cmd_convert(args) -> int:
         _console(args).print(f"converted {in_path} ({loaded.format}) -> {path} ({fmt}), {size_text}, "
                              f"in {time.perf_counter() - start:.1f} s", markup=False)
     return 0
+
+
+def _add_allow_drop(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-drop", metavar="NAME", action="append", default=[], dest="allow_drop",
+                        help="let a layout's `ignore` leave out this float tensor although it holds nonzero values "
+                             "(repeatable; a key, or a pattern with {i}); what is dropped is listed")
 
 
 def _input_format(args) -> str | None:
@@ -289,7 +296,7 @@ examples:
   transformer-parity verify model.safetensors quantised.pt --outputs-only   # weights differ on purpose
   transformer-parity verify model.pt model.weights.h5 --json report.json
   transformer-parity verify model.pt --backends torch --dtype float64 --batch 4 --src-len 64 --tgt-len 48
-  transformer-parity verify seq2seq.pt --set num_heads=8     # config-less files take --set/--config
+  transformer-parity verify seq2seq.pt --config tutorial.json   # config-less files take --set/--config
   transformer-parity verify model.safetensors --dtype bfloat16 [--autocast]   # a bfloat16 port
 
 The first checkpoint is the reference: the judge is the NumPy reference in float64 on its weights. Each sublayer's
@@ -304,6 +311,7 @@ exit status: 0 all within tolerance (and the weights the same), 1 a weight or an
 def cmd_verify(args) -> int:
     from . import report as rep
     from . import verify
+    from .formats import allowing_drops
 
     fields = parse_fields(args.config, args.sets)
     if args.json and args.json != "-":
@@ -338,11 +346,12 @@ def cmd_verify(args) -> int:
             status.update(f"running {step}" if not step.startswith(("reading", "seeding")) else step)
 
     try:
-        result = verify.run(args.checkpoints, preset=args.preset, fields=fields, backends=backends,
-                            formats=declared or None,
-                            dtype=args.dtype, batch=args.batch, src_len=args.src_len, tgt_len=args.tgt_len,
-                            seed=args.seed, progress=progress, outputs_only=args.outputs_only,
-                            autocast=args.autocast)
+        with allowing_drops(args.allow_drop):  # the loads verify.run makes take --allow-drop
+            result = verify.run(args.checkpoints, preset=args.preset, fields=fields, backends=backends,
+                                formats=declared or None,
+                                dtype=args.dtype, batch=args.batch, src_len=args.src_len, tgt_len=args.tgt_len,
+                                seed=args.seed, progress=progress, outputs_only=args.outputs_only,
+                                autocast=args.autocast)
     finally:
         if status is not None:
             status.stop()
@@ -368,12 +377,14 @@ def cmd_verify(args) -> int:
 LAYOUT_EXAMPLES = """\
 examples:
   transformer-parity layout --scaffold model.pt > my_layout.toml       # every key listed, the guessable ones guessed
+  transformer-parity layout --scaffold epoch=3.ckpt > my_layout.toml   # a PyTorch Lightning checkpoint
   transformer-parity layout --scaffold model.weights.h5 > my_layout.toml
   transformer-parity convert --layout my_layout.toml model.pt model.safetensors
   transformer-parity verify --layout my_layout.toml model.pt
 
 A layout file describes a model this tool does not know: its [config] (what the weights cannot tell, such as
-num_heads) and its [weights] ("your name" = "canonical name [transform]", {i} for the layer). See docs/layouts.md.
+num_heads: each "?" of the scaffold must be replaced) and its [weights] ("your name" = "canonical name
+[transform]", {i} for the layer). See docs/layouts.md.
 """
 
 
@@ -434,6 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to-layout", metavar="FILE.toml", help="write OUT under the names of a layout file, for your own "
                    "model's load_state_dict / load_weights (.pt, .safetensors or .weights.h5)")
     _add_config_options(p)
+    _add_allow_drop(p)
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.set_defaults(func=cmd_convert)
 
@@ -467,6 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--outputs-only", action="store_true",
                    help="with two or more checkpoints, skip the weight-by-weight comparison that runs first (for "
                         "ports whose weights differ on purpose, e.g. quantised)")
+    _add_allow_drop(p)
     p.add_argument("--json", metavar="PATH", help="also write a machine-readable report ('-': stdout only)")
     p.add_argument("--force", action="store_true", help="overwrite the --json file if it exists")
     p.set_defaults(func=cmd_verify)

@@ -8,11 +8,16 @@ file of theirs is read or written.
 |------------------|-----------------------|-------------------------------------------|---------|
 | `canonical`      | `.safetensors`        | canonical names, config in the metadata    | numpy   |
 | `torch`          | `.pt`, `.pth`         | torch_impl state dict + config (zip)       | torch   |
-| `nn-transformer` | `.pt`, `.pth`, `.bin` | a model around `torch.nn.Transformer`      | torch   |
+| `nn-transformer` | `.pt`, `.pth`, `.bin`, `.ckpt` | a model around `torch.nn.Transformer` | torch |
 | `keras`          | `.weights.h5`, `.h5`  | tf_impl `save_weights` layout + config     | keras   |
 | `hf`             | a directory           | Hugging Face `save_pretrained` model dir   | torch   |
 | `kerashub`       | a directory           | KerasHub `save_to_preset` (GPT-2, BERT)    | keras   |
 | `kerashub-seq2seq` | `.weights.h5`       | keras.io's English-to-Spanish KerasHub model | keras |
+
+A PyTorch Lightning `.ckpt` is read like any PyTorch file (`weights_only=True`): its `state_dict`, with
+`hyper_parameters` available where something names a key (`layouts.hparams`). A table's `ignore` entry drops a float
+tensor with a nonzero value only when the user names it (`allow_drop`, the CLI's `--allow-drop`); `Loaded.dropped`
+lists what was dropped so.
 
 `hf` is a directory (`config.json` + `model.safetensors`, shards with an index, or `pytorch_model.bin`) of one of
 the families in `layouts.HF_LAYOUTS`, told apart by config.json's `model_type`; `hf-gpt2`, `hf-bert`,
@@ -24,13 +29,14 @@ one module each.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import signal
 import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -38,13 +44,14 @@ import reference_numpy as rn
 
 from .errors import UsageError
 from .layouts import HF_LAYOUTS
+from .layouts.table import Drops
 
 HF_FORMATS = ("hf", *HF_LAYOUTS)  # model directories
 FORMATS = ("canonical", "torch", "nn-transformer", "keras", *HF_FORMATS)
 FRAMEWORK = {"canonical": "numpy", "torch": "torch", "nn-transformer": "torch", "keras": "keras",
              **{name: "torch" for name in HF_FORMATS}}
 EXTENSIONS = {".safetensors": "canonical", ".pt": "torch", ".pth": "torch", ".bin": "nn-transformer",
-              ".weights.h5": "keras", ".h5": "keras"}
+              ".ckpt": "torch", ".weights.h5": "keras", ".h5": "keras"}  # .ckpt: a PyTorch Lightning checkpoint
 # What the first bytes say: the container, which may hold more than one of our formats.
 CONTENT_FORMATS = {"safetensors": ("canonical",), "zip": ("torch", "nn-transformer"),
                    "pickle": ("torch", "nn-transformer"), "hdf5": ("keras",)}
@@ -73,7 +80,8 @@ class Loaded:
     format: str
     config: rn.TransformerConfig
     weights: dict[str, np.ndarray]
-    notes: list[str] = field(default_factory=list)  # guesses and assumptions worth telling the user
+    notes: list[str] = field(default_factory=list)  # what was read from where, worth telling the user
+    dropped: list[str] = field(default_factory=list)  # nonzero tensors left out because --allow-drop named them
 
     @property
     def framework(self) -> str:
@@ -158,26 +166,51 @@ def detect_format(path: str | os.PathLike, declared: str | None = None) -> str:
     return CONTENT_FORMATS[content][0]
 
 
+_ALLOW_DROP: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("allow_drop", default=())
+
+
+@contextlib.contextmanager
+def allowing_drops(names: Sequence[str]) -> Iterator[None]:
+    """Within the block, `load` calls that pass no `allow_drop` take `names` (the CLI's --allow-drop, for the
+    loads that `verify.run` makes)."""
+    token = _ALLOW_DROP.set(tuple(names))
+    try:
+        yield
+    finally:
+        _ALLOW_DROP.reset(token)
+
+
 def load(path: str | os.PathLike, fmt: str | None = None, fields: Mapping[str, Any] | None = None,
-         on_tensor: OnTensor | None = None) -> Loaded:
+         on_tensor: OnTensor | None = None, allow_drop: Sequence[str] | None = None) -> Loaded:
     """Read any supported checkpoint into canonical weights.
 
     `fields` (the CLI's --config/--set) override the stored config, or supply what a file without one cannot tell;
-    the weights are validated against the result.
+    the weights are validated against the result. `allow_drop` names the float tensors with nonzero values that a
+    table's `ignore` entry may leave out (a key, or a pattern with `{i}`); any other is refused.
     """
     fields = dict(fields or {})
     path = Path(path)
+    drops = Drops(tuple(_ALLOW_DROP.get() if allow_drop is None else allow_drop))
+    loaded = _load(path, fmt, fields, on_tensor, drops)
+    loaded.dropped = list(drops.dropped)
+    loaded.notes += drops.notes
+    loaded.notes += [f"--allow-drop {name}: no tensor of that name was dropped from {path.name}"
+                     for name in drops.unused()]
+    return loaded
+
+
+def _load(path: Path, fmt: str | None, fields: dict[str, Any], on_tensor: OnTensor | None, drops: Drops) -> Loaded:
     if fmt is not None and fmt.startswith(LAYOUT_PREFIX):
-        return _load_with_layout(path, fmt[len(LAYOUT_PREFIX):], fields)
+        return _load_with_layout(path, fmt[len(LAYOUT_PREFIX):], fields, drops)
     fmt = detect_format(path, fmt)
     try:
         if fmt in ("torch", "nn-transformer"):
             with deferred_signals():  # an interrupt inside PyTorch's import aborts the process with a C++ trace
                 import torch_impl.checkpoints  # noqa: F401
         if fmt in KERASHUB_FORMATS:
-            return _load_kerashub(path, fmt, fields)
+            return _load_kerashub(path, fmt, fields, drops)
         if fmt in HF_FORMATS:
-            return _load_hf(path, fmt, fields, on_tensor)
+            return _load_hf(path, fmt, fields, on_tensor, drops)
         if fmt == "canonical":
             return _load_canonical(path, fields, on_tensor)
         if fmt in ("torch", "nn-transformer"):
@@ -190,7 +223,7 @@ def load(path: str | os.PathLike, fmt: str | None = None, fields: Mapping[str, A
         raise UsageError(f"{path} is not a readable {fmt} checkpoint: {detail}") from exc
 
 
-def _load_with_layout(path: Path, layout: str, fields: Mapping[str, Any]) -> Loaded:
+def _load_with_layout(path: Path, layout: str, fields: Mapping[str, Any], drops: Drops) -> Loaded:
     """A state dict, safetensors or `.weights.h5` file described by a user's layout file (`layouts.user`)."""
     from .layouts import user
 
@@ -200,20 +233,20 @@ def _load_with_layout(path: Path, layout: str, fields: Mapping[str, Any]) -> Loa
         raise UsageError(f"{path}: a layout file describes a PyTorch state dict, a .safetensors or a .weights.h5 "
                          "file; this one's first bytes match none of them")
     try:
-        config, weights, notes = user.import_with_layout(path, layout, fields)
+        config, weights, notes = user.import_with_layout(path, layout, fields, drops)
     except ImportError as exc:
         raise UsageError(f"reading {path} needs {exc.name}, which is not installed") from None
     return Loaded(path, LAYOUT_FORMATS[content], config, weights, notes)
 
 
-def _load_kerashub(path: Path, fmt: str, fields: Mapping[str, Any]) -> Loaded:
+def _load_kerashub(path: Path, fmt: str, fields: Mapping[str, Any], drops: Drops) -> Loaded:
     """A KerasHub preset directory, or a bare .weights.h5 of a KerasHub backbone (--from kerashub-gpt2 ...)."""
     from .layouts import kerashub_preset as kh
 
     if path.is_dir():
-        config, weights, notes, family = kh.load_preset(path, fmt, fields)
+        config, weights, notes, family = kh.load_preset(path, fmt, fields, drops)
     else:
-        config, weights, notes, family = kh.load_weights_file(path, fmt, fields)
+        config, weights, notes, family = kh.load_weights_file(path, fmt, fields, drops)
     return Loaded(path, family, config, weights, notes)
 
 
@@ -254,19 +287,21 @@ def _load_torch(path: Path, fields: Mapping[str, Any]) -> Loaded:
     if tc.is_project_file(obj):
         config, weights = tc.load_pt(obj, path, fields)
         return Loaded(path, "torch", config, weights)
+    hparams, lightning = tc.lightning_parts(obj, path) if tc.is_lightning_checkpoint(obj) else (None, None)
     state, wrapper = tc.unwrap_state_dict(obj, path)
     if nn.looks_like_nn_transformer(state):
         config, weights, notes = nn.import_nn_transformer(state, path, fields, stored=nn.stored_nn_config(state),
-                                                          consume=True)
+                                                          consume=True, hparams=hparams)
         if wrapper:
-            notes.insert(0, f"read the state dict under key {wrapper!r}")
+            notes.insert(0, lightning or f"read the state dict under key {wrapper!r}")
         return Loaded(path, "nn-transformer", config, weights, notes)
     if tc.looks_like_torch_impl_state(state):
         config = _config_from_fields(path, fields)
         return Loaded(path, "torch", config, tc.load_torch_impl_state(state, path, config))
     raise UsageError(f"{path} is a PyTorch file but neither a transformer-parity checkpoint, a torch_impl state "
                      "dict, nor a model built around torch.nn.Transformer (no key ending in "
-                     "'layers.0.self_attn.in_proj_weight')")
+                     "'layers.0.self_attn.in_proj_weight'); a model of your own ports with a layout file: "
+                     f"transformer-parity layout --scaffold {path.name} > layout.toml, then --layout layout.toml")
 
 
 def _directory_format(path: Path, declared: str | None) -> str:
@@ -285,10 +320,10 @@ def _directory_format(path: Path, declared: str | None) -> str:
     return declared or "hf"
 
 
-def _load_hf(path: Path, fmt: str, fields: Mapping[str, Any], on_tensor: OnTensor | None) -> Loaded:
+def _load_hf(path: Path, fmt: str, fields: Mapping[str, Any], on_tensor: OnTensor | None, drops: Drops) -> Loaded:
     from .layouts import hf
 
-    config, weights, notes, family = hf.load_dir(path, fmt, fields, on_tensor)
+    config, weights, notes, family = hf.load_dir(path, fmt, fields, on_tensor, drops)
     return Loaded(path, family, config, weights, notes + _widened_notes(sorted(path.glob("*.safetensors"))))
 
 

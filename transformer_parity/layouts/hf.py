@@ -82,9 +82,10 @@ def family_for(hf: Mapping[str, Any], path: str | os.PathLike, declared: str | N
 
 
 def load_dir(path: str | os.PathLike, declared: str | None = None, fields: Mapping[str, Any] | None = None,
-             on_tensor=None) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str], str]:
+             on_tensor=None, drops=None) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str], str]:
     """`(config, canonical weights, notes, format name)` of a model directory. `fields` (--set/--config) override
-    the mapped config; the weights are checked against the result."""
+    the mapped config; the weights are checked against the result; `drops` (`table.Drops`) names the nonzero
+    tensors the table's `ignore` entries may leave out."""
     path = Path(path)
     hf = hf_dir.read_config(path)
     family = family_for(hf, path, declared)
@@ -101,7 +102,7 @@ def load_dir(path: str | os.PathLike, declared: str | None = None, fields: Mappi
     if renamed:
         notes.append(f"renamed {renamed} LayerNorm gamma/beta entries to weight/bias (an older transformers' names)")
     dropped = sorted(k for k in state if any(t == "ignore" and _regex(e).fullmatch(k) for _, e, t in table))
-    weights = import_state(config, state, table, source=str(path), consume=True)
+    weights = import_state(config, state, table, source=str(path), consume=True, drops=drops)
     notes.insert(0, f"read {arch} ({family.NAME}) from {', '.join(f.name for f in files)}")
     if dropped:
         notes.append(f"left out {len(dropped)} tensor(s) that are not parameters of {arch}: "

@@ -37,7 +37,7 @@ BACKBONE = [
     ("decoder.layers.{i}.norm3.beta",                  "h.{i}.ln_2.bias",                 "identity"),
     ("decoder.final_norm.gamma",                       "ln_f.weight",                     "identity"),
     ("decoder.final_norm.beta",                        "ln_f.bias",                       "identity"),
-    ("-",                                              "h.{i}.attn.bias",                 "ignore"),  # causal mask
+    ("-",                                              "h.{i}.attn.bias",                 "causal_mask"),
     ("-",                                              "h.{i}.attn.masked_bias",          "ignore"),  # (old files)
 ]
 HEAD = [

@@ -114,8 +114,8 @@ def _read_weights(path: Path, table, task: bool) -> dict[str, np.ndarray]:
     return state
 
 
-def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Mapping[str, Any] | None = None
-                ) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str], str]:
+def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Mapping[str, Any] | None = None,
+                drops=None) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str], str]:
     """`(config, canonical weights, notes, format name)` of a preset directory; `fields` (--set/--config) override
     the mapped config."""
     path = Path(path)
@@ -135,13 +135,13 @@ def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Ma
         raise ValueError(f"{path}: {exc}") from None
     table = module.table(config)
     state = _read_weights(path, table, task is not None)
-    weights = import_state(config, state, table, source=str(path), consume=True)
+    weights = import_state(config, state, table, source=str(path), consume=True, drops=drops)
     notes.insert(0, f"read KerasHub {task or module.BACKBONE} ({module.NAME}) from {path.name}")
     return config, weights, notes, module.NAME
 
 
-def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[str, Any] | None = None
-                      ) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str], str]:
+def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[str, Any] | None = None,
+                      drops=None) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str], str]:
     """A bare `.weights.h5` of a KerasHub backbone (`declared` names the family: kerashub-gpt2, ...): the config is
     read off the weights (layer count, widths, heads from the einsum kernels) with `fields` on top."""
     from . import user
@@ -160,7 +160,7 @@ def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[st
                 **(module.TASK_FIELDS[task] if task else {}), **dict(fields or {})}
     config, notes = user.infer_config(shapes, inferred, source=f"{path} ({declared})")
     weights = import_state(config, state, module.table(config) if task else layout.table, source=str(path),
-                           consume=True)
+                           consume=True, drops=drops)
     notes.insert(0, f"read a KerasHub {task or module.BACKBONE or 'model'} .weights.h5 ({declared}); config read off "
                     "the weights")
     notes += getattr(module, "NOTES", [])

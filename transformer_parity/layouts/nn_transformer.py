@@ -9,12 +9,13 @@ the prefixes are the model author's choice); the one layout change it needs beyo
 `nn.MultiheadAttention` packs q, k and v into one `in_proj_weight` of shape `(3 * D, D)`, which `split_in_proj` /
 `fuse_in_proj` cut into and join from three `(D, D)` entries named `...in_proj_weight:q` etc.
 
-What such weights cannot tell (heads, activation, norm placement, epsilon, embedding scale, padding id) comes from
-`fields` (the CLI's `--set` / `--config`); whatever is neither given nor inferred takes `nn.Transformer`'s and the
-tutorials' values and is listed in the returned notes. A file this module exports carries its config in the state
-dict's `_metadata`, which `load_state_dict` ignores, so it loads into the tutorial's model as it is and re-imports
-losslessly. Reading the `.pt` file itself (`torch.load(weights_only=True)`) is `torch_impl.checkpoints`; PyTorch is
-imported only when tensors are converted or a file is written.
+What such weights cannot tell (heads, activation, norm placement, epsilon, embedding scale, padding id, and without
+a positional table its kind and length: `UNSTATED`) must be stated: by `fields` (the CLI's `--set` / `--config`), by
+a config this module stored in the file, or by a key of a Lightning checkpoint's `hyper_parameters` spelled exactly
+as the field (`layouts.hparams`); otherwise the import is refused, naming every missing setting. A file this module
+exports carries its config in the state dict's `_metadata`, which `load_state_dict` ignores, so it loads into the
+tutorial's model as it is and re-imports losslessly. Reading the `.pt` file itself (`torch.load(weights_only=True)`)
+is `torch_impl.checkpoints`; PyTorch is imported only when tensors are converted or a file is written.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 from collections import OrderedDict
+from pathlib import Path
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -29,6 +31,9 @@ import numpy as np
 
 import reference_numpy as rn
 from reference_numpy import IDENTITY, TRANSPOSE, Rule, Transform, TransformerConfig
+
+from . import hparams as hp
+from .table import classify_sinusoid, sinusoid_mismatch
 
 if TYPE_CHECKING:
     import torch
@@ -38,9 +43,13 @@ NAME = "nn-transformer"
 NN_METADATA_KEY = "transformer_parity_config"  # in state_dict._metadata[""] of files we export
 TUTORIAL_MAX_LEN = 5000  # the tutorials' PositionalEncoding default `maxlen`
 
-# nn.Transformer's and the tutorials' values for what weights cannot tell.
-NN_TRANSFORMER_DEFAULTS = {"num_heads": 8, "activation": "relu", "norm_first": False, "layer_norm_eps": 1e-5,
-                           "scale_embedding": True, "dropout": 0.1, "pad_id": 0}
+# What the weights of such a model cannot tell; each must be stated (dropout need not: it does not change the
+# function in eval). Without a positional table, its kind and length (and the sinusoid layout) are unstated too.
+UNSTATED = ("num_heads", "activation", "norm_first", "layer_norm_eps", "scale_embedding", "pad_id")
+UNSTATED_WITHOUT_TABLE = ("positional", "sinusoid_layout", "max_len")
+EXAMPLES = {"num_heads": 8, "activation": "relu", "norm_first": "false", "layer_norm_eps": 1e-5,
+            "scale_embedding": "true", "pad_id": 1, "positional": "sinusoidal", "sinusoid_layout": "interleaved",
+            "max_len": 5000, "tie_embeddings": "true"}
 
 @dataclass(frozen=True)
 class NNLayout:
@@ -207,6 +216,17 @@ def detect_layout(state: Mapping[str, np.ndarray], path: str | os.PathLike = "<s
     return layout, notes
 
 
+def _unstated(layout: NNLayout, inferred: Mapping[str, Any], fields: Mapping[str, Any]) -> list[str]:
+    """The settings that neither the weights (`inferred`) nor the user (`fields`) give."""
+    names = list(UNSTATED)
+    if layout.positions is None:
+        names += [n for n in UNSTATED_WITHOUT_TABLE
+                  if not (n == "sinusoid_layout" and fields.get("positional") == "learned")]
+    if layout.output_weight is None and "output_projection" not in fields:
+        names.append("tie_embeddings")  # no output Linear: logits through the embedding, or none at all
+    return [n for n in names if n not in inferred and n not in fields]
+
+
 def _count_layers(state: Mapping[str, Any], prefix: str | None) -> int:
     if prefix is None:
         return 0
@@ -217,24 +237,22 @@ def _count_layers(state: Mapping[str, Any], prefix: str | None) -> int:
 
 
 def _classify_positions(table: np.ndarray) -> str | None:
-    """'interleaved' or 'concatenated' if `(L, D)` matches that sinusoid table, else None (a learned table)."""
-    rows = min(table.shape[0], 256)  # far positions differ more: the tutorials compute angles in float32
-    for layout in rn.config.SINUSOID_LAYOUTS:
-        expected = rn.sinusoidal_positions(rows, table.shape[1], layout)
-        if np.allclose(table[:rows], expected, rtol=0, atol=1e-4):
-            return layout
-    return None
+    """'interleaved' or 'concatenated' if `(L, D)` is that sinusoid table within float32 rounding (the tutorials
+    build it in float32), else None (a learned table)."""
+    return classify_sinusoid(table)
 
 
 def import_nn_transformer(state: Mapping[str, Any], path: str | os.PathLike = "<state dict>",
                           fields: Mapping[str, Any] | None = None,
-                          stored: TransformerConfig | None = None, consume: bool = False
+                          stored: TransformerConfig | None = None, consume: bool = False,
+                          hparams: Mapping[str, Any] | None = None
                           ) -> tuple[TransformerConfig, dict[str, np.ndarray], list[str]]:
     """Canonical `(config, weights, notes)` from an nn.Transformer-based state dict (tensors or arrays).
 
-    The config is, in increasing precedence: nn.Transformer's defaults, a config this module stored in the file
-    (`stored`), what the weights show (sizes, depths, biases, final norms, tied output, positional table), and
-    `fields` given by the user. The notes name every default that was assumed.
+    The config is, in increasing precedence: a config this module stored in the file (`stored`), the keys of a
+    Lightning checkpoint's `hparams` named exactly as an unstated field, what the weights show (sizes, depths,
+    biases, final norms, output layer, positional table), and `fields` given by the user. A setting the weights
+    cannot tell (`UNSTATED`) that none of them gives is refused: one `ValueError` naming all of them.
     `consume=True` empties `state` (a dict) as it goes.
     """
     import torch
@@ -256,8 +274,9 @@ def import_nn_transformer(state: Mapping[str, Any], path: str | os.PathLike = "<
         "src_vocab_size": arrays[layout.src_embed].shape[0],
         "final_norm": f"{enc}norm.weight" in arrays,
         "bias": f"{enc}layers.0.self_attn.in_proj_bias" in arrays,
-        "tie_embeddings": layout.output_weight is None,
     }
+    if layout.output_weight is not None:
+        inferred["tie_embeddings"] = False
     if dec is not None and (f"{dec}norm.weight" in arrays) != inferred["final_norm"]:
         raise ValueError(f"{path}: the encoder and decoder disagree on a final LayerNorm ({enc}norm, {dec}norm)")
     head = layout.output_weight or (layout.tgt_embed if dec else layout.src_embed)
@@ -268,16 +287,21 @@ def import_nn_transformer(state: Mapping[str, Any], path: str | os.PathLike = "<
             inferred["max_len"] = table.shape[0]
         kind = _classify_positions(table)
         inferred.update(positional="sinusoidal", sinusoid_layout=kind) if kind else inferred.update(positional="learned")
-    base = stored.to_dict() if stored is not None else {**rn.TransformerConfig().to_dict(), **NN_TRANSFORMER_DEFAULTS}
+    base = stored.to_dict() if stored is not None else rn.TransformerConfig().to_dict()
     if stored is None:
-        base.update(positional="sinusoidal", sinusoid_layout="interleaved", max_len=TUTORIAL_MAX_LEN)
+        unstated = _unstated(layout, inferred, fields)
+        found, ambiguous = hp.by_field_name(hparams, unstated)
+        for name, (value, key) in found.items():
+            notes.append(f"{name}={value!r} read from the checkpoint's hyper_parameters[{key!r}]")
+            base[name] = value
+        missing = [name for name in unstated if name not in found]
+        if missing:
+            example = f"{missing[0]}={EXAMPLES[missing[0]]}"
+            also = f"; hyper_parameters name some ambiguously: {', '.join(ambiguous)}" if ambiguous else ""
+            raise ValueError(f"{Path(path).name} (nn-transformer) does not say {', '.join(missing)}: give them with "
+                             f"--set FIELD=VALUE (e.g. --set {example}) or --config FILE.json (the values of the "
+                             f"model's constructor; pad_id: its padding token, or none){also}")
     config_dict = {**base, **inferred, **fields}
-    if stored is None:
-        assumed = {k: v for k, v in base.items() if k not in inferred and k not in fields
-                   and k in (*NN_TRANSFORMER_DEFAULTS, "positional", "sinusoid_layout", "max_len")}
-        if assumed:
-            notes.append("not in the weights, assumed (override with --set): "
-                         + ", ".join(f"{k}={v}" for k, v in assumed.items()))
     try:
         config = TransformerConfig.from_dict(config_dict)
     except (TypeError, ValueError) as exc:
@@ -291,6 +315,10 @@ def import_nn_transformer(state: Mapping[str, Any], path: str | os.PathLike = "<
         arrays["<zero output bias>"] = np.zeros(inferred["tgt_vocab_size"], arrays[head].dtype)
         layout = NNLayout(**{**layout.__dict__, "output_bias": "<zero output bias>"})
     if layout.positions is not None and config.positional == "sinusoidal":
+        problem = sinusoid_mismatch(arrays[layout.positions].reshape(-1, d_model), config.sinusoid_layout)
+        if problem:  # a learned table, or the other layout: dropping it would change the model
+            raise ValueError(f"{path}: {layout.positions} is not the sinusoid table of positional=sinusoidal, "
+                             f"sinusoid_layout={config.sinusoid_layout}: {problem}")
         arrays.pop(layout.positions)  # a fixed table: recomputed exactly, not a parameter
         layout = NNLayout(**{**layout.__dict__, "positions": None})
     shape = arrays[layout.positions].shape if layout.positions else None

@@ -3,9 +3,13 @@
 A layout file is the declarative table of `layouts.table` read from a file, plus the config fields the weights
 cannot tell::
 
-    [config]                      # TransformerConfig fields the weights cannot tell
-    num_heads = 4
+    [config]                      # TransformerConfig fields the weights cannot tell: each must be stated
+    num_heads = 4                 # or "hparam:model_kwargs.num_heads" (a Lightning .ckpt's hyper_parameters)
+    activation = "relu"
+    norm_first = false
     layer_norm_eps = 1e-6
+    scale_embedding = true
+    pad_id = 0                    # or "none": no padding token
 
     [weights]                     # "your name" = "canonical name [transform]"; {i} is the layer index
     "embed.weight"                  = "src_embed.embedding"
@@ -13,11 +17,15 @@ cannot tell::
     "layers.{i}.attn.qkv_proj.weight" = "encoder.layers.{i}.self_attn.{qkv}.kernel fused_qkv_heads_t"
     "pos.pe"                        = "- sinusoid"
 
-The transform is one of `layouts.table.TRANSFORMS` (identity when left out). Everything else is read from the
-weights: the layer counts from the `{i}` that occur, d_model, the vocabularies, d_ff, learned positions and their
-length, which norms, biases and heads exist. Every key of the file must be matched by exactly one pattern, every
-pattern must match some key (but the optional `tied`, `sinusoid` and `ignore` entries, which describe what a file
-may or may not hold), and every shape must be the one the config implies; each failure names the key.
+The transform is one of `layouts.table.TRANSFORMS` (identity when left out). What the weights tell is read from
+them: the layer counts from the `{i}` that occur, d_model, the vocabularies, d_ff, learned positions and their
+length, a sinusoid table's layout and length, which norms, biases and heads exist. What they cannot tell
+(`UNSTATED`, and `unstated` for the settings that depend on the weights) must be stated in `[config]` or on the
+command line, or the import is refused with one line naming every missing field. Every key of the file must be
+matched by exactly one pattern, every pattern must match some key (but the optional `tied`, `sinusoid`,
+`causal_mask` and `ignore` entries, which describe what a file may or may not hold), and every shape must be the one
+the config implies; each failure names the key. `ignore` drops a float tensor with a nonzero value only when the user
+names it (`table.Drops`, `--allow-drop`).
 
 `.weights.h5` files are read through the hardened HDF5 checks of `tf_impl.checkpoints` (`read_keras_h5`); their
 dataset paths are the names (`enc_layers/encoder_layer_1/mha/wq/vars/0`), with Keras's unnumbered first layer of a
@@ -41,10 +49,16 @@ import numpy as np
 import reference_numpy as rn
 from reference_numpy.schema import preview
 
-from .table import CHECKED, FUSED, TRANSFORMS, Entry, check_table, import_state
+from . import hparams as hp
+from .table import (CHECKED, FUSED, TRANSFORMS, Drops, Entry, check_table, classify_sinusoid, import_state,
+                    sinusoid_mismatch, sinusoid_rows)
 
 SECTIONS = ("config", "weights")
-OPTIONAL = CHECKED  # tied / sinusoid / ignore: matched keys that are checked or skipped, not parameters
+OPTIONAL = CHECKED  # tied / sinusoid / causal_mask / ignore: matched keys that are checked or skipped
+# What no model's weights tell, so every layout states it ([config], --set or --config). `unstated` adds those that
+# depend on what the weights hold (no positional table: its kind and length; ...).
+UNSTATED = ("num_heads", "activation", "norm_first", "layer_norm_eps", "scale_embedding", "pad_id")
+NONE = "none"  # TOML has no null: "none" in [config] is None (pad_id = "none": no padding token)
 
 
 @dataclass
@@ -84,6 +98,12 @@ def parse(text: str, path: str | os.PathLike = "<layout>") -> Layout:
     bad = sorted(set(config) - known)
     if bad:
         raise ValueError(f"{path}: [config] has unknown field(s) {bad}; fields are {', '.join(sorted(known))}")
+    unfilled = [name for name, value in config.items() if value == UNMAPPED]
+    if unfilled:
+        raise ValueError(f"{path}:{_line_of(text, unfilled[0])}: [config] {', '.join(unfilled)} still "
+                         f"\"{UNMAPPED}\" (from the scaffold): give each its value, as the model's code has it")
+    config = {name: None if isinstance(value, str) and value.lower() == NONE else value
+              for name, value in config.items()}
     if not isinstance(weights, dict) or not weights:
         raise ValueError(f"{path}: a layout file needs a [weights] table: \"your name\" = \"canonical name "
                          "[transform]\"")
@@ -96,7 +116,8 @@ def parse(text: str, path: str | os.PathLike = "<layout>") -> Layout:
         canonical, transform = (value.split() + ["identity"])[:2]
         if canonical == UNMAPPED:
             raise ValueError(f"{path}:{_line_of(text, external)}: [weights] {external!r} is not mapped yet (\"?\" "
-                             "from the scaffold); give its canonical name, or \"- ignore\" for a buffer")
+                             "from the scaffold); give its canonical name, or \"- ignore\" for a buffer that is no "
+                             "parameter (a nonzero float tensor also needs --allow-drop NAME)")
         if transform not in TRANSFORMS:
             raise ValueError(f"{path}: [weights] {external!r}: unknown transform {transform!r}; choose one of "
                              f"{', '.join(TRANSFORMS)}")
@@ -216,9 +237,11 @@ def heads_from(layout: Layout, state: Mapping[str, np.ndarray], matched: Mapping
 
 
 def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any], sinusoid_rows=(),
-                 source: str = "<layout>") -> tuple[rn.TransformerConfig, list[str]]:
-    """`(config, notes)`: the config the canonical shapes imply (and the rows of any sinusoid table the file
-    holds), with `fields` (the layout's [config], then --set) on top; the notes say what was assumed."""
+                 source: str = "<layout>", sinusoid_layout: str | None = None, refuse_unstated: bool = False
+                 ) -> tuple[rn.TransformerConfig, list[str]]:
+    """`(config, notes)`: the config the canonical shapes imply (and the rows and layout of any sinusoid table the
+    file holds), with `fields` (the layout's [config], then --set) on top. `refuse_unstated=True`: a setting the
+    weights cannot tell (`unstated`) that `fields` does not give is refused, one line naming all of them."""
     inferred: dict[str, Any] = {}
     notes = []
 
@@ -239,7 +262,7 @@ def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any
     elif "output.bias" in shapes:
         inferred["tgt_vocab_size"] = shapes["output.bias"][0]
         inferred["tie_embeddings"] = True
-    else:
+    elif "tie_embeddings" not in fields or not fields["tie_embeddings"]:
         inferred["output_projection"] = False
     if not inferred["num_decoder_layers"] and "tgt_vocab_size" not in inferred and "src_vocab_size" in inferred:
         inferred["tgt_vocab_size"] = inferred["src_vocab_size"]
@@ -254,13 +277,17 @@ def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any
     positions = [s[0] for n, s in shapes.items() if n.endswith("_pos.embedding")]
     if positions:
         inferred["positional"] = "learned"
-        inferred["max_len"] = positions[0] - int(fields.get("position_offset", 0))
+        if "position_offset" in fields:
+            inferred["max_len"] = positions[0] - int(fields["position_offset"] or 0)
     elif sinusoid_rows:
+        inferred["positional"] = "sinusoidal"
         inferred["max_len"] = max(sinusoid_rows)  # the longest sinusoid table the file holds
-    elif "max_len" not in fields:
+        if sinusoid_layout is not None:
+            inferred["sinusoid_layout"] = sinusoid_layout
+    elif "max_len" not in fields and not refuse_unstated:
         notes.append(f"the weights do not tell max_len (no position table): {rn.TransformerConfig().max_len} "
                      "assumed; longer inputs need --set max_len=N")
-    if inferred.get("output_projection") is False and "output_projection" not in fields:
+    if inferred.get("output_projection") is False and "output_projection" not in fields and not refuse_unstated:
         notes.append("no output layer in the weights: read as a bare backbone returning hidden states")
     inferred["final_norm"] = any(n.endswith("final_norm.gamma") for n in shapes)
     inferred["bias"] = any(n.endswith("self_attn.q.bias") for n in shapes)
@@ -268,9 +295,18 @@ def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any
     inferred["embed_norm"] = any(n.endswith("_embed_norm.gamma") for n in shapes)
     inferred["head_transform"] = "head.dense.kernel" in shapes
     inferred["pooler"] = "pooler.kernel" in shapes
+    if refuse_unstated:
+        missing = unstated(inferred, fields)
+        if missing:
+            example = f"{missing[0]} = {_toml_value(EXAMPLES.get(missing[0], 0))}"
+            raise ValueError(f"{source}: the weights do not tell {', '.join(missing)}: state them in the layout's "
+                             f"[config] (e.g. {example}) or give them with --set FIELD=VALUE, as the model's code "
+                             "has them")
     if "num_heads" not in fields:
         raise ValueError(f"{source}: num_heads is not in the layout's [config] (the weights cannot tell it); add "
                          "num_heads = N")
+    if positions and "max_len" not in inferred:
+        inferred["max_len"] = positions[0] - int(fields.get("position_offset") or 0)
     values = {**inferred, **fields}
     if values.get("tie_embeddings") and "output_projection" not in fields:
         values["output_projection"] = True  # a tied head has no kernel of its own
@@ -280,11 +316,53 @@ def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any
         raise ValueError(f"{source}: the layout and the weights give an invalid config: {exc}") from None
 
 
+EXAMPLES = {"num_heads": 8, "activation": "relu", "norm_first": False, "layer_norm_eps": 1e-5,
+            "scale_embedding": True, "pad_id": 0, "positional": "sinusoidal", "sinusoid_layout": "interleaved",
+            "max_len": 512, "position_offset": 0, "output_projection": False, "head_activation": "gelu",
+            "head_layer_norm_eps": 1e-5}
+
+
+def unstated(inferred: Mapping[str, Any], given: Mapping[str, Any]) -> list[str]:
+    """The config fields that the weights (`inferred`) do not tell and `given` does not state.
+
+    Always `UNSTATED` (but num_heads where einsum kernels give it); without a positional table, the positions'
+    kind, length and sinusoid layout; with a learned table, `position_offset` (BART reads row p + 2); without an
+    output layer, `output_projection` (a bare backbone, or a tied head without a bias?); with a head transform, its
+    activation and epsilon."""
+    names = list(UNSTATED)
+    if "positional" not in inferred:
+        names += ["positional", "max_len"]
+        if given.get("positional") != "learned":
+            names.append("sinusoid_layout")
+    elif inferred["positional"] == "learned":
+        names.append("position_offset")
+    if inferred.get("output_projection") is False:
+        names.append("output_projection")
+    if inferred.get("head_transform"):
+        names += ["head_activation", "head_layer_norm_eps"]
+    return [n for n in names if n not in given and n not in inferred]
+
+
+def _toml_value(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else \
+        f'"{value}"' if isinstance(value, str) else str(value)
+
+
 # --- reading a checkpoint through a layout ----------------------------------------------------------------------------
 
-def read_state(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """{name: array} of a PyTorch state dict (`.pt`, `.pth`, `.bin`), a `.safetensors` file or a Keras
-    `.weights.h5` (dataset paths, see the module docstring)."""
+@dataclass
+class Checkpoint:
+    """What a layout reads: the tensors by name, a Lightning checkpoint's `hyper_parameters`, notes on both."""
+
+    state: dict[str, np.ndarray]
+    hparams: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """The tensors of a PyTorch state dict (`.pt`, `.pth`, `.bin`; a PyTorch Lightning `.ckpt`, whose
+    `hyper_parameters` come along), a `.safetensors` file or a Keras `.weights.h5` (dataset paths, see the module
+    docstring). Integer and boolean buffers are kept (a layout may `ignore` them)."""
     path = Path(path)
     from ..formats import sniff
 
@@ -292,15 +370,25 @@ def read_state(path: str | os.PathLike) -> dict[str, np.ndarray]:
     if kind in ("zip", "pickle"):
         from torch_impl import checkpoints as tc
 
-        state, _ = tc.unwrap_state_dict(tc.read_torch_file(path), path)
-        return tc._numpy_state(state, path)
+        obj = tc.read_torch_file(path)
+        hparams, notes = None, []
+        if tc.is_lightning_checkpoint(obj):
+            hparams, note = tc.lightning_parts(obj, path)
+            notes.append(note)
+        state, _ = tc.unwrap_state_dict(obj, path)
+        return Checkpoint(tc._numpy_state(state, path, integers=True), hparams, notes)
     if kind == "safetensors":
         from ..safetensors_io import read_header, read_tensors
 
-        return dict(read_tensors(read_header(path)))
+        return Checkpoint(dict(read_tensors(read_header(path))))
     if kind == "hdf5":
-        return read_keras_h5(path)
+        return Checkpoint(read_keras_h5(path))
     raise ValueError(f"{path} is not a PyTorch state dict, safetensors or HDF5 (.weights.h5) file")
+
+
+def read_state(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """{name: array} of a checkpoint (`read_checkpoint`)."""
+    return read_checkpoint(path).state
 
 
 def read_keras_h5(path: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -357,30 +445,58 @@ def keras_names(datasets: Mapping[str, np.ndarray], repeated=()) -> dict[str, np
 
 
 def import_with_layout(path: str | os.PathLike, layout_path: str | os.PathLike,
-                       fields: Mapping[str, Any] | None = None) -> tuple[rn.TransformerConfig, dict[str, np.ndarray],
-                                                                         list[str]]:
+                       fields: Mapping[str, Any] | None = None, drops: Drops | None = None
+                       ) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str]]:
     """`(config, canonical weights, notes)` of a checkpoint described by a layout file (`fields`: --set/--config,
-    over the layout's [config])."""
+    over the layout's [config]). Every setting the weights cannot tell must be stated; `drops` (`table.Drops`)
+    names the nonzero tensors that `ignore` entries may leave out."""
     layout = load(layout_path)
-    state = read_state(path)
+    checkpoint = read_checkpoint(path)
+    state, notes = checkpoint.state, list(checkpoint.notes)
+    source = f"{Path(path).name} with {layout.path.name}"
+    stated = {}
+    for name, value in layout.config.items():
+        if hp.is_reference(value):
+            value = hp.lookup(checkpoint.hparams, value, f"{layout.path}: [config] {name}")
+            notes.append(f"{name}={value!r} from the checkpoint's {layout.config[name]!r}")
+        stated[name] = value
     if repeated_layers(layout.table):
         state = keras_names(state, repeated_layers(layout.table))
     matched = match(layout, list(state))
-    sinusoid_rows = []
+    sinusoid_rows, kinds = [], {}
     for key, (_, _, transform) in matched.items():
         if transform == "sinusoid":
-            array = np.asarray(state[key])
-            while array.ndim > 2 and array.shape[0] == 1:  # a (1, max_len, d) buffer
-                array = array[0]
-            state[key] = array
-            sinusoid_rows.append(array.shape[0])
+            rows = sinusoid_rows_of(state[key], key, source)
+            state[key] = rows
+            sinusoid_rows.append(rows.shape[0])
+            kinds[key] = classify_sinusoid(rows)
+            if kinds[key] is None and "sinusoid_layout" not in {**stated, **dict(fields or {})}:
+                raise ValueError(f"{source}: {key} is mapped '- sinusoid' but is no sinusoid table the model "
+                                 f"computes: {sinusoid_mismatch(rows, 'interleaved')}; "
+                                 f"{sinusoid_mismatch(rows, 'concatenated')}; a learned table is a parameter "
+                                 "(src_pos.embedding / tgt_pos.embedding)")
+    found = sorted({k for k in kinds.values() if k is not None})
+    if len(found) > 1:
+        raise ValueError(f"{source}: the sinusoid tables differ in layout: "
+                         + ", ".join(f"{key} is {kind}" for key, kind in kinds.items()))
     shapes = canonical_shapes(layout, state, matched)
-    config, notes = infer_config(shapes, {**heads_from(layout, state, matched), **layout.config, **dict(fields or {})},
-                                 sinusoid_rows,
-                                 f"{path} with {layout.path}")
-    weights = import_state(config, state, layout.table, source=f"{path} (layout {layout.path})", consume=True)
+    config, more = infer_config(shapes, {**heads_from(layout, state, matched), **stated, **dict(fields or {})},
+                                sinusoid_rows, source, sinusoid_layout=found[0] if found else None,
+                                refuse_unstated=True)
+    notes += more
+    weights = import_state(config, state, layout.table, source=f"{path} (layout {layout.path})", consume=True,
+                           drops=drops)
     notes.insert(0, f"read {len(matched)} tensors through layout {layout.path}")
     return config, weights, notes
+
+
+def sinusoid_rows_of(array, key: str, source: str) -> np.ndarray:
+    """A `- sinusoid` buffer as `(max_len, d)` rows (`table.sinusoid_rows`), or a `ValueError` naming its shape."""
+    rows = sinusoid_rows(array)
+    if rows is None:
+        raise ValueError(f"{source}: {key} has shape {np.shape(array)}; a sinusoid table is (max_len, d_model), "
+                         "(max_len, 1, d_model) or (1, max_len, d_model)")
+    return rows
 
 
 def repeated_layers(table) -> list[str]:
@@ -426,7 +542,7 @@ def export_with_layout(path: str | os.PathLike, config: rn.TransformerConfig, we
 
     layout = load(layout_path)
     conflicts = [f"{k}={v!r} (this model has {getattr(config, k)!r})" for k, v in layout.config.items()
-                 if getattr(config, k) != v]
+                 if not hp.is_reference(v) and getattr(config, k) != v]
     if conflicts:
         raise ValueError(f"{layout.path} describes another model than this one: {', '.join(conflicts)}")
     path = Path(path)
@@ -560,50 +676,80 @@ def _guess(pattern: str, shape: tuple[int, ...], torch_style: bool, layered: boo
     return f"{name}.{'bias' if is_bias else 'kernel'}" + transpose
 
 
+SCAFFOLD_CONFIG = {  # field -> what to write in its comment
+    "num_heads": "attention heads (the weights cannot tell them)",
+    "activation": "the feed-forward activation: \"relu\", \"gelu\" (erf), \"gelu_tanh\" or \"silu\"",
+    "norm_first": "false: post-LN, norm(x + f(x)); true: pre-LN, x + f(norm(x))",
+    "layer_norm_eps": "the LayerNorm epsilon (PyTorch's default 1e-5, Keras's 1e-3)",
+    "scale_embedding": "true when token embeddings are multiplied by sqrt(d_model)",
+    "pad_id": "the padding token id whose positions attention masks, or \"none\" (no padding token)",
+    "positional": "no position table in the weights: \"sinusoidal\" (computed)",
+    "sinusoid_layout": "\"interleaved\" (sin, cos, sin, ...: the paper) or \"concatenated\" ([sin | cos])",
+    "max_len": "the longest input the model takes",
+    "position_offset": "position p reads row p + offset of the position table (0; BART: 2)",
+    "output_projection": "no output layer in the weights: false (hidden states out) or true with tie_embeddings",
+}
+
+
 def scaffold(path: str | os.PathLike) -> str:
     """A layout file for `path` listing every key (as `{i}` patterns), the guessable ones filled in and the rest
-    marked `"?"`, with each key's shape; the user checks every line and completes it."""
+    marked `"?"`, with each key's shape; `[config]` lists every setting these weights cannot tell as `"?"` (or, for
+    a Lightning checkpoint whose hyper_parameters have a key of that name, as `"hparam:KEY"`). Integer and boolean
+    buffers are `- ignore`; a float tensor is never guessed `ignore` (it may be a trained parameter)."""
     path = Path(path)
-    state = read_state(path)
+    checkpoint = read_checkpoint(path)
+    state = checkpoint.state
     from ..formats import sniff
 
     torch_style = sniff(path) != "hdf5"
     patterns: dict[str, list] = {}
     for key, value in state.items():
         pattern, index = _generalize(key, torch_style)
-        patterns.setdefault(pattern, [tuple(np.shape(value)), set()])[1].add(index)
+        floating = np.issubdtype(np.asarray(value).dtype, np.floating)
+        patterns.setdefault(pattern, [tuple(np.shape(value)), set(), floating])[1].add(index)
     ffn_index: dict = {}
-    guesses = {pattern: _guess(pattern, shape, torch_style, indices != {None}, ffn_index)
-               for pattern, (shape, indices) in patterns.items()}
+    guesses = {pattern: _guess(pattern, shape, torch_style, indices != {None}, ffn_index) if floating
+               else "- ignore" for pattern, (shape, indices, floating) in patterns.items()}
     stacks = {g.split(".layers.")[0] for g in guesses.values() if ".layers." in g}
     if stacks == {"decoder"}:
         guesses = {k: g.replace("src_", "tgt_").replace("encoder.final_norm", "decoder.final_norm")
                    for k, g in guesses.items()}  # a decoder-only model: embeddings and final norm are the decoder's
     rows = []
-    for pattern, (shape, indices) in patterns.items():
+    for pattern, (shape, indices, floating) in patterns.items():
         layered = indices != {None}
         guess = guesses[pattern]
         count = f" x{len(indices)}" if layered else ""
         hint = " (q|k|v concatenated? if interleaved per head: fused_qkv_heads...)" if "fused" in guess else ""
+        hint += "" if floating else " (an integer or boolean buffer: no parameter)"
         rows.append((pattern, guess, f"{shape}{count}{hint}"))
     width = max(len(p) for p, _, _ in rows) + 2
     guessed = sum(g != UNMAPPED for _, g, _ in rows)
     lines = [f"# Layout scaffold for {path.name}: {len(state)} tensors, {len(rows)} patterns, {guessed} guessed.",
              "# Check every line (a guess is a guess), replace each \"?\", and see docs/layouts.md for names and",
              "# transforms. Then: transformer-parity convert --layout THIS_FILE " + f"{path.name} out.safetensors",
-             "[config]",
-             "# num_heads = ?             # required: the weights cannot tell it",
-             "# norm_first = false        # true for pre-LN blocks (x + f(norm(x)))",
-             "# activation = \"relu\"       # or gelu, gelu_tanh, silu",
-             "# layer_norm_eps = 1e-5     # Keras's LayerNormalization default is 1e-3",
-             "# scale_embedding = true    # embeddings multiplied by sqrt(d_model)",
-             "# positional = \"sinusoidal\" # or learned (read from a position table)",
-             "# pad_id = 0",
-             "",
-             "[weights]"]
+             "[config]   # what the weights cannot tell: replace each \"?\" with the value in the model's code"]
+    found, _ = hp.by_field_name(checkpoint.hparams, SCAFFOLD_CONFIG)
+    for name in _scaffold_fields(list(guesses.values())):
+        value, comment = f'"{UNMAPPED}"', SCAFFOLD_CONFIG[name]
+        if name in found:
+            value, comment = f'"{hp.PREFIX}{found[name][1]}"', f"= {found[name][0]!r} in hyper_parameters: {comment}"
+        lines.append(f"{name + ' = ' + value:<24} # {comment}")
+    lines += ["", "[weights]"]
     for pattern, guess, shape in rows:
         lines.append(f"{_toml_key(pattern):<{width}} = \"{guess}\"  # {shape}")
     return "\n".join(lines) + "\n"
+
+
+def _scaffold_fields(guesses: list[str]) -> list[str]:
+    """The [config] fields a layout with these guesses must state (`unstated`, as far as the guesses tell)."""
+    names = [n for n in UNSTATED if not (n == "num_heads" and any(g.endswith(" heads_out") for g in guesses))]
+    if any(g.split()[0].endswith("_pos.embedding") for g in guesses):
+        names.append("position_offset")
+    elif not any(g.endswith(" sinusoid") for g in guesses):
+        names += ["positional", "sinusoid_layout", "max_len"]
+    if not any(g.startswith("output.") for g in guesses):
+        names.append("output_projection")
+    return names
 
 
 def _toml_key(key: str) -> str:
