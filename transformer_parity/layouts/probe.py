@@ -91,8 +91,9 @@ def call_source(source: Source, batch: Mapping[str, np.ndarray]) -> np.ndarray:
 
 def _rows(state: Mapping[str, np.ndarray], torch_style: bool) -> dict[str, tuple[tuple[int, ...], set]]:
     patterns: dict[str, list] = {}
+    stacks = user.layer_stacks({k: np.shape(v) for k, v in state.items()}, torch_style)
     for key, value in state.items():
-        pattern, index = user._generalize(key, torch_style)
+        pattern, index = user._generalize(key, torch_style, stacks)
         patterns.setdefault(pattern, [tuple(np.shape(value)), set()])[1].add(index)
     return {p: (shape, indices) for p, (shape, indices) in patterns.items()}
 
@@ -113,57 +114,56 @@ def _module(pattern: str) -> tuple[str, str]:
 
 def _unlayered_alternatives(rows, guesses: dict[str, str], torch_style: bool, d: int | None
                             ) -> dict[str, list[str]]:
-    """Candidates for the top-level tensors that names alone did not place: an input projection (a `Linear` over
-    one-hot ids: its weight is the embedding, its bias an input bias) and an output stack
-    (`Linear -> LayerNorm -> activation -> Linear`), told apart by shape and by order inside their module."""
+    """Candidates for the top-level tensors that names alone did not place: an input projection (a `Linear` from
+    the vocabulary to d_model over one-hot ids: its weight is the embedding, its bias an input bias) and an output
+    stack (`Linear -> LayerNorm -> activation -> Linear`), told apart by shape and by order inside their module."""
     if d is None:
         return {}
     out: dict[str, list[str]] = {}
-    unplaced = [p for p, g in guesses.items() if g == user.UNMAPPED and rows[p][1] == {None}]
-    side = "tgt" if any(".layers." in g and g.startswith("decoder") for g in guesses.values()) and not any(
-        g.startswith("encoder") for g in guesses.values()) else "src"
-    parents: dict[str, list[str]] = {}
-    for pattern in unplaced:
-        module, _ = _module(pattern)
-        parent, _, child = module.rpartition(".")
-        if child.isdigit():  # an nn.Sequential's numbered children
-            parents.setdefault(parent, []).append(pattern)
-            continue
+    unplaced = {p for p, g in guesses.items() if g == user.UNMAPPED and rows[p][1] == {None}}
+    decoder_only = not any(g.startswith("encoder.layers") for g in guesses.values())
+    side = "tgt" if decoder_only else "src"
+    t = " transpose" if torch_style else ""
+
+    def kernel_shape(pattern):  # (in, out) whatever the framework stores
         shape = rows[pattern][0]
-        t = " transpose" if torch_style else ""
-        if len(shape) == 2 and shape[0 if torch_style else 1] == d and shape[1 if torch_style else 0] != d:
-            out[pattern] = [f"{side}_embed.embedding{t}"]  # Linear(vocab -> d) over one-hot ids
-            bias = pattern[: -len("weight")] + "bias" if pattern.endswith("weight") else None
-            if bias in unplaced and rows[bias][0] == (d,):
-                out[bias] = [f"{side}_embed.bias"]
-    for parent, members in parents.items():
-        children = sorted({int(_module(p)[0].rpartition(".")[2]) for p in members})
-        kinds = {}
-        for c in children:
-            weight = f"{parent}.{c}.weight"
-            shape = rows.get(weight, ((),))[0]
-            kinds[c] = "linear" if len(shape) == 2 else "norm" if shape == (d,) else None
-        linears = [c for c in children if kinds[c] == "linear"]
-        norms = [c for c in children if kinds[c] == "norm"]
-        if not linears:
+        return shape[::-1] if torch_style and len(shape) == 2 else shape
+
+    def place(weight: str, canonical: str) -> None:
+        bias = weight[: -len("weight")] + "bias" if weight.endswith("weight") else None
+        if canonical.endswith("norm"):
+            out[weight] = [f"{canonical}.gamma"]
+            if bias in rows:
+                out[bias] = [f"{canonical}.beta"]
+            return
+        out[weight] = [f"{canonical}.{'embedding' if canonical.endswith('_embed') else 'kernel'}{t}"]
+        if bias in rows:
+            out[bias] = [f"{canonical}.bias"]
+
+    modules: dict[str, list[tuple[int, str]]] = {}  # parent module -> [(child index, weight pattern)]
+    for pattern in sorted(unplaced):
+        if not pattern.endswith(("weight", "kernel", "vars/0")):
             continue
-        t = " transpose" if torch_style else ""
-        names = {linears[-1]: "output"}
-        if len(linears) == 2 and len(norms) <= 1:
-            names[linears[0]] = "head.dense"
+        module = pattern.rsplit("." if torch_style else "/", 2 if not torch_style else 1)[0]
+        parent, _, child = module.rpartition(".")
+        key = parent if child.isdigit() else module
+        modules.setdefault(key, []).append((int(child) if child.isdigit() else 0, pattern))
+    for parent, members in modules.items():
+        members.sort()
+        linears = [p for _, p in members if len(rows[p][0]) == 2]
+        norms = [p for _, p in members if rows[p][0] == (d,)]
+        if len(linears) == 1 and not norms:
+            d_in, d_out = kernel_shape(linears[0])
+            if d_out == d and d_in != d:
+                place(linears[0], f"{side}_embed")  # one-hot ids -> d_model
+            elif d_in == d:
+                place(linears[0], "output")
+        elif len(linears) == 2 and len(norms) <= 1 and kernel_shape(linears[0]) == (d, d) \
+                and kernel_shape(linears[1])[0] == d:
+            place(linears[0], "head.dense")
+            place(linears[1], "output")
             if norms:
-                names[norms[0]] = "head.norm"
-        elif len(linears) != 1 or norms:
-            continue
-        for c, canonical in names.items():
-            for leaf in ("weight", "bias"):
-                pattern = f"{parent}.{c}.{leaf}"
-                if pattern not in rows:
-                    continue
-                if canonical == "head.norm":
-                    out[pattern] = [f"head.norm.{'gamma' if leaf == 'weight' else 'beta'}"]
-                else:
-                    out[pattern] = [f"{canonical}.{'kernel' + t if leaf == 'weight' else 'bias'}"]
+                place(norms[0], "head.norm")
     return out
 
 
@@ -171,13 +171,7 @@ def alternatives(path: Path, state: Mapping[str, np.ndarray], torch_style: bool
                  ) -> tuple[dict[str, list[str]], dict]:
     """external pattern -> the candidate mappings to try (the scaffold's guess first)."""
     rows = _rows(state, torch_style)
-    ffn_index: dict = {}
-    guesses = {p: user._guess(p, shape, torch_style, indices != {None}, ffn_index)
-               for p, (shape, indices) in rows.items()}
-    stacks = {g.split(".layers.")[0] for g in guesses.values() if ".layers." in g}
-    if stacks == {"decoder"}:
-        guesses = {k: g.replace("src_", "tgt_").replace("encoder.final_norm", "decoder.final_norm")
-                   for k, g in guesses.items()}
+    guesses = user.guess_all(rows, torch_style)
     out = {p: [g] for p, g in guesses.items()}
     for pattern, guess in guesses.items():
         words = guess.split()
