@@ -433,9 +433,10 @@ def keras_names(datasets: Mapping[str, np.ndarray], repeated=()) -> dict[str, np
             prefixes.add("/".join(parts[:depth + 1]))
 
     def rename(p: str) -> str:
-        parts = p.split("/")
-        for depth, part in enumerate(parts[:-1]):
-            parent = "/".join(parts[:depth])
+        original = p.split("/")
+        parts = list(original)
+        for depth, part in enumerate(original[:-1]):
+            parent = "/".join(original[:depth])  # siblings are looked up under the original names
             sibling = f"{parent}/{part}_1" if parent else f"{part}_1"
             if sibling in prefixes or part in repeated:
                 parts[depth] = f"{part}_0"
@@ -450,8 +451,13 @@ def import_with_layout(path: str | os.PathLike, layout_path: str | os.PathLike,
     """`(config, canonical weights, notes)` of a checkpoint described by a layout file (`fields`: --set/--config,
     over the layout's [config]). Every setting the weights cannot tell must be stated; `drops` (`table.Drops`)
     names the nonzero tensors that `ignore` entries may leave out."""
-    layout = load(layout_path)
-    checkpoint = read_checkpoint(path)
+    return import_layout(load(layout_path), read_checkpoint(path), fields, drops, path)
+
+
+def import_layout(layout: Layout, checkpoint: Checkpoint, fields: Mapping[str, Any] | None = None,
+                  drops: Drops | None = None, path: str | os.PathLike = "<checkpoint>"
+                  ) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str]]:
+    """`import_with_layout` on a parsed layout and a checkpoint already read (`checkpoint.state` is consumed)."""
     state, notes = checkpoint.state, list(checkpoint.notes)
     source = f"{Path(path).name} with {layout.path.name}"
     stated = {}
@@ -579,19 +585,21 @@ def _preview(names) -> str:
 UNMAPPED = "?"
 _ROLES = [  # (words in the key's module path, canonical leaf under a layer); first hit wins
     (("qkv", "qkv_proj", "in_proj", "c_attn", "query_key_value"), "{attn}.{{qkv}}"),
-    (("q", "q_proj", "query", "w_q", "wq", "q_lin", "query_dense"), "{attn}.q"),
-    (("k", "k_proj", "key", "w_k", "wk", "k_lin", "key_dense"), "{attn}.k"),
-    (("v", "v_proj", "value", "w_v", "wv", "v_lin", "value_dense"), "{attn}.v"),
-    (("o", "o_proj", "out_proj", "w_o", "wo", "out_lin", "attention_output", "c_proj_attn", "output_dense"),
+    (("q", "q_proj", "query", "w_q", "wq", "q_lin", "query_dense", "fc_q"), "{attn}.q"),
+    (("k", "k_proj", "key", "w_k", "wk", "k_lin", "key_dense", "fc_k"), "{attn}.k"),
+    (("v", "v_proj", "value", "w_v", "wv", "v_lin", "value_dense", "fc_v"), "{attn}.v"),
+    (("o", "o_proj", "out_proj", "w_o", "wo", "out_lin", "attention_output", "c_proj_attn", "output_dense", "fc_o"),
      "{attn}.o"),
-    (("_cross_attention_layer_norm", "cross_attn_layer_norm", "encoder_attn_layer_norm"), "cross_norm"),
+    (("_cross_attention_layer_norm", "cross_attn_layer_norm", "encoder_attn_layer_norm", "enc_attn_layer_norm"),
+     "cross_norm"),
     (("norm1", "ln_1", "ln1", "layernorm1", "layer_norm1", "norm_1", "attention_norm", "self_attn_layer_norm",
       "self_attention_layer_norm", "_self_attention_layer_norm"), "norm1"),
     (("norm2", "ln_2", "ln2", "layernorm2", "layer_norm2", "norm_2", "ffn_norm", "final_layer_norm",
-      "feedforward_layer_norm", "_feedforward_layer_norm"), "norm2"),
-    (("linear1", "fc1", "w_1", "w1", "c_fc", "lin1", "intermediate_dense", "_feedforward_intermediate_dense"),
-     "ffn.linear1"),
-    (("linear2", "fc2", "w_2", "w2", "lin2", "_feedforward_output_dense"), "ffn.linear2"),
+      "feedforward_layer_norm", "_feedforward_layer_norm", "ff_layer_norm"), "norm2"),
+    (("linear1", "fc1", "w_1", "w1", "c_fc", "lin1", "intermediate_dense", "_feedforward_intermediate_dense",
+      "fc_1"), "ffn.linear1"),
+    (("norm3",), "norm3"),  # torch.nn.TransformerDecoderLayer: norm1 self, norm2 cross, norm3 feed-forward
+    (("linear2", "fc2", "w_2", "w2", "lin2", "_feedforward_output_dense", "fc_2"), "ffn.linear2"),
 ]
 
 
@@ -599,15 +607,48 @@ def _words(path: str) -> list[str]:
     return [w.lower() for w in re.split(r"[./]", path) if w]
 
 
-def _generalize(key: str, torch_style: bool) -> tuple[str, int | None]:
-    """`layers.3.attn.q.weight` -> (`layers.{i}.attn.q.weight`, 3): the outermost numbered segment is the layer."""
-    parts = key.split("." if torch_style else "/")
+def _numbered(part: str, torch_style: bool) -> tuple[str, int] | None:
+    """`3` (torch) or `encoder_layer_3` (Keras) -> (the name with `{i}`, 3)."""
+    if torch_style:
+        return ("{i}", int(part)) if part.isdigit() else None
+    m = re.fullmatch(r"(.+)_(\d+)", part)
+    return (m[1] + "_{i}", int(m[2])) if m else None
+
+
+def layer_stacks(keys_and_shapes: Mapping[str, tuple[int, ...]], torch_style: bool) -> set[str]:
+    """The numbered segments that index repeated layers, as `prefix{i}` strings. A numbered segment is a stack of
+    layers when every index holds the same tensors of the same shapes and there are two or more of them, or one
+    holding four or more (a one-layer model); an `nn.Sequential`'s differing children (`Linear, LayerNorm, ReLU,
+    Linear`) are not layers."""
+    sep = "." if torch_style else "/"
+    groups: dict[str, dict[int, dict[str, tuple[int, ...]]]] = {}
+    for key, shape in keys_and_shapes.items():
+        parts = key.split(sep)
+        for n, part in enumerate(parts[:-1]):
+            numbered = _numbered(part, torch_style)
+            if numbered is None or (not torch_style and parts[n - 1:n] == ["vars"]):
+                continue
+            prefix = sep.join(parts[:n] + [numbered[0]])
+            groups.setdefault(prefix, {}).setdefault(numbered[1], {})[sep.join(parts[n + 1:])] = tuple(shape)
+    stacks = set()
+    for prefix, members in groups.items():
+        contents = list(members.values())
+        if all(c == contents[0] for c in contents) and (len(contents) > 1 or len(contents[0]) >= 4):
+            stacks.add(prefix)
+    return stacks
+
+
+def _generalize(key: str, torch_style: bool, stacks: set[str] | None = None) -> tuple[str, int | None]:
+    """`layers.3.attn.q.weight` -> (`layers.{i}.attn.q.weight`, 3): the outermost numbered segment that indexes a
+    stack of layers (`layer_stacks`; any numbered segment when `stacks` is None) is the layer."""
+    sep = "." if torch_style else "/"
+    parts = key.split(sep)
     for n, part in enumerate(parts[:-1]):
-        if torch_style and part.isdigit():
-            return ".".join(parts[:n] + ["{i}"] + parts[n + 1:]), int(part)
-        m = re.fullmatch(r"(.+)_(\d+)", part)
-        if not torch_style and m and parts[n - 1:n] != ["vars"]:
-            return "/".join(parts[:n] + [m[1] + "_{i}"] + parts[n + 1:]), int(m[2])
+        numbered = _numbered(part, torch_style)
+        if numbered is not None and not (not torch_style and parts[n - 1:n] == ["vars"]):
+            general = parts[:n] + [numbered[0]]
+            if stacks is None or sep.join(general) in stacks:
+                return sep.join(general + parts[n + 1:]), numbered[1]
         if not torch_style and part in LAYER_CLASSES:  # a one-layer Keras model: its only layer is unnumbered
             return "/".join(parts[:n] + [part + "_{i}"] + parts[n + 1:]), 0
     return key, None
@@ -630,20 +671,25 @@ def _guess(pattern: str, shape: tuple[int, ...], torch_style: bool, layered: boo
     if not layered:
         last = module[-1] if module else leaf
         side = "tgt" if any(w.startswith(("dec", "tgt", "trg")) or w == "functional" for w in module) else "src"
-        if leaf in ("pe", "pos_table") or last in ("pe", "pos_encoding"):
+        if leaf in ("pe", "pos_table") or last in ("pe", "pos_encoding") or (
+                len(shape) == 3 and 1 in shape[:2] and "pos" in leaf):  # the tutorials' (L, 1, D) buffer
             return "- sinusoid"  # a fixed table the model computes (check: learned positions are trained)
         if two_d and ("pos" in last or last == "wpe"):
             return f"{side}_pos.embedding"
         if two_d and ("embed" in last or last in ("wte", "tok", "tokens")):
             return f"{side}_embed.embedding"
         if len(shape) == 1 and ("norm" in last or last in ("ln_f", "layernorm")):
-            return "encoder.final_norm." + ("beta" if is_bias else "gamma")
+            stack = "decoder" if any(w.startswith("dec") for w in module) else "encoder"
+            return f"{stack}.final_norm." + ("beta" if is_bias else "gamma")
         if re.sub(r"_\d+$", "", last) in HEAD_NAMES or "classifier" in last or "head" in last:
             return "output." + ("bias" if is_bias else "kernel" + transpose)
         return UNMAPPED
     stack = "decoder" if any(w.startswith("dec") or "decoder" in w for w in module) else "encoder"
-    attn = "cross_attn" if any(w in ("cross_attn", "src_attn", "encoder_attn", "enc_dec_attn",
-                                     "_cross_attention_layer") for w in module) else "self_attn"
+    attn = "cross_attn" if any(w in ("cross_attn", "src_attn", "encoder_attn", "enc_dec_attn", "encoder_attention",
+                                     "multihead_attn", "_cross_attention_layer") for w in module) else "self_attn"
+    if leaf in ("in_proj_weight", "in_proj_bias"):  # nn.MultiheadAttention packs q, k, v into one (3D, D) array
+        return (f"{stack}.layers.{{i}}.{attn}.{{qkv}}.{'bias' if leaf.endswith('bias') else 'kernel'} "
+                "fused_qkv_t")
     for names, role in _ROLES:
         if module and module[-1] in names:
             break
@@ -676,6 +722,23 @@ def _guess(pattern: str, shape: tuple[int, ...], torch_style: bool, layered: boo
     return f"{name}.{'bias' if is_bias else 'kernel'}" + transpose
 
 
+def guess_all(rows: Mapping[str, tuple[tuple[int, ...], set]], torch_style: bool) -> dict[str, str]:
+    """pattern -> its guessed canonical name (with transform) or UNMAPPED, for every generalized key
+    (`rows`: pattern -> (shape, layer indices))."""
+    ffn_index: dict = {}
+    guesses = {pattern: _guess(pattern, shape, torch_style, indices != {None}, ffn_index)
+               for pattern, (shape, indices) in rows.items()}
+    stacks = {g.split(".layers.")[0] for g in guesses.values() if ".layers." in g}
+    if stacks == {"decoder"}:
+        guesses = {k: g.replace("src_", "tgt_").replace("encoder.final_norm", "decoder.final_norm")
+                   for k, g in guesses.items()}  # a decoder-only model: embeddings and final norm are the decoder's
+    if any(".norm3" in g and re.search(r"(^|[./])norm3([./]|$)", p) for p, g in guesses.items()):
+        # norm1, norm2, norm3 by name (torch.nn.TransformerDecoderLayer): norm2 is the cross-attention's
+        guesses = {p: re.sub(r"\.norm3\.", ".norm2.", g) if re.search(r"(^|[./])norm2([./]|$)", p) else g
+                   for p, g in guesses.items()}
+    return guesses
+
+
 SCAFFOLD_CONFIG = {  # field -> what to write in its comment
     "num_heads": "attention heads (the weights cannot tell them)",
     "activation": "the feed-forward activation: \"relu\", \"gelu\" (erf), \"gelu_tanh\" or \"silu\"",
@@ -703,17 +766,13 @@ def scaffold(path: str | os.PathLike) -> str:
 
     torch_style = sniff(path) != "hdf5"
     patterns: dict[str, list] = {}
+    stacks = layer_stacks({k: np.shape(v) for k, v in state.items()}, torch_style)
     for key, value in state.items():
-        pattern, index = _generalize(key, torch_style)
+        pattern, index = _generalize(key, torch_style, stacks)
         floating = np.issubdtype(np.asarray(value).dtype, np.floating)
         patterns.setdefault(pattern, [tuple(np.shape(value)), set(), floating])[1].add(index)
-    ffn_index: dict = {}
-    guesses = {pattern: _guess(pattern, shape, torch_style, indices != {None}, ffn_index) if floating
-               else "- ignore" for pattern, (shape, indices, floating) in patterns.items()}
-    stacks = {g.split(".layers.")[0] for g in guesses.values() if ".layers." in g}
-    if stacks == {"decoder"}:
-        guesses = {k: g.replace("src_", "tgt_").replace("encoder.final_norm", "decoder.final_norm")
-                   for k, g in guesses.items()}  # a decoder-only model: embeddings and final norm are the decoder's
+    guesses = guess_all({p: (shape, indices) for p, (shape, indices, _) in patterns.items()}, torch_style)
+    guesses.update({p: "- ignore" for p, (_, _, floating) in patterns.items() if not floating})
     rows = []
     for pattern, (shape, indices, floating) in patterns.items():
         layered = indices != {None}

@@ -1,0 +1,442 @@
+"""Settling a layout by probing the source model (`layout --scaffold WEIGHTS --source FILE.py:NAME`).
+
+The scaffold reads names and shapes; what they cannot tell (the head count, the attention scale, the norm
+placement, the activation, epsilon, the embedding scale, the head's layer order, the padding id, which of two fused
+q/k/v orders a tensor holds, an input projection or a head stack that no name gives away) is settled here by
+measurement: every candidate layout is imported, run by the float64 NumPy reference on probe inputs, and compared
+with the source's own output on the same inputs. A candidate is accepted when it is within the verify rule (K floors
+of the reference's own float32 rounding, scaled to float64 when the source computes in float64). When several
+candidates that disagree on a setting all pass, that setting is named as not settled, never picked silently.
+
+The search is staged so that it stays small: the structure (mapping alternatives x heads x the switches in
+`SWITCHES`) on inputs that hold no candidate pad id, then epsilon on the survivors, then the pad id on inputs padded
+with each candidate.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+import reference_numpy as rn
+
+from . import user
+from .table import FUSED, import_state
+
+Source = Callable[[dict[str, np.ndarray]], Any]
+
+SWITCHES: dict[str, tuple] = {  # fields the weights cannot tell, with the values models use
+    "attention_scale": ("head", "model", "none"),
+    "norm_first": (False, True),
+    "activation": ("relu", "gelu", "gelu_tanh", "silu"),
+    "scale_embedding": (True, False),
+}
+HEAD_SWITCHES: dict[str, tuple] = {  # only when the weights hold a head transform
+    "head_order": ("dense-activation-norm", "dense-norm-activation"),
+    "head_activation": ("relu", "gelu", "gelu_tanh", "silu"),
+}
+EPSILONS = (1e-5, 1e-6, 1e-12, 1e-3, 1e-8)  # PyTorch, many hand-written models, BERT, Keras, rare
+RATIO_LIMIT = 10.0  # K of verify: see transformer_parity/verify.py
+EPS32, EPS64 = float(np.finfo(np.float32).eps), float(np.finfo(np.float64).eps)
+_FUSED_ALTERNATIVE = {"fused_qkv": "fused_qkv_heads", "fused_qkv_heads": "fused_qkv",
+                      "fused_qkv_t": "fused_qkv_heads_t", "fused_qkv_heads_t": "fused_qkv_t"}
+
+
+@dataclass
+class Candidate:
+    mapping: dict[str, str]  # external pattern -> "canonical [transform]"
+    fields: dict[str, Any]
+    error: float = math.inf  # max |reference f64 - source| / max |source|
+    config: rn.TransformerConfig | None = None
+    weights: dict[str, np.ndarray] | None = None
+
+
+@dataclass
+class Settled:
+    """What probing found: the layout text and the evidence."""
+
+    text: str
+    error: float  # max |ours - source| of the chosen layout, absolute
+    floor: float  # the float32 (or float64) rounding floor of the output
+    ratio: float
+    tried: int
+    unsettled: list[str] = field(default_factory=list)  # one line per setting that could not be settled
+    source_dtype: str = "float32"
+
+    @property
+    def passed(self) -> bool:
+        return not self.unsettled and self.ratio <= RATIO_LIMIT
+
+
+def call_source(source: Source, batch: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The source's output on `batch` as a float array (a dict return gives its "output")."""
+    out = source(dict(batch))
+    if isinstance(out, Mapping):
+        out = out.get("output")
+    if hasattr(out, "detach"):
+        out = out.detach().cpu().numpy()
+    out = np.asarray(out)
+    if not np.issubdtype(out.dtype, np.floating):
+        raise ValueError(f"the source returned {out.dtype} values, expected floating-point logits or hidden states")
+    return out
+
+
+# --- candidates -------------------------------------------------------------------------------------------------------
+
+def _rows(state: Mapping[str, np.ndarray], torch_style: bool) -> dict[str, tuple[tuple[int, ...], set]]:
+    patterns: dict[str, list] = {}
+    stacks = user.layer_stacks({k: np.shape(v) for k, v in state.items()}, torch_style)
+    for key, value in state.items():
+        pattern, index = user._generalize(key, torch_style, stacks)
+        patterns.setdefault(pattern, [tuple(np.shape(value)), set()])[1].add(index)
+    return {p: (shape, indices) for p, (shape, indices) in patterns.items()}
+
+
+def _width(guesses: Mapping[str, str], rows) -> int | None:
+    """d_model: the width of any LayerNorm or embedding the guesses name."""
+    for pattern, guess in guesses.items():
+        if guess.split()[0].endswith((".gamma", ".beta")):
+            return rows[pattern][0][-1]
+    return None
+
+
+def _module(pattern: str) -> tuple[str, str]:
+    """`output_net.3.weight` -> (`output_net.3`, `weight`)."""
+    head, _, leaf = pattern.rpartition(".")
+    return head, leaf
+
+
+def _unlayered_alternatives(rows, guesses: dict[str, str], torch_style: bool, d: int | None
+                            ) -> dict[str, list[str]]:
+    """Candidates for the top-level tensors that names alone did not place: an input projection (a `Linear` from
+    the vocabulary to d_model over one-hot ids: its weight is the embedding, its bias an input bias) and an output
+    stack (`Linear -> LayerNorm -> activation -> Linear`), told apart by shape and by order inside their module."""
+    if d is None:
+        return {}
+    out: dict[str, list[str]] = {}
+    unplaced = {p for p, g in guesses.items() if g == user.UNMAPPED and rows[p][1] == {None}}
+    decoder_only = not any(g.startswith("encoder.layers") for g in guesses.values())
+    side = "tgt" if decoder_only else "src"
+    t = " transpose" if torch_style else ""
+
+    def kernel_shape(pattern):  # (in, out) whatever the framework stores
+        shape = rows[pattern][0]
+        return shape[::-1] if torch_style and len(shape) == 2 else shape
+
+    def place(weight: str, canonical: str) -> None:
+        bias = weight[: -len("weight")] + "bias" if weight.endswith("weight") else None
+        if canonical.endswith("norm"):
+            out[weight] = [f"{canonical}.gamma"]
+            if bias in rows:
+                out[bias] = [f"{canonical}.beta"]
+            return
+        out[weight] = [f"{canonical}.{'embedding' if canonical.endswith('_embed') else 'kernel'}{t}"]
+        if bias in rows:
+            out[bias] = [f"{canonical}.bias"]
+
+    modules: dict[str, list[tuple[int, str]]] = {}  # parent module -> [(child index, weight pattern)]
+    for pattern in sorted(unplaced):
+        if not pattern.endswith(("weight", "kernel", "vars/0")):
+            continue
+        module = pattern.rsplit("." if torch_style else "/", 2 if not torch_style else 1)[0]
+        parent, _, child = module.rpartition(".")
+        key = parent if child.isdigit() else module
+        modules.setdefault(key, []).append((int(child) if child.isdigit() else 0, pattern))
+    for parent, members in modules.items():
+        members.sort()
+        linears = [p for _, p in members if len(rows[p][0]) == 2]
+        norms = [p for _, p in members if rows[p][0] == (d,)]
+        if len(linears) == 1 and not norms:
+            d_in, d_out = kernel_shape(linears[0])
+            if d_out == d and d_in != d:
+                place(linears[0], f"{side}_embed")  # one-hot ids -> d_model
+            elif d_in == d:
+                place(linears[0], "output")
+        elif len(linears) == 2 and len(norms) <= 1 and kernel_shape(linears[0]) == (d, d) \
+                and kernel_shape(linears[1])[0] == d:
+            place(linears[0], "head.dense")
+            place(linears[1], "output")
+            if norms:
+                place(norms[0], "head.norm")
+    return out
+
+
+def alternatives(path: Path, state: Mapping[str, np.ndarray], torch_style: bool
+                 ) -> tuple[dict[str, list[str]], dict]:
+    """external pattern -> the candidate mappings to try (the scaffold's guess first)."""
+    rows = _rows(state, torch_style)
+    guesses = user.guess_all(rows, torch_style)
+    out = {p: [g] for p, g in guesses.items()}
+    for pattern, guess in guesses.items():
+        words = guess.split()
+        if len(words) == 2 and words[1] in _FUSED_ALTERNATIVE:
+            out[pattern].append(f"{words[0]} {_FUSED_ALTERNATIVE[words[1]]}")
+    out.update(_unlayered_alternatives(rows, guesses, torch_style, _width(guesses, rows)))
+    return out, rows
+
+
+# --- importing and running one candidate --------------------------------------------------------------------------------
+
+def _layout(mapping: Mapping[str, str], fields: Mapping[str, Any], path: Path) -> user.Layout:
+    table = []
+    for external, value in mapping.items():
+        canonical, transform = (value.split() + ["identity"])[:2]
+        table.append((canonical, external, transform))
+    return user.Layout(path, dict(fields), table, {})
+
+
+def _import(layout: user.Layout, checkpoint: user.Checkpoint, fields: Mapping[str, Any]):
+    """(config, weights) of the checkpoint through `layout`, as `convert --layout` reads it."""
+    copy = user.Checkpoint(dict(checkpoint.state), checkpoint.hparams)
+    config, weights, _ = user.import_layout(layout, copy, fields, path=layout.path)
+    return config, weights
+
+
+def _relative(ours: np.ndarray, theirs: np.ndarray) -> float:
+    if ours.shape != theirs.shape or not np.all(np.isfinite(ours)):
+        return math.inf
+    scale = float(np.max(np.abs(theirs))) or 1.0
+    return float(np.max(np.abs(ours - theirs))) / scale
+
+
+def _forward(config, weights, batch, dtype=np.float64) -> np.ndarray:
+    model = rn.Transformer(config, weights, dtype)
+    if config.is_encoder_decoder:
+        return model(batch["src_ids"], batch["tgt_ids"])
+    return model(batch["src_ids"])
+
+
+def _probe_batch(config: rn.TransformerConfig, avoid: Sequence[int], seed: int, length: int = 11,
+                 pad: int | None = None) -> dict[str, np.ndarray]:
+    """Two rows of ids that avoid every candidate pad id (`pad`: the second row ends in three of it)."""
+    rng = np.random.default_rng(seed)
+
+    def ids(vocab: int) -> np.ndarray:
+        allowed = np.setdiff1d(np.arange(vocab), np.asarray(avoid))
+        if allowed.size == 0:
+            allowed = np.arange(vocab)
+        out = rng.choice(allowed, size=(2, min(length, config.max_len)))
+        if pad is not None:
+            out[1, -3:] = pad
+        return out.astype(np.int64)
+
+    if config.is_decoder_only:
+        return {"src_ids": ids(config.tgt_vocab_size)}
+    batch = {"src_ids": ids(config.src_vocab_size)}
+    if config.is_encoder_decoder:
+        batch["tgt_ids"] = ids(config.tgt_vocab_size)
+    return batch
+
+
+# --- the search ---------------------------------------------------------------------------------------------------------
+
+def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = None,
+           progress: Callable[[str], None] | None = None) -> Settled:
+    """Probe `source` to settle the layout of the checkpoint at `path` (see the module docstring)."""
+    from ..formats import sniff
+
+    path = Path(path)
+    fields = dict(fields or {})
+    checkpoint = user.read_checkpoint(path)
+    state = checkpoint.state
+    torch_style = sniff(path) != "hdf5"
+    options, rows = alternatives(path, state, torch_style)
+    unplaced = sorted(p for p, opts in options.items() if opts == [user.UNMAPPED])
+    if unplaced:
+        text = _render(path, {p: o[0] for p, o in options.items()}, {}, rows, None)
+        return Settled(text, math.inf, math.inf, math.inf, 0,
+                       [f"no candidate for {len(unplaced)} tensor(s) whose name says nothing: "
+                        f"{', '.join(unplaced[:6])}; map them by hand (docs/layouts.md)"])
+    choices = [(p, o) for p, o in options.items() if len(o) > 1]
+    fixed = {p: o[0] for p, o in options.items() if len(o) == 1}
+    mappings = [{**fixed, **dict(zip([p for p, _ in choices], combo))}
+                for combo in itertools.product(*[o for _, o in choices])]
+
+    # stage 0: what the shapes say, from the first mapping that imports at all
+    base_fields = {"num_heads": 1, "pad_id": None, "layer_norm_eps": 1e-5, "dropout": 0.0, **fields}
+    base = None
+    for mapping in mappings:
+        try:
+            base = _import(_layout(mapping, base_fields, path), checkpoint, base_fields)[0]
+            break
+        except ValueError:
+            continue
+    if base is None:
+        _, error = _first_error(mappings, path, checkpoint, base_fields)
+        raise ValueError(f"{path}: no candidate layout reads these weights: {error}")
+    vocab = min(base.src_vocab_size, base.tgt_vocab_size)
+    pads = tuple(dict.fromkeys(p for p in (0, 1, 2, 3, vocab - 1) if 0 <= p < vocab))
+    batch = _probe_batch(base, pads, seed=0)
+    theirs = call_source(source, batch)
+    source_dtype = "float64" if theirs.dtype == np.float64 else "float32"
+
+    switches = dict(SWITCHES)
+    if base.head_transform:
+        switches.update(HEAD_SWITCHES)
+    switches = {k: v for k, v in switches.items() if k not in fields}
+    if "num_heads" not in fields:
+        switches["num_heads"] = tuple(h for h in range(1, base.d_model + 1) if base.d_model % h == 0
+                                      and base.d_model // h >= 2)
+    if base.positional == "learned":
+        switches.pop("sinusoid_layout", None)
+    elif "sinusoid_layout" not in fields:
+        switches["sinusoid_layout"] = rn.config.SINUSOID_LAYOUTS
+    names = list(switches)
+    candidates: list[Candidate] = []
+    tried = 0
+    for mapping in mappings:
+        for values in itertools.product(*[switches[n] for n in names]):
+            trial = {**base_fields, **dict(zip(names, values))}
+            if trial.get("attention_scale") == "model" and trial.get("num_heads") == 1:
+                continue  # the same function as "head" with one head
+            tried += 1
+            try:
+                config, weights = _import(_layout(mapping, trial, path), checkpoint, trial)
+                error = _relative(_forward(config, weights, batch), theirs)
+            except ValueError:
+                continue
+            candidates.append(Candidate(mapping, trial, error, config, weights))
+            if progress and tried % 200 == 0:
+                progress(f"tried {tried} candidate layouts")
+    if not candidates:
+        _, error = _first_error(mappings, path, checkpoint, base_fields)
+        raise ValueError(f"{path}: no candidate layout reads these weights: {error}")
+    candidates.sort(key=lambda c: c.error)
+    survivors = candidates[:24]
+
+    # stage 2: epsilon, on the survivors
+    if "layer_norm_eps" not in fields:
+        refined = []
+        for c in survivors:
+            for eps in EPSILONS:
+                trial = {**c.fields, "layer_norm_eps": eps}
+                tried += 1
+                config = c.config.replace(layer_norm_eps=eps)
+                refined.append(Candidate(c.mapping, trial, _relative(_forward(config, c.weights, batch), theirs),
+                                         config, c.weights))
+        survivors = sorted(refined, key=lambda c: c.error)[:24]
+    best = survivors[0]
+    floor = _floor(best.config, best.weights, batch, source_dtype)
+    scale = float(np.max(np.abs(theirs))) or 1.0
+    tolerance = RATIO_LIMIT * floor / scale  # relative, as the candidates' errors are
+    passing = [c for c in survivors if c.error <= tolerance]
+    unsettled = []
+    if not passing:
+        unsettled.append(f"no candidate matches the source: the closest is {best.error * scale:.3g} off "
+                         f"({best.error * scale / floor:.1f} floors; {_describe(best)}); the model may use something "
+                         "this tool does not express")
+    else:
+        unsettled += _disagreements(passing, names + ["layer_norm_eps"], source, path, state, base)
+
+    # stage 3: the pad id
+    chosen = dict(best.fields)
+    if "pad_id" not in fields and not unsettled:
+        chosen["pad_id"], pad_note = _settle_pad(best, pads, source, state, path)
+        if pad_note:
+            unsettled.append(pad_note)
+    ours = _forward(best.config.replace(pad_id=chosen["pad_id"]) if "pad_id" in chosen else best.config,
+                    best.weights, batch)
+    error = float(np.max(np.abs(ours - theirs)))
+    chosen.pop("dropout", None)
+    settled = {k: v for k, v in chosen.items() if k not in fields}
+    text = _render(path, best.mapping, settled, rows, (error, floor, source_dtype, tried, unsettled))
+    return Settled(text, error, floor, error / floor, tried, unsettled, source_dtype)
+
+
+def _first_error(mappings, path, checkpoint, fields) -> tuple[None, str]:
+    try:
+        _import(_layout(mappings[0], fields, path), checkpoint, fields)
+    except ValueError as exc:
+        return None, str(exc)
+    return None, "unknown"
+
+
+def _floor(config, weights, batch, source_dtype: str) -> float:
+    """The verify floor of the output: the reference's own float32 rounding (scaled to float64 for a float64
+    source), never below one float32 rounding of the output's largest value."""
+    judge = _forward(config, weights, batch)
+    f32 = _forward(config, weights, batch, np.float32)
+    floor = max(float(np.max(np.abs(f32 - judge))), EPS32 * float(np.max(np.abs(judge))))
+    return floor * (EPS64 / EPS32 if source_dtype == "float64" else 1.0)
+
+
+def _describe(c: Candidate) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in c.fields.items() if k != "dropout")
+
+
+def _disagreements(passing: Sequence[Candidate], names, source, path, state, base) -> list[str]:
+    """Settings on which candidates that all match the source disagree, after a second, longer probe (two settings
+    that agree on one probe may not on another). Candidates that compute the same function are not a problem."""
+    if len(passing) == 1:
+        return []
+    batch = _probe_batch(base, (), seed=1, length=min(17, base.max_len))
+    theirs = call_source(source, batch)
+    scale = float(np.max(np.abs(theirs))) or 1.0
+    errors = [_relative(_forward(c.config, c.weights, batch), theirs) for c in passing]
+    best = min(errors)
+    floor = _floor(passing[0].config, passing[0].weights, batch,
+                   "float64" if theirs.dtype == np.float64 else "float32") / scale
+    still = [c for c, e in zip(passing, errors) if e <= RATIO_LIMIT * floor or e <= best]
+    out = []
+    for name in names:
+        values = sorted({repr(c.fields.get(name)) for c in still})
+        if len(values) > 1:
+            out.append(f"{name}: {', '.join(values)} all match the source within rounding; state it in [config]")
+    if len({tuple(sorted(c.mapping.items())) for c in still}) > 1:
+        differing = sorted({p for c in still for p, v in c.mapping.items() if v != still[0].mapping[p]})
+        out.append(f"the mapping of {', '.join(differing)}: several candidates match the source; state it")
+    return out
+
+
+def _settle_pad(best: Candidate, pads, source, state, path) -> tuple[int | None, str | None]:
+    """The pad id: for each candidate id, inputs padded with it; the id whose masking matches the source."""
+    masked = []
+    for pad in pads:
+        batch = _probe_batch(best.config, [p for p in pads if p != pad], seed=2, pad=pad)
+        theirs = call_source(source, batch)
+        as_pad = _relative(_forward(best.config.replace(pad_id=pad), best.weights, batch), theirs)
+        as_token = _relative(_forward(best.config.replace(pad_id=None), best.weights, batch), theirs)
+        if as_pad < as_token:
+            masked.append((as_pad, pad))
+    if not masked:
+        return None, None
+    if len(masked) > 1:
+        return masked[0][1], (f"pad_id: ids {', '.join(str(p) for _, p in masked)} are all masked by the source; "
+                              "state pad_id in [config]")
+    return masked[0][1], None
+
+
+def _render(path: Path, mapping: Mapping[str, str], settled: Mapping[str, Any], rows,
+            evidence: tuple | None) -> str:
+    lines = [f"# Layout for {path.name}, settled by probing the source model."]
+    if evidence is not None:
+        error, floor, source_dtype, tried, unsettled = evidence
+        lines.append(f"# {tried} candidates tried; the chosen layout is {error:.3g} off the source's {source_dtype} "
+                     f"output ({error / floor:.2f} floors; verify's limit is {RATIO_LIMIT:g}).")
+        lines += [f"# NOT SETTLED: {u}" for u in unsettled]
+    lines.append("[config]")
+    for key, value in settled.items():
+        lines.append(f"{key} = {_toml_value(value)}")
+    lines += ["", "[weights]"]
+    width = max(len(user._toml_key(p)) for p in mapping) + 1
+    for pattern, value in mapping.items():
+        shape, indices = rows[pattern]
+        count = f" x{len(indices)}" if indices != {None} else ""
+        lines.append(f"{user._toml_key(pattern):<{width}} = \"{value}\"  # {shape}{count}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if value is None:
+        return '"none"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return repr(value)
