@@ -482,8 +482,8 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         sources = _sources(loaded)
         subjects = [Subject(label, item.framework, item.config, item.weights, source)
                     for label, item, source in zip(labels, loaded, sources)]
-        for source, item in zip(sources, loaded):
-            notes += [f"{source}: {n}" for n in item.notes]
+        for name, item in zip(sources, loaded):
+            notes += [f"{name}: {n}" for n in item.notes]
         reference = subjects[0]
         first = loaded[0]
         if outputs_only:
