@@ -501,7 +501,7 @@ def _nn_source(path: Path, config: rn.TransformerConfig) -> tuple[Source | None,
     odd = [f"{k}={v!r}" for k, v in config.to_dict().items() if k not in NN_FIELDS and v != getattr(default, k)]
     if odd:
         return None, f"torch.nn has no equivalent of {', '.join(odd)}, so there is no built-in source"
-    settings = ", ".join(f"{k}={getattr(config, k)!r}" for k in NN_SETTINGS)
+    settings = ", ".join(f"{k}={getattr(config, k)}" for k in NN_SETTINGS)
     notes = [f"the torch.nn source is built with the config's {settings} (a state dict cannot tell them): it checks "
              "the weight mapping and the math, not those settings"]
     state: dict[str, Any] = {}
@@ -522,7 +522,7 @@ def _nn_source(path: Path, config: rn.TransformerConfig) -> tuple[Source | None,
 
     if config.positional == "sinusoidal":
         notes.append("torch.nn-f64: the file's sinusoid table (float32) replaced by the exact one, as the import does")
-    return Source(f"torch.nn (a tutorial-style model with {settings})", "builtin", run, notes), None
+    return Source(f"torch.nn with the config's {settings}", "builtin", run, notes), None
 
 
 @dataclass

@@ -369,7 +369,14 @@ def _run_source(source, config, judge, inputs, seconds: dict[str, float], progre
     if progress:
         progress(f"source {source.name}")
     start = time.perf_counter()
-    runs = source.run(sources.batch_of(config, *inputs))
+    try:
+        runs = source.run(sources.batch_of(config, *inputs))
+    except UsageError:
+        raise
+    except Exception as exc:  # a built-in library's own failure (a user's file already says its own)
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise UsageError(f"{source.where} failed: {type(exc).__name__}: {message}; pass --no-source to verify "
+                         "without it") from None
     seconds[f"source {source.name}"] = time.perf_counter() - start
     shapes = {name: value.shape for name, value in judge.items()}
     for r in runs:
