@@ -127,8 +127,8 @@ class Report:
         """The failing comparison with the judge or the source at the earliest sublayer (the worst one there)."""
         for name in self.sublayers:
             failing = [r for r in self.rows if r.sublayer == name and not r.passed and r.judged]
-            if failing:
-                return max(failing, key=lambda r: r.ratio)
+            if failing:  # against the judge first (a source that differs from it says so), then the worst
+                return max(failing, key=lambda r: (r.against_judge, r.ratio))
         failing = [r for r in self.rows if not r.passed]
         return failing[0] if failing else None
 
