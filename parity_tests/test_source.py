@@ -379,7 +379,8 @@ def test_hf_bert_is_judged_by_transformers_and_a_wrong_epsilon_fails(tmp_path, c
     code, report = verify(capsys, path, "--backends", "torch", "--src-len", "15")
     assert code == 0 and report["verdict"].startswith("PASS: matches the source (transformers BertForMaskedLM) to ")
     assert "in float32 and to " in report["verdict"] and "in float64" in report["verdict"]
-    assert {"encoder.embed", "encoder.layers.1.self_attn", "logits"} <= {r["sublayer"] for r in source_rows(report)}
+    assert {"encoder.embed", "encoder.layers.1.self_attn", "head", "logits"} <= {r["sublayer"] for r in
+                                                                                source_rows(report)}
     code, report = verify(capsys, path, "--backends", "torch", "--src-len", "15", "--set", "layer_norm_eps=1e-3")
     assert code == 1 and report["first_divergence"] == "encoder.embed"  # BERT's embedding LayerNorm
     assert report["verdict"].startswith("FAIL: differs from the source (transformers BertForMaskedLM)")

@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from .verify import Report, Row
+    from .verify import Report
 
 
 def _num(x: float) -> str:

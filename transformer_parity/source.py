@@ -81,7 +81,7 @@ def batch_of(config: rn.TransformerConfig, src: np.ndarray, tgt: np.ndarray | No
 # --- checking what a source returned ----------------------------------------------------------------------------------
 
 def to_numpy(value: Any, where: str, key: str) -> np.ndarray:
-    """A returned value as a NumPy array (a torch tensor: detached and moved to the CPU; anything `np.asarray` takes)."""
+    """A returned value as a NumPy array (a torch tensor detached and moved to the CPU; anything `np.asarray` takes)."""
     try:
         if hasattr(value, "detach"):
             value = value.detach()
@@ -424,14 +424,18 @@ def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad
     if "src_type_ids" in batch:
         kwargs["token_type_ids"] = torch.as_tensor(batch["src_type_ids"])
     if "tgt_ids" in batch:
-        kwargs.update(decoder_input_ids=torch.as_tensor(batch["tgt_ids"]), decoder_attention_mask=mask(batch["tgt_ids"]))
+        kwargs.update(decoder_input_ids=torch.as_tensor(batch["tgt_ids"]),
+                      decoder_attention_mask=mask(batch["tgt_ids"]))
     base = model.base_model
     layers = {"encoder": config.num_encoder_layers, "decoder": config.num_decoder_layers}
     wanted = _expand(HF_HOOKS[fmt], layers)
     if not config.final_norm:
         wanted.pop("decoder.final_norm", None)
+    modules = {name: base.get_submodule(module) for name, module in wanted.items()}
+    if fmt == "hf-bert" and config.head_transform:  # BertForMaskedLM's dense -> activation -> LayerNorm
+        modules["head"] = model.get_submodule("cls.predictions.transform")
     record: dict[str, Any] = {}
-    handles = _hook_outputs({name: base.get_submodule(module) for name, module in wanted.items()}, record)
+    handles = _hook_outputs(modules, record)
     try:
         with torch.no_grad():
             out = model(**kwargs)
