@@ -149,7 +149,7 @@ def test_verify_fails_on_a_nonfinite_floor(tmp_path, capsys, value, fragment):
     report = json.loads(out)  # strict JSON: no NaN or Infinity tokens
     assert report["passed"] is False
     assert fragment in report["problems"][0] and "not finite at sublayer" in report["problems"][0]
-    assert "FAILED" not in out
+    assert out.lstrip().startswith("{") and report["verdict"].startswith("FAILED: ")  # the JSON alone on stdout
     code, out, _ = run(["verify", tmp_path / "ref.safetensors", tmp_path / "port.pt", "--dtype", "float64",
                         "--outputs-only"], capsys)
     assert code == 1 and "FAILED: " in out and fragment in " ".join(out.split())

@@ -298,14 +298,38 @@ examples:
   transformer-parity verify model.pt --backends torch --dtype float64 --batch 4 --src-len 64 --tgt-len 48
   transformer-parity verify seq2seq.pt --config tutorial.json   # config-less files take --set/--config
   transformer-parity verify model.safetensors --dtype bfloat16 [--autocast]   # a bfloat16 port
+  transformer-parity verify model.safetensors --source my_model.py:forward   # judged against the model's own code
+  transformer-parity verify hf-dir                           # a Hugging Face directory: judged by transformers
+  transformer-parity verify model.pt --write-probe probe.npz # the inputs, for a machine that has the source
+  transformer-parity verify model.pt --expect probe.npz      # ... and the outputs it computed there
 
 The first checkpoint is the reference: the judge is the NumPy reference in float64 on its weights. Each sublayer's
 tolerance is K x its floor (the NumPy float32-vs-float64 error on the same inputs), K = 10; see docs/verify.md.
 With --dtype bfloat16/float16 the floor is the error of the NumPy reference rounding as that port does, K = 5.5.
 With two or more checkpoints their weights are compared first, name by name: a tensor that differs (beyond a
 float64 -> float32 rounding that happened) fails verify even when every output is within tolerance.
+With a source (--source, --expect, or the built-in one for a Hugging Face directory, a KerasHub preset or an
+nn-transformer file) the verdict says whether the port matches the model the weights came from; without one it is
+"self-consistent only": the backends agree with our reference on the same weights and config.
 exit status: 0 all within tolerance (and the weights the same), 1 a weight or an output differs, 2 bad input.
 """
+
+
+def _verify_sources(args) -> None:
+    """--source, --expect, --no-source and --write-probe: which go together."""
+    given = [flag for flag, value in (("--source", args.source), ("--expect", args.expect),
+                                      ("--no-source", args.no_source), ("--write-probe", args.write_probe)) if value]
+    if len(given) > 1:
+        raise UsageError(f"{' and '.join(given)} exclude each other: --source FILE.py:NAME or --expect FILE.npz is "
+                         "the source, --no-source skips the built-in one, --write-probe only writes inputs")
+    if args.expect:
+        shape = [flag for flag, value in (("--batch", args.batch), ("--src-len", args.src_len),
+                                          ("--tgt-len", args.tgt_len), ("--seed", args.seed)) if value is not None]
+        if shape:
+            raise UsageError(f"--expect runs on the inputs {args.expect} holds; leave out {', '.join(shape)}")
+    if args.write_probe and (args.json or len(args.checkpoints) > 1):
+        raise UsageError("--write-probe writes the inputs of one checkpoint (or the preset) and exits; leave out "
+                         + ("--json" if args.json else "the other checkpoints"))
 
 
 def cmd_verify(args) -> int:
@@ -313,6 +337,9 @@ def cmd_verify(args) -> int:
     from . import verify
     from .formats import allowing_drops
 
+    _verify_sources(args)
+    shape = {"batch": 2 if args.batch is None else args.batch, "src_len": 37 if args.src_len is None else args.src_len,
+             "tgt_len": 29 if args.tgt_len is None else args.tgt_len, "seed": 0 if args.seed is None else args.seed}
     fields = parse_fields(args.config, args.sets)
     if args.json and args.json != "-":
         from . import formats
@@ -328,6 +355,13 @@ def cmd_verify(args) -> int:
                              "out --from")
         from .formats import LAYOUT_PREFIX
         declared = [LAYOUT_PREFIX + args.layout] + [None] * (len(args.checkpoints) - 1)
+    if args.write_probe:
+        probe = verify.write_probe(args.write_probe, args.checkpoints, preset=args.preset, fields=fields,
+                                   formats=declared or None, **shape, force=args.force)
+        if not args.quiet:
+            print(f"wrote {args.write_probe}: " + ", ".join(f"{k} {tuple(v.shape)}" for k, v in probe.items())
+                  + "; add the model's output as 'output' and run verify CHECKPOINT --expect FILE.npz")
+        return 0
     backends = None
     if args.backends:
         backends = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -349,9 +383,9 @@ def cmd_verify(args) -> int:
         with allowing_drops(args.allow_drop):  # the loads verify.run makes take --allow-drop
             result = verify.run(args.checkpoints, preset=args.preset, fields=fields, backends=backends,
                                 formats=declared or None,
-                                dtype=args.dtype, batch=args.batch, src_len=args.src_len, tgt_len=args.tgt_len,
-                                seed=args.seed, progress=progress, outputs_only=args.outputs_only,
-                                autocast=args.autocast)
+                                dtype=args.dtype, **shape, progress=progress, outputs_only=args.outputs_only,
+                                autocast=args.autocast, source=args.source, expect=args.expect,
+                                builtin_source=not args.no_source)
     finally:
         if status is not None:
             status.stop()
@@ -471,17 +505,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--autocast", action="store_true",
                    help="with --dtype bfloat16/float16: float32 weights under torch.autocast / Keras's "
                         "mixed_<dtype> policy instead of a model cast to that dtype")
-    p.add_argument("--batch", type=int, default=2, help="sequences per batch (default 2)")
-    p.add_argument("--src-len", type=int, default=37, help="source length, with padding (default 37)")
-    p.add_argument("--tgt-len", type=int, default=29, help="target length, with padding (default 29)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the inputs (and of the preset's weights)")
+    p.add_argument("--batch", type=int, help="sequences per batch (default 2)")
+    p.add_argument("--src-len", type=int, help="source length, with padding (default 37)")
+    p.add_argument("--tgt-len", type=int, help="target length, with padding (default 29)")
+    p.add_argument("--seed", type=int, help="seed of the inputs (and of the preset's weights; default 0)")
     _add_config_options(p)
     p.add_argument("--outputs-only", action="store_true",
                    help="with two or more checkpoints, skip the weight-by-weight comparison that runs first (for "
                         "ports whose weights differ on purpose, e.g. quantised)")
     _add_allow_drop(p)
+    p.add_argument("--source", metavar="FILE.py:NAME",
+                   help="judge the first checkpoint against the model it came from: NAME(batch) in FILE.py returns "
+                        "its output on verify's inputs (docs/verify.md, 'The source-file contract')")
+    p.add_argument("--expect", metavar="FILE.npz",
+                   help="judge against outputs computed elsewhere: a --write-probe file with the model's 'output' "
+                        "added (and optional intermediates under canonical names)")
+    p.add_argument("--no-source", action="store_true",
+                   help="skip the built-in source (transformers for a Hugging Face directory, keras_hub for a KerasHub "
+                        "preset, torch.nn for an nn-transformer file): the verdict is then self-consistent only")
+    p.add_argument("--write-probe", metavar="FILE.npz",
+                   help="write the inputs verify would use (src_ids, tgt_ids, src_type_ids) to FILE.npz and exit")
     p.add_argument("--json", metavar="PATH", help="also write a machine-readable report ('-': stdout only)")
-    p.add_argument("--force", action="store_true", help="overwrite the --json file if it exists")
+    p.add_argument("--force", action="store_true", help="overwrite the --json or --write-probe file if it exists")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("layout", help="write a starting layout file for a model this tool does not know",

@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from .verify import Report, Row
+    from .verify import Report
 
 
 def _num(x: float) -> str:
@@ -37,13 +37,15 @@ def table(report: "Report") -> "Table":
 
     from .verify import JUDGE
 
-    first = report.first_divergence
+    first = report.first_failure
     pairs = report.comparisons
     reference = report.judge.split(" on ", 1)[-1]
     sources = ""
     if any(s["source"] != reference for s in report.subjects):
         sources = "; ".join(f"{s['label']} = {s['source']}" for s in report.subjects)
     title = f"every sublayer against {report.judge} ({report.dtype})" + (f"; {sources}" if sources else "")
+    if report.sources:
+        title += f"; and against the source, {report.sources[0]['name']}"
     t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False, box=box.SIMPLE_HEAD)
     t.add_column("sublayer", no_wrap=True)
     t.add_column("backends", no_wrap=True)
@@ -52,32 +54,51 @@ def table(report: "Report") -> "Table":
     t.add_column("status", no_wrap=True)
     by_key = {(r.sublayer, r.backends): r for r in report.rows}
     for name in report.sublayers:
-        for i, pair in enumerate(pairs):
-            r: Row = by_key[(name, pair)]
+        shown = [by_key[(name, pair)] for pair in pairs if (name, pair) in by_key]  # a source gives some sublayers
+        for i, r in enumerate(shown):
             if not r.passed:
-                status = "[bold red]FAIL ◀ first[/]" if name == first and r.against_judge else "[red]FAIL[/]"
+                status = "[bold red]FAIL ◀ first[/]" if r is first else "[red]FAIL[/]"
             else:
                 status = "[green]ok[/]"
             ratio = _ratio(r.ratio) if r.passed else f"[bold red]{_ratio(r.ratio)}[/]"
             t.add_row(name if i == 0 else "", pair_label(r.backends), _num(r.max_abs_err), _num(r.max_rel_err),
                       _num(r.floor), ratio, status)
-    limits = sorted({r.limit for r in report.rows}) or [0.0]
+    limits = sorted({r.limit for r in report.rows if r.kind != "source"}) or [0.0]
     floor_run = {"float32": "float32", "float64": "float32 (x eps64/eps32)"}.get(
         report.dtype, f"{report.dtype} (rounded where the frameworks round)")
     t.caption = (f"backends: one name = that backend vs the {JUDGE} judge; floor: NumPy {floor_run} vs float64 on the "
                  f"same inputs;\npass: max abs <= {limits[0]:g} x floor"
                  + (f" ({limits[-1]:g} x floor between two backends)" if len(limits) > 1 else ""))
+    if report.sources:
+        from .verify import PAIR_RATIO_LIMIT, RATIO_LIMIT
+        t.caption += (f";\nthe source vs {JUDGE}: {RATIO_LIMIT:g} x the float32 floor (x eps64/eps32 when it returned "
+                      f"float64); a backend vs the source: {PAIR_RATIO_LIMIT:g} x floor in one precision, "
+                      f"{RATIO_LIMIT:g} x the coarser floor across two")
     t.caption_justify = "left"
     return t
 
 
-def verdict(report: "Report") -> str:
-    """One line: PASS with the largest ratio seen, or the first differing weight, or the first divergent sublayer
-    and by how much."""
-    from . import weight_diff
-    from .verify import RATIO_LIMIT
+def _source_fit(report: "Report") -> str:
+    """How close each source run's output came to the judge: "to 3.1e-07 (1.2 floors) in float32 and ..."."""
+    from .verify import JUDGE, output_name
 
-    limit = min((r.limit for r in report.rows), default=RATIO_LIMIT)  # the judge's K for this dtype
+    output = output_name(report.sublayers)
+    parts = []
+    for run in report.sources:
+        row = next((r for r in report.source_rows if r.backends == (run["label"], JUDGE) and r.sublayer == output),
+                   None)
+        if row is not None:
+            parts.append(f"to {_num(row.max_abs_err)} ({_ratio(row.ratio)} floors) in {run['dtype']}")
+    return " and ".join(parts)
+
+
+def verdict(report: "Report") -> str:
+    """One line that says what was proven: PASS naming the source it matches (or "self-consistent only" and why),
+    or the first differing weight, or the first divergent sublayer and by how much."""
+    from . import weight_diff
+    from .verify import JUDGE, RATIO_LIMIT
+
+    limit = min((r.limit for r in report.rows if r.kind != "source"), default=RATIO_LIMIT)  # the judge's K
     n = len(report.rows)
     weights = ""
     if report.weights_compared:
@@ -89,9 +110,15 @@ def verdict(report: "Report") -> str:
             weights = f"weights: all {n_weights} tensors {rounding}; "
         else:
             weights = f"weights: {counts['identical']} tensors identical, {counts['rounding']} {rounding}; "
+    source = report.sources[0]["name"] if report.sources else None
     if report.passed:
-        return (f"PASS: {weights}all {n} comparisons within tolerance; largest error {_ratio(report.max_ratio())} x "
-                f"floor (limit {limit:g})")
+        largest = max((r.ratio for r in report.rows if r.kind != "source"), default=0.0)  # the source's: above
+        checked = (f"{weights}all {n} comparisons within tolerance; largest error {_ratio(largest)} x floor (limit "
+                   f"{limit:g})")
+        if source:
+            return f"PASS: matches the source ({source}) {_source_fit(report)}; {checked}"
+        return (f"PASS (self-consistent only: {report.self_consistent}; judged by {JUDGE}, our reference on the same "
+                f"weights and config): {checked}")
     weights_failed = weight_diff.verdict(report.weights)
     if weights_failed:
         if not report.rows:
@@ -106,9 +133,14 @@ def verdict(report: "Report") -> str:
         return f"FAILED: {report.problems[0]}"
     row = report.first_failure
     failed = sum(not r.passed for r in report.rows)
-    return (f"DIVERGED: first divergent sublayer {row.sublayer} ({row.backends[0]} vs {row.backends[1]}: "
-            f"max abs err {_num(row.max_abs_err)} = {_ratio(row.ratio)} x floor, limit "
-            f"{row.limit:g}); {failed} of {n} comparisons fail")
+    where = (f"first divergent sublayer {row.sublayer} ({row.backends[0]} vs {row.backends[1]}: max abs err "
+             f"{_num(row.max_abs_err)} = {_ratio(row.ratio)} x floor, limit {row.limit:g}); {failed} of {n} "
+             "comparisons fail")
+    if any(not r.passed for r in report.source_rows):
+        return f"FAIL: differs from the source ({source}): {where}"
+    if source:
+        return f"DIVERGED: {where}; the source ({source}) matches the reference"
+    return f"DIVERGED: {where} (self-consistent check: {report.self_consistent})"
 
 
 def weights_table(report: "Report") -> "Table | None":

@@ -71,14 +71,21 @@ class Row:
     ratio: float  # max_abs_err / floor
     limit: float  # ratio allowed
     passed: bool
+    kind: str = "port"  # port: a backend vs the judge; pair: two backends; source: the source vs the judge or a backend
 
     @property
     def against_judge(self) -> bool:
         return self.backends[1] == JUDGE
 
+    @property
+    def judged(self) -> bool:
+        """A comparison with an authority (the judge, or the source), not between two ports."""
+        return self.kind != "pair"
+
     def to_json(self) -> dict[str, Any]:
-        return {"sublayer": self.sublayer, "backends": list(self.backends), "max_abs_err": _finite(self.max_abs_err),
-                "max_rel_err": _finite(self.max_rel_err), "floor": _finite(self.floor), "ratio": _finite(self.ratio),
+        return {"sublayer": self.sublayer, "backends": list(self.backends), "kind": self.kind,
+                "max_abs_err": _finite(self.max_abs_err), "max_rel_err": _finite(self.max_rel_err),
+                "floor": _finite(self.floor), "ratio": _finite(self.ratio),
                 "tolerance": _finite(self.limit * self.floor), "passed": self.passed}
 
 
@@ -99,6 +106,8 @@ class Report:
     problems: list[str] = field(default_factory=list)  # why the judge itself cannot be trusted (non-finite values)
     weights: list[Any] = field(default_factory=list)  # weight_diff.WeightRow per tensor (two or more checkpoints)
     weights_compared: bool = False  # False: one checkpoint or none, or --outputs-only
+    sources: list[dict[str, str]] = field(default_factory=list)  # label, name, kind, dtype of each source run
+    self_consistent: str | None = "no source given"  # why no source judged the outputs (None: one did)
 
     @property
     def passed(self) -> bool:
@@ -110,12 +119,16 @@ class Report:
         return not self.problems and all(row.passed for row in self.rows)
 
     @property
+    def source_rows(self) -> list[Row]:
+        return [r for r in self.rows if r.kind == "source"]
+
+    @property
     def first_failure(self) -> Row | None:
-        """The failing judge comparison of the earliest sublayer (the worst one, if several backends fail there)."""
+        """The failing comparison with the judge or the source at the earliest sublayer (the worst one there)."""
         for name in self.sublayers:
-            failing = [r for r in self.rows if r.sublayer == name and not r.passed and r.against_judge]
-            if failing:
-                return max(failing, key=lambda r: r.ratio)
+            failing = [r for r in self.rows if r.sublayer == name and not r.passed and r.judged]
+            if failing:  # against the judge first (a source that differs from it says so), then the worst
+                return max(failing, key=lambda r: (r.against_judge, r.ratio))
         failing = [r for r in self.rows if not r.passed]
         return failing[0] if failing else None
 
@@ -133,10 +146,13 @@ class Report:
         return max((r.ratio for r in self.rows if pair is None or r.backends == pair), default=0.0)
 
     def to_json(self) -> dict[str, Any]:
+        from .report import verdict
+
         first = self.first_failure
         return {
             "schema": "transformer-parity/verify-report", "schema_version": 1,
-            "passed": self.passed,
+            "passed": self.passed, "verdict": verdict(self),
+            "source": {"runs": self.sources, "self_consistent_only": self.self_consistent},
             "first_divergence": self.first_divergence,
             "first_divergence_backends": list(first.backends) if first else None,
             "judge": self.judge, "subjects": self.subjects, "dtype": self.dtype, "inputs": self.inputs,
@@ -245,11 +261,14 @@ def floors(judge: Mapping[str, np.ndarray], floor_run: Mapping[str, np.ndarray],
 
 def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str = "float32", batch: int = 2,
                    src_len: int = 37, tgt_len: int = 29, seed: int = 0, progress: Progress | None = None,
-                   notes: Sequence[str] = (), autocast: bool = False) -> Report:
+                   notes: Sequence[str] = (), autocast: bool = False, source=None,
+                   self_consistent: str | None = "no source given") -> Report:
     """Run the judge and the floor on `reference`'s weights, then every subject, and compare.
 
     The subjects must share the reference's architecture (parameter shapes); other config differences (epsilon,
     heads, mask or position conventions) are exactly what verify exists to catch, so they run and are reported.
+    `source` (a `source.Source`) is run once on the same inputs (an --expect file's own inputs, if it has them) and
+    compared with the judge and every subject; `self_consistent` says why there is none.
     """
     from . import lowp
 
@@ -270,15 +289,22 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
         name, ref = s.source or s.label, reference.source or reference.label
         differences += [f"{name} ({s.label}): {k}={v!r} (reference {ref}: {getattr(config, k)!r})"
                         for k, v in s.config.to_dict().items() if getattr(config, k) != v]
+    given = source.inputs if source is not None and source.inputs is not None else None
+    if given is not None:  # --expect: the inputs the expected outputs were computed on
+        batch, src_len = given["src_ids"].shape
+        tgt_len = given["tgt_ids"].shape[1] if "tgt_ids" in given else tgt_len
     from . import limits
     per_subject = 2 if dtype == "float64" else 1  # in float32 units: the judge is float64, the floor float32
     limits.check_run(config, "verify", batch=batch, src_len=src_len, tgt_len=tgt_len, itemsize=4,
                      weight_copies=3 + per_subject * len(subjects), traces=3 + per_subject * len(subjects))
-    try:
-        src, tgt = rn.sample_batch(config, batch, src_len, tgt_len, seed)
-        types = rn.sample_type_ids(config, src, seed)  # segments 0 and 1 (and more), where the model has them
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    if given is not None:
+        src, tgt, types = given["src_ids"], given.get("tgt_ids"), given.get("src_type_ids")
+    else:
+        try:
+            src, tgt = rn.sample_batch(config, batch, src_len, tgt_len, seed)
+            types = rn.sample_type_ids(config, src, seed)  # segments 0 and 1 (and more), where the model has them
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
 
     seconds: dict[str, float] = {}
 
@@ -299,6 +325,11 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
                         "numpy", config, reference.weights, dtype if reduced else "float32")
     problems = nonfinite_problems(judge, floor_run, reference.weights)
     floor = floors(judge, floor_run, dtype)
+    floor32 = None
+    if source is not None:  # the source's own rounding is judged at the float32 floor (times eps64/eps32 in float64)
+        floor32 = (floors(judge, run("numpy-f32 (floor of the source)", "numpy", config, reference.weights, "float32"),
+                          "float32") if reduced else
+                   floor if dtype == "float32" else {k: v * (EPS32 / EPS64) for k, v in floor.items()})
     del floor_run
     outputs = {s.label: run(s.label, s.backend, s.config, s.weights, dtype) for s in subjects}
 
@@ -308,12 +339,78 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
         for s in subjects:
             rows.append(_row(name, (s.label, JUDGE), outputs[s.label].get(name), judge[name], floor[name], limit))
         for a, b in itertools.combinations([s.label for s in subjects], 2):
-            rows.append(_row(name, (a, b), outputs[a].get(name), outputs[b].get(name), floor[name], pair_limit))
+            rows.append(_row(name, (a, b), outputs[a].get(name), outputs[b].get(name), floor[name], pair_limit,
+                             "pair"))
+    runs = []
+    if source is not None:
+        runs = _run_source(source, config, judge, (src, tgt, types), seconds, progress)
+        rows += _source_rows(judge, floor32, floor, dtype, runs, subjects, outputs)
+    inputs = {"batch": batch, "src_len": src_len, "tgt_len": tgt_len, "seed": None if given is not None else seed}
     return Report(sublayers=list(judge), floors=floor, rows=rows,
                   subjects=[{"label": s.label, "backend": s.backend, "source": s.source} for s in subjects],
                   judge=f"{JUDGE} on {reference.source or reference.label}", dtype=lowp.label(dtype, autocast),
-                  inputs={"batch": batch, "src_len": src_len, "tgt_len": tgt_len, "seed": seed},
-                  config_differences=differences, notes=list(notes), seconds=seconds, problems=problems)
+                  inputs=inputs, config_differences=differences,
+                  notes=list(notes) + [f"source: {n}" for n in (source.notes if source is not None else [])],
+                  seconds=seconds, problems=problems,
+                  sources=[{"label": r.label, "name": source.name, "kind": source.kind,
+                            "dtype": str(r.outputs[output_name(judge)].dtype)} for r in runs],
+                  self_consistent=None if source is not None else self_consistent)
+
+
+def output_name(judge: Mapping[str, Any]) -> str:
+    """The model's output among the judge's sublayers: `logits`, or `last_hidden_state` for a bare backbone."""
+    return "logits" if "logits" in judge else "last_hidden_state"
+
+
+def _run_source(source, config, judge, inputs, seconds: dict[str, float], progress: Progress | None) -> list:
+    """Run `source` once on the judge's inputs; its outputs checked against the judge's names and shapes."""
+    from . import source as sources
+
+    if progress:
+        progress(f"source {source.name}")
+    start = time.perf_counter()
+    try:
+        runs = source.run(sources.batch_of(config, *inputs))
+    except UsageError:
+        raise
+    except Exception as exc:  # a built-in library's own failure (a user's file already says its own)
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise UsageError(f"{source.where} failed: {type(exc).__name__}: {message}; pass --no-source to verify "
+                         "without it") from None
+    seconds[f"source {source.name}"] = time.perf_counter() - start
+    shapes = {name: value.shape for name, value in judge.items()}
+    for r in runs:
+        sources.check_outputs(r, shapes, output_name(judge), source.where)
+    return runs
+
+
+def _source_rows(judge, floor32, floor, dtype: str, runs, subjects: Sequence[Subject], outputs) -> list[Row]:
+    """The source against the judge, and every subject against the source, at each sublayer the source gave.
+
+    A source that returned float32 sits about one float32 floor from exact, so it is judged at `RATIO_LIMIT` float32
+    floors; one that returned float64, at the floor times eps64/eps32. A subject against the source: both of one
+    precision may each sit K floors off (`PAIR_RATIO_LIMIT`); of two precisions, the coarser one's floor and K.
+    """
+    from . import lowp
+
+    rows = []
+    for name in judge:
+        for r in runs:
+            if name not in r.outputs:
+                continue
+            actual = r.outputs[name]
+            wide = actual.dtype == np.float64
+            own = floor32[name] * (EPS64 / EPS32 if wide else 1.0)
+            rows.append(_row(name, (r.label, JUDGE), actual, judge[name], own, RATIO_LIMIT, "source"))
+            for s in subjects:
+                if lowp.is_reduced(dtype):
+                    tolerance = floor[name], lowp.RATIO_LIMIT
+                elif (dtype == "float64") == wide:
+                    tolerance = own, PAIR_RATIO_LIMIT
+                else:
+                    tolerance = max(own, floor[name]), RATIO_LIMIT
+                rows.append(_row(name, (s.label, r.label), outputs[s.label].get(name), actual, *tolerance, "source"))
+    return rows
 
 
 def nonfinite_problems(judge: Mapping[str, np.ndarray], floor_run: Mapping[str, np.ndarray],
@@ -344,13 +441,14 @@ def _culprit(weights: Mapping[str, np.ndarray]) -> str:
     return f"no weight is beyond float32's range; the largest is {worst_name} at {worst:.3g}, so an activation overflows"
 
 
-def _row(name: str, backends: tuple[str, str], actual, desired, floor: float, limit: float) -> Row:
+def _row(name: str, backends: tuple[str, str], actual, desired, floor: float, limit: float,
+         kind: str = "port") -> Row:
     if actual is None or desired is None:
         err = rel = math.inf
     else:
         err, rel = compare(actual, desired)
     ratio = err / floor if math.isfinite(floor) else math.inf  # an infinite floor must not excuse any error
-    return Row(name, backends, err, rel, floor, ratio, limit, bool(ratio <= limit))
+    return Row(name, backends, err, rel, floor, ratio, limit, bool(ratio <= limit), kind)
 
 
 # --- entry point: checkpoints or a preset ---------------------------------------------------------------------------
@@ -358,7 +456,8 @@ def _row(name: str, backends: tuple[str, str], actual, desired, floor: float, li
 def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", fields: Mapping[str, Any] | None = None,
         backends: Sequence[str] | None = None, formats: Sequence[str | None] | None = None, dtype: str = "float32",
         batch: int = 2, src_len: int = 37, tgt_len: int = 29, seed: int = 0,
-        progress: Progress | None = None, outputs_only: bool = False, autocast: bool = False) -> Report:
+        progress: Progress | None = None, outputs_only: bool = False, autocast: bool = False,
+        source: str | None = None, expect: str | os.PathLike | None = None, builtin_source: bool = True) -> Report:
     """Verify checkpoints (or, with none, the `preset` with seeded weights).
 
     - no checkpoint: seeded weights for `preset` (with `fields` applied) in every backend;
@@ -367,6 +466,8 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
       NumPy at `dtype`), the first checkpoint's weights being the reference the judge runs.
 
     `backends` limits the framework backends of the first two modes (default: every installed one).
+    The first checkpoint is also judged against its source (`source`): `source` (FILE.py:NAME), `expect` (an .npz
+    of inputs and outputs computed elsewhere), or by default the built-in one for its kind (`builtin_source`).
     """
     from . import formats as fmt
 
@@ -388,16 +489,18 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         sources = _sources(loaded)
         subjects = [Subject(label, item.framework, item.config, item.weights, source)
                     for label, item, source in zip(labels, loaded, sources)]
-        for source, item in zip(sources, loaded):
-            notes += [f"{source}: {n}" for n in item.notes]
+        for name, item in zip(sources, loaded):
+            notes += [f"{name}: {n}" for n in item.notes]
         reference = subjects[0]
+        first = loaded[0]
         if outputs_only:
             notes.append("weights not compared (--outputs-only)")
     else:
+        first = None
         if checkpoints:
             if progress:
                 progress(f"reading {Path(checkpoints[0]).name}")
-            item = fmt.load(checkpoints[0], (formats or [None])[0], fields)
+            item = first = fmt.load(checkpoints[0], (formats or [None])[0], fields)
             notes += [f"{item.path.name}: {n}" for n in item.notes]
             config, weights, label = item.config, item.weights, item.path.name
         else:
@@ -424,6 +527,7 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         reference = Subject(label, "numpy", config, weights, label)
         numpy_label = {"bfloat16": "numpy-bf16", "float16": "numpy-f16"}.get(dtype, f"numpy-f{dtype[5:]}")
         subjects = [Subject(b if b != "numpy" else numpy_label, b, config, weights, label) for b in chosen]
+    oracle, self_consistent = _choose_source(first, source, expect, builtin_source)
     weight_rows = None
     if len(checkpoints) >= 2 and not outputs_only:  # weights first: before any output is computed
         if progress:
@@ -431,7 +535,8 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         weight_rows = _compare_weights(subjects)
     try:
         report = judge_subjects(reference, subjects, dtype=dtype, batch=batch, src_len=src_len, tgt_len=tgt_len,
-                                seed=seed, progress=progress, notes=notes, autocast=autocast)
+                                seed=seed, progress=progress, notes=notes, autocast=autocast, source=oracle,
+                                self_consistent=self_consistent)
     except UsageError as exc:  # e.g. other architectures: the weight rows already say what differs
         if not weight_rows or all(w.passed for w in weight_rows):
             raise
@@ -443,6 +548,55 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
     if weight_rows is not None:
         report.weights, report.weights_compared = weight_rows, True
     return report
+
+
+def _choose_source(first, spec: str | None, expect, builtin: bool):
+    """`(source.Source or None, why there is none)` for the reference checkpoint (`formats.Loaded`, None: a preset)."""
+    from . import source as sources
+
+    if spec and expect:
+        raise UsageError("give --source or --expect, not both: each is the source the outputs are judged against")
+    if spec or expect:
+        if first is None:
+            raise UsageError(f"{'--source' if spec else '--expect'} judges a checkpoint's weights against the model "
+                             "they came from; give the checkpoint")
+        return (sources.from_file(spec) if spec else sources.from_expect(expect, first.config)), None
+    if first is None:
+        return None, "no source given (seeded weights have none)"
+    if not builtin:
+        return None, "--no-source"
+    return sources.builtin(first)
+
+
+def write_probe(path: str | os.PathLike, checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base",
+                fields: Mapping[str, Any] | None = None, formats: Sequence[str | None] | None = None, batch: int = 2,
+                src_len: int = 37, tgt_len: int = 29, seed: int = 0, force: bool = False) -> dict[str, np.ndarray]:
+    """`verify --write-probe`: the inputs verify would feed the first checkpoint's model (or the preset's), written to
+    an .npz that `--expect` reads back once `output` is added to it. Returns the arrays written."""
+    from . import formats as fmt
+    from . import source as sources
+
+    if checkpoints:
+        config = fmt.load(checkpoints[0], (formats or [None])[0], fields).config
+    else:
+        try:
+            config = rn.TransformerConfig.preset(preset, **dict(fields or {}))
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"invalid config: {exc}") from None
+    for name, value in (("batch", batch), ("src-len", src_len), ("tgt-len", tgt_len)):
+        if value < 1:
+            raise UsageError(f"--{name} must be >= 1, received {value}")
+    from . import limits
+    limits.check_run(config, "verify --write-probe", batch=batch, src_len=src_len, tgt_len=tgt_len, itemsize=4,
+                     weight_copies=0)
+    try:
+        src, tgt = rn.sample_batch(config, batch, src_len, tgt_len, seed)
+        types = rn.sample_type_ids(config, src, seed)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    probe = sources.batch_of(config, src, tgt, types)
+    sources.write_probe(path, probe, force)
+    return probe
 
 
 def _compare_weights(subjects: Sequence[Subject]) -> list[Any]:

@@ -1,0 +1,697 @@
+"""`verify`'s source oracle: the model the weights came from, run on verify's inputs, its outputs compared with our
+float64 reference and every backend (docs/verify.md, "What a verdict proves").
+
+Three kinds of source, one contract (`Source.run(batch)` -> `SourceRun`s of canonical-named arrays):
+
+- **a user's file**, `--source FILE.py:NAME` (`from_file`): `NAME(batch)` with `batch` a dict of NumPy int64 arrays,
+  `src_ids` `(B, S)`, `tgt_ids` `(B, T)` for an encoder-decoder model and `src_type_ids` `(B, S)` for a model with
+  segment embeddings; it returns the model's output `(B, len, V)` (logits, or final hidden states for a bare backbone),
+  or a dict with that under `"output"` plus intermediate outputs under canonical trace names;
+- **a probe's answer**, `--expect FILE.npz` (`from_expect`): the inputs `--write-probe` wrote (`write_probe`) plus
+  `output` (and intermediates) computed elsewhere;
+- **a built-in source** (`builtin`), used by default for a checkpoint whose library is installed: a Hugging Face
+  directory run by transformers, a KerasHub preset by keras_hub, an `nn-transformer` file by torch.nn, each loading the
+  checkpoint's own files. transformers and torch.nn run in float32 and float64, keras_hub in float32.
+
+What a source returns is checked here (`check_outputs`: names, shapes, dtype, finiteness); the comparison rows and
+their tolerances are built by `verify`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import importlib.util
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+import reference_numpy as rn
+
+from .errors import UsageError
+
+Batch = dict[str, np.ndarray]
+OUTPUT = "output"  # the key of the model's output in a source's dict or an --expect file
+INPUT_KEYS = ("src_ids", "tgt_ids", "src_type_ids")
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+@dataclass
+class SourceRun:
+    """One run of a source: what the report calls it, and its outputs under canonical names."""
+
+    label: str  # "source", "transformers-f32", "expected", ...
+    raw: Any  # what the source returned, before `check_outputs`
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)  # canonical name -> array, after `check_outputs`
+
+
+@dataclass
+class Source:
+    """A model to judge our port against (see the module docstring)."""
+
+    name: str  # how the verdict names it: "model.py:forward", "transformers GPT2LMHeadModel", "probe.npz"
+    kind: str  # file | builtin | expect
+    run: Callable[[Batch], list[SourceRun]]
+    notes: list[str] = field(default_factory=list)
+    inputs: Batch | None = None  # --expect: the inputs the outputs were computed on
+
+    @property
+    def where(self) -> str:
+        """How an error names the source."""
+        return {"file": f"--source {self.name}", "expect": f"--expect {self.name}"}.get(
+            self.kind, f"the built-in source ({self.name})")
+
+
+def batch_of(config: rn.TransformerConfig, src: np.ndarray, tgt: np.ndarray | None,
+             types: np.ndarray | None) -> Batch:
+    """The dict a source receives: `src_ids`, and `tgt_ids` / `src_type_ids` where the model takes them."""
+    batch = {"src_ids": np.ascontiguousarray(src, dtype=np.int64)}
+    if config.is_encoder_decoder:
+        batch["tgt_ids"] = np.ascontiguousarray(tgt, dtype=np.int64)
+    if types is not None:
+        batch["src_type_ids"] = np.ascontiguousarray(types, dtype=np.int64)
+    return batch
+
+
+# --- checking what a source returned ----------------------------------------------------------------------------------
+
+def to_numpy(value: Any, where: str, key: str) -> np.ndarray:
+    """A returned value as a NumPy array (a torch tensor detached and moved to the CPU; anything `np.asarray` takes)."""
+    try:
+        if hasattr(value, "detach"):
+            value = value.detach()
+            if hasattr(value, "cpu"):
+                value = value.cpu()
+        if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
+            value = value.numpy()
+        return np.asarray(value)
+    except (TypeError, ValueError, RuntimeError) as exc:  # a bfloat16 tensor, a ragged list, an object
+        raise UsageError(f"{where} returned {key} as a {type(value).__name__} that is not an array "
+                         f"({type(exc).__name__}: {exc}); return float32 or float64 (a torch tensor: .float())"
+                         ) from None
+
+
+def check_outputs(run: SourceRun, shapes: Mapping[str, tuple[int, ...]], output_name: str, where: str) -> None:
+    """Fill `run.outputs` from `run.raw`: the output (an array, or a dict's "output") under `output_name`, each
+    intermediate under its canonical name, each float32 or float64, of the judge's shape and finite. Anything else is
+    a `UsageError` naming the source and what it returned."""
+    raw = run.raw
+    if isinstance(raw, Mapping):
+        if OUTPUT not in raw:
+            raise UsageError(f"{where} returned a dict without the key {OUTPUT!r} (the model's output), received keys "
+                             f"{sorted(map(str, raw))[:8]}")
+        items = [(OUTPUT, raw[OUTPUT])] + [(k, v) for k, v in raw.items() if k != OUTPUT]
+    else:
+        items = [(OUTPUT, raw)]
+    outputs = {}
+    for key, value in items:
+        if not isinstance(key, str):
+            raise UsageError(f"{where} returned a dict key {key!r}; keys are {OUTPUT!r} and canonical sublayer names")
+        name = output_name if key == OUTPUT else key
+        if key != OUTPUT and (name not in shapes or name == output_name):
+            valid = [n for n in shapes if n != output_name]
+            hint = (f"the output goes under {OUTPUT!r}" if name == output_name else
+                    f"canonical names: {', '.join(valid[:4])}{', ...' if len(valid) > 4 else ''}")
+            raise UsageError(f"{where} returned {key!r}, which is not a sublayer of this model ({hint})")
+        array = to_numpy(value, where, key)
+        if array.dtype not in FLOAT_DTYPES:
+            raise UsageError(f"{where} returned {key} as {array.dtype}; return float32 or float64 (a torch tensor: "
+                             ".float() or .double())")
+        if array.shape != tuple(shapes[name]):
+            raise UsageError(f"{where} returned {key} of shape {array.shape}; expected {tuple(shapes[name])}"
+                             + (" (batch, length, vocabulary or d_model)" if key == OUTPUT else ""))
+        bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
+        if bad:
+            raise UsageError(f"{where} returned {key} with {bad} NaN or inf value(s) of {array.size}")
+        outputs[name] = array
+    run.outputs = outputs
+
+
+def level(array: np.ndarray) -> str:
+    """The precision a source's array carries: float64 or float32."""
+    return "float64" if array.dtype == np.float64 else "float32"
+
+
+# --- a user's file: --source FILE.py:NAME -----------------------------------------------------------------------------
+
+def parse_spec(spec: str) -> tuple[Path, str]:
+    """`FILE.py:NAME` -> (path, name), checked: the file exists and NAME is an identifier."""
+    path_text, sep, name = str(spec).rpartition(":")
+    if not sep or not path_text or not name:
+        raise UsageError(f"--source needs FILE.py:NAME (the function to call), received {spec!r}")
+    if not name.isidentifier():
+        raise UsageError(f"--source {spec}: {name!r} is not a Python name")
+    path = Path(path_text)
+    if not path.is_file():
+        raise UsageError(f"--source {spec}: no such file: {path}")
+    return path, name
+
+
+@contextlib.contextmanager
+def _on_sys_path(folder: Path):
+    """The source file's folder first on sys.path while it is imported (its own helper modules), then removed."""
+    entry = str(folder)
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(entry)
+
+
+def load_callable(spec: str) -> Callable[[Batch], Any]:
+    """Import FILE.py under a name of its own (importlib, no package needed) and return its NAME, callable."""
+    path, name = parse_spec(spec)
+    resolved = path.resolve()
+    module_name = "_transformer_parity_source_" + hashlib.sha1(str(resolved).encode()).hexdigest()[:12]
+    module_spec = importlib.util.spec_from_file_location(module_name, resolved)
+    if module_spec is None or module_spec.loader is None:
+        raise UsageError(f"--source {spec}: {path} cannot be imported as a Python file")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look their module up there
+    try:
+        with _on_sys_path(resolved.parent):
+            module_spec.loader.exec_module(module)
+    except (Exception, SystemExit) as exc:
+        sys.modules.pop(module_name, None)
+        raise UsageError(f"--source {spec}: importing {path} raised {type(exc).__name__}: {_one_line(exc)}") from None
+    fn = getattr(module, name, None)
+    if fn is None:
+        defined = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
+                         and getattr(v, "__module__", None) == module_name)
+        raise UsageError(f"--source {spec}: {path} defines no {name!r} (its functions and classes: "
+                         f"{', '.join(defined[:8]) or 'none'})")
+    if not callable(fn):
+        raise UsageError(f"--source {spec}: {name} is a {type(fn).__name__}, not callable")
+    return fn
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def from_file(spec: str) -> Source:
+    """`--source FILE.py:NAME`: the user's function, called once on verify's inputs."""
+    fn = load_callable(spec)
+
+    def run(batch: Batch) -> list[SourceRun]:
+        try:
+            raw = fn({k: v.copy() for k, v in batch.items()})  # a source that writes into its inputs harms nothing
+        except (Exception, SystemExit) as exc:
+            raise UsageError(f"--source {spec}: calling it on batch {_shapes(batch)} raised {type(exc).__name__}: "
+                             f"{_one_line(exc)}") from None
+        return [SourceRun("source", raw)]
+
+    return Source(spec, "file", run)
+
+
+def _shapes(batch: Mapping[str, np.ndarray]) -> str:
+    return "{" + ", ".join(f"{k}: {tuple(v.shape)}" for k, v in batch.items()) + "}"
+
+
+# --- a probe: --write-probe FILE.npz, --expect FILE.npz ---------------------------------------------------------------
+
+def write_probe(path: str | Path, batch: Batch, force: bool = False) -> Path:
+    """Write the inputs (`src_ids`, `tgt_ids`, `src_type_ids` where the model takes them) to `path`, atomically."""
+    from . import formats
+
+    path = Path(path)
+    if not path.name.endswith(".npz"):
+        raise UsageError(f"--write-probe writes a NumPy .npz file; give a name ending in .npz, received {str(path)!r}")
+    formats.check_output(path, force)
+    with formats.atomic_path(path, force) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez(f, **batch)
+    return path
+
+
+def read_expect(path: str | Path, config: rn.TransformerConfig) -> tuple[Batch, dict[str, np.ndarray]]:
+    """`(inputs, outputs)` of an --expect file: the inputs (checked against `config`) and `output` plus any
+    intermediates (their names and shapes are checked with the judge's, by `check_outputs`)."""
+    import zipfile
+
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"--expect: no such file: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise UsageError(f"--expect {path}: a single array, not an .npz archive of named arrays")
+            arrays = {k: data[k] for k in data.files}
+    except UsageError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        raise UsageError(f"--expect {path} is not a readable .npz file ({type(exc).__name__}: {_one_line(exc)})"
+                         ) from None
+    wanted = ["src_ids"] + (["tgt_ids"] if config.is_encoder_decoder else []) + \
+        (["src_type_ids"] if config.type_vocab_size else [])
+    missing = [k for k in wanted + [OUTPUT] if k not in arrays]
+    if missing:
+        raise UsageError(f"--expect {path} has no {', '.join(missing)} (it holds {sorted(arrays) or 'nothing'}; this "
+                         f"model needs {', '.join(wanted)} and {OUTPUT!r})")
+    extra = [k for k in INPUT_KEYS if k in arrays and k not in wanted]
+    if extra:
+        raise UsageError(f"--expect {path} holds {', '.join(extra)}, which this model does not take")
+    batch = {}
+    for key in wanted:
+        ids = arrays.pop(key)
+        if ids.dtype.kind not in "iu" or ids.ndim != 2 or 0 in ids.shape:
+            raise UsageError(f"--expect {path}: {key} must be a non-empty (batch, length) integer array, received "
+                             f"{ids.dtype} of shape {ids.shape}")
+        batch[key] = ids.astype(np.int64)
+    b, s = batch["src_ids"].shape
+    for key in wanted[1:]:
+        if batch[key].shape[0] != b or (key == "src_type_ids" and batch[key].shape != (b, s)):
+            raise UsageError(f"--expect {path}: {key} has shape {batch[key].shape}, which does not fit src_ids "
+                             f"{(b, s)}")
+    src_vocab = config.tgt_vocab_size if config.is_decoder_only else config.src_vocab_size
+    for key, vocab in (("src_ids", src_vocab), ("tgt_ids", config.tgt_vocab_size),
+                       ("src_type_ids", config.type_vocab_size)):
+        if key in batch:
+            ids = batch[key]
+            if ids.shape[1] > config.max_len or ids.min() < 0 or ids.max() >= vocab:
+                raise UsageError(f"--expect {path}: {key} {ids.shape} has ids in [{ids.min()}, {ids.max()}] and "
+                                 f"length {ids.shape[1]}; this model takes ids in [0, {vocab - 1}] and at most "
+                                 f"max_len={config.max_len} positions")
+    return batch, arrays
+
+
+def from_expect(path: str | Path, config: rn.TransformerConfig) -> Source:
+    """`--expect FILE.npz`: outputs computed elsewhere on the inputs the file holds."""
+    batch, outputs = read_expect(path, config)
+    raw = {OUTPUT: outputs.pop(OUTPUT), **outputs}
+    return Source(str(path), "expect", lambda _: [SourceRun("expected", raw)], inputs=batch)
+
+
+# --- built-in sources -------------------------------------------------------------------------------------------------
+
+HF_CLASSES = {  # our family -> transformers class: with an output projection, without one
+    "hf-gpt2": ("GPT2LMHeadModel", "GPT2Model"),
+    "hf-bert": ("BertForMaskedLM", "BertModel"),
+    "hf-marian": ("MarianMTModel", "MarianMTModel"),
+    "hf-bart": ("BartForConditionalGeneration", "BartForConditionalGeneration"),
+}
+# Modules whose outputs are canonical sublayers, under the transformers model's base model ({i}: the layer).
+HF_HOOKS = {
+    "hf-gpt2": {"decoder.layers.{i}.self_attn": "h.{i}.attn", "decoder.layers.{i}.ffn": "h.{i}.mlp",
+                "decoder.layers.{i}": "h.{i}", "decoder.final_norm": "ln_f"},
+    "hf-bert": {"encoder.layers.{i}.self_attn": "encoder.layer.{i}.attention.output.dense",
+                "encoder.layers.{i}.ffn": "encoder.layer.{i}.output.dense", "encoder.layers.{i}": "encoder.layer.{i}"},
+    "hf-marian": {"encoder.layers.{i}.self_attn": "encoder.layers.{i}.self_attn",
+                  "encoder.layers.{i}.ffn": "encoder.layers.{i}.fc2", "encoder.layers.{i}": "encoder.layers.{i}",
+                  "decoder.layers.{i}.self_attn": "decoder.layers.{i}.self_attn",
+                  "decoder.layers.{i}.cross_attn": "decoder.layers.{i}.encoder_attn",
+                  "decoder.layers.{i}.ffn": "decoder.layers.{i}.fc2", "decoder.layers.{i}": "decoder.layers.{i}"},
+}
+HF_HOOKS["hf-bart"] = HF_HOOKS["hf-marian"]
+KERASHUB_DIRS = ("kerashub-gpt2", "kerashub-bert")
+
+
+def builtin(loaded) -> tuple[Source | None, str | None]:
+    """The built-in source for a loaded checkpoint (`formats.Loaded`), or `(None, why there is none)`."""
+    fmt, path = loaded.format, Path(loaded.path)
+    if fmt in HF_CLASSES:
+        missing = _missing("torch", "transformers")
+        return (None, f"{missing} not installed") if missing else (_hf_source(path, fmt, loaded.config), None)
+    if fmt in KERASHUB_DIRS and path.is_dir():
+        missing = _missing("keras_hub")
+        return (None, f"{missing} not installed") if missing else (_kerashub_source(path, loaded.config), None)
+    if fmt == "nn-transformer":
+        missing = _missing("torch")
+        if missing:
+            return None, f"{missing} not installed"
+        return _nn_source(path, loaded.config)
+    return None, "no source given"
+
+
+def _missing(*packages: str) -> str | None:
+    return next((p for p in packages if importlib.util.find_spec(p) is None), None)
+
+
+def _hook_outputs(modules: Mapping[str, Any], record: dict[str, Any], transpose: bool = False) -> list[Any]:
+    """Forward hooks that store each module's output (the first element of a tuple) under its canonical name."""
+    def hook(name):
+        def store(module, inputs, output):
+            out = output[0] if isinstance(output, tuple) else output
+            record[name] = out.transpose(0, 1) if transpose else out  # (len, B, D) -> (B, len, D)
+        return store
+
+    return [module.register_forward_hook(hook(name)) for name, module in modules.items()]
+
+
+def _expand(hooks: Mapping[str, str], layers: Mapping[str, int]) -> dict[str, str]:
+    """Canonical name -> module path for every layer (`{i}`), the encoder's and the decoder's counts."""
+    out = {}
+    for canonical, module in hooks.items():
+        if "{i}" not in canonical:
+            out[canonical] = module
+            continue
+        for i in range(layers[canonical.split(".")[0]]):
+            out[canonical.format(i=i)] = module.format(i=i)
+    return out
+
+
+def _hf_source(path: Path, fmt: str, config: rn.TransformerConfig) -> Source:
+    """transformers' own model class on the directory, in float32 and float64; attention masks from config.json's
+    pad_token_id, as the model's tokenizer would make them (none when it names no pad token)."""
+    from .layouts import hf_dir
+
+    hf = hf_dir.read_config(path)
+    cls_name = HF_CLASSES[fmt][0 if config.output_projection else 1]
+    pad = hf.get("pad_token_id")
+    pad = pad if isinstance(pad, int) and not isinstance(pad, bool) else None
+    notes = [f"transformers {cls_name}: attention masks " + (f"ids != pad_token_id={pad} (config.json)"
+                                                             if pad is not None else
+                                                             "all ones (config.json names no pad_token_id)")]
+    state: dict[str, Any] = {}
+
+    def model32():
+        if "model" not in state:
+            import torch
+            import transformers
+
+            from transformers.utils import logging as hf_logging
+
+            cls = getattr(transformers, cls_name)
+            verbosity = hf_logging.get_verbosity()
+            hf_logging.set_verbosity_error()  # its load report: the keys are checked below
+            try:
+                model, info = cls.from_pretrained(str(path), output_loading_info=True, dtype=torch.float32)
+            finally:
+                hf_logging.set_verbosity(verbosity)
+            missing = [k for k in info.get("missing_keys", ()) if not (k.startswith("pooler.") and not config.pooler)]
+            if missing or info.get("mismatched_keys"):
+                raise UsageError(f"transformers cannot load {path} as {cls_name}: missing "
+                                 f"{missing[:4] or 'nothing'}, mismatched {list(info.get('mismatched_keys', ()))[:4]}"
+                                 "; pass --no-source to verify without it")
+            state["model"] = model.eval()
+        return state["model"]
+
+    def run(batch: Batch) -> list[SourceRun]:
+        import torch
+
+        model = model32()
+        model64 = copy.deepcopy(model).double()
+        if fmt == "hf-marian":  # transformers builds the fixed sinusoids in float32, even for a float64 model
+            with torch.no_grad():
+                for stack in (model64.model.encoder, model64.model.decoder):
+                    table = stack.embed_positions.weight
+                    table.copy_(torch.as_tensor(rn.sinusoidal_positions(table.shape[0], table.shape[1],
+                                                                        config.sinusoid_layout)))
+        return [SourceRun("transformers-f32", _hf_forward(model, fmt, config, batch, pad)),
+                SourceRun("transformers-f64", _hf_forward(model64, fmt, config, batch, pad))]
+
+    if fmt == "hf-marian":
+        notes.append("transformers-f64: Marian's sinusoid tables, which transformers builds in float32, replaced by "
+                     "the exact ones")
+    return Source(f"transformers {cls_name}", "builtin", run, notes)
+
+
+def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad: int | None) -> dict[str, Any]:
+    import torch
+
+    def mask(ids):
+        return None if pad is None else torch.as_tensor(ids != pad).long()
+
+    src = torch.as_tensor(batch["src_ids"])
+    kwargs: dict[str, Any] = {"input_ids": src, "attention_mask": mask(batch["src_ids"]), "output_hidden_states": True}
+    if "src_type_ids" in batch:
+        kwargs["token_type_ids"] = torch.as_tensor(batch["src_type_ids"])
+    if "tgt_ids" in batch:
+        kwargs.update(decoder_input_ids=torch.as_tensor(batch["tgt_ids"]),
+                      decoder_attention_mask=mask(batch["tgt_ids"]))
+    base = model.base_model
+    layers = {"encoder": config.num_encoder_layers, "decoder": config.num_decoder_layers}
+    wanted = _expand(HF_HOOKS[fmt], layers)
+    if not config.final_norm:
+        wanted.pop("decoder.final_norm", None)
+    modules = {name: base.get_submodule(module) for name, module in wanted.items()}
+    if fmt == "hf-bert" and config.head_transform:  # BertForMaskedLM's dense -> activation -> LayerNorm
+        modules["head"] = model.get_submodule("cls.predictions.transform")
+    record: dict[str, Any] = {}
+    handles = _hook_outputs(modules, record)
+    try:
+        with torch.no_grad():
+            out = model(**kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if config.is_decoder_only:
+        record["decoder.embed"] = out.hidden_states[0]  # the last has ln_f applied: the layers are hooked instead
+    elif config.is_encoder_only:
+        record["encoder.embed"] = out.hidden_states[0]
+    else:
+        record["encoder.embed"] = out.encoder_hidden_states[0]
+        record["decoder.embed"] = out.decoder_hidden_states[0]
+    if config.pooler and getattr(out, "pooler_output", None) is not None:
+        record["pooler"] = out.pooler_output
+    final = out.logits if config.output_projection else out.last_hidden_state
+    return {OUTPUT: final, **record}
+
+
+def _kerashub_source(path: Path, config: rn.TransformerConfig) -> Source:
+    """keras_hub's own class (the task of task.json, else the backbone) from the preset, in float32; its padding
+    mask is an input, given as ids != the config's pad_id (all ones without a pad id)."""
+    import json
+
+    task_file, config_file = path / "task.json", path / "config.json"
+    cls_name = json.loads((task_file if task_file.is_file() else config_file).read_text()).get("class_name")
+    pad = config.pad_id
+    notes = [f"keras_hub {cls_name}: run in float32 only (its float64 forward computes a few constants in float32, "
+             "docs/kerashub.md); padding_mask " + (f"ids != pad_id={pad}" if pad is not None else "all ones")]
+
+    def run(batch: Batch) -> list[SourceRun]:
+        import keras_hub
+
+        model = getattr(keras_hub.models, cls_name).from_preset(str(path))
+        ids = batch["src_ids"]
+        inputs = {"token_ids": ids, "padding_mask": ids != pad if pad is not None else np.ones(ids.shape, bool)}
+        if "src_type_ids" in batch:
+            inputs["segment_ids"] = batch["src_type_ids"]
+        if cls_name == "BertMaskedLM":  # its head predicts mask_positions: every position, as the canonical head
+            inputs["mask_positions"] = np.broadcast_to(np.arange(ids.shape[1]), ids.shape).astype(np.int32)
+        out = model(inputs)
+        if isinstance(out, Mapping):  # BertBackbone
+            raw = {OUTPUT: np.asarray(out["sequence_output"])}
+            if config.pooler:
+                raw["pooler"] = np.asarray(out["pooled_output"])
+        else:
+            raw = {OUTPUT: np.asarray(out)}
+        return [SourceRun("keras_hub-f32", raw)]
+
+    return Source(f"keras_hub {cls_name}", "builtin", run, notes)
+
+
+# What the torch.nn model takes from the config (the file cannot tell num_heads, activation, norm placement, eps, the
+# embedding scale or the pad id); every other field must keep its default, which torch.nn.Transformer computes.
+NN_FIELDS = ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "num_encoder_layers", "num_decoder_layers",
+             "d_ff", "max_len", "dropout", "activation", "norm_first", "final_norm", "layer_norm_eps", "positional",
+             "sinusoid_layout", "scale_embedding", "bias", "tie_embeddings", "pad_id", "output_bias",
+             "share_embeddings")
+NN_SETTINGS = ("num_heads", "activation", "norm_first", "layer_norm_eps", "scale_embedding", "pad_id")
+
+
+def _nn_source(path: Path, config: rn.TransformerConfig) -> tuple[Source | None, str | None]:
+    """torch.nn.TransformerEncoder / TransformerDecoder, embeddings, positional table and output Linear, built under
+    the file's own key names and loaded with `load_state_dict(strict=True)` from the file's own state dict; run
+    sequence-first, as the tutorials are, in float32 and float64."""
+    default = rn.TransformerConfig()
+    odd = [f"{k}={v!r}" for k, v in config.to_dict().items() if k not in NN_FIELDS and v != getattr(default, k)]
+    if odd:
+        return None, f"torch.nn has no equivalent of {', '.join(odd)}, so there is no built-in source"
+    settings = ", ".join(f"{k}={getattr(config, k)}" for k in NN_SETTINGS)
+    notes = [f"the torch.nn source is built with the config's {settings} (a state dict cannot tell them): it checks "
+             "the weight mapping and the math, not those settings"]
+    state: dict[str, Any] = {}
+
+    def run(batch: Batch) -> list[SourceRun]:
+        import torch
+
+        if "model" not in state:
+            state["model"] = _nn_model(path, config)
+        model32 = state["model"]
+        model64 = copy.deepcopy(model32).double()
+        if model64.parts.file_sinusoids:  # the file's table was computed in float32; the exact one in float64
+            table = model64.parts.positions()
+            exact = rn.sinusoidal_positions(table.numel() // config.d_model, config.d_model, config.sinusoid_layout)
+            with torch.no_grad():
+                table.copy_(torch.as_tensor(exact).reshape(table.shape))
+        return [SourceRun("torch.nn-f32", model32.trace(batch)), SourceRun("torch.nn-f64", model64.trace(batch))]
+
+    if config.positional == "sinusoidal":
+        notes.append("torch.nn-f64: the file's sinusoid table (float32) replaced by the exact one, as the import does")
+    return Source(f"torch.nn with the config's {settings}", "builtin", run, notes), None
+
+
+@dataclass
+class _NNParts:
+    """The torch.nn modules of an nn-transformer file, wherever the file's names put them (not a Module, so the root
+    registers each once, under its file name)."""
+
+    encoder: Any
+    decoder: Any
+    src_embed: Any
+    tgt_embed: Any
+    generator: Any  # None: the output reuses the target (encoder-only: source) table
+    holder: Any  # the module holding the positional table
+    table_name: str
+    file_sinusoids: bool  # the table is the file's fixed sinusoid buffer
+
+    def positions(self):
+        return getattr(self.holder, self.table_name)
+
+
+def _attach(root, dotted: str, module) -> None:
+    """Register `module` at `dotted` ("transformer.encoder") below `root`, with empty containers in between."""
+    from torch import nn
+
+    *path, last = dotted.split(".")
+    node = root
+    for part in path:
+        if not hasattr(node, part):
+            node.add_module(part, nn.Module())
+        node = getattr(node, part)
+    node.add_module(last, module)
+
+
+def _nn_model(path: Path, config: rn.TransformerConfig):
+    """The torch.nn model for an nn-transformer file (see `_nn_source`), loaded and in eval mode."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from torch_impl import checkpoints as tc
+
+    from .layouts import nn_transformer as nnt
+
+    file_state, _ = tc.unwrap_state_dict(tc.read_torch_file(path), path)
+    arrays = {k: v.detach().float().numpy() for k, v in file_state.items()}
+    layout, _ = nnt.detect_layout(arrays, path)
+    activation = {"relu": "relu", "gelu": "gelu", "silu": F.silu,
+                  "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}[config.activation]
+    d, eps = config.d_model, config.layer_norm_eps
+    common = dict(d_model=d, nhead=config.num_heads, dim_feedforward=config.d_ff, dropout=0.0, activation=activation,
+                  layer_norm_eps=eps, batch_first=False, norm_first=config.norm_first, bias=config.bias)
+
+    def final_norm(prefix):
+        return nn.LayerNorm(d, eps=eps, bias=config.bias) if f"{prefix}norm.weight" in arrays else None
+
+    def stack(prefix, layer, count):
+        kind = nn.TransformerEncoder if layer is nn.TransformerEncoderLayer else nn.TransformerDecoder
+        extra = {"enable_nested_tensor": False} if kind is nn.TransformerEncoder else {}
+        return kind(layer(**common), count, norm=final_norm(prefix), **extra)
+
+    class SourceModel(nn.Module):
+        def trace(self, batch: Batch) -> dict[str, Any]:
+            return _nn_trace(self.parts, config, batch)
+
+    root = SourceModel()
+    encoder = stack(layout.encoder, nn.TransformerEncoderLayer, config.num_encoder_layers)
+    decoder = None if layout.decoder is None else \
+        stack(layout.decoder, nn.TransformerDecoderLayer, config.num_decoder_layers)
+    for prefix, module in ((layout.encoder, encoder), (layout.decoder, decoder)):
+        if module is None:
+            continue
+        if prefix:
+            _attach(root, prefix.rstrip("."), module)
+        else:  # a bare nn.TransformerEncoder's state dict: its children at the top
+            for name, child in module.named_children():
+                root.add_module(name, child)
+    src_embed = nn.Embedding(*arrays[layout.src_embed].shape)
+    _attach(root, layout.src_embed[: -len(".weight")], src_embed)
+    tgt_embed = None
+    if decoder is not None:
+        tgt_embed = src_embed
+        if layout.tgt_embed not in (None, layout.src_embed):
+            tgt_embed = nn.Embedding(*arrays[layout.tgt_embed].shape)
+            _attach(root, layout.tgt_embed[: -len(".weight")], tgt_embed)
+    generator = None
+    if layout.output_weight is not None:
+        generator = nn.Linear(d, arrays[layout.output_weight].shape[0], bias=layout.output_bias is not None)
+        _attach(root, layout.output_weight[: -len(".weight")], generator)
+    if layout.positions is not None:  # the file's own table, sinusoidal or learned, in the file's shape
+        holder_path, _, table_name = layout.positions.rpartition(".")
+        if holder_path:
+            _attach(root, holder_path, nn.Module())
+        holder = root.get_submodule(holder_path) if holder_path else root
+        holder.register_buffer(table_name, torch.zeros(arrays[layout.positions].shape))
+    else:  # none in the file: the config's sinusoids, exactly
+        holder, table_name = root, "config_sinusoids"
+        table = rn.sinusoidal_positions(config.max_len, d, config.sinusoid_layout)
+        root.register_buffer(table_name, torch.as_tensor(table, dtype=torch.float32), persistent=False)
+    root.parts = _NNParts(encoder, decoder, src_embed, tgt_embed, generator, holder, table_name,
+                          file_sinusoids=layout.positions is not None and config.positional == "sinusoidal")
+    try:
+        root.load_state_dict({k: v.float() for k, v in file_state.items()}, strict=True)
+    except RuntimeError as exc:
+        raise UsageError(f"{path}: the torch.nn source does not fit the file's state dict ({_one_line(exc)}); pass "
+                         "--no-source to verify without it") from None
+    return root.eval()
+
+
+def _nn_trace(parts: _NNParts, config: rn.TransformerConfig, batch: Batch) -> dict[str, Any]:
+    """The tutorials' forward, sequence-first, with the canonical sublayer outputs hooked."""
+    import torch
+
+    d, pad = config.d_model, config.pad_id
+
+    def embed(ids, table):
+        x = table(torch.as_tensor(ids).T)  # (B, len) -> (len, B, D)
+        if config.scale_embedding:
+            x = x * math.sqrt(d)
+        positions = parts.positions().reshape(-1, 1, d)  # (L, D), (L, 1, D) or (1, L, D) -> (L, 1, D)
+        return x + positions[: x.shape[0]]
+
+    def padding(ids):
+        return None if pad is None else torch.as_tensor(ids == pad)  # (B, len), True = ignored
+
+    record: dict[str, Any] = {}
+    handles = _hook_outputs(_nn_hooks(parts, config), record, transpose=True)
+    try:
+        with torch.no_grad():
+            src = batch["src_ids"]
+            x = embed(src, parts.src_embed)
+            record["encoder.embed"] = x.transpose(0, 1)
+            x = parts.encoder(x, src_key_padding_mask=padding(src))
+            if parts.decoder is not None:
+                tgt = batch["tgt_ids"]
+                t = tgt.shape[1]
+                causal = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)  # True = not allowed
+                y = embed(tgt, parts.tgt_embed)
+                record["decoder.embed"] = y.transpose(0, 1)
+                x = parts.decoder(y, x, tgt_mask=causal, tgt_key_padding_mask=padding(tgt),
+                                  memory_key_padding_mask=padding(src))
+            if parts.generator is not None:
+                logits = parts.generator(x)
+            else:  # tied: the target (encoder-only: source) table
+                logits = x @ (parts.tgt_embed or parts.src_embed).weight.T
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {OUTPUT: logits.transpose(0, 1), **record}  # (len, B, V) -> (B, len, V)
+
+
+def _nn_hooks(parts: _NNParts, config: rn.TransformerConfig) -> dict[str, Any]:
+    """Canonical sublayer name -> torch.nn module whose output it is."""
+    out = {}
+    for stack, module in (("encoder", parts.encoder), ("decoder", parts.decoder)):
+        if module is None:
+            continue
+        for i, layer in enumerate(module.layers):
+            name = f"{stack}.layers.{i}"
+            out[f"{name}.self_attn"] = layer.self_attn
+            if stack == "decoder":
+                out[f"{name}.cross_attn"] = layer.multihead_attn
+            out[f"{name}.ffn"] = layer.linear2
+            out[name] = layer
+        if module.norm is not None and config.final_norm:
+            out[f"{stack}.final_norm"] = module.norm
+    return out
+
+
