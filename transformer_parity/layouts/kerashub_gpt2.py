@@ -43,13 +43,12 @@ def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=integer(backbone, "hidden_dim"),
         num_heads=integer(backbone, "num_heads"), num_decoder_layers=integer(backbone, "num_layers"),
         d_ff=integer(backbone, "intermediate_dim"), max_len=integer(backbone, "max_sequence_length"),
-        dropout=float(backbone.get("dropout", 0.1)), tie_embeddings=False, output_projection=False, pad_id=0,
+        dropout=float(backbone.get("dropout", 0.1)), tie_embeddings=False, output_projection=False, pad_id=None,
         **FIXED)
     if task is not None:
         config = config.replace(**CAUSAL_LM)
-    notes = ["KerasHub GPT-2 takes a padding_mask input rather than a pad id; padding masks here use pad_id=0 "
-             "(--set pad_id=N to change)"]
-    return config, notes
+    # GPT2Backbone has no pad id: padding arrives as its padding_mask input, so every id is a real token here too.
+    return config, []
 
 
 def export_problems(config: rn.TransformerConfig) -> list[str]:
