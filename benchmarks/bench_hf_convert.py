@@ -71,10 +71,11 @@ def padded_inputs(config, length: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     pad = config.pad_id
     src = rng.integers(0, min(config.src_vocab_size, config.tgt_vocab_size), size=(2, length))
-    src[src == pad] = (pad + 1) % config.tgt_vocab_size
+    if pad is not None:  # GPT-2 has no pad token: every id is real there, and the mask says what is padding
+        src[src == pad] = (pad + 1) % config.tgt_vocab_size
     mask = np.ones((2, length), bool)
     mask[1, length * 2 // 3:] = False
-    src[~mask] = pad
+    src[~mask] = 0 if pad is None else pad
     hf = {"input_ids": torch.as_tensor(src), "attention_mask": torch.as_tensor(mask.astype(np.int64))}
     if config.is_decoder_only:
         return (src,), {"src_mask": mask}, hf, mask

@@ -10,6 +10,7 @@ import reference_numpy as rn
 
 from .torch_threads import one_torch_thread  # noqa: F401 (autouse)
 from .conftest import FAMILIES, VARIANTS, weights_for
+from .test_model_features import FEATURES
 from .tolerances import atol
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,8 +155,10 @@ def test_choose_next_rules():
 
 def test_generate_stops_and_pads_after_eos():
     eos, pad = 2, 0
+    fed = []
 
     def next_logits(ids):
+        fed.append(ids.copy())
         logits = np.zeros((2, 5))
         logits[0, eos if ids.shape[1] == 2 else 4] = 1  # row 0 ends at its 2nd token
         logits[1, eos if ids.shape[1] == 4 else 3] = 1  # row 1 at its 4th
@@ -163,6 +166,11 @@ def test_generate_stops_and_pads_after_eos():
 
     out = rn.generate(next_logits, 2, bos_id=1, eos_id=eos, pad_id=pad, max_new_tokens=8)
     np.testing.assert_array_equal(out, [[1, 4, 2, 0, 0, 0, 0, 0, 0], [1, 3, 3, 3, 2, 0, 0, 0, 0]])
+    # a model with no pad token: finished rows are filled (and fed) with EOS
+    fed.clear()
+    out = rn.generate(next_logits, 2, bos_id=1, eos_id=eos, pad_id=None, max_new_tokens=8)
+    np.testing.assert_array_equal(out, [[1, 4, 2, 2, 2, 2, 2, 2, 2], [1, 3, 3, 3, 2, 2, 2, 2, 2]])
+    np.testing.assert_array_equal(fed[-1], [[1, 4, 2, 2], [1, 3, 3, 3]])
 
 
 # --- tf_impl.decoding.greedy: the whole greedy loop as one tf.function over a fixed-size cache ---------------------
@@ -172,7 +180,8 @@ def test_generate_stops_and_pads_after_eos():
 # Marian's start token == pad_id. One encoder layer: XLA compilation is most of the test time.
 GREEDY_CASES = {"encoder-decoder": (VARIANTS["post-ln"].replace(num_encoder_layers=1), 1),
                 "gpt2-like": (FAMILIES["gpt2-like"].replace(max_len=10), None),
-                "marian-like": (FAMILIES["marian-like"].replace(num_encoder_layers=1), FAMILIES["marian-like"].pad_id)}
+                "marian-like": (FAMILIES["marian-like"].replace(num_encoder_layers=1), FAMILIES["marian-like"].pad_id),
+                "all-features": (FEATURES["decoder-only"].replace(num_decoder_layers=1, max_len=10), None)}
 # Every model under XLA; without XLA (the same program, another compiler) the encoder-decoder only.
 GREEDY_RUNS = [(name, True) for name in GREEDY_CASES] + [("encoder-decoder", False)]
 
@@ -181,7 +190,7 @@ def _greedy_inputs(config, start_id):
     """`(start, src)`: a `(3, 1)` start column and a source, or a decoder-only model's `(3, 5)` prompt."""
     if start_id is None:
         prompt = rn.sample_ids(config, 3, 5, config.tgt_vocab_size, seed=7)
-        prompt[:, 2] = config.pad_id
+        prompt[:, 2] = 0 if config.pad_id is None else config.pad_id
         return prompt, None
     src, _ = rn.sample_batch(config, batch=3, src_len=9, seed=4)
     return np.full((3, 1), start_id, dtype=np.int64), src
@@ -287,3 +296,42 @@ def test_last_only_is_the_last_row_of_the_full_logits(backend, dtype):
         actual = np.asarray(model.decode(tgt, model.encode(src), src_mask, last_only=True))
     assert actual.shape == desired.shape
     np.testing.assert_allclose(actual, desired, rtol=0, atol=atol(dtype))
+
+
+# --- a model with every canonical setting hand-written models need (pad_id=None, attention_scale, embed_bias,
+# head_order): the caches of both twins against the reference's recomputation, and the same greedy tokens ----------
+
+FEATURE_CASES = [(framework, name) for framework in ("torch", "tf") for name in ("encoder-decoder", "decoder-only")]
+
+
+@pytest.mark.parametrize("framework, name", FEATURE_CASES, ids=[f"{f}-{n}" for f, n in FEATURE_CASES])
+def test_cache_with_every_model_setting(framework, name, dtype):
+    config = FEATURES[name]
+    weights = weights_for(config, seed=9, dtype=dtype)
+    src = None if config.is_decoder_only else rn.sample_batch(config, batch=3, src_len=9, tgt_len=3, seed=4)[0]
+    desired = rn.reference_stepper(rn.Transformer(config, weights), src)
+    cached, recompute = steppers(framework, config, weights, src, dtype)
+    ids = rn.sample_ids(config, 3, 10, config.tgt_vocab_size, seed=5)  # no pad token: no padding, id 0 in each row
+    assert (ids == 0).any(axis=1).all()
+    for t in range(1, ids.shape[1] + 1):
+        want = desired(ids[:, :t])
+        np.testing.assert_allclose(cached(ids[:, :t]), want, rtol=0, atol=atol(dtype), err_msg=f"position {t - 1}")
+        np.testing.assert_allclose(recompute(ids[:, :t]), want, rtol=0, atol=atol(dtype), err_msg=f"position {t - 1}")
+
+
+@pytest.mark.parametrize("name", ["encoder-decoder", "decoder-only"])
+def test_greedy_tokens_identical_with_every_model_setting(name):
+    """float64, an EOS that some rows reach (finished rows are filled with it: the model has no pad token)."""
+    config = FEATURES[name]
+    weights = weights_for(config, seed=9, dtype="float64")
+    start = {"prompt": rn.sample_ids(config, 4, 3, config.tgt_vocab_size, seed=6)} if config.is_decoder_only \
+        else {"bos_id": 1}
+    src = None if config.is_decoder_only else rn.sample_batch(config, batch=4, src_len=9, tgt_len=3, seed=6)[0]
+    backends = all_backends(config, weights, src, "float64")
+    free = rn.generate(backends["numpy"], 4, eos_id=-1, pad_id=None, max_new_tokens=12, **start)
+    eos = int(free[0, -6])  # a token row 0 produces: that row, at least, finishes early
+    outputs = {backend: rn.generate(step, 4, eos_id=eos, pad_id=None, max_new_tokens=12, **start)
+               for backend, step in all_backends(config, weights, src, "float64").items()}  # fresh caches
+    for backend in ("torch", "tf"):
+        np.testing.assert_array_equal(outputs[backend], outputs["numpy"], err_msg=backend)
+    assert (outputs["numpy"][0, -5:] == eos).all()

@@ -83,7 +83,7 @@ def inputs(config: rn.TransformerConfig, seed: int = 0):
     src = rng.integers(1, PAD, size=(2, 11))
     mask = np.ones((2, 11), bool)
     mask[1, 7:] = False
-    src[~mask] = config.pad_id
+    src[~mask] = PAD if config.pad_id is None else config.pad_id  # GPT-2 has no pad token: the mask says it
     hf = {"input_ids": torch.as_tensor(src), "attention_mask": torch.as_tensor(mask.astype(np.int64))}
     kwargs = {"src_mask": mask}
     if config.is_decoder_only:
@@ -96,7 +96,7 @@ def inputs(config: rn.TransformerConfig, seed: int = 0):
     tgt[:, 0] = PAD  # Marian's decoder starts from the pad token, which must not be masked
     tgt_mask = np.ones((2, 8), bool)
     tgt_mask[0, 6:] = False
-    tgt[~tgt_mask] = config.pad_id
+    tgt[~tgt_mask] = PAD if config.pad_id is None else config.pad_id
     hf.update(decoder_input_ids=torch.as_tensor(tgt), decoder_attention_mask=torch.as_tensor(tgt_mask.astype(int)))
     return (src, tgt), {**kwargs, "tgt_mask": tgt_mask}, hf, tgt_mask
 
@@ -168,6 +168,54 @@ def test_bert_pooler_matches_transformers(tmp_path_factory):
     with torch.no_grad():
         actual = model(**hf_kwargs).pooler_output.double().numpy()
     np.testing.assert_allclose(actual, desired, rtol=0, atol=1e-5)
+
+
+# --- GPT-2 has no pad token: id 0 is a word like any other ------------------------------------------------------
+
+def test_gpt2_with_token_0_and_no_pad_token_matches_transformers(tmp_path):
+    """Odd sizes (36 wide, 3 heads, 53 tokens), every parameter perturbed (LayerNorm gammas away from 1, betas from
+    0), ids holding 0 in every row and no padding: the import runs in the float64 reference, torch_impl and tf_impl
+    within 1e-4 of transformers' float32 logits, and the export loads back into transformers with the same logits.
+    A pad_id derived from the ids (the import used to take pad_id=0 here) masks every 0: 0.66 off on these inputs,
+    against 1.0e-6 now."""
+    torch.manual_seed(11)
+    hf_config = transformers.GPT2Config(n_embd=36, n_layer=2, n_head=3, vocab_size=53, n_positions=19,
+                                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = transformers.GPT2LMHeadModel(hf_config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(tmp_path / "hf")
+    loaded = formats.load(tmp_path / "hf")
+    assert loaded.config.pad_id is None
+    ids = np.random.default_rng(3).integers(0, 53, size=(3, 13))
+    ids[:, [4, 9]] = 0  # id 0 in every row, twice
+    with torch.no_grad():
+        expected = model(torch.from_numpy(ids)).logits.double().numpy()
+    actual = {"numpy float64": rn.Transformer(loaded.config, loaded.weights, np.float64)(ids)}
+    for impl in ("torch_impl", "tf_impl"):
+        for dtype in ("float32", "float64"):
+            actual[f"{impl} {dtype}"] = _run_impl(impl, loaded, (ids,), {}, dtype)
+    for label, logits in actual.items():
+        np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-4, err_msg=label)
+    masked = rn.Transformer(loaded.config.replace(pad_id=0), loaded.weights, np.float64)(ids)
+    assert np.abs(masked - expected).max() > 1e-3  # the test can tell a pad_id that masks the zeros
+    formats.save(tmp_path / "out", loaded.config, loaded.weights, "hf")
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["pad_token_id"] is None
+    again = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "out").eval()
+    with torch.no_grad():
+        np.testing.assert_array_equal(again(torch.from_numpy(ids)).logits.double().numpy(), expected)
+
+
+def test_gpt2_pad_token_id_in_config_json_masks_nothing(tmp_path_factory, tmp_path):
+    """A pad_token_id in config.json is the tokenizer's filler: GPT-2's forward derives no mask from it, so neither
+    does the import (a note says so)."""
+    copy_ = _copy(hf_model("gpt2", tmp_path_factory)[1], tmp_path)
+    config = json.loads((copy_ / "config.json").read_text())
+    (copy_ / "config.json").write_text(json.dumps({**config, "pad_token_id": 0}))
+    loaded = formats.load(copy_)
+    assert loaded.config.pad_id is None
+    assert any("pad_token_id=0 is not used" in note for note in loaded.notes), loaded.notes
 
 
 # --- (c) the export loads into transformers with no missing or unexpected keys and computes the same ------------

@@ -67,7 +67,8 @@ def float64_copy(cls, kwargs, model):
 
 
 def gpt2_logits(lm, ids) -> np.ndarray:
-    return np.asarray(lm({"token_ids": ids, "padding_mask": ids != 0}))
+    """GPT-2 has no pad token: every id (0 included, which `sample_ids` puts in every row) is a real token."""
+    return np.asarray(lm({"token_ids": ids, "padding_mask": np.ones(ids.shape, bool)}))
 
 
 @pytest.fixture(scope="module")
@@ -176,8 +177,9 @@ def test_hf_gpt2_directory_to_kerashub_preset_matches_transformers(tmp_path):
     assert main(["--quiet", "convert", str(tmp_path / "hf"), str(preset), "--to", "kerashub"]) == 0
     lm = keras_hub.models.GPT2CausalLM.from_preset(str(preset))
     ids = rn.sample_ids(formats.load(preset).config, batch=3, length=16, vocab_size=50, seed=2)
+    assert (ids == 0).any(axis=1).all()  # config.json's pad_token_id=0 masks nothing: GPT-2 has no pad token
     with torch.no_grad():
-        expected = model(torch.from_numpy(ids), attention_mask=torch.from_numpy(ids != 0)).logits.numpy()
+        expected = model(torch.from_numpy(ids)).logits.numpy()
     got = gpt2_logits(lm, ids)
     loaded = formats.load(tmp_path / "hf")
     judge = rn.Transformer(loaded.config, loaded.weights, np.float64)(ids)

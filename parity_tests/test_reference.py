@@ -100,7 +100,8 @@ def test_schema_follows_the_variant(name):
     assert ("output.kernel" in names) == (not config.tie_embeddings)
     assert ("encoder.final_norm.gamma" in names) == config.final_norm
     assert any(n.startswith("decoder.") for n in names) == config.is_encoder_decoder
-    assert any(n.endswith(".bias") for n in names) == config.bias
+    assert any(n.endswith(".bias") and "_embed." not in n for n in names) == config.bias
+    assert ("src_embed.bias" in names) == config.embed_bias
 
 
 def test_init_is_seeded_and_per_parameter():

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 POSITIONAL = ("sinusoidal", "learned")
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
+ATTENTION_SCALES = ("head", "model", "none")  # or a positive finite number
+HEAD_ORDERS = ("dense-activation-norm", "dense-norm-activation")
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class TransformerConfig:
     scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model) (paper section 3.4)
     bias: bool = True  # biases on the attention and feed-forward projections and the output layer
     tie_embeddings: bool = False  # output projection reuses the target (encoder-only: source) embedding
-    pad_id: int = 0  # token id that padding masks are derived from
+    pad_id: int | None = 0  # token id that padding masks are derived from; None = no pad token (all ids are real)
     output_bias: bool | None = None  # a bias on the logits; None = same as `bias` (GPT-2 has none, BERT/Marian do)
     output_projection: bool = True  # False = a bare backbone returning final hidden states (BertModel)
     share_embeddings: bool = False  # the decoder reads the source embedding table (Marian; equal vocabularies)
@@ -56,16 +59,21 @@ class TransformerConfig:
     head_activation: str | None = None  # the head transform's activation; None = activation (KerasHub BERT: gelu)
     head_layer_norm_eps: float | None = None  # the head's LayerNorm epsilon; None = layer_norm_eps
     pooler: bool = False  # (BERT) dense + tanh on the first position's final hidden state; an extra output
+    attention_scale: str | float = "head"  # scores times: head 1/sqrt(d_head) (paper), model 1/sqrt(d_model), none 1
+    embed_bias: bool = False  # a learned bias on the token embedding: one-hot ids through Linear(vocab, d, bias=True)
+    head_order: str = "dense-activation-norm"  # the head transform's order (BERT); or dense-norm-activation
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff", "max_len"):
             _check_int(name, getattr(self, name), minimum=1)
-        for name in ("num_encoder_layers", "num_decoder_layers", "pad_id", "position_offset", "type_vocab_size"):
+        for name in ("num_encoder_layers", "num_decoder_layers", "position_offset", "type_vocab_size"):
             _check_int(name, getattr(self, name), minimum=0)
+        if self.pad_id is not None:
+            _check_int("pad_id", self.pad_id, minimum=0, or_none=True)
         if self.num_encoder_layers == 0 and self.num_decoder_layers == 0:
             raise ValueError("a model needs at least one layer: num_encoder_layers and num_decoder_layers are both 0")
         for name in ("norm_first", "final_norm", "scale_embedding", "bias", "tie_embeddings", "output_projection",
-                     "share_embeddings", "embed_norm", "head_transform", "pooler"):
+                     "share_embeddings", "embed_norm", "head_transform", "pooler", "embed_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, received {getattr(self, name)!r}")
         if self.output_bias is not None and not isinstance(self.output_bias, bool):
@@ -89,14 +97,21 @@ class TransformerConfig:
             if getattr(self, name) is not None and not self.head_transform:
                 raise ValueError(f"{name}={getattr(self, name)!r} needs head_transform=True (it configures the "
                                  "head transform)")
+        _check_choice("head_order", self.head_order, HEAD_ORDERS)
+        if self.head_order != HEAD_ORDERS[0] and not self.head_transform:
+            raise ValueError(f"head_order={self.head_order!r} needs head_transform=True (it orders the head "
+                             "transform)")
+        _check_attention_scale(self.attention_scale)
+        if not isinstance(self.attention_scale, str):
+            object.__setattr__(self, "attention_scale", float(self.attention_scale))  # JSON may give 1 for 1.0
         _check_choice("positional", self.positional, POSITIONAL)
         _check_choice("sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"sinusoidal positions need an even d_model, received d_model={self.d_model}")
-        if self.has_encoder and self.pad_id >= self.src_vocab_size:
+        if self.pad_id is not None and self.has_encoder and self.pad_id >= self.src_vocab_size:
             raise ValueError(f"pad_id={self.pad_id} is outside the source vocabulary (src_vocab_size="
                              f"{self.src_vocab_size})")
-        if self.has_decoder and self.pad_id >= self.tgt_vocab_size:
+        if self.pad_id is not None and self.has_decoder and self.pad_id >= self.tgt_vocab_size:
             raise ValueError(f"pad_id={self.pad_id} is outside the target vocabulary (tgt_vocab_size="
                              f"{self.tgt_vocab_size})")
         if self.tie_embeddings and self.is_encoder_only and self.src_vocab_size != self.tgt_vocab_size:
@@ -121,6 +136,17 @@ class TransformerConfig:
     def head_dim(self) -> int:
         """d_k = d_v = d_model / num_heads."""
         return self.d_model // self.num_heads
+
+    @property
+    def attention_scale_factor(self) -> float:
+        """What attention scores are multiplied by before the softmax (`attention_scale` as a number)."""
+        if self.attention_scale == "head":
+            return 1.0 / math.sqrt(self.head_dim)
+        if self.attention_scale == "model":
+            return 1.0 / math.sqrt(self.d_model)
+        if self.attention_scale == "none":
+            return 1.0
+        return float(self.attention_scale)
 
     @property
     def has_encoder(self) -> bool:
@@ -191,9 +217,20 @@ class TransformerConfig:
         return cls.from_dict(data)
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
+def _check_int(name: str, value: Any, minimum: int, or_none: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, received {value!r}")
+        raise ValueError(f"{name} must be an integer >= {minimum}{' or None' if or_none else ''}, received "
+                         f"{value!r}")
+
+
+def _check_attention_scale(value: Any) -> None:
+    if isinstance(value, str):
+        if value in ATTENTION_SCALES:
+            return
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf"):
+        return
+    raise ValueError(f"attention_scale must be one of {', '.join(ATTENTION_SCALES)} (1/sqrt(d_head), "
+                     f"1/sqrt(d_model), 1) or a positive finite number, received {value!r}")
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:

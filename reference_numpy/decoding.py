@@ -55,17 +55,18 @@ def check_sampling(temperature: float, top_k: int | None, vocab_size: int | None
             raise ValueError(f"top_k={top_k} is larger than the vocabulary ({vocab_size})")
 
 
-def generate(next_logits: NextLogits, batch_size: int, *, bos_id: int | None = None, eos_id: int, pad_id: int,
+def generate(next_logits: NextLogits, batch_size: int, *, bos_id: int | None = None, eos_id: int, pad_id: int | None,
              max_new_tokens: int, greedy: bool = True, temperature: float = 1.0, top_k: int | None = None,
              rng: np.random.Generator | None = None, prompt: np.ndarray | None = None) -> np.ndarray:
     """Decode `batch_size` sequences from `BOS` (an encoder-decoder's start token) or from `prompt`.
 
     `prompt` (`(B, P)` ids, a decoder-only model's usual start) replaces the single `BOS` column; every prompt
     token counts as real (no padding inside a prompt). Returns `(B, P + max_new_tokens)` int64 ids (`P = 1` with
-    `bos_id`): the start, the chosen tokens, `EOS`, then `pad_id` after it. Stops early (and pads) once every row
-    has produced `EOS`. `next_logits` is called with all ids so far, finished rows included (they are fed
-    `pad_id`), so a cached stepper sees the prompt first and then one new column per call. The start token may
-    equal `pad_id` (Marian starts decoding from its pad token): steppers treat every decoder input as real.
+    `bos_id`): the start, the chosen tokens, `EOS`, then `pad_id` after it (`eos_id` again for a model with no pad
+    token, `pad_id=None`). Stops early (and pads) once every row has produced `EOS`. `next_logits` is called with
+    all ids so far, finished rows included (they are fed that filler), so a cached stepper sees the prompt first
+    and then one new column per call. The start token may equal `pad_id` (Marian starts decoding from its pad
+    token): steppers treat every decoder input as real.
     """
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a positive integer, received {max_new_tokens!r}")
@@ -83,7 +84,8 @@ def generate(next_logits: NextLogits, batch_size: int, *, bos_id: int | None = N
             raise ValueError(f"prompt must be (batch={batch_size}, length >= 1) integer ids, received "
                              f"{start.dtype} {start.shape}")
     p = start.shape[1]
-    ids = np.full((batch_size, p + max_new_tokens), pad_id, dtype=np.int64)
+    fill = eos_id if pad_id is None else pad_id
+    ids = np.full((batch_size, p + max_new_tokens), fill, dtype=np.int64)
     ids[:, :p] = start
     finished = np.zeros(batch_size, dtype=bool)
     for t in range(p, p + max_new_tokens):
@@ -91,7 +93,7 @@ def generate(next_logits: NextLogits, batch_size: int, *, bos_id: int | None = N
         if logits.shape[0] != batch_size or logits.ndim != 2:
             raise ValueError(f"next_logits must return (batch={batch_size}, vocab) scores, received {logits.shape}")
         chosen = choose_next(logits, greedy=greedy, temperature=temperature, top_k=top_k, rng=rng)
-        ids[:, t] = np.where(finished, pad_id, chosen)
+        ids[:, t] = np.where(finished, fill, chosen)
         finished |= chosen == eos_id
         if finished.all():
             break

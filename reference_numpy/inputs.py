@@ -11,20 +11,32 @@ def sample_ids(config: TransformerConfig, batch: int, length: int, vocab_size: i
                min_fill: float = 0.5) -> np.ndarray:
     """`(batch, length)` int64 ids, right-padded with `pad_id`: row 0 is full, every other row is padded, keeping
     a random number of real tokens in [max(1, min_fill * length), length - 1] (length 1: unpadded). Real tokens
-    never equal `pad_id`."""
+    never equal `pad_id`. A model with no pad token (`pad_id=None`) gets no padding at all.
+
+    Token id 0 is a real token whenever it is not the pad id, and a port that treats it as padding (masks derived
+    from `ids == 0`) is wrong only where 0 occurs: so each row holds a 0 at a seeded one of its real positions.
+    """
+    pad = config.pad_id
     if batch < 1 or length < 1:
         raise ValueError(f"batch and length must be >= 1, received batch={batch}, length={length}")
     if length > config.max_len:
         raise ValueError(f"length={length} is longer than max_len={config.max_len}")
-    if vocab_size < 2:
+    if vocab_size < (1 if pad is None else 2):
         raise ValueError(f"a vocabulary of {vocab_size} token(s) leaves no id besides pad_id")
     rng = np.random.default_rng(seed)
-    ids = rng.integers(0, vocab_size - 1, size=(batch, length))
-    ids = np.where(ids >= config.pad_id, ids + 1, ids)  # skip pad_id
-    shortest = min(max(1, int(np.ceil(min_fill * length))), max(1, length - 1))
-    lengths = rng.integers(shortest, max(shortest, length - 1) + 1, size=batch)
-    lengths[0] = length
-    ids[np.arange(length)[None, :] >= lengths[:, None]] = config.pad_id
+    if pad is None:
+        ids = rng.integers(0, vocab_size, size=(batch, length))
+        lengths = np.full(batch, length)
+    else:
+        ids = rng.integers(0, vocab_size - 1, size=(batch, length))
+        ids = np.where(ids >= pad, ids + 1, ids)  # skip pad_id
+        shortest = min(max(1, int(np.ceil(min_fill * length))), max(1, length - 1))
+        lengths = rng.integers(shortest, max(shortest, length - 1) + 1, size=batch)
+        lengths[0] = length
+        ids[np.arange(length)[None, :] >= lengths[:, None]] = pad
+    if pad != 0:  # its own stream: the ids above stay what they were before id 0 was planted
+        zero_at = np.random.default_rng([seed, 0x1D0]).integers(0, lengths)  # (batch,), a real position per row
+        ids[np.arange(batch), zero_at] = 0
     return ids.astype(np.int64)
 
 

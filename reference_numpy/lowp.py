@@ -102,14 +102,16 @@ class Precision:
         residual with float32 weights stays float32)."""
         return self.store(ops.layer_norm(x, gamma, beta, eps))
 
-    def scaled_dot_product_attention(self, q, k, v, mask=None):
+    def scaled_dot_product_attention(self, q, k, v, mask=None, scale=None):
         """torch's fused CPU attention (an online softmax): scores and their exponentials in float32 from rounded
         q, k, v; the exponentials rounded for the product with v (accumulated in float32), then divided by their
         float32 sum, and the output rounded once. Returns `(out, the float32 weights)`; shapes as
         `ops.scaled_dot_product_attention`."""
         r = self.round
         q, k, v = r(q), r(k), r(v)
-        scores = q @ np.swapaxes(k, -1, -2) / np.float32(np.sqrt(q.shape[-1]))  # (B, H, Tq, Tk)
+        if scale is None:
+            scale = 1.0 / np.sqrt(q.shape[-1])
+        scores = q @ np.swapaxes(k, -1, -2) * np.float32(scale)  # (B, H, Tq, Tk)
         if mask is not None:
             scores = np.where(mask, scores, -np.inf)
         row_max = scores.max(axis=-1, keepdims=True)

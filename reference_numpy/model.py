@@ -52,7 +52,7 @@ class MultiHeadAttention(_Module):
         q = op.split_heads(op.linear(x_q, self.param("q.kernel"), self.param("q.bias")), h)  # (B, H, Tq, d_k)
         k = op.split_heads(op.linear(x_kv, self.param("k.kernel"), self.param("k.bias")), h)  # (B, H, Tk, d_k)
         v = op.split_heads(op.linear(x_kv, self.param("v.kernel"), self.param("v.bias")), h)  # (B, H, Tk, d_k)
-        out, weights = op.scaled_dot_product_attention(q, k, v, mask)
+        out, weights = op.scaled_dot_product_attention(q, k, v, mask, scale=self.config.attention_scale_factor)
         out = op.merge_heads(out)  # (B, Tq, D)
         return op.linear(out, self.param("o.kernel"), self.param("o.bias")), weights
 
@@ -126,13 +126,15 @@ class DecoderLayer(_Module):
 
 
 class Embedding(_Module):
-    """One side's (`src` or `tgt`) input embedding: token embedding, times sqrt(d_model) if `scale_embedding`,
+    """One side's (`src` or `tgt`) input embedding: token embedding (plus its bias if `embed_bias`: what one-hot ids
+    through a `Linear(vocab, d_model)` compute), times sqrt(d_model) if `scale_embedding`,
     plus segment embeddings (source side, `type_vocab_size`), plus sinusoidal or learned positions, then a LayerNorm
     if `embed_norm`. Positions start at `offset`; learned ones read row `offset + position_offset` onwards."""
 
     def __init__(self, config, weights, side: str):
         super().__init__(config, weights, f"{side}_embed")
         self.token_table = weights[token_embedding(config, side)]
+        self.token_bias = weights[f"{side}_embed.bias"] if config.embed_bias else None
         if config.positional == "sinusoidal":
             self.position_table = ops.sinusoidal_positions(config.max_len, config.d_model,
                                                            config.sinusoid_layout).astype(self.token_table.dtype)
@@ -143,6 +145,8 @@ class Embedding(_Module):
 
     def __call__(self, ids: np.ndarray, offset: int = 0, type_ids: np.ndarray | None = None) -> np.ndarray:
         x = self.token_table[ids]  # (B, T, D)
+        if self.token_bias is not None:
+            x = self.store(x + self.token_bias)
         if self.config.scale_embedding:
             x = self.store(x * x.dtype.type(math.sqrt(self.config.d_model)))
         if self.type_table is not None:  # BERT's order: (token + segment) + position
@@ -192,7 +196,8 @@ class Pooler(_Module):
 
 
 class HeadTransform(_Module):
-    """(BERT's masked-LM head) dense -> activation -> LayerNorm, before the output projection."""
+    """The head transform before the output projection: dense -> activation -> LayerNorm (BERT's masked-LM head), or
+    dense -> LayerNorm -> activation (`head_order="dense-norm-activation"`)."""
 
     def __init__(self, config, weights, name="head"):
         super().__init__(config, weights, name)
@@ -201,7 +206,10 @@ class HeadTransform(_Module):
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         x = self.ops.linear(x, self.param("dense.kernel"), self.param("dense.bias"))
-        return self.norm(self.ops.ACTIVATIONS[self.activation](x))
+        activation = self.ops.ACTIVATIONS[self.activation]
+        if self.config.head_order == "dense-norm-activation":
+            return activation(self.norm(x))
+        return self.norm(activation(x))
 
 
 class Transformer:
@@ -213,7 +221,7 @@ class Transformer:
       takes the first argument and its keyword (`src_mask`); it is embedded by `tgt_embed` and checked against
       `tgt_vocab_size`.
 
-    Masks default to `ids != pad_id`; pass `src_mask` / `tgt_mask` (bool `(B, len)`, True = real token) otherwise.
+    Masks default to `ids != pad_id` (all True when `pad_id` is None); pass `src_mask` / `tgt_mask` (bool `(B, len)`, True = real token) otherwise.
     With `output_projection=False` (a bare backbone) the model returns its final hidden states `(B, len, D)`,
     traced as `last_hidden_state`. `src_type_ids` (segment ids, `(B, S)`, default all 0) need `type_vocab_size`.
 

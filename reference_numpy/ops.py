@@ -78,8 +78,12 @@ def sinusoidal_positions(length: int, d_model: int, layout: str = "interleaved")
     return table
 
 
-def padding_mask(ids: np.ndarray, pad_id: int) -> np.ndarray:
-    """`(B, T)` token ids -> `(B, T)` bool, True where the token is real (not padding)."""
+def padding_mask(ids: np.ndarray, pad_id: int | None) -> np.ndarray:
+    """`(B, T)` token ids -> `(B, T)` bool, True where the token is real (not padding). `pad_id=None` (a model
+    with no pad token): every token is real."""
+    ids = np.asarray(ids)
+    if pad_id is None:
+        return np.ones(ids.shape, dtype=bool)
     return ids != pad_id
 
 
@@ -96,19 +100,22 @@ def attention_mask(key_mask: np.ndarray, query_len: int, causal: bool = False) -
     return mask
 
 
-def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None
-                                 ) -> tuple[np.ndarray, np.ndarray]:
-    """softmax(q k^T / sqrt(d_k)) v, equation (1).
+def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None,
+                                 scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """softmax(scale q k^T) v, equation (1) with scale = 1/sqrt(d_k).
 
     Args:
         q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
         mask: bool, broadcastable to `(B, H, Tq, Tk)`; True = may attend.
+        scale: what the scores are multiplied by (`TransformerConfig.attention_scale_factor`); None = 1/sqrt(d_k).
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)`. A query row with no key it may attend to gets
         all-zero weights and hence an all-zero output (not NaN, not a uniform average over padding).
     """
-    scores = q @ np.swapaxes(k, -1, -2) / q.dtype.type(math.sqrt(q.shape[-1]))  # (B, H, Tq, Tk)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = q @ np.swapaxes(k, -1, -2) * q.dtype.type(scale)  # (B, H, Tq, Tk)
     if mask is None:
         weights = softmax(scores)
     else:

@@ -45,9 +45,12 @@ def _ffn(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
 
 
 def _embedding(side: str, vocab_size: int, config: TransformerConfig, table: bool) -> dict[str, tuple[int, ...]]:
-    """One side's input embeddings: token table (unless shared), learned positions, segments (source), norm."""
+    """One side's input embeddings: token table (unless shared) and its bias, learned positions, segments (source),
+    norm."""
     d = config.d_model
     shapes: dict[str, tuple[int, ...]] = {f"{side}_embed.embedding": (vocab_size, d)} if table else {}
+    if config.embed_bias:  # each side's own, even when the table is shared
+        shapes[f"{side}_embed.bias"] = (d,)
     if config.positional == "learned":
         shapes[f"{side}_pos.embedding"] = (config.position_rows, d)
     if side == "src" and config.type_vocab_size:
@@ -62,7 +65,8 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
 
     Decoder-only models (`num_encoder_layers=0`) have decoder layers without `cross_attn`/`norm2` (the FFN's norm
     stays `norm3`, so a name means one thing in every family). `share_embeddings` drops `tgt_embed.embedding`
-    (the decoder reads `src_embed.embedding`); `tie_embeddings` drops `output.kernel`.
+    (the decoder reads `src_embed.embedding`); `tie_embeddings` drops `output.kernel`. `embed_bias` adds
+    `{side}_embed.bias` for each side, shared table or not.
     """
     d = config.d_model
     shapes: dict[str, tuple[int, ...]] = {}

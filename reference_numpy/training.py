@@ -14,13 +14,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .ops import padding_mask
+
 
 def log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     shifted = x - x.max(axis=axis, keepdims=True)
     return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
 
 
-def token_cross_entropy(logits: np.ndarray, targets: np.ndarray, pad_id: int, label_smoothing: float = 0.0
+def token_cross_entropy(logits: np.ndarray, targets: np.ndarray, pad_id: int | None, label_smoothing: float = 0.0
                         ) -> float:
     """Mean cross-entropy over the target positions that are not padding.
 
@@ -32,7 +34,7 @@ def token_cross_entropy(logits: np.ndarray, targets: np.ndarray, pad_id: int, la
     Args:
         logits: `(..., V)` scores.
         targets: `(...)` integer class ids; positions equal to `pad_id` do not count.
-        pad_id: the padding id.
+        pad_id: the padding id; None (a model with no pad token): every position counts.
         label_smoothing: `eps` in [0, 1).
 
     Returns:
@@ -43,7 +45,7 @@ def token_cross_entropy(logits: np.ndarray, targets: np.ndarray, pad_id: int, la
     if logits.shape[:-1] != targets.shape:
         raise ValueError(f"logits {logits.shape} and targets {targets.shape} disagree on the leading dimensions")
     logp = log_softmax(logits)  # (..., V)
-    keep = targets != pad_id
+    keep = padding_mask(targets, pad_id)
     nll = -np.take_along_axis(logp, np.where(keep, targets, 0)[..., None], axis=-1)[..., 0]  # (...)
     per_token = (1.0 - label_smoothing) * nll + label_smoothing * -logp.mean(axis=-1)
     count = int(keep.sum())

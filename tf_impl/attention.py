@@ -31,9 +31,9 @@ def causal_mask(query_len, key_len, first=None) -> tf.Tensor:
 
 def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask: tf.Tensor | None = None, *,
                                  causal: bool = False, need_weights: bool = False, impl: str = "explicit",
-                                 dropout_p: float = 0.0, training: bool = False, seed=None
-                                 ) -> tuple[tf.Tensor, tf.Tensor | None]:
-    """softmax(q k^T / sqrt(d_k)) v (equation 1).
+                                 dropout_p: float = 0.0, training: bool = False, seed=None,
+                                 scale: float | None = None) -> tuple[tf.Tensor, tf.Tensor | None]:
+    """softmax(scale q k^T) v (equation 1 with scale = 1/sqrt(d_k)).
 
     Args:
         q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
@@ -47,6 +47,7 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
         dropout_p: dropout on the attention weights, applied only when `training` is true.
         training: whether dropout is active.
         seed: the calling layer's `keras.random.SeedGenerator` (or an int) for the dropout draw.
+        scale: what the scores are multiplied by (`TransformerConfig.attention_scale_factor`); None = 1/sqrt(d_k).
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)` or None. A query row with no key it may attend
@@ -54,13 +55,15 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
     if mask is not None:
         mask = tf.convert_to_tensor(mask)
         if mask.dtype != tf.bool:
             raise TypeError(f"mask must be a bool tensor (True = may attend), received dtype {mask.dtype.name}")
     if impl == "blockwise" and not need_weights and not (training and dropout_p > 0):
         # Before the causal mask is materialised: the blockwise path skips the keys a causal block cannot see.
-        return blockwise_attention(q, k, v, mask, causal=causal), None
+        return blockwise_attention(q, k, v, mask, causal=causal, scale=scale), None
     if causal:
         allowed = causal_mask(tf.shape(q)[-2], tf.shape(k)[-2])
         mask = allowed if mask is None else tf.logical_and(mask, allowed)
@@ -70,9 +73,9 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
     safe_mask = None if mask is None else tf.logical_or(mask, tf.logical_not(has_key))
     dropout = training and dropout_p > 0
     if impl == "keras" and not need_weights and not dropout:
-        out = _keras_attention(q, k, v, safe_mask)
+        out = _keras_attention(q, k, v, safe_mask, scale)
         return (out if has_key is None else tf.where(has_key, out, tf.zeros_like(out))), None
-    scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+    scores = tf.matmul(q, k, transpose_b=True) * tf.constant(scale, q.dtype)  # (B, H, Tq, Tk)
     if safe_mask is not None:
         scores = tf.where(safe_mask, scores, tf.constant(-math.inf, scores.dtype))
     weights = tf.nn.softmax(scores, axis=-1)
@@ -86,10 +89,10 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
     return out, (weights if need_weights else None)
 
 
-def _keras_attention(q, k, v, mask):
+def _keras_attention(q, k, v, mask, scale: float):
     """`keras.ops.dot_product_attention`, which takes `(B, T, H, d)` rather than `(B, H, T, d)`."""
     # A tensor scale: the TF backend casts a Python float scale through float32, which float64 cannot afford.
-    scale = tf.constant(1.0 / math.sqrt(q.shape[-1]), dtype=q.dtype)
+    scale = tf.constant(scale, dtype=q.dtype)
     q, k, v = (tf.transpose(t, (0, 2, 1, 3)) for t in (q, k, v))  # (B, H, T, d) -> (B, T, H, d)
     out = keras.ops.dot_product_attention(q, k, v, mask=mask, scale=scale)  # (B, Tq, H, d_v)
     return tf.transpose(out, (0, 2, 1, 3))  # (B, Tq, H, d_v) -> (B, H, Tq, d_v)

@@ -8,7 +8,7 @@ it. Here each block's scores stay within a few MiB (`_BLOCK_BYTES`), in cache an
 and the blocks are independent ops that TensorFlow's inter-op pool runs side by side. Also:
 - each block's two matmuls are compiled by XLA on their own (XLA's CPU dot runs these batched GEMMs faster than
   TensorFlow's oneDNN BatchMatMul), the softmax stays in TensorFlow ops (faster than XLA's CPU fusions of them);
-- the 1/sqrt(d) scale is folded into q (Tq*d multiplies instead of Tq*Tk);
+- the scale (1/sqrt(d) by default) is folded into q (Tq*d multiplies instead of Tq*Tk);
 - under a causal mask a query block reads only the keys it can see: about half the matmul work, as fused kernels do;
 - the softmax is normalised after the second matmul (Tq*d divisions instead of Tq*Tk);
 - the backward pass is FlashAttention's: each block keeps only its row max and sum and recomputes its scores, so
@@ -46,14 +46,15 @@ def _matmul(a, b, transpose_a=False, transpose_b=False):
 
 
 def blockwise_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask: tf.Tensor | None = None, *,
-                        causal: bool = False, block_size: int | None = None) -> tf.Tensor:
-    """softmax(q k^T / sqrt(d_k)) v, one block of (batch elements, queries) at a time (see the module docstring).
+                        causal: bool = False, block_size: int | None = None, scale: float | None = None) -> tf.Tensor:
+    """softmax(scale q k^T) v, one block of (batch elements, queries) at a time (see the module docstring).
 
     Args:
         q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
         mask: bool, broadcastable to `(B, H, Tq, Tk)`, True = may attend.
         causal: also hide key j from query i when j > i + (Tk - Tq).
         block_size: queries per block (default: `block_shape` of the shapes).
+        scale: what the scores are multiplied by (`TransformerConfig.attention_scale_factor`); None = 1/sqrt(d_k).
 
     Returns:
         `(B, H, Tq, d_v)`, in the dtype of `v`.
@@ -62,7 +63,9 @@ def blockwise_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask: tf.Tenso
         raise ValueError(f"block_size must be >= 1, received {block_size}")
     q, k, v = (tf.convert_to_tensor(t) for t in (q, k, v))
     compute = tf.float32 if q.dtype in (tf.float16, tf.bfloat16) else q.dtype
-    q = q * tf.constant(1.0 / math.sqrt(q.shape[-1]), q.dtype)  # (B, H, Tq, d_k); a float64 scale stays float64
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    q = q * tf.constant(scale, q.dtype)  # (B, H, Tq, d_k); a float64 scale stays float64
     if mask is not None:
         mask = tf.convert_to_tensor(mask)
         if mask.dtype != tf.bool:

@@ -46,10 +46,12 @@ def weights_h5_table(config: TransformerConfig) -> tuple[Rule, ...]:
     src, tgt = _embedding_paths(config)
     rules = [
         Rule(r"src_embed\.embedding", f"{src}/token/vars/0", IDENTITY),
+        Rule(r"src_embed\.bias", f"{src}/vars/0", IDENTITY),  # the Embedding layer's own variable
         Rule(r"src_pos\.embedding", f"{src}/position/vars/0", IDENTITY),
         Rule(r"src_type\.embedding", f"{src}/segment/vars/0", IDENTITY),
         *_norm_rules(r"src_embed_norm", f"{src}/norm"),
         Rule(r"tgt_embed\.embedding", f"{tgt}/token/vars/0", IDENTITY),
+        Rule(r"tgt_embed\.bias", f"{tgt}/vars/0", IDENTITY),
         Rule(r"tgt_pos\.embedding", f"{tgt}/position/vars/0", IDENTITY),
         *_norm_rules(r"tgt_embed_norm", f"{tgt}/norm"),
         Rule(_LAYER + r"\.(?P<attn>self_attn|cross_attn)\.(?P<proj>[qkvo])\.kernel",

@@ -17,7 +17,7 @@ from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 import reference_numpy as rn
 from reference_numpy.decoding import NextLogits
 
-from .model import KVCache, Transformer
+from .model import KVCache, Transformer, padding_mask
 
 
 def _encode(model: Transformer, src_ids, src_mask):
@@ -27,8 +27,7 @@ def _encode(model: Transformer, src_ids, src_mask):
             raise ValueError("a decoder-only model has no source: pass the prompt to generate(), received src_ids")
         return None, None
     src_ids = tf.constant(np.asarray(src_ids))
-    src_mask = tf.not_equal(src_ids, tf.constant(model.config.pad_id, src_ids.dtype)) if src_mask is None \
-        else tf.constant(np.asarray(src_mask))
+    src_mask = padding_mask(src_ids, model.config.pad_id) if src_mask is None else tf.constant(np.asarray(src_mask))
     return model.encode(src_ids, src_mask), src_mask
 
 
@@ -169,8 +168,8 @@ def greedy(model: Transformer, start, new_tokens: int, src_ids=None, src_mask=No
         src_ids = rn.check_token_ids("src_ids", src_ids, c.src_vocab_size, c.max_len)
         if src_ids.shape[0] != batch:
             raise ValueError(f"src_ids and start have different batch sizes: {src_ids.shape[0]} and {batch}")
-        src_mask = src_ids != c.pad_id if src_mask is None else rn.check_padding_mask("src_mask", src_mask,
-                                                                                        src_ids.shape)
+        src_mask = (rn.padding_mask(src_ids, c.pad_id) if src_mask is None
+                    else rn.check_padding_mask("src_mask", src_mask, src_ids.shape))
         source = (tf.constant(src_ids, tf.int64), tf.constant(src_mask))
     ids, logits = _compiled_greedy(model, jit_compile)(tf.constant(start, tf.int64), int(new_tokens), *source)
     return ids.numpy(), logits.numpy()

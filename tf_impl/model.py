@@ -31,6 +31,7 @@ _LAYER = r"(?P<stack>encoder|decoder)\.layers\.(?P<i>\d+)"
 # Keras Dense kernels are already (in, out), so every transform is the identity.
 WEIGHT_TABLE = (
     Rule(r"(?P<side>src|tgt)_embed\.embedding", "{side}_embed/token/embeddings", IDENTITY),
+    Rule(r"(?P<side>src|tgt)_embed\.bias", "{side}_embed/bias", IDENTITY),
     Rule(r"(?P<side>src|tgt)_pos\.embedding", "{side}_embed/position/embeddings", IDENTITY),
     Rule(r"src_type\.embedding", "src_embed/segment/embeddings", IDENTITY),
     Rule(r"(?P<side>src|tgt)_embed_norm\.(?P<leaf>gamma|beta)", "{side}_embed/norm/{leaf}", IDENTITY),
@@ -215,7 +216,7 @@ class MultiHeadAttention(_ConfigSerializable, keras.layers.Layer):
                 cache.k, cache.v = k, v
         out, weights = scaled_dot_product_attention(
             q, k, v, attention_mask, need_weights=need_weights, impl=self.impl, dropout_p=self.config.dropout,
-            training=training, seed=self.seed_generator)
+            training=training, seed=self.seed_generator, scale=self.config.attention_scale_factor)
         out = tf.reshape(tf.transpose(out, (0, 2, 1, 3)), (b, tq, h * dk))  # (B, H, Tq, d_k) -> (B, Tq, D)
         return self.o(out), (weights if need_weights else None)
 
@@ -342,7 +343,8 @@ class DecoderLayer(_ResidualLayer):
 
 
 class Embedding(_ConfigSerializable, keras.layers.Layer):
-    """One side's (`src` or `tgt`) input embedding: token embedding, times sqrt(d_model) if `scale_embedding`,
+    """One side's (`src` or `tgt`) input embedding: token embedding (plus its bias if `embed_bias`: what one-hot ids
+    through a `Linear(vocab, d_model)` compute), times sqrt(d_model) if `scale_embedding`,
     plus segment embeddings (source side, `type_vocab_size`), plus sinusoidal or learned positions, then a LayerNorm
     if `embed_norm`, then dropout (torch_impl applies the same dropout just after its Embedding). Positions start at
     `offset`; learned ones read row `offset + position_offset` onwards. Under `share_embeddings` the target side has
@@ -371,11 +373,15 @@ class Embedding(_ConfigSerializable, keras.layers.Layer):
         self.norm = (keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, dtype=self.dtype_policy,
                                                      name="norm") if config.embed_norm else None)
         self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
+        self.bias = None  # `embed_bias`: made in build()
 
     def build(self, ids_shape):
         if ids_shape is None or len(ids_shape) != 2:
             raise ValueError(f"{self.name}: ids must have shape (batch, length), received shape "
                              f"{None if ids_shape is None else tuple(ids_shape)}")
+        # The bias is this layer's own variable, created before its sublayers' (its .weights.h5 path: vars/0).
+        self.bias = (self.add_weight(shape=(self.config.d_model,), initializer="zeros", name="bias")
+                     if self.config.embed_bias else None)  # (D,)
         for layer in (self.token, self.segment, self.position):
             if layer is not None:
                 layer.build(ids_shape)
@@ -386,6 +392,8 @@ class Embedding(_ConfigSerializable, keras.layers.Layer):
         """`(B, T)` int ids -> `(B, T, D)`; positions start at `offset`. `token_table` `(V, D)`: the shared table
         when this side has none of its own."""
         x = self.token(ids) if token_table is None else tf.gather(token_table, ids)  # (B, T, D)
+        if self.bias is not None:
+            x = x + self.bias
         if self.config.scale_embedding:
             x = x * math.sqrt(self.config.d_model)
         if self.segment is not None:  # BERT's order: (token + segment) + position
@@ -488,7 +496,8 @@ class Pooler(_ConfigSerializable, keras.layers.Layer):
 
 
 class HeadTransform(_ConfigSerializable, keras.layers.Layer):
-    """(BERT's masked-LM head) dense -> activation -> LayerNorm, before the output projection."""
+    """The head transform before the output projection: dense -> activation -> LayerNorm (BERT's masked-LM head), or
+    dense -> LayerNorm -> activation (`head_order="dense-norm-activation"`)."""
 
     def __init__(self, config: TransformerConfig, name: str = "head", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -504,7 +513,10 @@ class HeadTransform(_ConfigSerializable, keras.layers.Layer):
         self.norm.build(x_shape)
 
     def call(self, x):
-        return self.norm(self.activation(self.dense(x)))
+        x = self.dense(x)
+        if self.config.head_order == "dense-norm-activation":
+            return self.activation(self.norm(x))
+        return self.norm(self.activation(x))
 
 
 class OutputProjection(_ConfigSerializable, keras.layers.Layer):
@@ -548,7 +560,7 @@ class Transformer(_ConfigSerializable, keras.Model):
         attention_impl: `explicit` or `keras`, see `tf_impl.attention`.
 
     Call it with `(src_ids, tgt_ids)` of shape `(B, S)`, `(B, T)` (integer arrays or tensors); masks come from
-    `pad_id` unless `src_mask` / `tgt_mask` (bool, `(B, len)`, True = real token) are given. An encoder-only model
+    `pad_id` (all True when it is None) unless `src_mask` / `tgt_mask` (bool, `(B, len)`, True = real token) are given. An encoder-only model
     (`num_decoder_layers=0`) takes source ids alone, a decoder-only model (`num_encoder_layers=0`) its one
     sequence as the first argument (mask: `src_mask`). `src_type_ids` are segment ids (`type_vocab_size`). A bare
     backbone (`output_projection=False`) returns its final hidden states. Dropout is active only with
@@ -787,7 +799,7 @@ class Transformer(_ConfigSerializable, keras.Model):
             ids = rn.check_token_ids(name, _host(ids), vocab_size, max_len)
         ids = tf.convert_to_tensor(ids)
         if mask is None:
-            return ids, tf.not_equal(ids, tf.constant(self.config.pad_id, ids.dtype))
+            return ids, padding_mask(ids, self.config.pad_id)
         if tf.is_symbolic_tensor(mask) or tf.is_symbolic_tensor(ids):
             mask = tf.convert_to_tensor(mask)
             _check_static_mask(f"{side}_mask", mask, ids.shape)
@@ -850,6 +862,13 @@ def _check_static_mask(name: str, mask: tf.Tensor, ids_shape: tf.TensorShape) ->
         raise TypeError(f"{name} must be a bool array (True = real token), received dtype {mask.dtype.name}")
     if not mask.shape.is_compatible_with(ids_shape):
         raise ValueError(f"{name} must have the shape of the ids {tuple(ids_shape)}, received {tuple(mask.shape)}")
+
+
+def padding_mask(ids: tf.Tensor, pad_id: int | None) -> tf.Tensor:
+    """`(B, T)` ids -> `(B, T)` bool, True = real token (every one when the model has no pad token)."""
+    if pad_id is None:
+        return tf.ones_like(ids, dtype=tf.bool)
+    return tf.not_equal(ids, tf.constant(pad_id, ids.dtype))
 
 
 def attention_mask(key_mask: tf.Tensor, query_len, causal: bool = False, first=None) -> tf.Tensor:

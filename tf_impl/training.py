@@ -24,18 +24,18 @@ from keras import ops
 import reference_numpy as rn
 from reference_numpy.training import AdamSettings, Schedule, check_label_smoothing
 
-from .model import WEIGHT_TABLE, Transformer
+from .model import WEIGHT_TABLE, Transformer, padding_mask
 
 
-def token_cross_entropy(logits: tf.Tensor, targets, pad_id: int, label_smoothing: float = 0.0) -> tf.Tensor:
-    """Mean cross-entropy over non-padding targets; Keras's own `categorical_crossentropy(label_smoothing=...)`
+def token_cross_entropy(logits: tf.Tensor, targets, pad_id: int | None, label_smoothing: float = 0.0) -> tf.Tensor:
+    """Mean cross-entropy over non-padding targets (all of them when `pad_id` is None); Keras's own `categorical_crossentropy(label_smoothing=...)`
     per token (the same definition as `reference_numpy.token_cross_entropy` and PyTorch's), masked and averaged."""
     check_label_smoothing(label_smoothing)
     targets = tf.convert_to_tensor(targets)
     one_hot = tf.one_hot(targets, tf.shape(logits)[-1], dtype=logits.dtype)  # (B, T, V)
     per_token = keras.losses.categorical_crossentropy(one_hot, logits, from_logits=True,
                                                       label_smoothing=label_smoothing)  # (B, T)
-    keep = tf.not_equal(targets, tf.constant(pad_id, targets.dtype))
+    keep = padding_mask(targets, pad_id)
     total = tf.reduce_sum(tf.where(keep, per_token, tf.zeros_like(per_token)))
     return total / tf.maximum(tf.reduce_sum(tf.cast(keep, logits.dtype)), 1)
 

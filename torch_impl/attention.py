@@ -16,9 +16,9 @@ IMPLS = ("fused", "explicit")
 
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                  mask: torch.Tensor | None = None, *, causal: bool = False,
-                                 need_weights: bool = False, impl: str = "fused", dropout_p: float = 0.0
-                                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """softmax(q k^T / sqrt(d_k)) v (equation 1).
+                                 need_weights: bool = False, impl: str = "fused", dropout_p: float = 0.0,
+                                 scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(scale q k^T) v (equation 1 with scale = 1/sqrt(d_k)).
 
     Args:
         q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
@@ -28,6 +28,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         impl: `fused` (`F.scaled_dot_product_attention`, whichever kernel PyTorch dispatches to) or `explicit`
             (matmul, softmax, matmul in plain ops). The caller picks; nothing is feature-detected.
         dropout_p: dropout on the attention weights (training only).
+        scale: what the scores are multiplied by (`TransformerConfig.attention_scale_factor`); None = 1/sqrt(d_k).
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)` or None. A query row with no key it may attend
@@ -37,10 +38,12 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor (True = may attend), received dtype {mask.dtype}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
     tq, tk = q.shape[-2], k.shape[-2]
     if causal:
         if mask is None and tq == tk and not need_weights and impl == "fused":
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
             return out, None
         allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(diagonal=tk - tq)
         mask = allowed if mask is None else mask & allowed
@@ -50,11 +53,11 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         if has_key is not None and q.device.type == "cpu" and bool(has_key.all()):
             # No blind row (padding leaves every query a key): skip the repair, two more passes over the mask and
             # one over the output (6-12% of the kernel's time on CPU, benchmarks/). On CUDA the check would sync.
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale), None
         safe_mask = None if mask is None else mask | ~has_key
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout_p)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout_p, scale=scale)
         return (out if has_key is None else out.masked_fill(~has_key, 0)), None
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+    scores = q @ k.transpose(-2, -1) * scale  # (B, H, Tq, Tk)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)

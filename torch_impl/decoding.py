@@ -12,7 +12,7 @@ import torch
 
 from reference_numpy.decoding import NextLogits
 
-from .model import Transformer, _host
+from .model import Transformer, _host, padding_mask
 
 
 def _encode(model: Transformer, src_ids, src_mask):
@@ -23,7 +23,8 @@ def _encode(model: Transformer, src_ids, src_mask):
             raise ValueError("a decoder-only model has no source: pass the prompt to generate(), received src_ids")
         return None, None, device
     src_ids = torch.as_tensor(np.asarray(src_ids), device=device)
-    src_mask = src_ids != model.config.pad_id if src_mask is None else torch.as_tensor(src_mask, device=device)
+    src_mask = (padding_mask(src_ids, model.config.pad_id) if src_mask is None
+                else torch.as_tensor(src_mask, device=device))
     with torch.no_grad():
         memory = model.encode(src_ids, src_mask)
     return memory, src_mask, device

@@ -24,6 +24,7 @@ from .attention import scaled_dot_product_attention
 # canonical name pattern -> torch state_dict name; the only place the two naming schemes meet.
 WEIGHT_TABLE = (
     Rule(r"(?P<side>src|tgt)_embed\.embedding", "{side}_embed.token.weight", IDENTITY),
+    Rule(r"(?P<side>src|tgt)_embed\.bias", "{side}_embed.bias", IDENTITY),
     Rule(r"(?P<side>src|tgt)_pos\.embedding", "{side}_embed.position.weight", IDENTITY),
     Rule(r"src_type\.embedding", "src_embed.segment.weight", IDENTITY),
     Rule(r"(?P<side>src|tgt)_embed_norm\.gamma", "{side}_embed.norm.weight", IDENTITY),
@@ -100,7 +101,7 @@ class MultiHeadAttention(nn.Module):
         q = q.view(b, tq, h, dk).transpose(1, 2)  # (B, H, Tq, d_k)
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, need_weights=need_weights, impl=self.impl,
-            dropout_p=self.config.dropout if self.training else 0.0)
+            dropout_p=self.config.dropout if self.training else 0.0, scale=self.config.attention_scale_factor)
         out = out.transpose(1, 2).reshape(b, tq, d)  # (B, H, Tq, d_k) -> (B, Tq, D)
         return self.o(out), weights
 
@@ -213,7 +214,8 @@ class DecoderLayer(_ResidualLayer):
 
 
 class Embedding(nn.Module):
-    """One side's (`src` or `tgt`) input embedding: token embedding, times sqrt(d_model) if `scale_embedding`,
+    """One side's (`src` or `tgt`) input embedding: token embedding (plus its bias if `embed_bias`: what one-hot ids
+    through a `Linear(vocab, d_model)` compute), times sqrt(d_model) if `scale_embedding`,
     plus segment embeddings (source side, `type_vocab_size`), plus sinusoidal or learned positions, then a LayerNorm
     if `embed_norm`. Positions start at `offset`; learned ones read row `offset + position_offset` onwards. Under
     `share_embeddings` the target side has no token table of its own: the caller passes the source's."""
@@ -224,6 +226,7 @@ class Embedding(nn.Module):
         own_table = token_embedding(config, side) == f"{side}_embed.embedding"
         vocab_size = config.src_vocab_size if side == "src" else config.tgt_vocab_size
         self.token = nn.Embedding(vocab_size, config.d_model) if own_table else None
+        self.bias = nn.Parameter(torch.zeros(config.d_model)) if config.embed_bias else None
         self.segment = (nn.Embedding(config.type_vocab_size, config.d_model)
                         if side == "src" and config.type_vocab_size else None)
         if config.positional == "learned":
@@ -247,6 +250,8 @@ class Embedding(nn.Module):
         """`(B, T)` int ids -> `(B, T, D)`; positions start at `offset`. `token_table` `(V, D)`: the shared table
         when this side has none of its own."""
         x = self.token(ids) if token_table is None else F.embedding(ids, token_table)  # (B, T, D)
+        if self.bias is not None:
+            x = x + self.bias
         if self.config.scale_embedding:
             x = x * math.sqrt(self.config.d_model)
         if self.segment is not None:  # BERT's order: (token + segment) + position
@@ -311,7 +316,8 @@ class Pooler(nn.Module):
 
 
 class HeadTransform(nn.Module):
-    """(BERT's masked-LM head) dense -> activation -> LayerNorm, before the output projection."""
+    """The head transform before the output projection: dense -> activation -> LayerNorm (BERT's masked-LM head), or
+    dense -> LayerNorm -> activation (`head_order="dense-norm-activation"`)."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -319,9 +325,11 @@ class HeadTransform(nn.Module):
         self.activation = ACTIVATIONS[config.head_activation or config.activation]
         eps = config.layer_norm_eps if config.head_layer_norm_eps is None else config.head_layer_norm_eps
         self.norm = nn.LayerNorm(config.d_model, eps=eps)
+        self.norm_first = config.head_order == "dense-norm-activation"
 
     def forward(self, x):
-        return self.norm(self.activation(self.dense(x)))
+        x = self.dense(x)
+        return self.activation(self.norm(x)) if self.norm_first else self.norm(self.activation(x))
 
 
 class OutputProjection(nn.Module):
@@ -347,7 +355,7 @@ class Transformer(nn.Module):
         dtype: parameter and compute dtype (default float32).
 
     Call it with `(src_ids, tgt_ids)` of shape `(B, S)`, `(B, T)` (integer tensors or arrays); masks come from
-    `pad_id` unless `src_mask` / `tgt_mask` (bool, `(B, len)`, True = real token) are given. An encoder-only model
+    `pad_id` (all True when it is None) unless `src_mask` / `tgt_mask` (bool, `(B, len)`, True = real token) are given. An encoder-only model
     (`num_decoder_layers=0`) takes source ids alone, a decoder-only model (`num_encoder_layers=0`) its one
     sequence as the first argument (mask: `src_mask`). `src_type_ids` are segment ids (`type_vocab_size`). A bare
     backbone (`output_projection=False`) returns its final hidden states. Dropout follows `train()` / `eval()`.
@@ -500,7 +508,7 @@ class Transformer(nn.Module):
         rn.check_token_ids(f"{side}_ids", _host(ids), vocab_size, self.config.max_len)
         ids = torch.as_tensor(ids, device=device)
         if mask is None:
-            return ids, ids != self.config.pad_id
+            return ids, padding_mask(ids, self.config.pad_id)
         rn.check_padding_mask(f"{side}_mask", _host(mask), tuple(ids.shape))
         return ids, torch.as_tensor(mask, device=device)
 
@@ -517,6 +525,11 @@ def _host(x) -> np.ndarray:
         return np.asarray(x)
     x = x.detach().cpu()
     return (x.float() if x.dtype == torch.bfloat16 else x).numpy()
+
+
+def padding_mask(ids: torch.Tensor, pad_id: int | None) -> torch.Tensor:
+    """`(B, T)` ids -> `(B, T)` bool, True = real token (every one when the model has no pad token)."""
+    return torch.ones_like(ids, dtype=torch.bool) if pad_id is None else ids != pad_id
 
 
 def attention_mask(key_mask: torch.Tensor, query_len: int, causal: bool = False) -> torch.Tensor:

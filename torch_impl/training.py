@@ -20,12 +20,14 @@ from reference_numpy.training import AdamSettings, Schedule, check_label_smoothi
 from .model import WEIGHT_TABLE, Transformer
 
 
-def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, pad_id: int, label_smoothing: float = 0.0
-                        ) -> torch.Tensor:
-    """Mean cross-entropy over non-padding targets; the definition of `reference_numpy.token_cross_entropy`."""
+def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, pad_id: int | None,
+                        label_smoothing: float = 0.0) -> torch.Tensor:
+    """Mean cross-entropy over non-padding targets (all of them when `pad_id` is None); the definition of
+    `reference_numpy.token_cross_entropy`."""
     check_label_smoothing(label_smoothing)
     targets = torch.as_tensor(targets, device=logits.device)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=pad_id,
+    ignore = -100 if pad_id is None else pad_id  # F.cross_entropy's default: no class id is negative
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore,
                            label_smoothing=label_smoothing)  # (B*T, V) logits vs (B*T,) targets
 
 

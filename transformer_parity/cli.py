@@ -100,15 +100,26 @@ def parse_fields(config_file: str | None, sets: Sequence[str]) -> dict[str, Any]
 _OPTIONAL_EXAMPLES = {"bool": False, "int": 0, "float": 0.0, "str": ""}
 
 
-def _typed(name: str, text: str, default: Any) -> Any:
-    if default is None:  # an optional field (`output_bias: bool | None`): `none`, or a value of its type
-        if text.lower() in ("none", "null"):
-            return None
-        import reference_numpy as rn
+def _field_kinds(name: str) -> list[str]:
+    """The types a config field's annotation names, in order: `int | None` -> ["int", "None"]."""
+    import reference_numpy as rn
 
-        annotation = next(f.type for f in dataclasses.fields(rn.TransformerConfig) if f.name == name)
-        kinds = [k for k in str(annotation).replace(" ", "").split("|") if k in _OPTIONAL_EXAMPLES]
-        return _typed(name, text, _OPTIONAL_EXAMPLES[kinds[0]] if kinds else "")
+    annotation = next(f.type for f in dataclasses.fields(rn.TransformerConfig) if f.name == name)
+    return str(annotation).replace(" ", "").split("|")
+
+
+def _typed(name: str, text: str, default: Any) -> Any:
+    kinds = _field_kinds(name)
+    if "None" in kinds and text.lower() in ("none", "null"):  # an optional field: `output_bias`, `pad_id`
+        return None
+    if default is None:  # typed like the first of its annotation's other kinds
+        known = [k for k in kinds if k in _OPTIONAL_EXAMPLES]
+        return _typed(name, text, _OPTIONAL_EXAMPLES[known[0]] if known else "")
+    if isinstance(default, str) and "float" in kinds:  # `attention_scale`: a name, or a number
+        try:
+            return float(text)
+        except ValueError:
+            return text
     if isinstance(default, bool):
         lowered = text.lower()
         if lowered in ("true", "1", "yes", "on"):
@@ -119,7 +130,8 @@ def _typed(name: str, text: str, default: Any) -> Any:
     try:
         return type(default)(text) if isinstance(default, (int, float)) else text
     except ValueError:
-        raise UsageError(f"--set {name}={text}: expected {type(default).__name__}") from None
+        expected = type(default).__name__ + (" or none" if "None" in kinds else "")
+        raise UsageError(f"--set {name}={text}: expected {expected}") from None
 
 
 def _console(args, stderr: bool = False):

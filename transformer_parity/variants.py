@@ -24,6 +24,11 @@ VARIANTS = {
     "pad-id-3": TINY.replace(pad_id=3),
     "encoder-only": TINY.replace(num_decoder_layers=0, tgt_vocab_size=7),
     "asymmetric-depth": TINY.replace(num_encoder_layers=1, num_decoder_layers=3),
+    "no-pad-id": TINY.replace(pad_id=None),
+    "scale-by-d-model": TINY.replace(attention_scale="model"),
+    "embed-bias": TINY.replace(embed_bias=True),
+    "head-norm-before-activation": TINY.replace(num_decoder_layers=0, tgt_vocab_size=7, head_transform=True,
+                                                head_order="dense-norm-activation"),
 }
 
 FAMILIES = {

@@ -44,13 +44,27 @@ def hf_layout(name: str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{HF_LAYOUTS[name]}")
 
 
+def canonical_only(config) -> list[str]:
+    """The settings of `config` that no built-in external family expresses (Hugging Face, KerasHub,
+    torch.nn.Transformer): each would export as a model that computes something else."""
+    problems = []
+    if config.attention_scale != "head":
+        problems.append(f"attention_scale={config.attention_scale!r} (scores scaled by 1/sqrt(d_head) there)")
+    if config.embed_bias:
+        problems.append("embed_bias=True (no bias on the token embedding there)")
+    if config.head_order != "dense-activation-norm":
+        problems.append(f"head_order={config.head_order!r} (dense -> activation -> LayerNorm there)")
+    return problems
+
+
 def first_exporter(names, load, config, what: str) -> ModuleType:
     """The first of the layout modules `load(name)` whose `export_problems(config)` is empty; otherwise a
     `ValueError` that says, for each, why this model has no `what` equivalent."""
     problems = {}
+    shared = canonical_only(config)
     for name in names:
         module = load(name)
-        problems[name] = module.export_problems(config)
+        problems[name] = shared + module.export_problems(config)
         if not problems[name]:
             return module
     raise ValueError(f"this model has no {what} equivalent here: " + "; ".join(

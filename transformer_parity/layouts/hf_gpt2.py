@@ -57,13 +57,13 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
     arch = architecture(hf, MODEL_TYPE, ARCHITECTURES, has_head)
     refuse(hf, {"add_cross_attention": False, "scale_attn_by_inverse_layer_idx": False,
                  "scale_attn_weights": True, "reorder_and_upcast_attn": False})
-    notes = []
+    notes: list[str] = []
     vocab, d = _int(hf, "vocab_size"), _int(hf, "n_embd")
-    pad = hf.get("pad_token_id")
-    if pad is None:
-        eos = hf.get("eos_token_id")
-        pad = eos if isinstance(eos, int) and 0 <= eos < vocab else 0
-        notes.append(f"config.json has no pad_token_id; padding masks use pad_id={pad} (override with --set pad_id=N)")
+    # GPT-2 has no pad token: its forward derives no mask from the ids (padding arrives as attention_mask), so every
+    # id, 0 and EOS included, is a real token. A pad_token_id in config.json is the tokenizer's filler, not a mask.
+    if hf.get("pad_token_id") is not None:
+        notes.append(f"config.json pad_token_id={hf['pad_token_id']!r} is not used: GPT-2 derives no padding mask "
+                     "from ids, so pad_id=None (every id is a real token; --set pad_id=N to mask id N)")
     lm = arch == "GPT2LMHeadModel"
     tied = bool(hf.get("tie_word_embeddings", True)) if lm else False
     config = rn.TransformerConfig(
@@ -72,7 +72,7 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
         max_len=_int(hf, "n_positions"), dropout=float(hf.get("resid_pdrop", 0.1)),
         activation=activation(hf, "activation_function", "gelu_new"), norm_first=True, final_norm=True,
         layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)), positional="learned", scale_embedding=False,
-        bias=True, tie_embeddings=tied, pad_id=int(pad), output_bias=False, output_projection=lm)
+        bias=True, tie_embeddings=tied, pad_id=None, output_bias=False, output_projection=lm)
     return config, arch, notes
 
 

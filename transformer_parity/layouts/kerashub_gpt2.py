@@ -23,7 +23,8 @@ SERIALIZED = {"GPT2Backbone": ("keras_hub.src.models.gpt2.gpt2_backbone", "gpt2_
               "GPT2CausalLM": ("keras_hub.src.models.gpt2.gpt2_causal_lm", "gpt2_causal_lm")}
 FIXED = {"num_encoder_layers": 0, "activation": "gelu_tanh", "layer_norm_eps": 1e-5, "norm_first": True,
          "final_norm": True, "positional": "learned", "position_offset": 0, "scale_embedding": False, "bias": True,
-         "embed_norm": False, "head_transform": False, "type_vocab_size": 0, "pooler": False, "output_bias": False}
+         "embed_norm": False, "head_transform": False, "type_vocab_size": 0, "pooler": False, "output_bias": False,
+         "pad_id": None}  # no pad id: padding arrives as GPT2Backbone's padding_mask input, so every id is a token
 CAUSAL_LM = {"output_projection": True, "tie_embeddings": True}  # GPT2CausalLM's logits: the tied embedding
 TASK_FIELDS = {"GPT2CausalLM": CAUSAL_LM}  # a bare GPT2CausalLM .weights.h5 (its save_weights) is read as this task
 
@@ -43,19 +44,16 @@ def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=integer(backbone, "hidden_dim"),
         num_heads=integer(backbone, "num_heads"), num_decoder_layers=integer(backbone, "num_layers"),
         d_ff=integer(backbone, "intermediate_dim"), max_len=integer(backbone, "max_sequence_length"),
-        dropout=float(backbone.get("dropout", 0.1)), tie_embeddings=False, output_projection=False, pad_id=0,
-        **FIXED)
+        dropout=float(backbone.get("dropout", 0.1)), tie_embeddings=False, output_projection=False, **FIXED)
     if task is not None:
         config = config.replace(**CAUSAL_LM)
-    notes = ["KerasHub GPT-2 takes a padding_mask input rather than a pad id; padding masks here use pad_id=0 "
-             "(--set pad_id=N to change)"]
-    return config, notes
+    return config, []
 
 
 def export_problems(config: rn.TransformerConfig) -> list[str]:
     """Why `config` is not a KerasHub GPT-2 (empty if it is one)."""
     problems = [f"{k}={getattr(config, k)!r} (KerasHub GPT-2 has {v!r})" for k, v in FIXED.items()
-                if k != "output_bias" and getattr(config, k) != v]
+                if k not in ("output_bias", "pad_id") and getattr(config, k) != v]
     if config.output_projection and not config.tie_embeddings:
         problems.append("tie_embeddings=False (GPT2CausalLM's logits reuse the token embedding)")
     if config.has_output_bias:

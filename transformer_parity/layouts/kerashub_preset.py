@@ -232,9 +232,10 @@ def save_weights_file(path: str | os.PathLike, config: rn.TransformerConfig, wei
                       declared: str, force: bool = False, consume: bool = False) -> str:
     """A bare `.weights.h5` of a model that has no preset (kerashub-seq2seq): the datasets its `load_weights` reads."""
     from ..formats import atomic_path
+    from . import canonical_only
 
     module = family(declared)
-    problems = module.export_problems(config)
+    problems = canonical_only(config) + module.export_problems(config)
     if problems:
         raise ValueError(f"this model has no {declared} equivalent: {', '.join(problems)}")
     table = module.table(config)

@@ -339,7 +339,9 @@ def export_nn_transformer(config: TransformerConfig, weights: Mapping[str, np.nd
 
     if layout is None:
         layout = TRANSLATION_TUTORIAL if config.is_encoder_decoder else LANGUAGE_MODEL_TUTORIAL
-    problems = []
+    from . import canonical_only
+
+    problems = canonical_only(config)
     if config.is_encoder_decoder and not config.final_norm:
         problems.append("nn.Transformer always ends each stack with a LayerNorm, but final_norm=False")
     if config.positional != "sinusoidal":
