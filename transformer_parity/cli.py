@@ -425,6 +425,7 @@ examples:
   transformer-parity layout --scaffold model.pt > my_layout.toml       # every key listed, the guessable ones guessed
   transformer-parity layout --scaffold epoch=3.ckpt > my_layout.toml   # a PyTorch Lightning checkpoint
   transformer-parity layout --scaffold model.weights.h5 > my_layout.toml
+  transformer-parity layout --scaffold model.pt --source my_model.py:forward > my_layout.toml   # settled by probing
   transformer-parity convert --layout my_layout.toml model.pt model.safetensors
   transformer-parity verify --layout my_layout.toml model.pt
 
@@ -439,12 +440,30 @@ def cmd_layout(args) -> int:
     from .layouts import user
 
     path = formats.check_input(args.scaffold)
-    try:
-        text = user.scaffold(path)
-    except ImportError as exc:
-        raise UsageError(f"reading {path} needs {exc.name}, which is not installed") from None
-    sys.stdout.write(text)
-    return 0
+    if args.source is None:
+        if args.sets or args.config:
+            raise UsageError("--set/--config settle a scaffold only with --source (they fix what probing tries)")
+        try:
+            text = user.scaffold(path)
+        except ImportError as exc:
+            raise UsageError(f"reading {path} needs {exc.name}, which is not installed") from None
+        sys.stdout.write(text)
+        return 0
+    from . import source as src
+    from .layouts import probe
+
+    fields = parse_fields(args.config, args.sets)
+    fn = src.load_callable(args.source)
+    settled = probe.settle(path, fn, fields, where=f"--source {args.source}")
+    sys.stdout.write(settled.text)
+    for line in settled.unsettled:
+        print(f"{PROG}: not settled: {line}", file=sys.stderr)
+    if not args.quiet:
+        _console(args, stderr=True).print(
+            f"{'settled' if settled.passed else 'NOT settled'}: {settled.tried} candidate layouts tried; the chosen one "
+            f"is {settled.error:.3g} off the source's {settled.source_dtype} output ({settled.ratio:.2f} floors, "
+            f"limit {probe.RATIO_LIMIT:g})", markup=False)
+    return 0 if settled.passed else 1
 
 
 # --- the parser -----------------------------------------------------------------------------------------------------
@@ -546,6 +565,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Print a layout file (TOML) for a PyTorch state dict, .safetensors or .weights.h5: "
                                    "every key,\nwith the canonical names and transforms it could guess filled in.")
     p.add_argument("--scaffold", required=True, metavar="FILE", help="the checkpoint to describe")
+    p.add_argument("--source", metavar="FILE.py:NAME",
+                   help="settle what the names cannot tell by probing the model the weights came from: NAME(batch) "
+                        "returns its output (docs/layouts.md); exit 1 names what could not be settled")
+    _add_config_options(p)
     p.set_defaults(func=cmd_layout)
 
     for name in COMMAND_MODULES:

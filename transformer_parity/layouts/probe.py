@@ -15,7 +15,6 @@ with each candidate.
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from dataclasses import dataclass, field
@@ -27,7 +26,6 @@ import numpy as np
 import reference_numpy as rn
 
 from . import user
-from .table import FUSED, import_state
 
 Source = Callable[[dict[str, np.ndarray]], Any]
 
@@ -41,6 +39,15 @@ HEAD_SWITCHES: dict[str, tuple] = {  # only when the weights hold a head transfo
     "head_order": ("dense-activation-norm", "dense-norm-activation"),
     "head_activation": ("relu", "gelu", "gelu_tanh", "silu"),
 }
+SEARCHED: dict[str, tuple] = {  # fields needed only for some weights
+    "position_offset": (0, 1, 2),  # a learned table read at row p + offset (BART: 2)
+    "sinusoid_layout": ("interleaved", "concatenated"),  # no table in the weights to tell it
+}
+STAGED_START: dict[str, Any] = {  # where the later stages (or a verified match) start
+    "pad_id": None, "layer_norm_eps": 1e-5, "head_layer_norm_eps": None, "positional": "sinusoidal",
+    "output_projection": False, "max_len": 512,
+}
+MAX_LEN_CAP = 8192  # the longest input probed when the weights hold no position table
 EPSILONS = (1e-5, 1e-6, 1e-12, 1e-3, 1e-8)  # PyTorch, many hand-written models, BERT, Keras, rare
 RATIO_LIMIT = 10.0  # K of verify: see transformer_parity/verify.py
 EPS32, EPS64 = float(np.finfo(np.float32).eps), float(np.finfo(np.float64).eps)
@@ -74,16 +81,23 @@ class Settled:
         return not self.unsettled and self.ratio <= RATIO_LIMIT
 
 
-def call_source(source: Source, batch: Mapping[str, np.ndarray]) -> np.ndarray:
-    """The source's output on `batch` as a float array (a dict return gives its "output")."""
-    out = source(dict(batch))
+def call_source(source: Source, batch: Mapping[str, np.ndarray], where: str = "the source") -> np.ndarray:
+    """The source's output on `batch` as a float array (a dict return gives its "output"); anything the source
+    raises, or a return that is no float array, is one `ValueError` line naming `where`."""
+    try:
+        out = source({k: v.copy() for k, v in batch.items()})
+    except Exception as exc:  # the user's code: whatever it raises is reported, not a traceback
+        shapes = ", ".join(f"{k} {v.shape}" for k, v in batch.items())
+        raise ValueError(f"{where} raised {type(exc).__name__} on a probe batch ({shapes}): "
+                         f"{' '.join(str(exc).split())[:300]}") from None
     if isinstance(out, Mapping):
         out = out.get("output")
     if hasattr(out, "detach"):
         out = out.detach().cpu().numpy()
     out = np.asarray(out)
-    if not np.issubdtype(out.dtype, np.floating):
-        raise ValueError(f"the source returned {out.dtype} values, expected floating-point logits or hidden states")
+    if not np.issubdtype(out.dtype, np.floating) or not np.all(np.isfinite(out)):
+        raise ValueError(f"{where} returned {out.dtype} values of shape {out.shape}, expected finite floating-point "
+                         "logits or hidden states")
     return out
 
 
@@ -237,8 +251,10 @@ def _probe_batch(config: rn.TransformerConfig, avoid: Sequence[int], seed: int, 
 # --- the search ---------------------------------------------------------------------------------------------------------
 
 def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = None,
-           progress: Callable[[str], None] | None = None) -> Settled:
+           progress: Callable[[str], None] | None = None, where: str = "the source") -> Settled:
     """Probe `source` to settle the layout of the checkpoint at `path` (see the module docstring)."""
+    user_source = source
+    source = lambda batch: call_source(user_source, batch, where)  # noqa: E731
     from ..formats import sniff
 
     path = Path(path)
@@ -253,13 +269,19 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
         return Settled(text, math.inf, math.inf, math.inf, 0,
                        [f"no candidate for {len(unplaced)} tensor(s) whose name says nothing: "
                         f"{', '.join(unplaced[:6])}; map them by hand (docs/layouts.md)"])
-    choices = [(p, o) for p, o in options.items() if len(o) > 1]
-    fixed = {p: o[0] for p, o in options.items() if len(o) == 1}
-    mappings = [{**fixed, **dict(zip([p for p, _ in choices], combo))}
-                for combo in itertools.product(*[o for _, o in choices])]
+    fixed = {p: o[0] for p, o in options.items()}
+    # the alternatives are the fused q/k/v orders: one model uses one attention class, so one choice for all
+    mappings = [fixed] + ([{p: o[-1] for p, o in options.items()}] if any(len(o) > 1 for o in options.values())
+                          else [])
 
-    # stage 0: what the shapes say, from the first mapping that imports at all
-    base_fields = {"num_heads": 1, "pad_id": None, "layer_norm_eps": 1e-5, "dropout": 0.0, **fields}
+    # stage 0: what the shapes say, from the first mapping that imports at all; every setting a layout must state
+    # (`user.scaffold_fields`) is searched, measured, or (the pad id, epsilon) settled in a later stage
+    needed = [n for n in user.scaffold_fields(list(mappings[0].values())) if n not in fields]
+    base_fields = {"dropout": 0.0, **{n: STAGED_START[n] for n in needed if n in STAGED_START}, **fields}
+    base_fields.update({n: options[0] for n, options in {**SWITCHES, **HEAD_SWITCHES, **SEARCHED}.items()
+                        if n in needed})
+    if "num_heads" in needed:
+        base_fields["num_heads"] = 1
     base = None
     for mapping in mappings:
         try:
@@ -270,40 +292,68 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
     if base is None:
         _, error = _first_error(mappings, path, checkpoint, base_fields)
         raise ValueError(f"{path}: no candidate layout reads these weights: {error}")
+    notes = []
+    if "max_len" in needed:  # no position table: the longest input the source takes, measured
+        base_fields["max_len"], note = _settle_max_len(source, base)
+        base = base.replace(max_len=base_fields["max_len"])
+        notes.append(note)
     vocab = min(base.src_vocab_size, base.tgt_vocab_size)
     pads = tuple(dict.fromkeys(p for p in (0, 1, 2, 3, vocab - 1) if 0 <= p < vocab))
     batch = _probe_batch(base, pads, seed=0)
-    theirs = call_source(source, batch)
+    theirs = source(batch)
     source_dtype = "float64" if theirs.dtype == np.float64 else "float32"
 
-    switches = dict(SWITCHES)
-    if base.head_transform:
-        switches.update(HEAD_SWITCHES)
-    switches = {k: v for k, v in switches.items() if k not in fields}
-    if "num_heads" not in fields:
+    switches = {n: {**SWITCHES, **HEAD_SWITCHES, **SEARCHED}[n] for n in needed
+                if n in {**SWITCHES, **HEAD_SWITCHES, **SEARCHED}}
+    if "num_heads" in needed:
         switches["num_heads"] = tuple(h for h in range(1, base.d_model + 1) if base.d_model % h == 0
                                       and base.d_model // h >= 2)
-    if base.positional == "learned":
-        switches.pop("sinusoid_layout", None)
-    elif "sinusoid_layout" not in fields:
-        switches["sinusoid_layout"] = rn.config.SINUSOID_LAYOUTS
-    names = list(switches)
     candidates: list[Candidate] = []
     tried = 0
+    outer = [n for n in ("num_heads", "attention_scale") if n in switches]  # they interact: every pair is tried
+    inner = [n for n in switches if n not in outer]  # the rest by coordinate descent from each outer pair
     for mapping in mappings:
-        for values in itertools.product(*[switches[n] for n in names]):
-            trial = {**base_fields, **dict(zip(names, values))}
-            if trial.get("attention_scale") == "model" and trial.get("num_heads") == 1:
-                continue  # the same function as "head" with one head
-            tried += 1
+        for heads in switches.get("num_heads", (base_fields.get("num_heads"),)):
+            trial = {**base_fields, "num_heads": heads}
             try:
-                config, weights = _import(_layout(mapping, trial, path), checkpoint, trial)
-                error = _relative(_forward(config, weights, batch), theirs)
+                config0, weights = _import(_layout(mapping, trial, path), checkpoint, trial)
             except ValueError:
                 continue
-            candidates.append(Candidate(mapping, trial, error, config, weights))
-            if progress and tried % 200 == 0:
-                progress(f"tried {tried} candidate layouts")
+            for scale in switches.get("attention_scale", (None,)):
+                if scale == "model" and heads == 1:
+                    continue  # the same function as "head" with one head
+                current = {n: switches[n][0] for n in inner}
+                if scale is not None:
+                    current["attention_scale"] = scale
+                seen: dict[tuple, float] = {}
+
+                def error_of(values: Mapping[str, Any]) -> float:
+                    key = tuple(sorted(values.items()))
+                    if key not in seen:
+                        try:
+                            config = _with(config0, values)
+                            seen[key] = _relative(_forward(config, weights, batch), theirs)
+                        except ValueError:
+                            seen[key] = math.inf
+                        candidates.append(Candidate(mapping, {**trial, **values}, seen[key],
+                                                    _with(config0, values) if math.isfinite(seen[key]) else None,
+                                                    weights))
+                    return seen[key]
+
+                best = error_of(current)
+                for _ in range(4):  # passes until nothing improves
+                    improved = False
+                    for name in inner:
+                        for value in switches[name]:
+                            error = error_of({**current, name: value})
+                            if error < best:
+                                best, current, improved = error, {**current, name: value}, True
+                    if not improved:
+                        break
+                tried += len(seen)
+                if progress:
+                    progress(f"tried {tried} candidate layouts")
+    candidates = [c for c in candidates if c.config is not None]
     if not candidates:
         _, error = _first_error(mappings, path, checkpoint, base_fields)
         raise ValueError(f"{path}: no candidate layout reads these weights: {error}")
@@ -332,7 +382,7 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
                          f"({best.error * scale / floor:.1f} floors; {_describe(best)}); the model may use something "
                          "this tool does not express")
     else:
-        unsettled += _disagreements(passing, names + ["layer_norm_eps"], source, path, state, base)
+        unsettled += _disagreements(passing, list(switches) + ["layer_norm_eps", "pad_id"], source, path, state, base)
 
     # stage 3: the pad id
     chosen = dict(best.fields)
@@ -346,7 +396,47 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
     chosen.pop("dropout", None)
     settled = {k: v for k, v in chosen.items() if k not in fields}
     text = _render(path, best.mapping, settled, rows, (error, floor, source_dtype, tried, unsettled))
+    head, _, rest = text.partition("\n")
+    text = "\n".join([head] + [f"# {note}" for note in notes] + [rest])
     return Settled(text, error, floor, error / floor, tried, unsettled, source_dtype)
+
+
+def _with(config: rn.TransformerConfig, values: Mapping[str, Any]) -> rn.TransformerConfig:
+    """`config` with switch values; a learned table keeps its rows when the position offset changes."""
+    values = dict(values)
+    if "position_offset" in values:
+        values["max_len"] = config.position_rows - values["position_offset"]
+    return config.replace(**values)
+
+
+def _settle_max_len(source: Source, base: rn.TransformerConfig) -> tuple[int, str]:
+    """The longest input the source accepts (no position table tells it): doubling from 64, then bisecting, up to
+    `MAX_LEN_CAP`. Any error from the source at a length counts as 'too long'."""
+    def accepts(length: int) -> bool:
+        config = base.replace(max_len=max(length, base.max_len))
+        try:
+            source(_probe_batch(config, (), seed=3, length=length))
+            return True
+        except ValueError:
+            return False
+
+    good, bad = 0, None
+    length = 64
+    while length <= MAX_LEN_CAP:
+        if not accepts(length):
+            bad = length
+            break
+        good, length = length, length * 2
+    if bad is None:
+        if good < MAX_LEN_CAP and accepts(MAX_LEN_CAP):
+            good = MAX_LEN_CAP
+        return good, f"max_len={good}: the source took every length probed, up to {good}"
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if accepts(mid) else (good, mid)
+    if good == 0:
+        raise ValueError(f"the source refuses every input length probed (even {bad}): cannot measure max_len")
+    return good, f"max_len={good}: the longest input the source took (it refused {bad})"
 
 
 def _first_error(mappings, path, checkpoint, fields) -> tuple[None, str]:
@@ -376,7 +466,7 @@ def _disagreements(passing: Sequence[Candidate], names, source, path, state, bas
     if len(passing) == 1:
         return []
     batch = _probe_batch(base, (), seed=1, length=min(17, base.max_len))
-    theirs = call_source(source, batch)
+    theirs = source(batch)
     scale = float(np.max(np.abs(theirs))) or 1.0
     errors = [_relative(_forward(c.config, c.weights, batch), theirs) for c in passing]
     best = min(errors)
@@ -399,7 +489,7 @@ def _settle_pad(best: Candidate, pads, source, state, path) -> tuple[int | None,
     masked = []
     for pad in pads:
         batch = _probe_batch(best.config, [p for p in pads if p != pad], seed=2, pad=pad)
-        theirs = call_source(source, batch)
+        theirs = source(batch)
         as_pad = _relative(_forward(best.config.replace(pad_id=pad), best.weights, batch), theirs)
         as_token = _relative(_forward(best.config.replace(pad_id=None), best.weights, batch), theirs)
         if as_pad < as_token:

@@ -57,7 +57,8 @@ SECTIONS = ("config", "weights")
 OPTIONAL = CHECKED  # tied / sinusoid / causal_mask / ignore: matched keys that are checked or skipped
 # What no model's weights tell, so every layout states it ([config], --set or --config). `unstated` adds those that
 # depend on what the weights hold (no positional table: its kind and length; ...).
-UNSTATED = ("num_heads", "activation", "norm_first", "layer_norm_eps", "scale_embedding", "pad_id")
+UNSTATED = ("num_heads", "attention_scale", "activation", "norm_first", "layer_norm_eps", "scale_embedding",
+            "pad_id")
 NONE = "none"  # TOML has no null: "none" in [config] is None (pad_id = "none": no padding token)
 
 
@@ -295,6 +296,7 @@ def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any
     inferred["embed_norm"] = any(n.endswith("_embed_norm.gamma") for n in shapes)
     inferred["head_transform"] = "head.dense.kernel" in shapes
     inferred["pooler"] = "pooler.kernel" in shapes
+    inferred["embed_bias"] = any(n.endswith("_embed.bias") for n in shapes)  # a Linear over one-hot ids
     if refuse_unstated:
         missing = unstated(inferred, fields)
         if missing:
@@ -319,7 +321,7 @@ def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any
 EXAMPLES = {"num_heads": 8, "activation": "relu", "norm_first": False, "layer_norm_eps": 1e-5,
             "scale_embedding": True, "pad_id": 0, "positional": "sinusoidal", "sinusoid_layout": "interleaved",
             "max_len": 512, "position_offset": 0, "output_projection": False, "head_activation": "gelu",
-            "head_layer_norm_eps": 1e-5}
+            "head_layer_norm_eps": 1e-5, "attention_scale": "head", "head_order": "dense-activation-norm"}
 
 
 def unstated(inferred: Mapping[str, Any], given: Mapping[str, Any]) -> list[str]:
@@ -339,7 +341,7 @@ def unstated(inferred: Mapping[str, Any], given: Mapping[str, Any]) -> list[str]
     if inferred.get("output_projection") is False:
         names.append("output_projection")
     if inferred.get("head_transform"):
-        names += ["head_activation", "head_layer_norm_eps"]
+        names += ["head_order", "head_activation", "head_layer_norm_eps"]
     return [n for n in names if n not in given and n not in inferred]
 
 
@@ -741,6 +743,8 @@ def guess_all(rows: Mapping[str, tuple[tuple[int, ...], set]], torch_style: bool
 
 SCAFFOLD_CONFIG = {  # field -> what to write in its comment
     "num_heads": "attention heads (the weights cannot tell them)",
+    "attention_scale": "what scores are multiplied by: \"head\" 1/sqrt(d_head), \"model\" 1/sqrt(d_model), \"none\", "
+                       "or a number",
     "activation": "the feed-forward activation: \"relu\", \"gelu\" (erf), \"gelu_tanh\" or \"silu\"",
     "norm_first": "false: post-LN, norm(x + f(x)); true: pre-LN, x + f(norm(x))",
     "layer_norm_eps": "the LayerNorm epsilon (PyTorch's default 1e-5, Keras's 1e-3)",
@@ -751,6 +755,9 @@ SCAFFOLD_CONFIG = {  # field -> what to write in its comment
     "max_len": "the longest input the model takes",
     "position_offset": "position p reads row p + offset of the position table (0; BART: 2)",
     "output_projection": "no output layer in the weights: false (hidden states out) or true with tie_embeddings",
+    "head_order": "the head transform's order: \"dense-activation-norm\" (BERT) or \"dense-norm-activation\"",
+    "head_activation": "the head transform's activation: \"relu\", \"gelu\", \"gelu_tanh\" or \"silu\"",
+    "head_layer_norm_eps": "the head transform's LayerNorm epsilon (\"none\": the same as layer_norm_eps)",
 }
 
 
@@ -788,7 +795,7 @@ def scaffold(path: str | os.PathLike) -> str:
              "# transforms. Then: transformer-parity convert --layout THIS_FILE " + f"{path.name} out.safetensors",
              "[config]   # what the weights cannot tell: replace each \"?\" with the value in the model's code"]
     found, _ = hp.by_field_name(checkpoint.hparams, SCAFFOLD_CONFIG)
-    for name in _scaffold_fields(list(guesses.values())):
+    for name in scaffold_fields(list(guesses.values())):
         value, comment = f'"{UNMAPPED}"', SCAFFOLD_CONFIG[name]
         if name in found:
             value, comment = f'"{hp.PREFIX}{found[name][1]}"', f"= {found[name][0]!r} in hyper_parameters: {comment}"
@@ -799,7 +806,7 @@ def scaffold(path: str | os.PathLike) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _scaffold_fields(guesses: list[str]) -> list[str]:
+def scaffold_fields(guesses: list[str]) -> list[str]:
     """The [config] fields a layout with these guesses must state (`unstated`, as far as the guesses tell)."""
     names = [n for n in UNSTATED if not (n == "num_heads" and any(g.endswith(" heads_out") for g in guesses))]
     if any(g.split()[0].endswith("_pos.embedding") for g in guesses):
@@ -808,6 +815,8 @@ def _scaffold_fields(guesses: list[str]) -> list[str]:
         names += ["positional", "sinusoid_layout", "max_len"]
     if not any(g.startswith("output.") for g in guesses):
         names.append("output_projection")
+    if any(g.startswith("head.dense.") for g in guesses):
+        names += ["head_order", "head_activation", "head_layer_norm_eps"]
     return names
 
 
