@@ -439,7 +439,7 @@ def test_scaffold_of_the_seq2seq_file_guesses_the_builtin_table(seq2seq_file, tm
     rows = [line for line in text.splitlines() if line.startswith('"')]
     assert len(rows) == 48 and not any('= "?"' in row for row in rows)
     layout = tmp_path / "s2s.toml"
-    layout.write_text(fill_scaffold(text, activation="relu", norm_first=False, layer_norm_eps=1e-5,
+    layout.write_text(fill_scaffold(text, attention_scale="head", activation="relu", norm_first=False, layer_norm_eps=1e-5,
                                     scale_embedding=False, pad_id=0, position_offset=0))
     mine = formats.load(path, formats.LAYOUT_PREFIX + str(layout))
     builtin = formats.load(path, "kerashub-seq2seq")

@@ -432,7 +432,7 @@ W_Q = '"layers.{i}.attn.W_Q.weight"   = "encoder.layers.{i}.self_attn.q.kernel t
 FFN1 = '"layers.{i}.ffn.0.weight"      = "encoder.layers.{i}.ffn.linear1.kernel transpose"'
 BAD_LAYOUTS = {
     "syntax-error": (TORCH_LAYOUT.replace('"src_embed.embedding"', '"src_embed.embedding'),
-                     "line 11, column"),
+                     "line 12, column"),
     "unknown-transform": (TORCH_LAYOUT.replace(W_Q, W_Q.replace("transpose", "transposed")),
                           "unknown transform 'transposed'"),
     "pattern-matches-nothing": (TORCH_LAYOUT + '"blocks.{i}.attn.W_Q.weight" = "encoder.layers.{i}.norm1.gamma"\n',
@@ -492,7 +492,8 @@ def test_scaffold_guesses_the_plain_pytorch_encoder(torch_encoder_file, tmp_path
     rows = [line for line in text.splitlines() if line.startswith('"')]
     assert len(rows) == 20 and not any('= "?"' in row for row in rows), text
     layout = tmp_path / "scaffold.toml"
-    layout.write_text(fill_scaffold(text, num_heads=4, activation="relu", norm_first=False, layer_norm_eps=1e-5,
+    layout.write_text(fill_scaffold(text, num_heads=4, attention_scale="head", activation="relu", norm_first=False,
+                                    layer_norm_eps=1e-5,
                                     scale_embedding=True, pad_id=0))
     loaded = convert(tmp_path, path, layout)
     src = rn.sample_ids(loaded.config, batch=2, length=10, vocab_size=50, seed=4)
@@ -532,6 +533,7 @@ def test_qkv_placeholder_in_a_key_pattern(tmp_path):
                                   final_norm=True, tie_embeddings=True, output_bias=False)
     text = """[config]
 num_heads = 2
+attention_scale = "head"
 activation = "relu"
 norm_first = true
 layer_norm_eps = 1e-5

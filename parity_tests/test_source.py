@@ -394,8 +394,6 @@ def test_hf_gpt2_with_a_pad_token_is_judged_by_transformers(tmp_path, capsys):
 
 
 @pytest.mark.skipif(transformers is None, reason="transformers not installed")
-@pytest.mark.xfail(strict=True, reason="pad_id fix pending: the import takes eos as the pad id when config.json names "
-                                       "none, and masks a token transformers attends to")
 def test_hf_gpt2_without_a_pad_token_matches_transformers(tmp_path, capsys):
     path = _hf_dir(tmp_path, "GPT2LMHeadModel", _gpt2(), "gpt2")
     code, report = verify(capsys, path, "--backends", "torch", "--src-len", "15")

@@ -1,13 +1,11 @@
 """The source fixtures (parity_tests/sources): the source-function contract, seeded and perturbed checkpoints, the
-inputs they are probed with, and that each model's own forward is the model it claims to be. The last is shown with
-the float64 NumPy reference on the weights its `.before.toml` layout reads, with what the current config cannot say
-done by hand: a 1/sqrt(d_model) scale folded into the query projection, an input bias folded into the embedding
-table, a Linear -> LayerNorm -> ReLU -> Linear head applied to the reference's hidden states, and the masks passed
-explicitly where the model has no pad token."""
+inputs they are probed with, and that each model's own forward is the model it claims to be. Each is ported by
+`layout --scaffold --source` (settled by probing), `convert --layout` and `verify --source` with no hand edit."""
 
 from __future__ import annotations
 
-import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +14,6 @@ from numpy.testing import assert_allclose
 import reference_numpy as rn
 from parity_tests import sources
 from parity_tests.tolerances import atol
-from reference_numpy import ops
 
 @pytest.fixture(scope="module", params=sources.MODELS, ids=list(sources.MODELS))
 def saved(request, tmp_path_factory):
@@ -123,63 +120,61 @@ def test_sample_batch_holds_id_0_and_pads_only_with_a_pad_token(name):
         assert all(np.array_equal(row, np.sort(row)[::-1]) for row in real)  # right padding only
 
 
-# --- each fixture is the model it claims to be ----------------------------------------------------------------------
+# --- each fixture ported with no hand edit, proven against its own forward -------------------------------------------
 
-def _imported(model, path):
-    from transformer_parity.layouts import user
-
-    config, weights, _ = user.import_with_layout(path, sources.LAYOUTS / f"{model.__name__.rsplit('.', 1)[1]}"
-                                                 ".before.toml")
-    return config, {k: np.asarray(v, np.float64) for k, v in weights.items()}
+def _final(trace: dict) -> np.ndarray:
+    return trace["logits"] if "logits" in trace else trace["last_hidden_state"]
 
 
-def _claimed(model, path, batch, dtype) -> np.ndarray:
-    """The canonical model each fixture claims to be, in `dtype`, by the float64 NumPy reference's code."""
-    config, weights = _imported(model, path)
-    masks = {}
-    if model.PAD_ID is None:  # no pad token: nothing masked but the causal structure
-        masks = {"src_mask": np.ones(batch["src_ids"].shape, bool)}
-        if model.ENCODER_DECODER:
-            masks["tgt_mask"] = np.ones(batch["tgt_ids"].shape, bool)
-    name = model.__name__.rsplit(".", 1)[1]
-    if name == "dmodel_scale_seq2seq":  # q k / sqrt(d_model) == (c q) k / sqrt(d_head), c = sqrt(d_head / d_model)
-        c = math.sqrt(config.head_dim / config.d_model)
-        for key in [k for k in weights if ".q." in k]:
-            weights[key] = weights[key] * c
-    if name == "lightning_encoder":  # one_hot(ids) @ W.T + b == (W.T + b)[ids]; the head runs below
-        from transformer_parity.layouts.user import read_state
+def test_scaffold_source_convert_verify_with_no_hand_edit(saved, tmp_path, monkeypatch, capsys):
+    """`layout --scaffold --source` -> `convert --layout` -> `verify --source`, nothing edited by hand: both twins
+    within 1e-4 of the model's own float32 forward and 1e-10 of its float64 forward, on inputs that hold id 0."""
+    from transformer_parity import formats
+    from transformer_parity.cli import main
+    from transformer_parity.verify import trace
 
-        state = read_state(path)
-        weights["src_embed.embedding"] = weights["src_embed.embedding"] + state["model.input_net.1.bias"]
-        head = {k: weights.pop(k) for k in [k for k in weights if k.startswith(("head.", "output."))]}
-        config = config.replace(head_transform=False, output_projection=False, output_bias=None)
-    weights = {k: v.astype(dtype) for k, v in weights.items()}
-    out = rn.Transformer(config, weights, dtype)(batch["src_ids"], batch.get("tgt_ids"), **masks)
-    if name == "lightning_encoder":  # output_net: Linear -> LayerNorm -> ReLU -> (Dropout) -> Linear
-        head = {k: v.astype(dtype) for k, v in head.items()}
-        x = ops.linear(out, head["head.dense.kernel"], head["head.dense.bias"])
-        x = ops.relu(ops.layer_norm(x, head["head.norm.gamma"], head["head.norm.beta"], config.layer_norm_eps))
-        out = ops.linear(x, head["output.kernel"], head["output.bias"])
-    return out
-
-
-def test_each_fixture_is_the_model_it_claims_to_be(saved):
     model, path = saved
+    name = model.__name__.rsplit(".", 1)[1]
+    monkeypatch.setenv("TP_SOURCE_CKPT", str(path))
+    spec = f"{Path(model.__file__)}:forward"
+    assert main(["--quiet", "layout", "--scaffold", str(path), "--source", spec]) == 0
+    layout = tmp_path / "settled.toml"
+    layout.write_text(capsys.readouterr().out)
+    out = tmp_path / "ported.safetensors"
+    assert main(["--quiet", "convert", "--layout", str(layout), str(path), str(out)]) == 0
+    loaded = formats.load(out)
     batch = sources.sample_batch(model, seed=7)
+    assert (batch["src_ids"] == 0).any()
     source = model.make_source(path)
-    claimed64 = _claimed(model, path, batch, np.float64)
-    assert_allclose(source({**batch, "dtype": "float64"}), claimed64, rtol=0, atol=atol("float64"))
-    assert_allclose(source(batch), claimed64, rtol=0, atol=atol("float32"))
+    theirs32, theirs64 = source(batch), source({**batch, "dtype": "float64"})
+    for backend in ("torch", "keras"):
+        ours32 = _final(trace(backend, loaded.config, loaded.weights, "float32", batch["src_ids"], batch.get("tgt_ids")))
+        ours64 = _final(trace(backend, loaded.config, loaded.weights, "float64", batch["src_ids"], batch.get("tgt_ids")))
+        assert np.max(np.abs(ours32 - theirs32)) <= 1e-4, (name, backend)
+        assert np.max(np.abs(ours64 - theirs64)) <= 1e-10, (name, backend)
+    capsys.readouterr()
+    assert main(["--quiet", "verify", str(out), "--source", spec]) == 0
 
 
+def test_a_wrong_layout_fails_against_the_source(saved, tmp_path, monkeypatch, capsys):
+    """The settled layout with a wrong head count, or with the two norms of each layer swapped, passes our own
+    backends' self-consistency but fails against the source: exit 1."""
+    from transformer_parity.cli import main
 
-@pytest.mark.slow
-def test_measure_before_runs():
-    """The measurement script runs and prints a scaffold row per model and a port row per route."""
-    pytest.importorskip("torch")
-    pytest.importorskip("tensorflow")
-    from parity_tests.sources.measure_before import NN_ROUTES, measure
-
-    text = measure(after=False)
-    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| model")]
-    assert len(rows) == 2 * len(sources.MODELS) + len(NN_ROUTES), text
+    model, path = saved
+    if model.__name__.rsplit(".", 1)[1] != "w_qkvo_encoder":
+        pytest.skip("one model is enough for the wrong layouts")
+    monkeypatch.setenv("TP_SOURCE_CKPT", str(path))
+    spec = f"{Path(model.__file__)}:forward"
+    assert main(["--quiet", "layout", "--scaffold", str(path), "--source", spec]) == 0
+    settled = capsys.readouterr().out
+    wrong = {"heads": settled.replace(f"num_heads = {model.NUM_HEADS}", "num_heads = 2"),
+             "norms": re.sub(r'= "encoder\.layers\.\{i\}\.norm([12])\.',
+                             lambda m: f'= "encoder.layers.{{i}}.norm{3 - int(m[1])}.', settled)}
+    for kind, text in wrong.items():
+        assert text != settled, kind
+        layout = tmp_path / f"{kind}.toml"
+        layout.write_text(text)
+        assert main(["--quiet", "verify", "--layout", str(layout), str(path), "--backends", "torch"]) == 0, kind
+        assert main(["--quiet", "verify", "--layout", str(layout), str(path), "--backends", "torch",
+                     "--source", spec]) == 1, kind

@@ -347,7 +347,7 @@ def test_the_scaffold_of_a_lightning_ckpt_names_its_hyper_parameters(lightning_c
     assert 'num_heads = "hparam:model_kwargs.num_heads" # = 4 in hyper_parameters' in text
     assert '"model.transformer.layers.{i}.self_attn.qkv_proj.weight"' in text
     layout = tmp_path / "scaffold.toml"
-    layout.write_text(fill_scaffold(text, activation="relu", norm_first=False, layer_norm_eps=1e-5,
+    layout.write_text(fill_scaffold(text, attention_scale="head", activation="relu", norm_first=False, layer_norm_eps=1e-5,
                                     scale_embedding=False, pad_id=0, positional="sinusoidal",
                                     sinusoid_layout="interleaved", max_len=128).replace(
         "fused_qkv_t", "fused_qkv_heads_t"))  # the scaffold's guess is concatenated; this model interleaves
@@ -400,5 +400,5 @@ def test_the_scaffold_never_guesses_a_float_tensor_ignore(tmp_path, capsys):
     assert len(inputs) == 2 and set(inputs.values()) == {"?"}, inputs
     assert rows["position_ids"] == "- ignore" and list(rows.values()).count("- ignore") == 1
     assert [line.split()[0] for line in text.splitlines() if re.match(r'^\w+ = "\?"', line)] == [
-        "num_heads", "activation", "norm_first", "layer_norm_eps", "scale_embedding", "pad_id", "positional",
+        "num_heads", "attention_scale", "activation", "norm_first", "layer_norm_eps", "scale_embedding", "pad_id", "positional",
         "sinusoid_layout", "max_len"]
