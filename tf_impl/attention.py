@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-import keras
-import tensorflow as tf
+from .startup import tf  # noqa: I001 (before keras: its import loads TensorFlow)
+import keras  # noqa: E402
 
 from .blockwise_attention import blockwise_attention
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-import tensorflow as tf
+from .startup import tf  # noqa: I001 (before keras: its import loads TensorFlow)
 
 BLOCK_QUERIES = 128  # queries per block, at most
 _BLOCK_BYTES = 4 * 2 ** 20  # a block's (b, H, n, Tk) scores: a few MiB stay in the last-level cache

@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 
 import numpy as np
-import tensorflow as tf
+from .startup import tf  # noqa: I001 (before keras: its import loads TensorFlow)
 from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 
 import reference_numpy as rn

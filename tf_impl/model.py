@@ -14,9 +14,9 @@ import contextlib
 import math
 from typing import Mapping
 
-import keras
 import numpy as np
-import tensorflow as tf
+from .startup import tf  # noqa: I001 (before keras: its import loads TensorFlow)
+import keras  # noqa: E402
 from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 
 import reference_numpy as rn

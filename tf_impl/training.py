@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-import keras
 import numpy as np
-import tensorflow as tf
+from .startup import tf  # noqa: I001 (before keras: its import loads TensorFlow)
+import keras  # noqa: E402
 from keras import ops
 
 import reference_numpy as rn

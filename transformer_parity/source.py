@@ -467,6 +467,7 @@ def _kerashub_source(path: Path, config: rn.TransformerConfig) -> Source:
              "docs/kerashub.md); padding_mask " + (f"ids != pad_id={pad}" if pad is not None else "all ones")]
 
     def run(batch: Batch) -> list[SourceRun]:
+        import tf_impl.startup  # noqa: F401 (TensorFlow's start-up notices kept off the terminal)
         import keras_hub
 
         model = getattr(keras_hub.models, cls_name).from_preset(str(path))
