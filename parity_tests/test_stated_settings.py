@@ -175,6 +175,8 @@ def test_ignore_refuses_nonzero_float_tensors_unless_allowed(encoder_with_buffer
         code, out_text, err = run(["verify", "--layout", layout, path, "--backends", "numpy", "--src-len", "12",
                                    *allow], capsys)
         assert code == (0 if allow else 2), out_text + err
+    assert ("dropped by --allow-drop, not compared: model.pt: layers.0.attn.scale, model.pt: layers.1.attn.scale"
+            in " ".join(out_text.split())), out_text  # the verdict says what it did not prove
 
 
 def test_integer_boolean_and_zero_buffers_go_silently_the_rest_by_name():

@@ -347,7 +347,6 @@ def _verify_sources(args) -> None:
 def cmd_verify(args) -> int:
     from . import report as rep
     from . import verify
-    from .formats import allowing_drops
 
     _verify_sources(args)
     shape = {"batch": 2 if args.batch is None else args.batch, "src_len": 37 if args.src_len is None else args.src_len,
@@ -369,7 +368,8 @@ def cmd_verify(args) -> int:
         declared = [LAYOUT_PREFIX + args.layout] + [None] * (len(args.checkpoints) - 1)
     if args.write_probe:
         probe = verify.write_probe(args.write_probe, args.checkpoints, preset=args.preset, fields=fields,
-                                   formats=declared or None, **shape, force=args.force)
+                                   formats=declared or None, **shape, force=args.force,
+                                   allow_drop=args.allow_drop)
         if not args.quiet:
             print(f"wrote {args.write_probe}: " + ", ".join(f"{k} {tuple(v.shape)}" for k, v in probe.items())
                   + "; add the model's output as 'output' and run verify CHECKPOINT --expect FILE.npz")
@@ -392,12 +392,11 @@ def cmd_verify(args) -> int:
             status.update(f"running {step}" if not step.startswith(("reading", "seeding")) else step)
 
     try:
-        with allowing_drops(args.allow_drop):  # the loads verify.run makes take --allow-drop
-            result = verify.run(args.checkpoints, preset=args.preset, fields=fields, backends=backends,
-                                formats=declared or None,
-                                dtype=args.dtype, **shape, progress=progress, outputs_only=args.outputs_only,
-                                autocast=args.autocast, source=args.source, expect=args.expect,
-                                builtin_source=not args.no_source)
+        result = verify.run(args.checkpoints, preset=args.preset, fields=fields, backends=backends,
+                            formats=declared or None,
+                            dtype=args.dtype, **shape, progress=progress, outputs_only=args.outputs_only,
+                            autocast=args.autocast, source=args.source, expect=args.expect,
+                            builtin_source=not args.no_source, allow_drop=args.allow_drop)
     finally:
         if status is not None:
             status.stop()

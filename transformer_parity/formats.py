@@ -29,7 +29,6 @@ one module each.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import os
 import signal
 import stat
@@ -166,20 +165,6 @@ def detect_format(path: str | os.PathLike, declared: str | None = None) -> str:
     return CONTENT_FORMATS[content][0]
 
 
-_ALLOW_DROP: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("allow_drop", default=())
-
-
-@contextlib.contextmanager
-def allowing_drops(names: Sequence[str]) -> Iterator[None]:
-    """Within the block, `load` calls that pass no `allow_drop` take `names` (the CLI's --allow-drop, for the
-    loads that `verify.run` makes)."""
-    token = _ALLOW_DROP.set(tuple(names))
-    try:
-        yield
-    finally:
-        _ALLOW_DROP.reset(token)
-
-
 def load(path: str | os.PathLike, fmt: str | None = None, fields: Mapping[str, Any] | None = None,
          on_tensor: OnTensor | None = None, allow_drop: Sequence[str] | None = None) -> Loaded:
     """Read any supported checkpoint into canonical weights.
@@ -190,7 +175,7 @@ def load(path: str | os.PathLike, fmt: str | None = None, fields: Mapping[str, A
     """
     fields = dict(fields or {})
     path = Path(path)
-    drops = Drops(tuple(_ALLOW_DROP.get() if allow_drop is None else allow_drop))
+    drops = Drops(tuple(allow_drop or ()))
     loaded = _load(path, fmt, fields, on_tensor, drops)
     loaded.dropped = list(drops.dropped)
     loaded.notes += drops.notes

@@ -115,10 +115,12 @@ def verdict(report: "Report") -> str:
         largest = max((r.ratio for r in report.rows if r.kind != "source"), default=0.0)  # the source's: above
         checked = (f"{weights}all {n} comparisons within tolerance; largest error {_ratio(largest)} x floor (limit "
                    f"{limit:g})")
+        dropped = (f"; dropped by --allow-drop, not compared: {', '.join(report.dropped)}" if report.dropped
+                   else "")
         if source:
-            return f"PASS: matches the source ({source}) {_source_fit(report)}; {checked}"
+            return f"PASS: matches the source ({source}) {_source_fit(report)}; {checked}{dropped}"
         return (f"PASS (self-consistent only: {report.self_consistent}; judged by {JUDGE}, our reference on the same "
-                f"weights and config): {checked}")
+                f"weights and config): {checked}{dropped}")
     weights_failed = weight_diff.verdict(report.weights)
     if weights_failed:
         if not report.rows:

@@ -358,17 +358,16 @@ def _expand(hooks: Mapping[str, str], layers: Mapping[str, int]) -> dict[str, st
 
 
 def _hf_source(path: Path, fmt: str, config: rn.TransformerConfig) -> Source:
-    """transformers' own model class on the directory, in float32 and float64; attention masks from config.json's
-    pad_token_id, as the model's tokenizer would make them (none when it names no pad token)."""
+    """transformers' own model class on the directory, in float32 and float64. Its attention mask marks the probe's
+    padding, as a tokenizer's would: the probe pads with the port's pad id only (none when the port has no pad token;
+    GPT-2 derives no padding from ids even when config.json names a pad_token_id)."""
     from .layouts import hf_dir
 
-    hf = hf_dir.read_config(path)
+    hf_dir.read_config(path)  # the directory's config.json is checked as the port read it
     cls_name = HF_CLASSES[fmt][0 if config.output_projection else 1]
-    pad = hf.get("pad_token_id")
-    pad = pad if isinstance(pad, int) and not isinstance(pad, bool) else None
-    notes = [f"transformers {cls_name}: attention masks " + (f"ids != pad_token_id={pad} (config.json)"
-                                                             if pad is not None else
-                                                             "all ones (config.json names no pad_token_id)")]
+    pad = config.pad_id
+    notes = [f"transformers {cls_name}: attention mask " + (f"0 where the probe pads (pad id {pad})"
+                                                            if pad is not None else "all ones (no pad token)")]
     state: dict[str, Any] = {}
 
     def model32():

@@ -106,6 +106,7 @@ class Report:
     problems: list[str] = field(default_factory=list)  # why the judge itself cannot be trusted (non-finite values)
     weights: list[Any] = field(default_factory=list)  # weight_diff.WeightRow per tensor (two or more checkpoints)
     weights_compared: bool = False  # False: one checkpoint or none, or --outputs-only
+    dropped: list[str] = field(default_factory=list)  # tensors left out by --allow-drop ("file: name")
     sources: list[dict[str, str]] = field(default_factory=list)  # label, name, kind, dtype of each source run
     self_consistent: str | None = "no source given"  # why no source judged the outputs (None: one did)
 
@@ -153,7 +154,7 @@ class Report:
             "schema": "transformer-parity/verify-report", "schema_version": 1,
             "passed": self.passed, "verdict": verdict(self),
             "source": {"runs": self.sources, "self_consistent_only": self.self_consistent},
-            "first_divergence": self.first_divergence,
+            "first_divergence": self.first_divergence, "dropped": self.dropped,
             "first_divergence_backends": list(first.backends) if first else None,
             "judge": self.judge, "subjects": self.subjects, "dtype": self.dtype, "inputs": self.inputs,
             "tolerance": self._tolerance_json(),
@@ -457,7 +458,8 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         backends: Sequence[str] | None = None, formats: Sequence[str | None] | None = None, dtype: str = "float32",
         batch: int = 2, src_len: int = 37, tgt_len: int = 29, seed: int = 0,
         progress: Progress | None = None, outputs_only: bool = False, autocast: bool = False,
-        source: str | None = None, expect: str | os.PathLike | None = None, builtin_source: bool = True) -> Report:
+        source: str | None = None, expect: str | os.PathLike | None = None, builtin_source: bool = True,
+        allow_drop: Sequence[str] = ()) -> Report:
     """Verify checkpoints (or, with none, the `preset` with seeded weights).
 
     - no checkpoint: seeded weights for `preset` (with `fields` applied) in every backend;
@@ -466,6 +468,7 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
       NumPy at `dtype`), the first checkpoint's weights being the reference the judge runs.
 
     `backends` limits the framework backends of the first two modes (default: every installed one).
+    `allow_drop` names the nonzero tensors a layout's `ignore` may leave out (`--allow-drop`); the report lists them.
     The first checkpoint is also judged against its source (`source`): `source` (FILE.py:NAME), `expect` (an .npz
     of inputs and outputs computed elsewhere), or by default the built-in one for its kind (`builtin_source`).
     """
@@ -484,7 +487,7 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         for i, path in enumerate(checkpoints):
             if progress:
                 progress(f"reading {Path(path).name}")
-            loaded.append(fmt.load(path, (formats or [None] * len(checkpoints))[i], fields))
+            loaded.append(fmt.load(path, (formats or [None] * len(checkpoints))[i], fields, allow_drop=allow_drop))
         labels = _labels([item.framework for item in loaded])
         sources = _sources(loaded)
         subjects = [Subject(label, item.framework, item.config, item.weights, source)
@@ -500,7 +503,7 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         if checkpoints:
             if progress:
                 progress(f"reading {Path(checkpoints[0]).name}")
-            item = first = fmt.load(checkpoints[0], (formats or [None])[0], fields)
+            item = first = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop)
             notes += [f"{item.path.name}: {n}" for n in item.notes]
             config, weights, label = item.config, item.weights, item.path.name
         else:
@@ -547,6 +550,8 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
                         notes=notes + [f"outputs not compared: {exc}"])
     if weight_rows is not None:
         report.weights, report.weights_compared = weight_rows, True
+    items = loaded if len(checkpoints) >= 2 else [first] if first is not None else []
+    report.dropped = [f"{item.path.name}: {name}" for item in items for name in item.dropped]
     return report
 
 
@@ -570,14 +575,15 @@ def _choose_source(first, spec: str | None, expect, builtin: bool):
 
 def write_probe(path: str | os.PathLike, checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base",
                 fields: Mapping[str, Any] | None = None, formats: Sequence[str | None] | None = None, batch: int = 2,
-                src_len: int = 37, tgt_len: int = 29, seed: int = 0, force: bool = False) -> dict[str, np.ndarray]:
+                src_len: int = 37, tgt_len: int = 29, seed: int = 0, force: bool = False,
+                allow_drop: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """`verify --write-probe`: the inputs verify would feed the first checkpoint's model (or the preset's), written to
     an .npz that `--expect` reads back once `output` is added to it. Returns the arrays written."""
     from . import formats as fmt
     from . import source as sources
 
     if checkpoints:
-        config = fmt.load(checkpoints[0], (formats or [None])[0], fields).config
+        config = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop).config
     else:
         try:
             config = rn.TransformerConfig.preset(preset, **dict(fields or {}))
