@@ -48,7 +48,8 @@ def test_every_pair_round_trips_bit_exactly(tmp_path, source, target):
     assert_same_weights(back.weights, weights)
 
 
-@pytest.mark.parametrize("name", ["pre-ln+final-norm", "learned-pos", "tied", "no-bias-unscaled", "encoder-only"])
+@pytest.mark.parametrize("name", ["pre-ln+final-norm", "learned-pos", "tied", "no-bias-unscaled", "encoder-only",
+                                  "no-pad-id", "scale-by-d-model", "embed-bias", "head-norm-before-activation"])
 @pytest.mark.parametrize("fmt", ["canonical", "torch", "keras"])
 def test_variants_round_trip(tmp_path, name, fmt):
     config = VARIANTS[name]
@@ -126,13 +127,19 @@ def _h5_structure(path):
     return out
 
 
+# The token-embedding bias is the Embedding layer's own variable, beside its sublayers': one per side.
+EMBED_BIAS = {"gpt2-like+embed-bias": FAMILIES["gpt2-like"].replace(embed_bias=True, pad_id=None),
+              "marian-like+embed-bias": FAMILIES["marian-like"].replace(embed_bias=True)}
+
+
 @pytest.mark.parametrize("name", ["post-ln", "pre-ln+final-norm", "learned-pos", "tied", "no-bias-unscaled",
-                                  "encoder-only", "asymmetric-depth", *FAMILIES])
+                                  "encoder-only", "asymmetric-depth", "embed-bias", "head-norm-before-activation",
+                                  *FAMILIES, *EMBED_BIAS])
 def test_keras_weights_h5_is_what_keras_writes_and_reads(tmp_path, name):
     from tf_impl import checkpoints as kc
     from tf_impl.model import Transformer
 
-    config = VARIANTS.get(name) or FAMILIES[name]
+    config = VARIANTS.get(name) or FAMILIES.get(name) or EMBED_BIAS[name]
     weights = seeded_weights(config, 4)
     model = Transformer.from_reference(config, weights)
     model.save_weights(tmp_path / "keras.weights.h5")

@@ -286,6 +286,35 @@ def test_every_attention_path_takes_the_scale(framework, path, name, dtype):
     np.testing.assert_allclose(actual, desired, rtol=0, atol=atol(dtype))
 
 
+@pytest.mark.parametrize("framework, path", [("torch", "fused"), ("torch", "explicit"), ("tf", "explicit"),
+                                             ("tf", "keras"), ("tf", "blockwise")])
+def test_attention_functions_take_the_scale(framework, path):
+    """The backends' attention functions on their own, causal (torch's `is_causal` kernel when there is no mask;
+    tf_impl's blockwise path in blocks of 4 queries, skipping the keys a block cannot see) and with a key mask."""
+    rng = np.random.default_rng(8)
+    q, k, v = (rng.standard_normal((2, 3, 11, 12)) for _ in range(3))  # (B, H, T, d_k)
+    key_mask = np.ones((2, 1, 1, 11), bool)
+    key_mask[1, ..., 7:] = False
+    causal = rn.causal_mask(11, 11)
+    for mask in (None, key_mask):
+        desired, _ = rn.scaled_dot_product_attention(q, k, v, causal if mask is None else mask & causal, scale=0.3)
+        if framework == "torch":
+            import torch
+
+            from torch_impl.attention import scaled_dot_product_attention
+            tensors = [torch.from_numpy(a) for a in (q, k, v)]
+            actual, _ = scaled_dot_product_attention(*tensors, None if mask is None else torch.from_numpy(mask),
+                                                     causal=True, impl=path, scale=0.3)
+            actual = actual.numpy()
+        elif path == "blockwise":
+            from tf_impl.blockwise_attention import blockwise_attention
+            actual = np.asarray(blockwise_attention(q, k, v, mask, causal=True, block_size=4, scale=0.3))
+        else:
+            from tf_impl.attention import scaled_dot_product_attention
+            actual = np.asarray(scaled_dot_product_attention(q, k, v, mask, causal=True, impl=path, scale=0.3)[0])
+        np.testing.assert_allclose(actual, desired, rtol=0, atol=atol("float64"))
+
+
 # --- files and the command line -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("suffix", ["safetensors", "pt", "weights.h5"])

@@ -221,7 +221,8 @@ class Transformer:
       takes the first argument and its keyword (`src_mask`); it is embedded by `tgt_embed` and checked against
       `tgt_vocab_size`.
 
-    Masks default to `ids != pad_id` (all True when `pad_id` is None); pass `src_mask` / `tgt_mask` (bool `(B, len)`, True = real token) otherwise.
+    Masks default to `ids != pad_id` (all True when `pad_id` is None); pass `src_mask` / `tgt_mask` (bool
+    `(B, len)`, True = real token) otherwise.
     With `output_projection=False` (a bare backbone) the model returns its final hidden states `(B, len, D)`,
     traced as `last_hidden_state`. `src_type_ids` (segment ids, `(B, S)`, default all 0) need `type_vocab_size`.
 

@@ -560,11 +560,11 @@ class Transformer(_ConfigSerializable, keras.Model):
         attention_impl: `explicit` or `keras`, see `tf_impl.attention`.
 
     Call it with `(src_ids, tgt_ids)` of shape `(B, S)`, `(B, T)` (integer arrays or tensors); masks come from
-    `pad_id` (all True when it is None) unless `src_mask` / `tgt_mask` (bool, `(B, len)`, True = real token) are given. An encoder-only model
-    (`num_decoder_layers=0`) takes source ids alone, a decoder-only model (`num_encoder_layers=0`) its one
-    sequence as the first argument (mask: `src_mask`). `src_type_ids` are segment ids (`type_vocab_size`). A bare
-    backbone (`output_projection=False`) returns its final hidden states. Dropout is active only with
-    `training=True`.
+    `pad_id` (all True when it is None) unless `src_mask` / `tgt_mask` (bool, `(B, len)`, True = real token) are
+    given. An encoder-only model (`num_decoder_layers=0`) takes source ids alone, a decoder-only model
+    (`num_encoder_layers=0`) its one sequence as the first argument (mask: `src_mask`). `src_type_ids` are segment
+    ids (`type_vocab_size`). A bare backbone (`output_projection=False`) returns its final hidden states. Dropout is
+    active only with `training=True`.
 
     Input checks: eagerly, ids and masks are checked on the host by the reference's own checks (rank, integer
     dtype, ids inside the vocabulary, length <= max_len, batch sizes, mask dtype and shape), with the same error

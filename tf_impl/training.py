@@ -28,8 +28,9 @@ from .model import WEIGHT_TABLE, Transformer, padding_mask
 
 
 def token_cross_entropy(logits: tf.Tensor, targets, pad_id: int | None, label_smoothing: float = 0.0) -> tf.Tensor:
-    """Mean cross-entropy over non-padding targets (all of them when `pad_id` is None); Keras's own `categorical_crossentropy(label_smoothing=...)`
-    per token (the same definition as `reference_numpy.token_cross_entropy` and PyTorch's), masked and averaged."""
+    """Mean cross-entropy over non-padding targets (all of them when `pad_id` is None); Keras's own
+    `categorical_crossentropy(label_smoothing=...)` per token (the same definition as
+    `reference_numpy.token_cross_entropy` and PyTorch's), masked and averaged."""
     check_label_smoothing(label_smoothing)
     targets = tf.convert_to_tensor(targets)
     one_hot = tf.one_hot(targets, tf.shape(logits)[-1], dtype=logits.dtype)  # (B, T, V)

@@ -355,10 +355,11 @@ class Transformer(nn.Module):
         dtype: parameter and compute dtype (default float32).
 
     Call it with `(src_ids, tgt_ids)` of shape `(B, S)`, `(B, T)` (integer tensors or arrays); masks come from
-    `pad_id` (all True when it is None) unless `src_mask` / `tgt_mask` (bool, `(B, len)`, True = real token) are given. An encoder-only model
-    (`num_decoder_layers=0`) takes source ids alone, a decoder-only model (`num_encoder_layers=0`) its one
-    sequence as the first argument (mask: `src_mask`). `src_type_ids` are segment ids (`type_vocab_size`). A bare
-    backbone (`output_projection=False`) returns its final hidden states. Dropout follows `train()` / `eval()`.
+    `pad_id` (all True when it is None) unless `src_mask` / `tgt_mask` (bool, `(B, len)`, True = real token) are
+    given. An encoder-only model (`num_decoder_layers=0`) takes source ids alone, a decoder-only model
+    (`num_encoder_layers=0`) its one sequence as the first argument (mask: `src_mask`). `src_type_ids` are segment
+    ids (`type_vocab_size`). A bare backbone (`output_projection=False`) returns its final hidden states. Dropout
+    follows `train()` / `eval()`.
     """
 
     def __init__(self, config: TransformerConfig, dtype: torch.dtype = torch.float32):
