@@ -87,28 +87,22 @@ def trace(backend: str, config: rn.TransformerConfig, weights: Mapping[str, np.n
           src: np.ndarray, tgt: np.ndarray | None, src_type_ids: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Every sublayer output of `backend` run in reduced precision, as float32 NumPy arrays (values of `dtype`
     where the framework returns that dtype, float32 where autocast leaves float32)."""
+    from . import backends
+
     if backend == "numpy":
         return reference(config, weights, dtype, autocast).trace(src, tgt, src_type_ids=src_type_ids)
-    if backend == "torch":
+    runner = backends.get(backend)
+    if runner.name == "torch":
         import contextlib
 
         import torch
-        import torch_impl
 
-        model_dtype = torch.float32 if autocast else getattr(torch, dtype)
-        model = torch_impl.Transformer.from_reference(config, weights, dtype=model_dtype)
+        model = runner.build(config, weights, "float32" if autocast else dtype)
         cast = torch.autocast("cpu", dtype=getattr(torch, dtype)) if autocast else contextlib.nullcontext()
-        with torch.no_grad(), cast:
-            return {k: v.float().numpy() for k, v in model.trace(src, tgt, src_type_ids=src_type_ids).items()}
-    if backend == "keras":
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        import tf_impl
-
-        policy = f"mixed_{dtype}" if autocast else dtype
-        model = tf_impl.Transformer.from_reference(config, weights, dtype=policy)
-        return {k: np.asarray(v).astype(np.float32)
-                for k, v in model.trace(src, tgt, src_type_ids=src_type_ids).items()}
-    raise UsageError(f"unknown backend {backend!r}; choose one of numpy, torch, keras")
+        with cast:
+            return runner.trace_model(model, src, tgt, src_type_ids)
+    model = runner.build(config, weights, f"mixed_{dtype}" if autocast else dtype)  # a Keras dtype policy
+    return {k: v.astype(np.float32) for k, v in runner.trace_model(model, src, tgt, src_type_ids).items()}
 
 
 # --- planted faults in reduced precision (the tests and benchmarks/verify_calibration.py --dtype) -------------------

@@ -66,23 +66,9 @@ def plot_positional(path: str | Path, d_model: int = 64, length: int = 64, force
 def attention_maps(framework: str, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
                    src: np.ndarray, tgt: np.ndarray | None, dtype: str = "float64") -> dict[str, np.ndarray]:
     """`{sublayer name: (H, Tq, Tk)}` attention weights of the first sequence, from one backend's trace."""
-    if framework == "numpy":
-        traced = rn.Transformer(config, weights, np.dtype(dtype)).trace(src, tgt, attention_weights=True)
-    elif framework == "torch":
-        import torch
+    from . import backends
 
-        from torch_impl import Transformer
-
-        model = Transformer.from_reference(config, weights, dtype=getattr(torch, dtype))
-        with torch.no_grad():
-            traced = {k: v.numpy() for k, v in model.trace(src, tgt, attention_weights=True).items()}
-    elif framework == "tf":
-        from tf_impl import Transformer
-
-        model = Transformer.from_reference(config, weights, dtype=dtype)
-        traced = {k: np.asarray(v) for k, v in model.trace(src, tgt, attention_weights=True).items()}
-    else:
-        raise UsageError(f"framework must be numpy, torch or tf, received {framework!r}")
+    traced = backends.get(framework).trace(config, weights, dtype, src, tgt, attention_weights=True)
     return {name[:-len(".weights")]: np.asarray(value[0], dtype=np.float64)
             for name, value in traced.items() if name.endswith(".weights")}
 

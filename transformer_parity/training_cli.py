@@ -52,7 +52,8 @@ def register(subparsers) -> None:
                               description="Train an encoder-decoder Transformer on sequences generated on the fly, "
                                           "with periodic evaluation, canonical checkpoints, a JSON loss log and "
                                           "resume. Ctrl-C saves at the next step boundary.")
-    p.add_argument("--framework", required=True, choices=("torch", "tf"), help="which framework trains")
+    p.add_argument("--framework", required=True, choices=("torch", "keras", "tf"),
+                   help="which framework trains (keras and tf are the same)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="run directory: checkpoint.safetensors, log.json, run.json (manifest), saves/")
     g = p.add_argument_group("task")
@@ -102,7 +103,8 @@ def register(subparsers) -> None:
                                           "the tokens. The task comes from the run directory the checkpoint sits "
                                           "in, else from the --task options.")
     p.add_argument("checkpoint", metavar="CHECKPOINT", help="canonical .safetensors checkpoint")
-    p.add_argument("--framework", required=True, choices=("numpy", "torch", "tf"), help="backend that decodes")
+    p.add_argument("--framework", required=True, choices=("numpy", "torch", "keras", "tf"),
+                   help="backend that decodes (keras and tf are the same)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="compute dtype")
     _add_task_options(p)
     p.add_argument("--src", metavar="IDS", help='one source as space-separated symbol ids, e.g. "5 6 7"')
@@ -125,8 +127,9 @@ def register(subparsers) -> None:
     _add_plot_output(k)
     k = kinds.add_parser("attention", help="attention maps per layer and head (or the difference of two backends)")
     k.add_argument("checkpoint", metavar="CHECKPOINT")
-    k.add_argument("--framework", choices=("numpy", "torch", "tf"), default="numpy")
-    k.add_argument("--against", choices=("numpy", "torch", "tf"), help="plot framework minus this backend")
+    k.add_argument("--framework", choices=("numpy", "torch", "keras", "tf"), default="numpy")
+    k.add_argument("--against", choices=("numpy", "torch", "keras", "tf"),
+                   help="plot framework minus this backend")
     k.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     _add_task_options(k)
     k.add_argument("--src", metavar="IDS", help="source symbol ids (default: one random task input)")
@@ -246,6 +249,8 @@ def cmd_train(args) -> int:
     import reference_numpy as rn
 
     from . import training_run
+
+    args.framework = "tf" if args.framework == "keras" else args.framework  # one backend, two names
 
     out = Path(args.out)
     given = _given(args)
@@ -424,24 +429,18 @@ def _sources(args, task):
 
 def stepper(framework: str, config, weights, src, dtype: str = "float32", cache: bool = True):
     """A `next_logits` for `reference_numpy.generate` from canonical weights in any backend."""
-    import numpy as np
-
     import reference_numpy as rn
 
-    if framework == "numpy":
-        return rn.reference_stepper(rn.Transformer(config, weights, np.dtype(dtype)), src)
-    if framework == "torch":
-        import torch
+    from . import backends
 
-        from torch_impl import Transformer
+    backend = backends.get(framework)
+    if backend.name == "numpy":
+        return rn.reference_stepper(backend.build(config, weights, dtype), src)
+    if backend.name == "torch":
         from torch_impl.decoding import cached_stepper, recompute_stepper
-
-        model = Transformer.from_reference(config, weights, dtype=getattr(torch, dtype))
     else:
-        from tf_impl import Transformer
         from tf_impl.decoding import cached_stepper, recompute_stepper
-
-        model = Transformer.from_reference(config, weights, dtype=dtype)
+    model = backend.build(config, weights, dtype)
     return (cached_stepper if cache else recompute_stepper)(model, src)
 
 

@@ -42,7 +42,6 @@ EPS64 = float(np.finfo(np.float64).eps)
 RATIO_LIMIT = 10.0  # K: see the module docstring and benchmarks/verify_calibration.py
 PAIR_RATIO_LIMIT = 2 * RATIO_LIMIT
 JUDGE = "numpy-f64"
-BACKENDS = ("numpy", "torch", "keras")
 DEFAULT_SHAPE = {"batch": 2, "src_len": 37, "tgt_len": 29}
 
 Progress = Callable[[str], None]
@@ -198,34 +197,19 @@ def seeded_weights(config: rn.TransformerConfig, seed: int = 0, dtype=np.float32
 
 
 def available_backends() -> list[str]:
-    """The framework backends whose packages are installed (found without importing them)."""
-    from importlib.util import find_spec
+    """The framework backends whose packages are installed (`backends.available`)."""
+    from . import backends
 
-    found = {"torch": find_spec("torch") is not None,
-             "keras": find_spec("keras") is not None and find_spec("tensorflow") is not None}
-    return [b for b in ("torch", "keras") if found[b]]
+    return backends.available()
 
 
 def trace(backend: str, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], dtype: str,
           src: np.ndarray, tgt: np.ndarray | None, src_type_ids: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Every sublayer output of `backend` on these inputs, as NumPy arrays, under canonical names (`src` alone for a
     one-sequence model; `src_type_ids` for a model with segment embeddings)."""
-    if backend == "numpy":
-        return rn.Transformer(config, weights, np.dtype(dtype)).trace(src, tgt, src_type_ids=src_type_ids)
-    if backend == "torch":
-        import torch
-        import torch_impl
+    from . import backends
 
-        model = torch_impl.Transformer.from_reference(config, weights, dtype=getattr(torch, dtype))
-        with torch.no_grad():
-            return {k: v.numpy() for k, v in model.trace(src, tgt, src_type_ids=src_type_ids).items()}
-    if backend == "keras":
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        import tf_impl
-
-        model = tf_impl.Transformer.from_reference(config, weights, dtype=dtype)
-        return {k: np.asarray(v) for k, v in model.trace(src, tgt, src_type_ids=src_type_ids).items()}
-    raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    return backends.get(backend).trace(config, weights, dtype, src, tgt, src_type_ids)
 
 
 # --- the comparison -------------------------------------------------------------------------------------------------
@@ -476,9 +460,9 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
 
     notes: list[str] = []
     if backends is not None:
-        unknown = sorted(set(backends) - set(BACKENDS))
-        if unknown:
-            raise UsageError(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}")
+        from . import backends as registry
+
+        backends = [registry.canonical_name(b) for b in backends]  # `tf` is `keras`; an unknown name is refused
     if len(checkpoints) >= 2:
         if backends is not None:
             raise UsageError("--backends applies to zero or one checkpoint; with several, each runs in its own "
