@@ -178,3 +178,23 @@ def test_a_wrong_layout_fails_against_the_source(tmp_path, monkeypatch, capsys):
         assert main(["--quiet", "verify", "--layout", str(layout), str(path), "--backends", "torch"]) == 0, kind
         assert main(["--quiet", "verify", "--layout", str(layout), str(path), "--backends", "torch",
                      "--source", spec]) == 1, kind
+
+
+def test_fused_qkv_in_the_wrong_order_fails_against_the_source(tmp_path, monkeypatch, capsys):
+    """The Lightning model interleaves q, k, v per head in one projection: the settled layout says so
+    (`fused_qkv_heads_t`); read as concatenated (`fused_qkv_t`) the port fails against the source, exit 1."""
+    from transformer_parity.cli import main
+
+    pytest.importorskip("torch")
+    model = sources.module("lightning_encoder")
+    path = model.save_checkpoint(tmp_path / f"model{model.CHECKPOINT_SUFFIX}", seed=0)
+    monkeypatch.setenv("TP_SOURCE_CKPT", str(path))
+    spec = f"{Path(model.__file__)}:forward"
+    assert main(["--quiet", "layout", "--scaffold", str(path), "--source", spec]) == 0
+    settled = capsys.readouterr().out
+    assert " fused_qkv_heads_t" in settled
+    layout = tmp_path / "concatenated.toml"
+    layout.write_text(settled.replace(" fused_qkv_heads_t", " fused_qkv_t"))
+    assert main(["--quiet", "verify", "--layout", str(layout), str(path), "--backends", "torch"]) == 0
+    assert main(["--quiet", "verify", "--layout", str(layout), str(path), "--backends", "torch",
+                 "--source", spec]) == 1
