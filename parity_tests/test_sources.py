@@ -198,3 +198,24 @@ def test_fused_qkv_in_the_wrong_order_fails_against_the_source(tmp_path, monkeyp
     assert main(["--quiet", "verify", "--layout", str(layout), str(path), "--backends", "torch"]) == 0
     assert main(["--quiet", "verify", "--layout", str(layout), str(path), "--backends", "torch",
                  "--source", spec]) == 1
+
+
+def test_probing_names_what_it_cannot_settle(tmp_path, monkeypatch, capsys):
+    """A source that is not the model of these weights (another seed): no candidate matches, the scaffold names
+    that on stderr and exits 1; a source that raises is one line, exit 2."""
+    from transformer_parity.cli import main
+
+    pytest.importorskip("torch")
+    model = sources.module("w_qkvo_encoder")
+    path = model.save_checkpoint(tmp_path / f"model{model.CHECKPOINT_SUFFIX}", seed=0)
+    other = model.save_checkpoint(tmp_path / f"other{model.CHECKPOINT_SUFFIX}", seed=1)
+    monkeypatch.setenv("TP_SOURCE_CKPT", str(other))
+    spec = f"{Path(model.__file__)}:forward"
+    assert main(["--quiet", "layout", "--scaffold", str(path), "--source", spec]) == 1
+    err = capsys.readouterr().err
+    assert "not settled: no candidate matches the source" in err, err
+    raising = tmp_path / "raising.py"
+    raising.write_text("def forward(batch):\n    raise RuntimeError('CUDA out of memory\\nat step 3')\n")
+    assert main(["layout", "--scaffold", str(path), "--source", f"{raising}:forward"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "raised RuntimeError on a probe batch" in err and "CUDA out of memory" in err, err

@@ -185,7 +185,11 @@ def alternatives(path: Path, state: Mapping[str, np.ndarray], torch_style: bool
                  ) -> tuple[dict[str, list[str]], dict]:
     """external pattern -> the candidate mappings to try (the scaffold's guess first)."""
     rows = _rows(state, torch_style)
+    stacks = user.layer_stacks({k: np.shape(v) for k, v in state.items()}, torch_style)
     guesses = user.guess_all(rows, torch_style)
+    floating = {p for p in rows if any(np.issubdtype(np.asarray(v).dtype, np.floating) for k, v in state.items()
+                                       if user._generalize(k, torch_style, stacks)[0] == p)}
+    guesses.update({p: "- ignore" for p in rows if p not in floating})  # an integer/bool buffer: no parameter
     out = {p: [g] for p, g in guesses.items()}
     for pattern, guess in guesses.items():
         words = guess.split()
@@ -290,7 +294,7 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
         except ValueError:
             continue
     if base is None:
-        _, error = _first_error(mappings, path, checkpoint, base_fields)
+        error = _first_error(mappings, path, checkpoint, base_fields)
         raise ValueError(f"{path}: no candidate layout reads these weights: {error}")
     notes = []
     if "max_len" in needed:  # no position table: the longest input the source takes, measured
@@ -355,7 +359,7 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
                     progress(f"tried {tried} candidate layouts")
     candidates = [c for c in candidates if c.config is not None]
     if not candidates:
-        _, error = _first_error(mappings, path, checkpoint, base_fields)
+        error = _first_error(mappings, path, checkpoint, base_fields)
         raise ValueError(f"{path}: no candidate layout reads these weights: {error}")
     candidates.sort(key=lambda c: c.error)
     survivors = candidates[:24]
@@ -382,12 +386,12 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
                          f"({best.error * scale / floor:.1f} floors; {_describe(best)}); the model may use something "
                          "this tool does not express")
     else:
-        unsettled += _disagreements(passing, list(switches) + ["layer_norm_eps", "pad_id"], source, path, state, base)
+        unsettled += _disagreements(passing, list(switches) + ["layer_norm_eps"], source, base)
 
     # stage 3: the pad id
     chosen = dict(best.fields)
     if "pad_id" not in fields and not unsettled:
-        chosen["pad_id"], pad_note = _settle_pad(best, pads, source, state, path)
+        chosen["pad_id"], pad_note = _settle_pad(best, pads, source)
         if pad_note:
             unsettled.append(pad_note)
     ours = _forward(best.config.replace(pad_id=chosen["pad_id"]) if "pad_id" in chosen else best.config,
@@ -439,12 +443,13 @@ def _settle_max_len(source: Source, base: rn.TransformerConfig) -> tuple[int, st
     return good, f"max_len={good}: the longest input the source took (it refused {bad})"
 
 
-def _first_error(mappings, path, checkpoint, fields) -> tuple[None, str]:
+def _first_error(mappings, path, checkpoint, fields) -> str:
+    """Why the scaffold's own mapping does not read the weights (for the message when no candidate does)."""
     try:
         _import(_layout(mappings[0], fields, path), checkpoint, fields)
     except ValueError as exc:
-        return None, str(exc)
-    return None, "unknown"
+        return str(exc)
+    return "every candidate failed to import"
 
 
 def _floor(config, weights, batch, source_dtype: str) -> float:
@@ -460,7 +465,7 @@ def _describe(c: Candidate) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in c.fields.items() if k != "dropout")
 
 
-def _disagreements(passing: Sequence[Candidate], names, source, path, state, base) -> list[str]:
+def _disagreements(passing: Sequence[Candidate], names, source, base) -> list[str]:
     """Settings on which candidates that all match the source disagree, after a second, longer probe (two settings
     that agree on one probe may not on another). Candidates that compute the same function are not a problem."""
     if len(passing) == 1:
@@ -484,22 +489,30 @@ def _disagreements(passing: Sequence[Candidate], names, source, path, state, bas
     return out
 
 
-def _settle_pad(best: Candidate, pads, source, state, path) -> tuple[int | None, str | None]:
-    """The pad id: for each candidate id, inputs padded with it; the id whose masking matches the source."""
-    masked = []
+def _settle_pad(best: Candidate, pads, source) -> tuple[int | None, str | None]:
+    """The pad id: for each candidate id, inputs whose second row ends in three of it. The id is padding when the
+    source's output matches the chosen layout with that id masked, within the verify rule, and does not match it
+    unmasked; no id behaving so means no pad token. Returns (pad id, what could not be settled or None)."""
+    masked, off = [], []
     for pad in pads:
         batch = _probe_batch(best.config, [p for p in pads if p != pad], seed=2, pad=pad)
         theirs = source(batch)
-        as_pad = _relative(_forward(best.config.replace(pad_id=pad), best.weights, batch), theirs)
+        config = best.config.replace(pad_id=pad)
+        tolerance = RATIO_LIMIT * _floor(config, best.weights, batch, "float64" if theirs.dtype == np.float64
+                                         else "float32") / (float(np.max(np.abs(theirs))) or 1.0)
+        as_pad = _relative(_forward(config, best.weights, batch), theirs)
         as_token = _relative(_forward(best.config.replace(pad_id=None), best.weights, batch), theirs)
-        if as_pad < as_token:
-            masked.append((as_pad, pad))
-    if not masked:
-        return None, None
+        if as_pad <= tolerance < as_token:
+            masked.append(pad)
+        elif as_pad > tolerance and as_token > tolerance:
+            off.append(pad)
+    if off:
+        return None, (f"padding: inputs padded with id {off[0]} match the source neither masked nor unmasked; the "
+                      "model treats padding in a way this tool does not express, or pads with another id")
     if len(masked) > 1:
-        return masked[0][1], (f"pad_id: ids {', '.join(str(p) for _, p in masked)} are all masked by the source; "
-                              "state pad_id in [config]")
-    return masked[0][1], None
+        return masked[0], (f"pad_id: ids {', '.join(map(str, masked))} are all masked by the source; state pad_id "
+                           "in [config]")
+    return (masked[0] if masked else None), None
 
 
 def _render(path: Path, mapping: Mapping[str, str], settled: Mapping[str, Any], rows,
