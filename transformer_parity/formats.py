@@ -309,7 +309,10 @@ def _load_hf(path: Path, fmt: str, fields: Mapping[str, Any], on_tensor: OnTenso
     from .layouts import hf
 
     config, weights, notes, family = hf.load_dir(path, fmt, fields, on_tensor, drops)
-    return Loaded(path, family, config, weights, notes + _widened_notes(sorted(path.glob("*.safetensors"))))
+    from .layouts.hf_dir import weight_files
+
+    read = [f for f in weight_files(path) if f.suffix == ".safetensors"]  # the files read, not every one there
+    return Loaded(path, family, config, weights, notes + _widened_notes(read))
 
 
 def _kerashub_preset(path: Path) -> bool:

@@ -155,6 +155,9 @@ def sweep(path: Path, suffix: str = "") -> list[str]:
 def _recover(old: Path, path: Path) -> str:
     """A directory moved aside by a replacement that was killed midway: restored, or emptied of what the new
     directory keeps and removed (see `publish_dir`)."""
+    if not os.listdir(old):  # made, but nothing moved into it yet
+        os.rmdir(old)
+        return f"removed {printable(old.name)}, left empty beside {printable(path)} by a run that was killed"
     if not os.path.lexists(path):
         os.rename(old, path)
         return f"restored {printable(path)} from {printable(old.name)}: a run replacing it was killed midway"
