@@ -85,6 +85,9 @@ def test_force_over_a_project_folder_refuses_and_touches_nothing(tmp_path, gpt, 
     before, siblings = snapshot(proj), sorted(os.listdir(tmp_path))
     code, _, err = run(["convert", gpt, proj, "--to", to, "--force"], capsys)
     assert_one_line(code, err, "config.json (not a", "src/", ".git/", "notes.txt", "never other files")
+    code, _, err = run(["init", "--preset", "tiny", "--set", "num_encoder_layers=0", "-o", proj, "--to", to,
+                        "--force"], capsys)
+    assert_one_line(code, err, "src/", ".git/", "notes.txt")
     assert snapshot(proj) == before and sorted(os.listdir(tmp_path)) == siblings  # no temporary left either
 
 
@@ -231,6 +234,24 @@ def test_a_nested_weights_h5_key_is_written_as_a_group(tmp_path, encoder, capsys
         np.testing.assert_array_equal(f["a/b"][()], seeded_weights(ENCODER, 0)["output.bias"])
 
 
+@pytest.mark.parametrize("transform", ["heads_out", "heads_in"])
+def test_a_head_split_of_a_1d_tensor_is_bad_input(tmp_path, encoder, capsys, transform):
+    """A layout's heads_out / heads_in on a tensor with too few dimensions (was an IndexError traceback)."""
+    from safetensors.numpy import load_file, save_file
+
+    mine = tmp_path / "mine.safetensors"
+    assert run(["convert", encoder, mine, "--to-layout", _layout(tmp_path), "-q"], capsys)[0] == 0
+    state = load_file(mine)
+    state["layers.0.attn.W_Q.weight"] = np.ones(ENCODER.d_model, "f4")
+    save_file(state, mine)
+    layout = tmp_path / "split.toml"
+    layout.write_text(ENCODER_LAYOUT.replace('"encoder.layers.{i}.self_attn.q.kernel transpose"',
+                                             f'"encoder.layers.{{i}}.self_attn.q.kernel {transform}"'))
+    code, _, err = run(["convert", mine, tmp_path / "o.safetensors", "--layout", layout], capsys)
+    assert_one_line(code, err, "mine.safetensors")
+    assert not (tmp_path / "o.safetensors").exists()
+
+
 # --- messages are safe to print --------------------------------------------------------------------------------------
 
 def test_printable_escapes_every_control_character():
@@ -355,7 +376,7 @@ def test_scaffold_of_hostile_names_parses(tmp_path, capsys):
     assert not any(c in out for c in RAW)
 
 
-# --- temporary files: recognisable, swept after a SIGKILL --------------------------------------------------------------
+# --- temporary files: recognisable, swept after a SIGKILL ---------------------------------------------------------
 
 def _dead_pid() -> int:
     return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process can hold it

@@ -202,7 +202,7 @@ def cmd_init(args) -> int:
 
     fields = parse_fields(args.config, args.sets)
     out_format = formats.output_format(args.output, args.to)
-    formats.check_output(args.output, args.force)
+    formats.check_destination(args.output, out_format, args.force)  # a file, or a model directory (--to hf)
     if args.seed < 0:
         raise UsageError(f"--seed must be >= 0, received {args.seed}")
     try:

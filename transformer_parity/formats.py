@@ -221,6 +221,8 @@ def _load_with_layout(path: Path, layout: str, fields: Mapping[str, Any], drops:
         config, weights, notes = user.import_with_layout(path, layout, fields, drops)
     except ImportError as exc:
         raise UsageError(f"reading {path} needs {exc.name}, which is not installed") from None
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:  # a tensor whose shape the layout cannot take
+        raise UsageError(f"{path} does not fit the layout {layout}: {type(exc).__name__}: {exc}") from exc
     return Loaded(path, LAYOUT_FORMATS[content], config, weights, notes)
 
 
