@@ -496,5 +496,22 @@ def test_temporary_names_say_whose_they_are(tmp_path):
     assert out.read_bytes() == b"x" and _temps(tmp_path) == []
 
 
+def test_a_training_run_sweeps_only_its_own_temporaries(tmp_path):
+    """A run directory: a killed save's temporary manifest (ours, dead pid) goes at the next save; a user's
+    `.notes.tmp` beside the run stays (it used to match the sweep's `.*.tmp`)."""
+    from transformer_parity import training_run
+
+    from .test_training import small_settings
+
+    out = tmp_path / "run"
+    out.mkdir()
+    stale = out / f".{training_run.MANIFEST}{outputs.TAG}tmp-{_dead_pid()}-abcdefgh"
+    stale.write_text("{")
+    (out / ".notes.tmp").write_text("mine")
+    training_run.train(out, "torch", small_settings(steps=2, checkpoint_every=2))
+    assert not stale.exists() and (out / ".notes.tmp").read_text() == "mine"
+    assert not [p for p in out.rglob("*") if outputs.TAG in p.name]
+
+
 if sys.platform != "linux":  # /proc, fork and pid_max are what these tests stand on
     pytestmark = pytest.mark.skip("Linux only")
