@@ -259,9 +259,7 @@ hf-gpt2, hf-bert, hf-marian, hf-bart name the family). Inferred from content and
 
 
 def cmd_convert(args) -> int:
-    from . import formats
-
-    from . import outputs
+    from . import formats, outputs
 
     fields = parse_fields(args.config, args.sets)
     in_path = formats.check_source(args.input)

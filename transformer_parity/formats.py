@@ -308,12 +308,10 @@ def _directory_format(path: Path, declared: str | None) -> str:
 
 
 def _load_hf(path: Path, fmt: str, fields: Mapping[str, Any], on_tensor: OnTensor | None, drops: Drops) -> Loaded:
-    from .layouts import hf
+    from .layouts import hf, hf_dir
 
     config, weights, notes, family = hf.load_dir(path, fmt, fields, on_tensor, drops)
-    from .layouts.hf_dir import weight_files
-
-    read = [f for f in weight_files(path) if f.suffix == ".safetensors"]  # the files read, not every one there
+    read = [f for f in hf_dir.weight_files(path) if f.suffix == ".safetensors"]  # the files read, not every one there
     return Loaded(path, family, config, weights, notes + _widened_notes(read))
 
 
