@@ -376,7 +376,7 @@ def test_export_refuses_to_overwrite_and_names_what_has_no_equivalent(tmp_path, 
     assert "exists; pass --force" in capsys.readouterr().err
     assert cli.main(["convert", str(tmp_path / "gpt.safetensors"), str(tmp_path / "out"), "--to", "hf",
                      "--force"]) == 2
-    assert "without config.json; refusing to replace it" in capsys.readouterr().err
+    assert "holds what a Hugging Face model directory does not: notes.txt" in capsys.readouterr().err
     assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
 
 
@@ -438,7 +438,8 @@ def test_force_replaces_a_model_directory_and_leaves_no_temporary_files(tmp_path
         assert cli.main(["convert", "-q", str(tmp_path / f"{seed}.safetensors"), str(tmp_path / "out"), "--to", "hf",
                          *force]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0.safetensors", "1.safetensors", "out"]
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".transformer-parity.json", "config.json",
+                                                                    "model.safetensors"]
     back = formats.load(tmp_path / "out")
     assert np.array_equal(back.weights["tgt_embed.embedding"], rn.init_weights(gpt, 1)["tgt_embed.embedding"])
 

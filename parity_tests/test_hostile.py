@@ -199,7 +199,7 @@ def test_special_outputs_refused_even_with_force(tmp_path, tiny_file, capsys, ma
     assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
     if (tmp_path / "target.pt").exists():
         assert (tmp_path / "target.pt").read_bytes() == b"keep"
-    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
+    assert not [p for p in tmp_path.iterdir() if ".tp-" in p.name]
 
 
 def test_a_path_that_turns_special_while_writing_is_not_replaced(tmp_path):
@@ -246,7 +246,7 @@ def test_racing_convert_processes(tmp_path, tiny_file):
     if codes == [0, 2]:
         err = [p.stderr.read() for p in procs if p.returncode == 2][0]
         assert "exists" in err or "appeared" in err
-    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
+    assert not [p for p in tmp_path.iterdir() if ".tp-" in p.name]
 
 
 def test_files_follow_the_umask_and_force_keeps_the_mode(tmp_path, tiny_file, capsys):

@@ -1,7 +1,9 @@
 """The `transformer-parity` command line: init, convert, verify (and subcommands other modules register).
 
-Exit status: 0 success (verify: every sublayer within tolerance), 1 verify found a divergence, 2 bad input or
-usage (one line on stderr; `--debug` shows the traceback), 130 interrupted.
+Exit status: 0 success (verify: every sublayer within tolerance), 1 verify found a divergence (nothing else exits
+1), 2 bad input or usage (one line on stderr; `--debug` shows the traceback), 3 an internal error: an exception
+the command did not expect, a bug to report (one line naming it; `--debug` shows the traceback), 130 interrupted.
+Every line printed about an error or a note is one line with control characters escaped (`safe_text.one_line`).
 
 Importing this module imports neither PyTorch nor TensorFlow: `--help` is instant, and each command loads only the
 frameworks its files and backends need.
@@ -24,8 +26,10 @@ from typing import Any, Sequence
 from . import __version__
 from .errors import UsageError
 from .layouts import HF_LAYOUTS
+from .safe_text import one_line, printable
 
 PROG = "transformer-parity"
+INTERNAL_ERROR = 3  # exit status of an exception no command expected (1 is reserved for "the backends differ")
 COMMAND_MODULES = ["benchmarks.cli", "transformer_parity.training_cli"]
 FORMAT_CHOICES = ("canonical", "torch", "nn-transformer", "keras", "hf", *HF_LAYOUTS)
 FORMAT_CHOICES += ("kerashub", "kerashub-gpt2", "kerashub-bert", "kerashub-seq2seq")  # formats.KERASHUB_FORMATS
@@ -146,7 +150,7 @@ def _console(args, stderr: bool = False):
 
 def _note(args, message: str) -> None:
     if not getattr(args, "quiet", False):
-        _console(args, stderr=True).print(f"note: {message}", markup=False)
+        _console(args, stderr=True).print(f"note: {one_line(message)}", markup=False)
 
 
 class _Bytes:
@@ -198,7 +202,7 @@ def cmd_init(args) -> int:
 
     fields = parse_fields(args.config, args.sets)
     out_format = formats.output_format(args.output, args.to)
-    formats.check_output(args.output, args.force)
+    formats.check_destination(args.output, out_format, args.force)  # a file, or a model directory (--to hf)
     if args.seed < 0:
         raise UsageError(f"--seed must be >= 0, received {args.seed}")
     try:
@@ -214,10 +218,14 @@ def cmd_init(args) -> int:
                                                                                                     dtype)
     total = sum(w.nbytes for w in weights.values())
     size_text = _size(weights)
-    with _Bytes(args, f"writing {Path(args.output).name}", total) as bar:
-        path, fmt = formats.save(args.output, config, weights, out_format, args.force, bar.advance, consume=True)
+    notes: list[str] = []
+    with _Bytes(args, f"writing {printable(Path(args.output).name)}", total) as bar:
+        path, fmt = formats.save(args.output, config, weights, out_format, args.force, bar.advance, consume=True,
+                                 notes=notes)
+    for note in notes:
+        _note(args, note)
     if not args.quiet:
-        _console(args).print(f"wrote {path} ({fmt}, {args.preset} preset, {size_text}) in "
+        _console(args).print(f"wrote {printable(path)} ({fmt}, {args.preset} preset, {size_text}) in "
                              f"{time.perf_counter() - start:.1f} s", markup=False)
     return 0
 
@@ -251,19 +259,19 @@ hf-gpt2, hf-bert, hf-marian, hf-bart name the family). Inferred from content and
 
 
 def cmd_convert(args) -> int:
-    from . import formats
+    from . import formats, outputs
 
     fields = parse_fields(args.config, args.sets)
     in_path = formats.check_source(args.input)
     out_format = formats.output_format(args.output, args.to)
+    outputs.check_apart(in_path, args.output)  # before anything is read or moved
     out_path = formats.check_destination(args.output, out_format, args.force)
-    if out_path.exists() and out_path.resolve() == in_path.resolve():
-        raise UsageError(f"{args.output} is the input file; write the conversion elsewhere")
     start = time.perf_counter()
     size = formats.source_size(in_path)
-    with _Bytes(args, f"reading {in_path.name}", size) as bar:
+    notes: list[str] = []
+    with _Bytes(args, f"reading {printable(in_path.name)}", size) as bar:
         loaded = formats.load(in_path, _input_format(args), fields, bar.advance, allow_drop=args.allow_drop)
-        bar.describe(f"writing {out_path.name}", loaded.nbytes)
+        bar.describe(f"writing {printable(out_path.name)}", loaded.nbytes)
         size_text = _size(loaded.weights)
         if getattr(args, "to_layout", None):
             from .layouts import user
@@ -271,12 +279,12 @@ def cmd_convert(args) -> int:
                                                           args.force)
         else:
             path, fmt = formats.save(out_path, loaded.config, loaded.weights, out_format, args.force, bar.advance,
-                                     consume=True)
-    for note in loaded.notes:
+                                     consume=True, notes=notes)
+    for note in loaded.notes + notes:
         _note(args, note)
     if not args.quiet:
-        _console(args).print(f"converted {in_path} ({loaded.format}) -> {path} ({fmt}), {size_text}, "
-                             f"in {time.perf_counter() - start:.1f} s", markup=False)
+        _console(args).print(f"converted {printable(in_path)} ({loaded.format}) -> {printable(path)} ({fmt}), "
+                             f"{size_text}, in {time.perf_counter() - start:.1f} s", markup=False)
     return 0
 
 
@@ -456,7 +464,7 @@ def cmd_layout(args) -> int:
     settled = probe.settle(path, fn, fields, where=f"--source {args.source}")
     sys.stdout.write(settled.text)
     for line in settled.unsettled:
-        print(f"{PROG}: not settled: {line}", file=sys.stderr)
+        print(f"{PROG}: not settled: {one_line(line)}", file=sys.stderr)
     if not args.quiet:
         _console(args, stderr=True).print(
             f"{'settled' if settled.passed else 'NOT settled'}: {settled.tried} candidate layouts tried; the chosen one "
@@ -592,10 +600,16 @@ def _register(sub, module_name: str) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = str(exc).strip() or type(exc).__name__
     if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in text:
         text = f"{exc.filename}: {text}"
-    return text
+    return one_line(text)
+
+
+def _internal_error(exc: BaseException) -> str:
+    """An exception no command expected: one line naming it (exit 3), never a traceback without --debug."""
+    return (f"{PROG}: internal error: {type(exc).__name__}: {_one_line(exc)} (a bug in {PROG}, not a verdict; "
+            "rerun with --debug for the traceback)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -614,6 +628,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if "--debug" in argv:
+            raise
+        print(_internal_error(exc), file=sys.stderr)
+        return INTERNAL_ERROR
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
@@ -629,3 +648,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except Exception as exc:  # anything else is a bug: one line and its own status, never 1 ("the backends differ")
+        if args.debug:
+            raise
+        print(_internal_error(exc), file=sys.stderr)
+        return INTERNAL_ERROR

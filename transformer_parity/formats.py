@@ -221,6 +221,8 @@ def _load_with_layout(path: Path, layout: str, fields: Mapping[str, Any], drops:
         config, weights, notes = user.import_with_layout(path, layout, fields, drops)
     except ImportError as exc:
         raise UsageError(f"reading {path} needs {exc.name}, which is not installed") from None
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:  # a tensor whose shape the layout cannot take
+        raise UsageError(f"{path} does not fit the layout {layout}: {type(exc).__name__}: {exc}") from exc
     return Loaded(path, LAYOUT_FORMATS[content], config, weights, notes)
 
 
@@ -306,10 +308,11 @@ def _directory_format(path: Path, declared: str | None) -> str:
 
 
 def _load_hf(path: Path, fmt: str, fields: Mapping[str, Any], on_tensor: OnTensor | None, drops: Drops) -> Loaded:
-    from .layouts import hf
+    from .layouts import hf, hf_dir
 
     config, weights, notes, family = hf.load_dir(path, fmt, fields, on_tensor, drops)
-    return Loaded(path, family, config, weights, notes + _widened_notes(sorted(path.glob("*.safetensors"))))
+    read = [f for f in hf_dir.weight_files(path) if f.suffix == ".safetensors"]  # the files read, not every one there
+    return Loaded(path, family, config, weights, notes + _widened_notes(read))
 
 
 def _kerashub_preset(path: Path) -> bool:
@@ -338,12 +341,18 @@ def check_destination(path: str | os.PathLike, fmt: str, force: bool) -> Path:
     """`check_output` for a file format; for a Hugging Face format, a directory to create (or, with --force,
     a model directory to replace)."""
     if fmt in HF_FORMATS or fmt in KERASHUB_DIRS:
-        from .layouts import hf_dir
-        try:
-            return hf_dir.check_output_dir(path, force)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+        from . import outputs
+        return outputs.check_output_dir(path, force, dir_kind(fmt))
     return check_output(path, force)
+
+
+def dir_kind(fmt: str):
+    """The `outputs.DirKind` of a directory format: what `--force` may replace and what it keeps."""
+    if fmt in KERASHUB_DIRS:
+        from .layouts.kerashub_preset import PRESET_DIR
+        return PRESET_DIR
+    from .layouts.hf_dir import MODEL_DIR
+    return MODEL_DIR
 
 
 def _load_keras(path: Path, fields: Mapping[str, Any]) -> Loaded:
@@ -420,7 +429,6 @@ def special_kind(path: str | os.PathLike) -> str | None:
 
 
 _SIGNALS = {signal.SIGINT, signal.SIGTERM}
-NAME_MAX = 255
 
 
 @contextlib.contextmanager
@@ -452,13 +460,9 @@ def _umask() -> int:
     return mask
 
 
-def _temp_name_parts(path: Path) -> tuple[str, str]:
-    """mkstemp's prefix and suffix for a temporary file beside `path`: the same final suffixes (libraries check
-    them), the name shortened so that prefix + 8 random characters + suffix fit in NAME_MAX bytes."""
-    suffix = ".tmp" + ("".join(path.suffixes[-2:]) if path.name.endswith(".weights.h5") else path.suffix)
-    room = NAME_MAX - len(suffix.encode()) - 2 - 8 - 8  # the dots, the random part, some slack
-    stem = path.name.encode()[:max(room, 1)].decode(errors="ignore")
-    return f".{stem}.", suffix
+def _temp_suffix(path: Path) -> str:
+    """The final suffixes a temporary file beside `path` keeps (libraries check them)."""
+    return "".join(path.suffixes[-2:]) if path.name.endswith(".weights.h5") else path.suffix
 
 
 def publish(tmp: Path, path: Path, force: bool) -> None:
@@ -488,17 +492,23 @@ def publish(tmp: Path, path: Path, force: bool) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: Path, force: bool = False) -> Iterator[Path]:
-    """A temporary path beside `path` (same suffixes, so libraries that check them are content), published onto
-    `path` when the block succeeds (see `publish`: without `force`, never over a file that appeared meanwhile) and
-    removed when it fails or is interrupted (Ctrl-C, SIGTERM). The file gets the mode a new file would get under
-    the umask, or, replacing a file with `force`, that file's mode."""
+def atomic_path(path: Path, force: bool = False, notes: list[str] | None = None) -> Iterator[Path]:
+    """A temporary path beside `path` (`.NAME.tp-tmp-<pid>-<random>` + the same suffixes, so libraries that check
+    them are content), published onto `path` when the block succeeds (see `publish`: without `force`, never over a
+    file that appeared meanwhile) and removed when it fails or is interrupted (Ctrl-C, SIGTERM). The file gets the
+    mode a new file would get under the umask, or, replacing a file with `force`, that file's mode. Temporary
+    files of earlier writes to `path` that were killed are removed first (`outputs.sweep`), and `notes` (or
+    stderr) says so."""
+    from . import outputs
+
     path = Path(path)
-    prefix, suffix = _temp_name_parts(path)
+    suffix = _temp_suffix(path)
+    outputs.tell(notes, outputs.sweep(path, suffix))
     with deferred_signals():  # the handler and the file appear together, or neither
         previous = _raise_on_sigterm()
         try:
-            fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
+            fd, tmp = tempfile.mkstemp(prefix=outputs.temp_prefix(path, "tmp", suffix), suffix=suffix,
+                                       dir=path.parent)
         except BaseException:
             _restore_sigterm(previous)
             raise
@@ -539,18 +549,19 @@ def _raise_on_sigterm():
 
 def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
          fmt: str | None = None, force: bool = False, on_tensor: OnTensor | None = None,
-         consume: bool = False) -> tuple[Path, str]:
+         consume: bool = False, notes: list[str] | None = None) -> tuple[Path, str]:
     """Write canonical weights as `fmt` (default: from the extension), atomically; returns `(path, format)`.
 
     `consume=True` lets the writer delete each entry of `weights` (a dict) once converted, so a conversion holds the
-    checkpoint about once; the dict is left empty or partly emptied.
+    checkpoint about once; the dict is left empty or partly emptied. `notes` collects what the user should hear
+    (stale temporary files removed, files kept beside a replaced model); without it they go to stderr.
     """
     path = Path(path)
     fmt = output_format(path, fmt)
     if fmt in KERASHUB_FORMATS:
-        return _save_kerashub(path, config, weights, fmt, force, consume)
+        return _save_kerashub(path, config, weights, fmt, force, consume, notes)
     if fmt in HF_FORMATS:
-        return _save_hf(path, config, weights, fmt, force, on_tensor, consume)
+        return _save_hf(path, config, weights, fmt, force, on_tensor, consume, notes)
     check_output(path, force)
     rn.validate_weights(config, weights)
     try:
@@ -561,7 +572,7 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
                 from torch_impl import checkpoints as writer
             else:
                 from tf_impl import checkpoints as writer
-        with atomic_path(path, force) as tmp:
+        with atomic_path(path, force, notes) as tmp:
             if fmt == "canonical":
                 writer.write_canonical(tmp, config, weights, on_tensor, consume)
             elif fmt == "torch":
@@ -577,24 +588,25 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
 
 
 def _save_kerashub(path: Path, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], fmt: str,
-                   force: bool, consume: bool) -> tuple[Path, str]:
+                   force: bool, consume: bool, notes: list[str] | None) -> tuple[Path, str]:
     """A KerasHub preset directory (`from_preset(path)` loads it), built beside `path` and renamed into place."""
     from .layouts import kerashub_preset
 
-    check_destination(path, fmt, force)
+    path = check_destination(path, fmt, force)
     if fmt not in KERASHUB_DIRS:  # a bare .weights.h5
         return path, kerashub_preset.save_weights_file(path, config, weights if consume else dict(weights), fmt,
-                                                       force, consume=True)
+                                                       force, consume=True, notes=notes)
     family = kerashub_preset.save_preset(path, config, weights if consume else dict(weights), fmt, force,
-                                         consume=True)
+                                         consume=True, notes=notes)
     return path, family
 
 
 def _save_hf(path: Path, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], fmt: str, force: bool,
-             on_tensor: OnTensor | None, consume: bool) -> tuple[Path, str]:
-    """A Hugging Face model directory, built beside `path` and renamed into place (see `layouts.hf_dir`)."""
+             on_tensor: OnTensor | None, consume: bool, notes: list[str] | None) -> tuple[Path, str]:
+    """A Hugging Face model directory, built beside `path` and renamed into place (see `outputs.atomic_dir`)."""
     from .layouts import hf
 
-    check_destination(path, fmt, force)
-    family = hf.save_dir(path, config, weights if consume else dict(weights), fmt, force, on_tensor, consume=True)
+    path = check_destination(path, fmt, force)
+    family = hf.save_dir(path, config, weights if consume else dict(weights), fmt, force, on_tensor, consume=True,
+                         notes=notes)
     return path, family

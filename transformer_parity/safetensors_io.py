@@ -23,6 +23,7 @@ import reference_numpy as rn
 from reference_numpy.io import FORMAT_TAG, FORMAT_VERSION
 
 from . import limits
+from .safe_text import printable, quoted
 
 DTYPES = {"F16": np.dtype("<f2"), "F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "I64": np.dtype("<i8"),
           "I32": np.dtype("<i4"), "U8": np.dtype("u1"), "BOOL": np.dtype("?")}
@@ -52,14 +53,20 @@ def read_header(path: str | os.PathLike) -> SafetensorsHeader:
         raise ValueError(f"{path} is not a safetensors file: only {size} bytes")
     with open(path, "rb") as f:
         (header_len,) = struct.unpack("<Q", f.read(8))
-        if header_len > MAX_HEADER or header_len > size - 8:
-            raise ValueError(f"{path} is not a valid safetensors file: header length {header_len} exceeds the file "
-                             f"size {size} (truncated or not safetensors)")
+        if header_len > MAX_HEADER or header_len > size - 8:  # the length itself is not echoed: bytes of the file
+            raise ValueError(f"{path} is not a valid safetensors file: the header length its first 8 bytes declare "
+                             f"exceeds the file size {size}" + (f" or the limit of {MAX_HEADER} bytes"
+                                                                 if header_len > MAX_HEADER else "")
+                             + " (truncated or not safetensors)")
         raw = f.read(header_len)
     try:
         header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path} is not a valid safetensors file: its header is not JSON ({exc})") from None
+    except UnicodeDecodeError as exc:  # its message quotes the byte
+        raise ValueError(f"{path} is not a valid safetensors file: its header is not UTF-8 text (at byte "
+                         f"{8 + exc.start})") from None
+    except json.JSONDecodeError as exc:  # line, column and position only
+        raise ValueError(f"{path} is not a valid safetensors file: its header is not JSON ({exc.msg} at byte "
+                         f"{8 + exc.pos})") from None
     except RecursionError:
         raise ValueError(f"{path} is not a valid safetensors file: its header nests JSON too deeply") from None
     if not isinstance(header, dict):
@@ -74,18 +81,19 @@ def read_header(path: str | os.PathLike) -> SafetensorsHeader:
         try:
             code, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
         except (KeyError, TypeError, ValueError):
-            raise ValueError(f"{path} is not a valid safetensors file: entry {name!r} lacks dtype, shape or "
-                             f"data_offsets, received {info!r}") from None
-        if code not in DTYPES and code not in WIDENED:
-            raise ValueError(f"{path}: tensor {name!r} has dtype {code!r}; supported: "
+            raise ValueError(f"{path} is not a valid safetensors file: entry {quoted(name)} lacks dtype, shape or "
+                             f"data_offsets, received {printable(repr(info), 80)}") from None
+        if not isinstance(code, str) or (code not in DTYPES and code not in WIDENED):
+            raise ValueError(f"{path}: tensor {quoted(name)} has dtype {printable(repr(code), 40)}; supported: "
                              f"{', '.join([*DTYPES, *WIDENED])}")
         if not (isinstance(shape, list) and all(isinstance(n, int) and n >= 0 for n in shape)):
-            raise ValueError(f"{path}: tensor {name!r} has an invalid shape {shape!r}")
+            raise ValueError(f"{path}: tensor {quoted(name)} has an invalid shape {printable(repr(shape), 80)}")
         dtype = WIDENED.get(code, DTYPES.get(code))
         if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end):
-            raise ValueError(f"{path}: tensor {name!r} has invalid data_offsets {[begin, end]!r}")
+            raise ValueError(f"{path}: tensor {quoted(name)} has invalid data_offsets "
+                             f"{printable(repr([begin, end]), 80)}")
         if end - begin != math.prod(shape) * dtype.itemsize:
-            raise ValueError(f"{path}: tensor {name!r} of shape {shape} and dtype {code} needs "
+            raise ValueError(f"{path}: tensor {quoted(name)} of shape {shape} and dtype {code} needs "
                              f"{math.prod(shape) * dtype.itemsize} bytes, its offsets span {end - begin}")
         if code in WIDENED:
             stored[name], dtype = code, np.dtype(np.float32)  # the dtype read_tensors returns
@@ -94,7 +102,7 @@ def read_header(path: str | os.PathLike) -> SafetensorsHeader:
     position = 0
     for begin, end, name in sorted(spans):
         if begin != position:
-            raise ValueError(f"{path} is not a valid safetensors file: tensor {name!r} starts at byte {begin}, "
+            raise ValueError(f"{path} is not a valid safetensors file: tensor {quoted(name)} starts at byte {begin}, "
                              f"expected {position} (overlapping or missing data)")
         position = end
     if position != data_len:

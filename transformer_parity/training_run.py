@@ -43,6 +43,7 @@ import numpy as np
 import reference_numpy as rn
 
 from .errors import UsageError
+from .outputs import sweep, temp_prefix
 
 FRAMEWORKS = ("torch", "tf")
 CHECKPOINT, STATE, LOG = "checkpoint.safetensors", "train_state.safetensors", "log.json"
@@ -159,7 +160,7 @@ def _fsync_dir(path: Path) -> None:
 
 def _replace_with(source: Path, path: Path, data: bytes, mode: int) -> None:
     """Make `path` hold `data` atomically: a hard link to `source` (which holds it) where possible, else a copy."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), dir=path.parent)
     os.close(fd)
     tmp = Path(tmp)
     try:
@@ -234,7 +235,7 @@ def save_run(out: Path, trainer, settings: TrainSettings, log: dict) -> None:
 
 
 def _publish_manifest(out: Path, manifest: dict, mode: int) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", suffix=".tmp", dir=out)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(out / MANIFEST), dir=out)
     os.close(fd)
     tmp = Path(tmp)
     try:
@@ -257,15 +258,17 @@ def _remove_stale(out: Path, keep: str | None) -> None:
                 shutil.rmtree(item, ignore_errors=True)
             else:
                 item.unlink(missing_ok=True)
-    for item in out.glob(".*.tmp"):
-        item.unlink(missing_ok=True)
+    for name in (MANIFEST, CHECKPOINT, LOG):  # only our own names: a user's `.notes.tmp` is theirs
+        sweep(out / name)  # the run lock is held: any writer of these is gone
+        for item in out.glob(f".{name}.*.tmp"):  # named so before temporaries carried their pid
+            item.unlink(missing_ok=True)
 
 
 def write_log(out: Path, log: dict) -> None:
     """The top-level log.json alone (the final one of a finished run), atomically; never written in place, since it
     may be a hard link into the current save."""
     data = (json.dumps(log, indent=1) + "\n").encode()
-    fd, tmp = tempfile.mkstemp(prefix=f".{LOG}.", suffix=".tmp", dir=out)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(out / LOG), dir=out)
     os.close(fd)
     tmp = Path(tmp)
     try:

@@ -133,12 +133,13 @@ def family_for_export(config: rn.TransformerConfig, declared: str | None = None)
 
 
 def save_dir(path: str | os.PathLike, config: rn.TransformerConfig, weights: dict[str, np.ndarray],
-             declared: str | None = None, force: bool = False, on_tensor=None, consume: bool = False) -> str:
+             declared: str | None = None, force: bool = False, on_tensor=None, consume: bool = False,
+             notes: list[str] | None = None) -> str:
     """Write canonical weights as a model directory `from_pretrained` loads; returns the format name."""
     family = family_for_export(config, declared)
     hf, arch = family.config_to_hf(config)
     dtype = rn.weights_dtype(weights)
     hf["dtype"] = str(dtype)  # transformers loads the weights in this dtype
     state = export_state(config, weights, family.table(config, family.prefix(arch)), consume=consume)
-    hf_dir.write_dir(path, hf, state, force, on_tensor, consume=True)
+    hf_dir.write_dir(path, hf, state, force, on_tensor, consume=True, notes=notes)
     return family.NAME

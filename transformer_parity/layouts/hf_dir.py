@@ -8,20 +8,24 @@ A directory holds `config.json` and the weights as one of:
 
 Writing produces `config.json` and one `model.safetensors` (metadata `{"format": "pt"}`, as transformers expects),
 built in a temporary directory beside the target and renamed into place, so a failed or interrupted write leaves
-nothing behind.
+nothing behind (`outputs.atomic_dir`; `MODEL_DIR` says what `--force` may replace and what it keeps).
+
+Symbolic links: a file of the directory that is a link is read only if it points inside the directory's own tree,
+or, for a Hugging Face cache snapshot (`.../snapshots/<revision>/`, whose files link to `../../blobs/<hash>`),
+into that cache's `blobs/`; a link that leaves them is refused with one line (`member`). The directory itself may
+be a link (the user named it).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
+
+from ..safe_text import names, printable
 
 CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"
@@ -33,6 +37,55 @@ WEIGHT_FILES = (SAFETENSORS, SAFETENSORS_INDEX, BIN, BIN_INDEX)
 OnTensor = Callable[[str, int], None]
 
 
+def _is_hf_config(file: Path) -> bool:
+    try:
+        if not file.is_file() or file.stat().st_size > (1 << 20):
+            return False
+        data = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("model_type"), str)
+
+
+def _model_dir_kind():
+    from ..outputs import DirKind
+
+    shard = r"-\d+-of-\d+"
+    return DirKind(
+        name="a Hugging Face model directory", config_name="a Hugging Face config with a model_type",
+        model_files=(r"config\.json", rf"model(\.safetensors|{shard}\.safetensors|\.safetensors\.index\.json)",
+                     rf"pytorch_model(\.bin|{shard}\.bin|\.bin\.index\.json)",
+                     rf"tf_model(\.h5|{shard}\.h5|\.h5\.index\.json)",
+                     rf"flax_model(\.msgpack|{shard}\.msgpack|\.msgpack\.index\.json)"),
+        companions=(r"tokenizer(_config)?\.json", r"special_tokens_map\.json", r"added_tokens\.json",
+                    r"vocab\.(json|txt)", r"merges\.txt", r"(spiece|tokenizer|sentencepiece\.bpe)\.model",
+                    r"(source|target)\.spm", r"generation_config\.json", r"(pre)?processor_config\.json",
+                    r"chat_template\.(jinja|json)", r"README(\.md)?", r"\.gitattributes", r"LICENSE(\.md|\.txt)?",
+                    r"training_args\.bin"),
+        config_ok=_is_hf_config)
+
+
+MODEL_DIR = _model_dir_kind()
+
+
+def member(path: str | os.PathLike, name: str) -> Path:
+    """`path / name`, refused (`ValueError`) where it is a symbolic link that leaves the model's tree; links into a
+    Hugging Face cache's `blobs/` are followed from a snapshot directory (see the module docstring)."""
+    file = Path(path) / name
+    if not os.path.islink(file):
+        return file
+    root = os.path.realpath(path)
+    target = os.path.realpath(file)
+    allowed = [root]
+    if os.path.basename(os.path.dirname(root)) == "snapshots":
+        allowed.append(os.path.join(os.path.dirname(os.path.dirname(root)), "blobs"))
+    if any(os.path.commonpath([target, a]) == a for a in allowed):
+        return file
+    raise ValueError(f"{printable(file)} is a symbolic link to {printable(target)}, outside the model directory; "
+                     "refusing to read it (links are followed only within the directory, or from a Hugging Face "
+                     "cache snapshot into its blobs/)")
+
+
 def is_model_dir(path: str | os.PathLike) -> bool:
     return Path(path).is_dir() and (Path(path) / CONFIG).is_file()
 
@@ -40,7 +93,7 @@ def is_model_dir(path: str | os.PathLike) -> bool:
 def read_config(path: str | os.PathLike) -> dict[str, Any]:
     """`config.json` of a model directory, as a dict; `ValueError` naming the problem otherwise."""
     path = Path(path)
-    file = path / CONFIG
+    file = member(path, CONFIG)
     if not file.is_file():
         raise ValueError(f"{path} is a directory without {CONFIG}; expected a Hugging Face model directory "
                          f"({CONFIG} plus {SAFETENSORS}, sharded safetensors or {BIN})")
@@ -57,7 +110,7 @@ def weight_files(path: str | os.PathLike) -> list[Path]:
     """The weight files of a model directory, every shard checked to exist; `ValueError` if there are none."""
     path = Path(path)
     for index_name in (SAFETENSORS_INDEX, BIN_INDEX):
-        index = path / index_name
+        index = member(path, index_name)
         if index.is_file():
             try:
                 weight_map = json.loads(index.read_text())["weight_map"]
@@ -66,14 +119,15 @@ def weight_files(path: str | os.PathLike) -> list[Path]:
                     RecursionError) as exc:
                 raise ValueError(f"{index} is not a valid shard index (a JSON object with a weight_map): "
                                  f"{type(exc).__name__}: {exc}") from None
-            if not all(isinstance(f, str) and f and Path(f).name == f for f in files):
-                raise ValueError(f"{index} names shard files outside the directory: {files[:4]}")
-            absent = [f for f in files if not (path / f).is_file()]
+            if not all(isinstance(f, str) and f and f not in (".", "..") and Path(f).name == f for f in files):
+                raise ValueError(f"{index} names shard files outside the directory: {names(files, 4)}")
+            shards = [member(path, f) for f in files]
+            absent = [f.name for f in shards if not f.is_file()]
             if absent:
-                raise ValueError(f"{path}: missing shard(s) {', '.join(absent)} listed in {index_name}")
-            return [path / f for f in files]
+                raise ValueError(f"{path}: missing shard(s) {names(absent, 4)} listed in {index_name}")
+            return shards
     for single in (SAFETENSORS, BIN):
-        if (path / single).is_file():
+        if member(path, single).is_file():
             return [path / single]
     raise ValueError(f"{path} has a {CONFIG} but no weights ({SAFETENSORS}, {SAFETENSORS_INDEX}, {BIN} or "
                      f"{BIN_INDEX})")
@@ -94,7 +148,7 @@ def read_state(path: str | os.PathLike, on_tensor: OnTensor | None = None) -> di
 
 def _check_index(path: Path, state: Mapping[str, Any]) -> None:
     for index_name in (SAFETENSORS_INDEX, BIN_INDEX):
-        if (path / index_name).is_file():
+        if member(path, index_name).is_file():
             listed = set(json.loads((path / index_name).read_text())["weight_map"])
             absent = sorted(listed - set(state))
             if absent:
@@ -141,78 +195,17 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray], metadata: Mapp
     write_tensors(path, tensors, list(tensors), metadata, on_tensor, consume)
 
 
-def check_output_dir(path: str | os.PathLike, force: bool) -> Path:
-    """Refuse a missing parent, a file, or an existing directory without `force` (and with it, any directory
-    that is not a model directory: --force replaces a model, never an arbitrary folder)."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise ValueError(f"cannot write {path}: directory {path.parent} does not exist")
-    if path.is_symlink():
-        raise ValueError(f"{path} is a symbolic link; give a new directory name to write the model to")
-    if path.exists():
-        if not path.is_dir():
-            raise ValueError(f"{path} exists and is not a directory; a Hugging Face model is written as a directory")
-        if not force:
-            raise ValueError(f"{path} exists; pass --force to replace it")
-        if any(path.iterdir()) and not (path / CONFIG).is_file():
-            raise ValueError(f"{path} is a non-empty directory without {CONFIG}; refusing to replace it even with "
-                             "--force (give a new directory name)")
-    return path
-
-
 def write_dir(path: str | os.PathLike, hf_config: Mapping[str, Any], state: dict[str, np.ndarray], force: bool,
-              on_tensor: OnTensor | None = None, consume: bool = False) -> Path:
-    """Write `config.json` + `model.safetensors` to the directory `path`, atomically (see `atomic_dir`)."""
-    path = check_output_dir(path, force)
-    with atomic_dir(path, force) as tmp:
+              on_tensor: OnTensor | None = None, consume: bool = False, notes: list[str] | None = None) -> Path:
+    """Write `config.json` + `model.safetensors` to the directory `path`, atomically (`outputs.atomic_dir`: with
+    `force`, only over a model directory, keeping the tokenizer and other files this tool does not write)."""
+    from .. import outputs
+
+    path = outputs.check_output_dir(path, force, MODEL_DIR)
+    with outputs.atomic_dir(path, force, MODEL_DIR, notes) as tmp:
         (tmp / CONFIG).write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
         write_safetensors(tmp / SAFETENSORS, state, {"format": "pt"}, on_tensor, consume)
     return path
-
-
-@contextlib.contextmanager
-def atomic_dir(path: Path, force: bool) -> Iterator[Path]:
-    """A temporary directory beside `path` to build a model directory in, published as `path` when the block
-    succeeds. Without `force` the name is claimed with `mkdir` (so two writers cannot both win) and the finished
-    directory renamed onto it; with `force` an existing directory is moved aside first and put back if publishing
-    fails. SIGINT/SIGTERM leave nothing behind."""
-    from ..formats import _raise_on_sigterm, _restore_sigterm, deferred_signals
-
-    with deferred_signals():  # the handler and the temporary directory appear together, or neither
-        previous = _raise_on_sigterm()
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent))
-    old = None
-    try:
-        os.chmod(tmp, 0o777 & ~_umask())
-        yield tmp
-        with deferred_signals():
-            if force and path.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{path.name[:100]}.", suffix=".old", dir=path.parent))
-                os.replace(path, old / "model")
-            else:
-                try:
-                    os.mkdir(path)  # claim the name: fails if another writer got there first
-                except FileExistsError:
-                    raise ValueError(f"{path} exists; pass --force to replace it") from None
-            try:
-                os.replace(tmp, path)  # onto the empty directory just claimed (or the name just vacated)
-            except BaseException:
-                if old is not None:
-                    os.replace(old / "model", path)  # put the previous model back
-                else:
-                    os.rmdir(path)
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        _restore_sigterm(previous)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def nbytes(path: str | os.PathLike) -> int:

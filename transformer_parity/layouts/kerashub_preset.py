@@ -32,6 +32,16 @@ TASK_PREFIX = "task/"  # task.weights.h5 entries, in a table
 MAX_JSON = 1 << 20  # a preset's JSON files are a few kB
 
 
+def _preset_dir_kind():
+    from ..outputs import DirKind
+
+    return DirKind(name="a KerasHub preset directory", config_name="a serialized KerasHub object",
+                   model_files=(r"config\.json", r"metadata\.json", r"(model|task)\.weights\.h5", r"task\.json"),
+                   companions=(r"tokenizer\.json", r"preprocessor\.json", r"(image|audio)_converter\.json", r"assets",
+                               r"README(\.md)?", r"\.gitattributes"),
+                   config_ok=lambda file: is_preset(file.parent))
+
+
 def family(name: str) -> ModuleType:
     return importlib.import_module(f"{__package__}.{FAMILIES[name]}")
 
@@ -39,6 +49,9 @@ def family(name: str) -> ModuleType:
 
 
 def _json(path: Path) -> dict[str, Any]:
+    from .hf_dir import member
+
+    path = member(path.parent, path.name)  # a link out of the preset is refused
     if path.stat().st_size > MAX_JSON:
         raise ValueError(f"{path} is {path.stat().st_size} bytes, too large for a preset's JSON file")
     try:
@@ -59,6 +72,9 @@ def is_preset(path: str | os.PathLike) -> bool:
         return False
     return str(data.get("registered_name", "")).startswith("keras_hub>") or \
         str(data.get("module", "")).startswith("keras_hub.")
+
+
+PRESET_DIR = _preset_dir_kind()  # what `--force` may replace in a preset directory, and what it keeps
 
 
 def _class_name(data: Mapping[str, Any], path: Path) -> str:
@@ -107,8 +123,10 @@ def _repeated(table) -> list[str]:
 def _read_weights(path: Path, table, task: bool) -> dict[str, np.ndarray]:
     from . import user
 
-    state = user.keras_names(user.read_keras_h5(path / WEIGHTS if path.is_dir() else path), _repeated(table))
-    if task and (path / TASK_WEIGHTS).is_file():
+    from .hf_dir import member
+
+    state = user.keras_names(user.read_keras_h5(member(path, WEIGHTS) if path.is_dir() else path), _repeated(table))
+    if task and member(path, TASK_WEIGHTS).is_file():
         task_state = user.keras_names(user.read_keras_h5(path / TASK_WEIGHTS), _repeated(table))
         state.update({TASK_PREFIX + k: v for k, v in task_state.items()})
     return state
@@ -203,9 +221,12 @@ def _keras_path(name: str, repeated: list[str]) -> str:
 
 
 def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: dict[str, np.ndarray],
-                declared: str | None = None, force: bool = False, consume: bool = False) -> str:
-    """Write a preset directory `keras_hub.models.<Backbone or task>.from_preset(path)` loads; returns the format."""
-    from . import hf_dir
+                declared: str | None = None, force: bool = False, consume: bool = False,
+                notes: list[str] | None = None) -> str:
+    """Write a preset directory `keras_hub.models.<Backbone or task>.from_preset(path)` loads; returns the format.
+    With `force`, only over a preset directory (`PRESET_DIR`), keeping its tokenizer and other files this tool does
+    not write."""
+    from .. import outputs
 
     module = family_for_export(config, declared)
     backbone, task = module.config_to_kerashub(config)
@@ -220,16 +241,17 @@ def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: 
     if task is not None:
         files[TASK_CONFIG] = _serialized(module, task, {"backbone": files[CONFIG], "preprocessor": None,
                                                         **module.task_config(backbone, task)}, None)
-    path = hf_dir.check_output_dir(path, force)
+    path = outputs.check_output_dir(path, force, PRESET_DIR)
     _write_dir(path, files, {WEIGHTS: {_keras_path(k, repeated): v for k, v in state.items()
                                        if not k.startswith(TASK_PREFIX)},
                              TASK_WEIGHTS: {_keras_path(k[len(TASK_PREFIX):], repeated): v for k, v in state.items()
-                                            if k.startswith(TASK_PREFIX)}}, force)
+                                            if k.startswith(TASK_PREFIX)}}, force, notes)
     return module.NAME
 
 
 def save_weights_file(path: str | os.PathLike, config: rn.TransformerConfig, weights: dict[str, np.ndarray],
-                      declared: str, force: bool = False, consume: bool = False) -> str:
+                      declared: str, force: bool = False, consume: bool = False,
+                      notes: list[str] | None = None) -> str:
     """A bare `.weights.h5` of a model that has no preset (kerashub-seq2seq): the datasets its `load_weights` reads."""
     from ..formats import atomic_path
     from . import canonical_only
@@ -240,7 +262,7 @@ def save_weights_file(path: str | os.PathLike, config: rn.TransformerConfig, wei
         raise ValueError(f"this model has no {declared} equivalent: {', '.join(problems)}")
     table = module.table(config)
     state = export_state(config, weights, table, consume=consume)
-    with atomic_path(Path(path), force) as tmp:
+    with atomic_path(Path(path), force, notes) as tmp:
         _write_h5(tmp, {_keras_path(k, _repeated(table)): v for k, v in state.items()})
     return module.NAME
 
@@ -263,12 +285,12 @@ def _write_h5(file: Path, datasets: Mapping[str, np.ndarray]) -> None:
 
 
 def _write_dir(path: Path, files: Mapping[str, Any], h5_files: Mapping[str, Mapping[str, np.ndarray]],
-               force: bool) -> None:
-    """Build the preset in a temporary directory beside `path`, then publish it (as `hf_dir.write_dir` does: the
-    name claimed with mkdir without --force; with it, the old preset moved aside and put back on failure)."""
-    from .hf_dir import atomic_dir
+               force: bool, notes: list[str] | None) -> None:
+    """Build the preset in a temporary directory beside `path`, then publish it (`outputs.atomic_dir`: the name
+    claimed with mkdir without --force; with it, only over a preset, what is kept moved into the new one)."""
+    from ..outputs import atomic_dir
 
-    with atomic_dir(path, force) as tmp:
+    with atomic_dir(path, force, PRESET_DIR, notes) as tmp:
         for name, content in files.items():
             (tmp / name).write_text(json.dumps(content, indent=4) + "\n")
         for name, datasets in h5_files.items():

@@ -49,6 +49,7 @@ import numpy as np
 import reference_numpy as rn
 from reference_numpy.schema import preview
 
+from ..safe_text import printable, toml_string
 from . import hparams as hp
 from .table import (CHECKED, FUSED, TRANSFORMS, Drops, Entry, check_table, classify_sinusoid, import_state,
                     sinusoid_mismatch, sinusoid_rows)
@@ -561,6 +562,9 @@ def export_with_layout(path: str | os.PathLike, config: rn.TransformerConfig, we
         raise ValueError(f"{path}: --to-layout writes a .pt/.pth/.bin state dict, a .safetensors or a .weights.h5")
     formats.check_output(path, force)
     state = export_state(config, dict(weights), layout.table)
+    if kind == "keras":
+        from .key_names import check_hdf5_paths
+        check_hdf5_paths(keras_paths(list(state), repeated_layers(layout.table)).values(), f"--to-layout {layout.path}")
     if kind == "torch":
         import torch
     with formats.atomic_path(path, force) as tmp:
@@ -790,15 +794,18 @@ def scaffold(path: str | os.PathLike) -> str:
         rows.append((pattern, guess, f"{shape}{count}{hint}"))
     width = max(len(p) for p, _, _ in rows) + 2
     guessed = sum(g != UNMAPPED for _, g, _ in rows)
-    lines = [f"# Layout scaffold for {path.name}: {len(state)} tensors, {len(rows)} patterns, {guessed} guessed.",
+    lines = [f"# Layout scaffold for {printable(path.name)}: {len(state)} tensors, {len(rows)} patterns, {guessed} "
+             "guessed.",
              "# Check every line (a guess is a guess), replace each \"?\", and see docs/layouts.md for names and",
-             "# transforms. Then: transformer-parity convert --layout THIS_FILE " + f"{path.name} out.safetensors",
+             "# transforms. Then: transformer-parity convert --layout THIS_FILE " + f"{printable(path.name)} "
+             "out.safetensors",
              "[config]   # what the weights cannot tell: replace each \"?\" with the value in the model's code"]
     found, _ = hp.by_field_name(checkpoint.hparams, SCAFFOLD_CONFIG)
     for name in scaffold_fields(list(guesses.values())):
         value, comment = f'"{UNMAPPED}"', SCAFFOLD_CONFIG[name]
         if name in found:
-            value, comment = f'"{hp.PREFIX}{found[name][1]}"', f"= {found[name][0]!r} in hyper_parameters: {comment}"
+            value = toml_string(f"{hp.PREFIX}{found[name][1]}")
+            comment = f"= {printable(repr(found[name][0]), 80)} in hyper_parameters: {comment}"
         lines.append(f"{name + ' = ' + value:<24} # {comment}")
     lines += ["", "[weights]"]
     for pattern, guess, shape in rows:
@@ -821,4 +828,4 @@ def scaffold_fields(guesses: list[str]) -> list[str]:
 
 
 def _toml_key(key: str) -> str:
-    return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return toml_string(key)
