@@ -191,12 +191,20 @@ def test_hf_gpt2_directory_to_kerashub_preset_matches_transformers(tmp_path):
     np.testing.assert_allclose(got, judge, rtol=0, atol=property_atol("float32", floor))
 
 
+def bert_tokenizer():
+    """A WordPiece vocabulary of the model's size with [PAD] at 0, as BERT's vocabularies have it."""
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocabulary += [f"w{i}" for i in range(BERT["vocabulary_size"] - len(vocabulary))]
+    return keras_hub.models.BertTokenizer(vocabulary=vocabulary)
+
+
 @pytest.fixture(scope="module")
 def bert_preset(tmp_path_factory):
     backbone = keras_hub.models.BertBackbone(**BERT, dropout=0.0)
     exercise(backbone, seed=1)
     path = tmp_path_factory.mktemp("kh") / "bert_preset"
     backbone.save_to_preset(str(path))
+    bert_tokenizer().save_to_preset(str(path))  # as a real preset has it: the vocabulary tells the pad id
     return backbone, path
 
 
@@ -245,6 +253,7 @@ def mlm_preset(tmp_path_factory):
     exercise(lm, seed=5)
     path = tmp_path_factory.mktemp("kh") / "mlm_preset"
     lm.save_to_preset(str(path))
+    bert_tokenizer().save_to_preset(str(path))
     return lm, path
 
 
@@ -305,7 +314,7 @@ def test_bare_bert_masked_lm_weights_file_reads_as_the_task(mlm_preset, tmp_path
     lm, path = mlm_preset
     bare, fields, out = tmp_path / "mlm.weights.h5", tmp_path / "fields.json", tmp_path / "mlm.safetensors"
     lm.save_weights(str(bare))
-    fields.write_text(json.dumps({"dropout": 0.0}))
+    fields.write_text(json.dumps({"dropout": 0.0, "pad_id": 0}))  # a bare weights file does not say which id pads
     assert main(["--quiet", "convert", str(bare), str(out), "--from", "kerashub-bert", "--config", str(fields)]) == 0
     preset, loaded = formats.load(path), formats.load(out)
     assert loaded.config == preset.config and sorted(loaded.weights) == sorted(preset.weights)
@@ -445,3 +454,29 @@ def test_scaffold_of_the_seq2seq_file_guesses_the_builtin_table(seq2seq_file, tm
     builtin = formats.load(path, "kerashub-seq2seq")
     assert mine.config == builtin.config
     assert all(np.array_equal(mine.weights[k], builtin.weights[k]) for k in builtin.weights)
+
+
+def test_bert_pad_id_comes_from_the_vocabulary_or_the_user(bert_preset, tmp_path, capsys):
+    """BertBackbone takes a padding mask, not a pad id: the preset's vocabulary tells it ([PAD]'s line), our own
+    export records it, and without either it is refused (exit 2, one line) until the user gives it."""
+    import shutil
+
+    _, path = bert_preset
+    assert formats.load(path).config.pad_id == 0
+    moved = tmp_path / "pad3"
+    shutil.copytree(path, moved)
+    vocabulary = moved / "assets" / "tokenizer" / "vocabulary.txt"
+    words = vocabulary.read_text().splitlines()
+    words[0], words[3] = words[3], words[0]  # [PAD] on line 3
+    vocabulary.write_text("\n".join(words) + "\n")
+    assert formats.load(moved).config.pad_id == 3
+    shutil.rmtree(moved / "assets")
+    out = tmp_path / "out.safetensors"
+    assert main(["convert", str(moved), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "to tell which id pads: give --set pad_id=N" in err, err
+    assert main(["--quiet", "convert", str(moved), str(out), "--set", "pad_id=none"]) == 0
+    assert formats.load(out).config.pad_id is None
+    again = tmp_path / "again"  # our own export has no vocabulary either: it records the pad id it wrote
+    assert main(["--quiet", "convert", str(out), str(again), "--to", "kerashub-bert"]) == 0
+    assert formats.load(again).config.pad_id is None

@@ -36,7 +36,7 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from .errors import UsageError
 from .safe_text import names as name_list
@@ -230,6 +230,17 @@ def read_manifest(path: Path) -> dict | None:
     return data
 
 
+def written_settings(path: str | os.PathLike, files: Iterable[str]) -> dict:
+    """The settings this tool recorded in a directory's manifest when it wrote it (what the files themselves do not
+    say, such as a KerasHub BERT preset's pad id), but only while `files` are still as it wrote them; else {}."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    settings = (manifest or {}).get("settings")
+    if not isinstance(settings, dict) or not set(files) <= _ours(path, manifest):
+        return {}
+    return settings
+
+
 def _ours(path: Path, manifest: dict | None) -> set[str]:
     """The files the manifest lists that are still as this tool wrote them: regular files (not links) of the
     recorded size and modification time."""
@@ -336,7 +347,7 @@ def check_apart(source: str | os.PathLike, output: str | os.PathLike) -> None:
                          "output elsewhere")
 
 
-def _write_manifest(tmp: Path, replaced: list[str], kept: list[str]) -> None:
+def _write_manifest(tmp: Path, replaced: list[str], kept: list[str], settings: dict | None = None) -> None:
     files = {}
     for entry in sorted(os.scandir(tmp), key=lambda e: e.name):
         info = entry.stat(follow_symlinks=False)
@@ -345,11 +356,12 @@ def _write_manifest(tmp: Path, replaced: list[str], kept: list[str]) -> None:
     from . import __version__
 
     manifest = {"format": MANIFEST_FORMAT, "written_by": f"transformer-parity {__version__}", "files": files,
-                "kept": kept, "replaced": replaced}
+                "kept": kept, "replaced": replaced, "settings": settings or {}}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
 
 
-def publish_dir(tmp: Path, path: Path, force: bool, kind: DirKind, notes: list[str] | None) -> None:
+def publish_dir(tmp: Path, path: Path, force: bool, kind: DirKind, notes: list[str] | None,
+                settings: dict | None = None) -> None:
     """Move the finished directory `tmp` onto `path` (call with SIGINT/SIGTERM held). Without `force` the name is
     claimed with mkdir, so of two writers only one wins. With it, the existing directory is sorted again
     (`classify`: nothing unknown may have appeared), moved aside as `.NAME.tp-old-...`, the new one renamed into
@@ -360,7 +372,7 @@ def publish_dir(tmp: Path, path: Path, force: bool, kind: DirKind, notes: list[s
             raise UsageError(f"{printable(path)} changed into something other than a directory while it was being "
                              "written; refusing to replace it")
         existing = classify(path, kind)
-        _write_manifest(tmp, existing.replaced, existing.kept)
+        _write_manifest(tmp, existing.replaced, existing.kept, settings)
         old = Path(tempfile.mkdtemp(prefix=temp_prefix(path, "old"), dir=path.parent))
         os.rename(path, old)  # onto the empty directory just made
         try:
@@ -377,7 +389,7 @@ def publish_dir(tmp: Path, path: Path, force: bool, kind: DirKind, notes: list[s
         if moved:
             tell(notes, [f"kept in {printable(path)} what this tool does not write: {name_list(moved)}"])
         return
-    _write_manifest(tmp, [], [])
+    _write_manifest(tmp, [], [], settings)
     try:
         os.mkdir(path)  # claim the name: fails if another writer got there first
     except FileExistsError:
@@ -390,8 +402,8 @@ def publish_dir(tmp: Path, path: Path, force: bool, kind: DirKind, notes: list[s
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike, force: bool, kind: DirKind, notes: list[str] | None = None
-               ) -> Iterator[Path]:
+def atomic_dir(path: str | os.PathLike, force: bool, kind: DirKind, notes: list[str] | None = None,
+               settings: dict | None = None) -> Iterator[Path]:
     """A temporary directory beside `path` to build an output directory in, published onto `path` when the block
     succeeds (`publish_dir`) with a manifest of what it holds; removed when it fails or is interrupted (SIGINT,
     SIGTERM). Stale temporaries of earlier, killed writes are swept first (a note says so)."""
@@ -410,7 +422,7 @@ def atomic_dir(path: str | os.PathLike, force: bool, kind: DirKind, notes: list[
         os.chmod(tmp, 0o777 & ~_umask())
         yield tmp
         with deferred_signals():
-            publish_dir(tmp, path, force, kind, notes)
+            publish_dir(tmp, path, force, kind, notes, settings)
     finally:
         with deferred_signals():
             shutil.rmtree(tmp, ignore_errors=True)

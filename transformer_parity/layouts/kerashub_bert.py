@@ -27,6 +27,7 @@ from typing import Any
 import reference_numpy as rn
 
 NAME = "kerashub-bert"
+PAD_TOKEN = "[PAD]"  # BertBackbone takes a padding mask: the pad id comes from the vocabulary (`preset_pad_id`)
 BACKBONE = "BertBackbone"
 TASKS = ("BertMaskedLM",)
 REFUSED_TASKS = {"BertTextClassifier": "its classifier head has no canonical equivalent; convert the backbone "
@@ -68,13 +69,11 @@ def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=integer(backbone, "hidden_dim"),
         num_heads=integer(backbone, "num_heads"), num_encoder_layers=integer(backbone, "num_layers"),
         d_ff=integer(backbone, "intermediate_dim"), max_len=integer(backbone, "max_sequence_length"),
-        type_vocab_size=integer(backbone, "num_segments"), dropout=float(backbone.get("dropout", 0.1)), pad_id=0,
-        output_bias=False, **FIXED)
+        type_vocab_size=integer(backbone, "num_segments"), dropout=float(backbone.get("dropout", 0.1)),
+        pad_id=None, output_bias=False, **FIXED)  # the pad id: the preset's vocabulary or the user (load_preset)
     if task == "BertMaskedLM":
         config = config.replace(**MASKED_LM)
-    notes = ["KerasHub BERT takes a padding_mask input rather than a pad id; padding masks here use pad_id=0 "
-             "(--set pad_id=N to change)"]
-    return config, notes
+    return config, []
 
 
 def export_problems(config: rn.TransformerConfig) -> list[str]:

@@ -147,6 +147,10 @@ def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Ma
         raise ValueError(f"{path / CONFIG}: expected the backbone's config object under 'config'")
     try:
         config, notes = module.config_from_kerashub(backbone, task)
+        if getattr(module, "PAD_TOKEN", None) and "pad_id" not in (fields or {}):
+            pad_id, note = preset_pad_id(path, module.PAD_TOKEN)
+            config = config.replace(pad_id=pad_id)
+            notes.append(note)
         if fields:
             config = config.replace(**fields)
     except (TypeError, ValueError) as exc:
@@ -156,6 +160,35 @@ def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Ma
     weights = import_state(config, state, table, source=str(path), consume=True, drops=drops)
     notes.insert(0, f"read KerasHub {task or module.BACKBONE} ({module.NAME}) from {path.name}")
     return config, weights, notes, module.NAME
+
+
+VOCABULARY = ("assets", "tokenizer", "vocabulary.txt")  # where KerasHub's WordPiece tokenizer keeps its vocabulary
+MAX_VOCABULARY = 64 << 20
+
+
+def preset_pad_id(path: Path, token: str) -> tuple[int, str]:
+    """The pad id of a preset whose backbone takes a padding mask rather than a pad id (BERT): the line of `token` in
+    its tokenizer's vocabulary, or what this tool recorded when it wrote the preset; else a `ValueError` asking for
+    it (never assumed)."""
+    from .. import outputs
+    from .hf_dir import member
+
+    vocabulary = path.joinpath(*VOCABULARY)
+    if vocabulary.is_file():
+        file = member(path, "/".join(VOCABULARY))
+        if file.stat().st_size > MAX_VOCABULARY:
+            raise ValueError(f"{'/'.join(VOCABULARY)} is over {MAX_VOCABULARY >> 20} MiB")
+        for index, line in enumerate(file.read_text(encoding="utf-8", errors="replace").splitlines()):
+            if line.strip() == token:
+                return index, f"pad_id={index}: {token} in the preset's {'/'.join(VOCABULARY)}"
+        raise ValueError(f"its {'/'.join(VOCABULARY)} has no {token} token; give the pad id with --set pad_id=N "
+                         "(or --set pad_id=none)")
+    recorded = outputs.written_settings(path, [CONFIG, WEIGHTS]).get("pad_id", "absent")
+    if recorded is None or (isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 0):
+        return recorded, f"pad_id={recorded}: recorded by transformer-parity when it wrote this preset"
+    raise ValueError(f"the backbone takes a padding mask, not a pad id, and the preset has no tokenizer vocabulary "
+                     f"({'/'.join(VOCABULARY)}) to tell which id pads: give --set pad_id=N ({token} is 0 in BERT's "
+                     "vocabularies) or --set pad_id=none")
 
 
 def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[str, Any] | None = None,
@@ -176,6 +209,10 @@ def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[st
     inferred = {**{k: v for k, v in module.FIXED.items() if k not in ("num_encoder_layers", "num_decoder_layers")},
                 **layout.config, **user.heads_from(layout, state, matched),
                 **(module.TASK_FIELDS[task] if task else {}), **dict(fields or {})}
+    if getattr(module, "PAD_TOKEN", None) and "pad_id" not in inferred:
+        raise ValueError(f"{path} ({declared}): a bare .weights.h5 does not tell which id pads (the backbone takes a "
+                         f"padding mask): give --set pad_id=N ({module.PAD_TOKEN} is 0 in BERT's vocabularies) or "
+                         "--set pad_id=none")
     config, notes = user.infer_config(shapes, inferred, source=f"{path} ({declared})")
     weights = import_state(config, state, module.table(config) if task else layout.table, source=str(path),
                            consume=True, drops=drops)
@@ -245,7 +282,8 @@ def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: 
     _write_dir(path, files, {WEIGHTS: {_keras_path(k, repeated): v for k, v in state.items()
                                        if not k.startswith(TASK_PREFIX)},
                              TASK_WEIGHTS: {_keras_path(k[len(TASK_PREFIX):], repeated): v for k, v in state.items()
-                                            if k.startswith(TASK_PREFIX)}}, force, notes)
+                                            if k.startswith(TASK_PREFIX)}}, force, notes,
+               {"pad_id": config.pad_id} if getattr(module, "PAD_TOKEN", None) else None)
     return module.NAME
 
 
@@ -285,12 +323,12 @@ def _write_h5(file: Path, datasets: Mapping[str, np.ndarray]) -> None:
 
 
 def _write_dir(path: Path, files: Mapping[str, Any], h5_files: Mapping[str, Mapping[str, np.ndarray]],
-               force: bool, notes: list[str] | None) -> None:
+               force: bool, notes: list[str] | None, settings: dict | None = None) -> None:
     """Build the preset in a temporary directory beside `path`, then publish it (`outputs.atomic_dir`: the name
     claimed with mkdir without --force; with it, only over a preset, what is kept moved into the new one)."""
     from ..outputs import atomic_dir
 
-    with atomic_dir(path, force, PRESET_DIR, notes) as tmp:
+    with atomic_dir(path, force, PRESET_DIR, notes, settings) as tmp:
         for name, content in files.items():
             (tmp / name).write_text(json.dumps(content, indent=4) + "\n")
         for name, datasets in h5_files.items():
