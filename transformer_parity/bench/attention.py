@@ -117,13 +117,13 @@ def grid_cases(**axes) -> list[dict]:
 
 
 # The implementations the default grid times everywhere. Eager TensorFlow, tf_impl's keras path and the blockwise
-# path under XLA are timed on the shape only (`--impl` selects any of them anywhere).
+# path under XLA are timed on the headline shape (B4 H8 N1024 D64) only (`--impl` selects any of them anywhere).
 DEFAULT_IMPLS = ["numpy", "torch_impl.*", "torch.sdpa.*", "torch.nn.MHA", "tf_impl.explicit.function",
                  "tf_impl.explicit.xla", "tf_impl.blockwise.function", "keras.*.function", "keras.*.xla"]
 
 # A preset is a list of (case keyword dicts, implementation patterns or None for every implementation).
 PRESETS: dict[str, list[tuple[list[dict], list[str] | None]]] = {
-    # About two minutes on a 2-core CPU. The sequence sweep feeds the plot; the shape (B4 H8 N1024 D64)
+    # About two minutes on a 2-core CPU. The sequence sweep feeds the plot; the headline shape (B4 H8 N1024 D64)
     # carries the masks and the eager rows; backward and the full block are measured at N512.
     "default": [
         (grid_cases(seq=[128, 256, 512, 1024]), DEFAULT_IMPLS),

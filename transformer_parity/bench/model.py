@@ -69,7 +69,7 @@ MODELS: dict[str, dict[str, Any]] = {
                                 num_encoder_layers=4, num_decoder_layers=4, d_ff=1024, max_len=256, dropout=0.0,
                                 final_norm=True),
                  "shape": dict(batch=8, src_len=64, tgt_len=64, new_tokens=16)},
-    # The paper's base model with 8000-token vocabularies: the shape issue 12 quotes (several minutes; opt-in).
+    # The paper's base model with 8000-token vocabularies (several minutes; opt-in: `--preset paper-base`).
     "base": {"config": dict(src_vocab_size=8000, tgt_vocab_size=8000, max_len=256, dropout=0.0, final_norm=True),
              "shape": dict(batch=8, src_len=64, tgt_len=64, new_tokens=16)},
     # GPT-2's architecture (pre-LN, learned positions, tied output, gelu_tanh), decoder-only: `src_len` is the
@@ -118,7 +118,7 @@ PRESETS: dict[str, list[tuple[list[str], list[str], list[str], list[str] | None]
                                                            "keras_hub.function"]),
         (["marian-256"], ["forward", "train", "generate"], ["float32"], ["torch_impl.eager", "transformers"]),
     ],
-    "issue": [(["base"], ["forward", "train"], ["float32"], None)],
+    "paper-base": [(["base"], ["forward", "train"], ["float32"], None)],
     "smoke": [(["micro"], list(TASKS), ["float32", "bfloat16"], ["torch_impl.eager", "torch.nn.Transformer"]),
               (["micro"], ["forward"], ["float32"], ["tf_impl.eager"])],
 }

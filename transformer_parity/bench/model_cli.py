@@ -37,8 +37,8 @@ def register(actions) -> argparse.ArgumentParser:
     parser.add_argument("--list", action="store_true", dest="model_list",
                         help="list implementations, models and presets and exit")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="default", dest="model_preset",
-                        help="a named grid (default: 'default'; 'issue': the paper's base model, the issue's shape; "
-                             "'smoke': seconds)")
+                        help="a named grid (default: 'default'; 'paper-base': the paper's base model, batch 8, "
+                             "lengths 64; 'smoke': seconds)")
     parser.add_argument("--model", dest="model_models", metavar="|".join(MODELS),
                         help="models, comma-separated (replaces the preset's)")
     parser.add_argument("--task", dest="model_tasks", metavar="|".join(TASKS), help="tasks, comma-separated")

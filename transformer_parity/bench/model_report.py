@@ -1,5 +1,5 @@
-"""Showing and saving whole-model benchmark reports: the terminal table, JSON, CSV, the plot, the ratios the issue
-asks for (ours against the built-ins, across frameworks, bfloat16 against float32) as Markdown, and `compare`."""
+"""Showing and saving whole-model benchmark reports: the terminal table, JSON, CSV, the plot, the ratios (ours
+against the built-ins, across frameworks, bfloat16 against float32) as Markdown, and `compare`."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def _what(key: tuple) -> str:
 
 
 def ratios(rows: list[ModelRow]) -> list[dict[str, Any]]:
-    """The comparisons issue 12 asks for, each `speed = their median / our median` (>= 1.0: ours is as fast):
+    """The comparisons the benchmark is for, each `speed = their median / our median` (>= 1.0: ours is as fast):
     torch_impl (eager, and its best mode) vs torch.nn.Transformer; tf_impl compiled (best of tf.function and XLA) vs
     KerasHub where such rows exist; bfloat16 vs float32 per implementation (`speed` = float32 / bfloat16 median)."""
     out = []
