@@ -1,2 +1,3 @@
-"""Attention benchmarks: NumPy, PyTorch and TensorFlow/Keras attention timed on the same inputs and checked against
-the float64 reference (`transformer-parity bench`, `python -m pytest benchmarks/ --benchmark-only`)."""
+"""Runnable benchmark and measurement scripts (`python -m benchmarks.NAME`, from the repository root) and their
+committed results (`benchmarks/results/`). The benchmark code itself is product code, in `transformer_parity.bench`
+(`transformer-parity bench`); nothing in the installed packages imports this folder."""

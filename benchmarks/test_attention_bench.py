@@ -16,7 +16,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest  # noqa: E402
 
-from benchmarks import engine, implementations, reference  # noqa: E402
+from transformer_parity.bench import (attention, attention_impls, attention_reference, harness,  # noqa: E402
+                                      machine, timing)
 
 pytest.importorskip("pytest_benchmark")
 
@@ -31,14 +32,14 @@ PROBLEMS = {  # id -> case keywords (the device is a separate parameter)
 }
 SKIP_BY_DEFAULT = ("*.eager",)  # eager TensorFlow is measured by `transformer-parity bench`; here it would double
 # the suite's time for rows nobody uses in production. BENCH_IMPLS=... (comma-separated globs) overrides.
-DEVICES = engine.available_devices()
+DEVICES = machine.available_devices()
 
 
 def _impls():
     if os.environ.get("BENCH_IMPLS"):
-        return implementations.select(os.environ["BENCH_IMPLS"].split(","))
+        return attention_impls.select(os.environ["BENCH_IMPLS"].split(","))
     import fnmatch
-    return [impl for impl in implementations.REGISTRY.values()
+    return [impl for impl in attention_impls.REGISTRY.values()
             if not any(fnmatch.fnmatchcase(impl.name, p) for p in SKIP_BY_DEFAULT)]
 
 
@@ -51,13 +52,13 @@ def _threads(request):
         impl = getattr(item, "callspec", None) and item.callspec.params.get("impl")
         if impl is not None:
             frameworks.add(impl.framework)
-    return engine.configure_threads(THREADS, frameworks)
+    return machine.configure_threads(THREADS, frameworks)
 
 
-def _case(problem: str, device: str) -> engine.Case:
+def _case(problem: str, device: str) -> attention.Case:
     kwargs = dict(PROBLEMS[problem])
     seq = kwargs.pop("seq")
-    return engine.Case(q_len=seq, k_len=seq, device=device, **kwargs)
+    return attention.Case(q_len=seq, k_len=seq, device=device, **kwargs)
 
 
 _inputs_cache: dict = {}
@@ -67,8 +68,8 @@ def _inputs(case):
     """Inputs and the float64 answers, once per problem (several implementations share them)."""
     if case not in _inputs_cache:
         _inputs_cache.clear()  # one problem at a time: the (B, H, N, N) references are large
-        inputs = reference.make_inputs(case)
-        _inputs_cache[case] = (inputs, reference.reference(case, inputs))
+        inputs = attention_reference.make_inputs(case)
+        _inputs_cache[case] = (inputs, attention_reference.reference(case, inputs))
     return _inputs_cache[case]
 
 
@@ -77,19 +78,19 @@ def run_benchmark(benchmark, impl, case):
     inputs, desired = _inputs(case)
     try:
         runner = impl.build(case, inputs)
-    except implementations.Unsupported as exc:
+    except harness.Unsupported as exc:
         pytest.skip(str(exc))
     benchmark.group = f"{case.scope} {case.mode} {case.shape} {case.mask} {case.dtype} {case.device}"
     framework = impl.framework
 
     def call():
         out = runner.fn()
-        engine._sync(case.device, framework)
+        timing.sync(case.device, framework)
         return out
 
     with runner.context():
         out = call()  # first call (tracing, compilation) outside the timing; also the error check
-        err, where = reference.max_abs_error(runner.to_numpy(out), desired)
+        err, where = attention_reference.max_abs_error(runner.to_numpy(out), desired)
         benchmark.extra_info.update(impl=impl.name, gflop=case.flops / 1e9, max_abs_err=err, err_output=where,
                                     threads=THREADS, device=case.device)
         benchmark.pedantic(call, rounds=int(os.environ.get("BENCH_ROUNDS", 5)), warmup_rounds=1, iterations=1)
@@ -116,6 +117,6 @@ def test_attention(benchmark, impl, problem, device):
 
 def test_smoke_tiny(benchmark):
     """The tiniest benchmark (what CI runs, to show the suite works): NumPy on a 1-head, 8-position problem."""
-    case = engine.Case(batch=1, heads=1, q_len=8, k_len=8, head_dim=4, mask="padded")
-    err = run_benchmark(benchmark, implementations.REGISTRY["numpy"], case)
+    case = attention.Case(batch=1, heads=1, q_len=8, k_len=8, head_dim=4, mask="padded")
+    err = run_benchmark(benchmark, attention_impls.REGISTRY["numpy"], case)
     assert err < 1e-5  # float32 against float64: a correctness check, not a timing one

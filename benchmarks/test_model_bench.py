@@ -18,8 +18,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest  # noqa: E402
 
-from benchmarks import engine, model_bench, model_impls  # noqa: E402
-from benchmarks.implementations import Unsupported  # noqa: E402
+from transformer_parity.bench import machine, model_impls  # noqa: E402
+from transformer_parity.bench import model as model_bench  # noqa: E402
+from transformer_parity.bench.harness import Unsupported  # noqa: E402
 
 pytest.importorskip("pytest_benchmark")
 
@@ -32,7 +33,7 @@ PROBLEMS = {f"{model}-{task}-{dtype}": (model, task, dtype) for model in ("tiny"
 
 @pytest.fixture(scope="session", autouse=True)
 def _threads():
-    return engine.configure_threads(THREADS, {impl.framework for impl in IMPLS})
+    return machine.configure_threads(THREADS, {impl.framework for impl in IMPLS})
 
 
 _cache: dict = {}
@@ -60,9 +61,9 @@ def test_model(benchmark, impl, name):
     except Unsupported as exc:
         pytest.skip(str(exc))
     benchmark.group = name
-    row = model_bench._blank_row(impl, problem, "ok")
+    row = model_bench.blank_row(impl, problem, "ok")
     with runner.context():
-        model_bench._check(row, runner.to_numpy(runner.fn()), desired, problem.dtype)  # first call, outside timing
+        model_bench.check_row(row, runner.to_numpy(runner.fn()), desired, problem.dtype)  # first call, outside timing
         benchmark.extra_info.update(impl=impl.name, tokens=problem.tokens, gflop=problem.flops / 1e9,
                                     max_abs_err=row.max_abs_err, check=row.check, threads=THREADS)
         benchmark.pedantic(runner.fn, rounds=int(os.environ.get("BENCH_ROUNDS", 3)), warmup_rounds=1, iterations=1)

@@ -1,5 +1,6 @@
-"""The benchmarks run: a tiny problem through the engine and through pytest-benchmark, every output of the `bench`
-command, an out-of-memory row, and the CUDA path (marked gpu). Nothing here asserts anything about speed."""
+"""The benchmarks run: a tiny problem through the attention benchmark and through pytest-benchmark, every output of
+the `bench` command, an out-of-memory row, and the CUDA path (marked gpu). Nothing here asserts anything about
+speed."""
 
 import dataclasses
 import gc
@@ -16,24 +17,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import cli, engine, implementations, reference, report
+from transformer_parity.bench import (attention, attention_impls, attention_reference, attention_report, cli, harness,
+                                      machine, model, model_impls, model_report, timing)
 from parity_tests.tolerances import atol
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(batch=1, heads=2, q_len=8, k_len=8, head_dim=4)
-QUICK = engine.Options(threads=1, min_time=0.005, max_time=0.01, min_runs=2, profile_kernels=False, peak_n=128,
-                       peak_time=0.01)
+QUICK = attention.Options(threads=1, min_time=0.005, max_time=0.01, min_runs=2, profile_kernels=False, peak_n=128,
+                          peak_time=0.01)
 SMOKE_IMPLS = ["numpy", "torch_impl.fused", "torch_impl.explicit", "torch.sdpa.math", "torch.nn.MHA",
                "tf_impl.blockwise.function", "keras.MHA.function"]
 
 
 def _run(cases, names, options=QUICK):
-    plan = [(case, [i for i in implementations.select(names) if case.scope in i.scopes]) for case in cases]
-    return engine.run(plan, options)
+    plan = [(case, [i for i in attention_impls.select(names) if case.scope in i.scopes]) for case in cases]
+    return attention.run(plan, options)
 
 
-def test_engine_runs_every_framework_and_checks_against_the_reference():
-    cases = [engine.Case(**TINY, mask="padded"), engine.Case(**TINY, mask="causal", mode="fwd+bwd", scope="block")]
+def test_attention_bench_runs_every_framework_and_checks_against_the_reference():
+    cases = [attention.Case(**TINY, mask="padded"),
+             attention.Case(**TINY, mask="causal", mode="fwd+bwd", scope="block")]
     result = _run(cases, SMOKE_IMPLS)
     by_status = {}
     for row in result.rows:
@@ -51,13 +54,13 @@ def test_engine_runs_every_framework_and_checks_against_the_reference():
 
 
 def test_flop_convention():
-    case = engine.Case(batch=2, heads=3, q_len=5, k_len=7, head_dim=4)
+    case = attention.Case(batch=2, heads=3, q_len=5, k_len=7, head_dim=4)
     core = 4 * 2 * 3 * 5 * 7 * 4
     assert case.flops == core
-    assert engine.Case(**{**TINY, "mask": "causal"}).flops == 4 * 1 * 2 * 8 * 8 * 4 / 2
-    assert engine.Case(batch=2, heads=3, q_len=5, k_len=7, head_dim=4, mode="fwd+bwd").flops == 3.5 * core
+    assert attention.Case(**{**TINY, "mask": "causal"}).flops == 4 * 1 * 2 * 8 * 8 * 4 / 2
+    assert attention.Case(batch=2, heads=3, q_len=5, k_len=7, head_dim=4, mode="fwd+bwd").flops == 3.5 * core
     proj = 4 * 2 * (5 + 7) * 12 ** 2
-    assert engine.Case(batch=2, heads=3, q_len=5, k_len=7, head_dim=4, scope="block").flops == core + proj
+    assert attention.Case(batch=2, heads=3, q_len=5, k_len=7, head_dim=4, scope="block").flops == core + proj
 
 
 def test_peak_is_each_frameworks_fastest_block_and_probes_xla(monkeypatch):
@@ -65,17 +68,17 @@ def test_peak_is_each_frameworks_fastest_block_and_probes_xla(monkeypatch):
     probe taken at a noisy moment once put rows at 115% of it), and TensorFlow is probed compiled by XLA too."""
     blocks = {"numpy": [0.5, 0.4, 0.2, 0.3, 0.25], "torch": [0.8, 0.1, 0.6, 0.7]}  # warm-up first
     calls = {name: iter(times) for name, times in blocks.items()}
-    monkeypatch.setattr(engine, "_gemm", lambda framework, *_: [(framework, framework)])
-    monkeypatch.setattr(engine, "time_block", lambda fn, number, *_: next(calls[fn]))
-    peak = engine.measure_peak("cpu", "float32", ["numpy", "torch"], threads=1, n=1000, min_run_time=0.9)
+    monkeypatch.setattr(machine, "_gemm", lambda framework, *_: [(framework, framework)])
+    monkeypatch.setattr(timing, "time_block", lambda fn, number, *_: next(calls[fn]))
+    peak = machine.measure_peak("cpu", "float32", ["numpy", "torch"], threads=1, n=1000, min_run_time=0.9)
     assert peak["all"] == {"numpy": round(2e9 / 0.2 / 1e9, 2), "torch": round(2e9 / 0.1 / 1e9, 2)}
     assert peak["gflops"] == pytest.approx(20.0) and peak["by"] == "torch"
     crawl = iter([5.0])  # a warm-up call longer than the probe's time is the whole probe
-    monkeypatch.setattr(engine, "time_block", lambda *_: next(crawl))
-    assert engine.measure_peak("cpu", "bfloat16", ["torch"], 1, n=1000, min_run_time=0.9)["all"] == {"torch": 0.4}
+    monkeypatch.setattr(timing, "time_block", lambda *_: next(crawl))
+    assert machine.measure_peak("cpu", "bfloat16", ["torch"], 1, n=1000, min_run_time=0.9)["all"] == {"torch": 0.4}
     monkeypatch.undo()
     if importlib.util.find_spec("tensorflow") is not None:
-        real = engine.measure_peak("cpu", "float32", ["tf"], threads=1, n=64, min_run_time=0.01)
+        real = machine.measure_peak("cpu", "float32", ["tf"], threads=1, n=64, min_run_time=0.01)
         assert set(real["all"]) == {"tf", "tf.xla"} and round(real["gflops"], 2) == max(real["all"].values()) > 0
 
 
@@ -84,14 +87,14 @@ def test_a_timed_block_runs_without_the_garbage_collector():
     (also when the timed call raises), and left off when the caller had it off."""
     seen = []
     assert gc.isenabled()
-    engine.time_block(lambda: seen.append(gc.isenabled()), 3, "cpu", "numpy")
+    timing.time_block(lambda: seen.append(gc.isenabled()), 3, "cpu", "numpy")
     assert seen == [False] * 3 and gc.isenabled()
     with pytest.raises(ZeroDivisionError):
-        engine.time_block(lambda: 1 / 0, 1, "cpu", "numpy")
+        timing.time_block(lambda: 1 / 0, 1, "cpu", "numpy")
     assert gc.isenabled()
     gc.disable()
     try:
-        engine.time_block(lambda: None, 1, "cpu", "numpy")
+        timing.time_block(lambda: None, 1, "cpu", "numpy")
         assert not gc.isenabled()
     finally:
         gc.enable()
@@ -100,7 +103,7 @@ def test_a_timed_block_runs_without_the_garbage_collector():
 @pytest.mark.parametrize("n", range(1, 9))
 def test_round_orders_balance_position_and_predecessor(n):
     """Across the orders, every implementation takes every position, and follows every other one, equally often."""
-    orders = engine.round_orders(n)
+    orders = harness.round_orders(n)
     assert all(sorted(order) == list(range(n)) for order in orders)
     for position in range(n):
         assert Counter(order[position] for order in orders) == {k: len(orders) // n for k in range(n)}
@@ -114,12 +117,12 @@ def test_timing_rounds_change_the_order_every_round(monkeypatch):
     or always after the same neighbour (a fixed order once put a 0.89x row against the same pair's 1.01x); one with
     fewer rounds (slower than its budget) just drops out of the later ones."""
     order = []
-    monkeypatch.setattr(engine, "time_block", lambda fn, number, *_: order.append(fn) or 1.0)
-    runner = lambda name: implementations.Runner(fn=name, to_numpy=dict)  # noqa: E731
+    monkeypatch.setattr(timing, "time_block", lambda fn, number, *_: order.append(fn) or 1.0)
+    runner = lambda name: harness.Runner(fn=name, to_numpy=dict)  # noqa: E731
     numpy_impl = types.SimpleNamespace(framework="numpy")
-    group = [engine._Live(numpy_impl, runner(name), None, number=1, budget=rounds, rounds=rounds)
+    group = [harness.Live(numpy_impl, runner(name), None, number=1, budget=rounds, rounds=rounds)
              for name, rounds in (("a", 4), ("b", 4), ("c", 2))]
-    engine._timing_rounds(group, engine.Case(**TINY), dataclasses.replace(QUICK, rounds=4))
+    harness.timing_rounds(group, attention.Case(**TINY), dataclasses.replace(QUICK, rounds=4))
     assert order == list("abc" "bca" "ab" "ba")  # orders 012, 120, 201, 210; c has no third or fourth round
     assert [len(item.times) for item in group] == [4, 4, 2]
     assert [item.block_rounds for item in group] == [[0, 1, 2, 3], [0, 1, 2, 3], [0, 1]]
@@ -130,22 +133,22 @@ def test_timing_rounds_keep_min_runs_when_calls_turn_out_slower(monkeypatch):
     """A row's budget comes from one sizing call; if its calls then run slower (a busier host), the budget alone
     would buy fewer than --min-runs (150 asked, 144 timed in a goal run). Each round times enough blocks for its
     share of min_runs."""
-    monkeypatch.setattr(engine, "time_block", lambda fn, number, *_: 1.0)  # every block overruns the round's share
-    runner = implementations.Runner(fn="a", to_numpy=dict)
-    item = engine._Live(types.SimpleNamespace(framework="numpy"), runner, None, number=2, budget=4.0, rounds=4,
+    monkeypatch.setattr(timing, "time_block", lambda fn, number, *_: 1.0)  # every block overruns the round's share
+    runner = harness.Runner(fn="a", to_numpy=dict)
+    item = harness.Live(types.SimpleNamespace(framework="numpy"), runner, None, number=2, budget=4.0, rounds=4,
                         min_runs=21)
-    engine._timing_rounds([item], engine.Case(**TINY), dataclasses.replace(QUICK, rounds=4))
+    harness.timing_rounds([item], attention.Case(**TINY), dataclasses.replace(QUICK, rounds=4))
     assert item.block_rounds == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]  # ceil(21 / (2 x 4)) = 3 blocks a round
     assert len(item.times) * item.number >= 21
 
 
 def test_reference_slice_matches_full_reference():
     """Huge problems are checked on a slice; the slice of the full answer must be the answer of the slice."""
-    case = engine.Case(batch=2, heads=3, q_len=6, k_len=6, head_dim=4, mask="padded+causal")
-    inputs = reference.make_inputs(case)
-    full = reference.reference(case, inputs)
-    slicer = reference.Slicer(batch=1, heads=2, rows=3)
-    part = reference.reference(case, slicer.inputs(inputs))
+    case = attention.Case(batch=2, heads=3, q_len=6, k_len=6, head_dim=4, mask="padded+causal")
+    inputs = attention_reference.make_inputs(case)
+    full = attention_reference.reference(case, inputs)
+    slicer = attention_reference.Slicer(batch=1, heads=2, rows=3)
+    part = attention_reference.reference(case, slicer.inputs(inputs))
     np.testing.assert_allclose(part["out"], slicer.outputs(full)["out"], rtol=0, atol=1e-12)
 
 
@@ -153,19 +156,19 @@ def test_out_of_memory_is_a_row():
     def build(case, inputs):
         def fn():
             raise MemoryError("simulated: cannot allocate 64 GiB")
-        return implementations.Runner(fn=fn, to_numpy=dict)
-    oom = implementations.Implementation("test.oom", "numpy", "always out of memory", ("kernel",), False, build)
-    result = engine.run([(engine.Case(**TINY), [oom])], QUICK)
+        return harness.Runner(fn=fn, to_numpy=dict)
+    oom = attention_impls.Implementation("test.oom", "numpy", "always out of memory", ("kernel",), False, build)
+    result = attention.run([(attention.Case(**TINY), [oom])], QUICK)
     (row,) = result.rows
     assert row.status == "oom" and "64 GiB" in row.note and row.median_ms is None
-    assert "OOM" in report.render_text(result)
+    assert "OOM" in attention_report.render_text(result)
 
 
 def test_unsupported_and_unknown_implementations():
-    result = _run([engine.Case(**TINY)], ["torch.sdpa.efficient"])
-    assert [r.status for r in result.rows] == ["unsupported"] or engine.available_devices() != ["cpu"]
+    result = _run([attention.Case(**TINY)], ["torch.sdpa.efficient"])
+    assert [r.status for r in result.rows] == ["unsupported"] or machine.available_devices() != ["cpu"]
     with pytest.raises(ValueError, match="unknown implementation 'no-such-thing'"):
-        implementations.select(["no-such-thing"])
+        attention_impls.select(["no-such-thing"])
 
 
 def test_cli_outputs_compare_and_list(tmp_path, capsys):
@@ -192,7 +195,7 @@ def test_cli_outputs_compare_and_list(tmp_path, capsys):
     assert cli.main(["plot", str(out["json"]), str(tmp_path / "again.png")]) == 0
     assert cli.main(["--list"]) == 0
     listing = capsys.readouterr().out
-    assert all(name in listing for name in implementations.REGISTRY)
+    assert all(name in listing for name in attention_impls.REGISTRY)
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -213,6 +216,18 @@ def test_main_cli_has_bench():
     assert main.main(["bench", "--impl", "nope"]) == 2
 
 
+def test_main_cli_bench_is_quiet_with_q(capsys):
+    """`bench -q` and `bench model -q` take -q as every other command does: no progress lines on stderr."""
+    from transformer_parity import cli as main_cli
+
+    argv = ["bench", "-q", "--impl", "numpy", "--batch", "1", "--heads", "1", "--seq", "8", "--head-dim", "4",
+            "--threads", "1", "--min-time", "0.005", "--max-time", "0.01", "--peak-size", "64"]
+    assert main_cli.main(argv) == 0
+    captured = capsys.readouterr()
+    assert "bench:" not in captured.err and "numpy" in captured.out
+    assert main_cli.build_parser().parse_args(["bench", "model", "-q"]).model_quiet is True
+
+
 def test_pytest_benchmark_suite_runs_one_tiny_benchmark(tmp_path):
     pytest.importorskip("pytest_benchmark")
     result = subprocess.run(
@@ -229,10 +244,10 @@ def test_cuda_path():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    cases = [engine.Case(**{**TINY, "head_dim": 64}, dtype=dtype, device="cuda", mask=mask)
+    cases = [attention.Case(**{**TINY, "head_dim": 64}, dtype=dtype, device="cuda", mask=mask)
              for dtype in ("float16", "bfloat16", "float32") for mask in ("none", "causal")]
-    cases.append(engine.Case(**{**TINY, "head_dim": 64}, dtype="float16", device="cuda", mode="fwd+bwd",
-                             scope="block"))
+    cases.append(attention.Case(**{**TINY, "head_dim": 64}, dtype="float16", device="cuda", mode="fwd+bwd",
+                                scope="block"))
     result = _run(cases, ["torch*"])
     assert not [r for r in result.rows if r.status == "error"], [(r.impl, r.note) for r in result.rows]
     ok = [r for r in result.rows if r.status == "ok"]
@@ -289,19 +304,15 @@ def test_model_bench_writes_checked_rows_ratios_and_compares(tmp_path, capsys):
 def test_model_bench_plot_axis_does_not_magnify_small_differences():
     """Bars 0.2% apart share a linear axis from 0 (an autoscaled log axis had drawn them as 1 to 7); bars spanning
     more than 10x get a log axis over whole decades that holds every bar."""
-    from benchmarks.model_report import _value_axis
-
-    scale, (low, high) = _value_axis([13950.0, 13980.0])
+    scale, (low, high) = model_report.value_axis([13950.0, 13980.0])
     assert scale == "linear" and low == 0 and 13980 < high < 16000
-    scale, (low, high) = _value_axis([12.0, 950.0, 0.0])  # 0: a dtype the implementation did not run
+    scale, (low, high) = model_report.value_axis([12.0, 950.0, 0.0])  # 0: a dtype the implementation did not run
     assert scale == "log" and (low, high) == (10.0, 10000.0)
 
 
 def test_model_bench_flags_a_wrong_port():
     """A row whose output disagrees with the float64 reference is flagged (here: one kernel transposed)."""
     pytest.importorskip("torch")
-    from benchmarks import model_bench, model_impls
-
     right = model_impls.REGISTRY["torch_impl.eager"]
 
     def wrong_builder(problem, weights, inputs):
@@ -310,12 +321,12 @@ def test_model_bench_flags_a_wrong_port():
         return right.builder(problem, planted, inputs)
 
     wrong = model_impls.ModelImpl("planted", "torch", "a wrong port", right.tasks, right.dtypes, wrong_builder)
-    pairs = [(problem, [right, wrong]) for problem, _ in model_bench.plan("smoke", tasks=["forward", "train"],
-                                                                          dtypes=["float32"],
-                                                                          impl_patterns=["torch_impl.eager"])]
-    options = model_bench.Options(threads=1, min_time=0.001, max_time=0.005, min_runs=1, rounds=1, peak_n=64,
-                                  peak_time=0.001)
-    rows = model_bench.run(pairs, options).rows
+    pairs = [(problem, [right, wrong]) for problem, _ in model.plan("smoke", tasks=["forward", "train"],
+                                                                    dtypes=["float32"],
+                                                                    impl_patterns=["torch_impl.eager"])]
+    options = model.Options(threads=1, min_time=0.001, max_time=0.005, min_runs=1, rounds=1, peak_n=64,
+                            peak_time=0.001)
+    rows = model.run(pairs, options).rows
     assert [(r.impl, r.check) for r in rows] == [("torch_impl.eager", "ok"), ("planted", "FLAGGED")] * 2
     assert all("differ from the float64 reference" in r.note for r in rows if r.impl == "planted")
 
@@ -324,8 +335,8 @@ def test_model_bench_ratio_verdict_pairs_rounds():
     """A ratio is `met` / `NOT met` only when the goal lies outside its 95% interval, which comes from the rounds the
     two rows shared (Student's t on the per-round log ratios): drift of the host between rounds cancels, a ratio
     that wanders from round to round is a tie, and fewer than MIN_JUDGED_ROUNDS shared rounds are not judged."""
-    from benchmarks.model_bench import ModelRow
-    from benchmarks.model_report import MIN_JUDGED_ROUNDS, _t95, ratios, verdict
+    from transformer_parity.bench.model import ModelRow
+    from transformer_parity.bench.model_report import MIN_JUDGED_ROUNDS, ratios, t95, verdict
 
     def row(impl, round_ms):
         median = float(np.median(round_ms)) if round_ms else 100.0
@@ -357,17 +368,15 @@ def test_model_bench_ratio_verdict_pairs_rounds():
             if r["kind"] == "torch_impl vs nn.Transformer"]
     assert r["noise"] is None and verdict(r) == "not judged (no per-round times in this result)"
     # Student's t: the table, then the Cornish-Fisher expansion (within 0.2% of the exact quantiles)
-    assert _t95(4) == 2.776
+    assert t95(4) == 2.776
     for df, exact in ((10, 2.228), (30, 2.042), (120, 1.980), (10_000, 1.960)):
-        assert _t95(df) == pytest.approx(exact, rel=2e-3)
+        assert t95(df) == pytest.approx(exact, rel=2e-3)
 
 
 def test_model_bench_times_calls_outside_the_memory_meter(monkeypatch):
     """How many rounds a row gets comes from one timed call; the memory meter's entry (a full garbage collection and
     a heap trim, 0.1-0.5 s in a process holding several models) once counted in it, and the default grid's 75 ms
     forward rows ran 3 rounds instead of 5. Here a meter that takes 0.3 s to enter must change nothing."""
-    from benchmarks import model_bench
-
     class SlowMeter:
         method, peak_mib = "test", 0.0
 
@@ -378,11 +387,11 @@ def test_model_bench_times_calls_outside_the_memory_meter(monkeypatch):
         def __exit__(self, *exc):
             return False
 
-    monkeypatch.setattr(model_bench.engine, "memory_meter", lambda *_: SlowMeter())
-    pairs = model_bench.plan("smoke", tasks=["forward"], dtypes=["float32"], impl_patterns=["torch_impl.eager"])
-    options = model_bench.Options(threads=1, min_time=0.05, max_time=0.1, min_runs=1, rounds=5, peak_n=64,
-                                  peak_time=0.001)
-    (row,) = model_bench.run(pairs, options).rows
+    monkeypatch.setattr(machine, "memory_meter", lambda *_: SlowMeter())
+    pairs = model.plan("smoke", tasks=["forward"], dtypes=["float32"], impl_patterns=["torch_impl.eager"])
+    options = model.Options(threads=1, min_time=0.05, max_time=0.1, min_runs=1, rounds=5, peak_n=64,
+                            peak_time=0.001)
+    (row,) = model.run(pairs, options).rows
     assert row.status == "ok" and len(row.round_ms) == 5 and row.median_ms < 50
 
 
@@ -391,8 +400,6 @@ def test_model_bench_gives_a_slow_row_its_rounds():
     0.35 s training step had 4 rounds in the grid, too few for a verdict): here 40 ms calls, min_time 0.15 s (3 of
     them), max_time 0.3 s, 5 rounds asked for."""
     pytest.importorskip("torch")
-    from benchmarks import model_bench, model_impls
-
     right = model_impls.REGISTRY["torch_impl.eager"]
 
     def slow_builder(problem, weights, inputs):
@@ -401,25 +408,25 @@ def test_model_bench_gives_a_slow_row_its_rounds():
         return dataclasses.replace(runner, fn=lambda: (time.sleep(0.04), fn())[1])
 
     slow = model_impls.ModelImpl("slow", "torch", "40 ms more per call", right.tasks, right.dtypes, slow_builder)
-    pairs = [(problem, [slow]) for problem, _ in model_bench.plan("smoke", tasks=["forward"], dtypes=["float32"],
-                                                                  impl_patterns=["torch_impl.eager"])]
-    options = model_bench.Options(threads=1, min_time=0.15, max_time=0.3, min_runs=1, rounds=5, peak_n=64,
-                                  peak_time=0.001)
-    (row,) = model_bench.run(pairs, options).rows
+    pairs = [(problem, [slow]) for problem, _ in model.plan("smoke", tasks=["forward"], dtypes=["float32"],
+                                                            impl_patterns=["torch_impl.eager"])]
+    options = model.Options(threads=1, min_time=0.15, max_time=0.3, min_runs=1, rounds=5, peak_n=64,
+                            peak_time=0.001)
+    (row,) = model.run(pairs, options).rows
     assert row.status == "ok" and len(row.round_ms) == 5 and row.median_ms >= 40
 
 
 def test_rounds_that_fit():
-    assert engine.rounds_that_fit(1.5, 0.3, 5) == 5  # 1.5 // 0.3 is 4.0 in floating point
-    assert engine.rounds_that_fit(1.49, 0.3, 5) == 4
-    assert engine.rounds_that_fit(0.1, 0.3, 5) == 1
-    assert engine.rounds_that_fit(100.0, 0.3, 5) == 5
-    assert engine.rounds_that_fit(1.0, 0.0, 5) == 5
+    assert timing.rounds_that_fit(1.5, 0.3, 5) == 5  # 1.5 // 0.3 is 4.0 in floating point
+    assert timing.rounds_that_fit(1.49, 0.3, 5) == 4
+    assert timing.rounds_that_fit(0.1, 0.3, 5) == 1
+    assert timing.rounds_that_fit(100.0, 0.3, 5) == 5
+    assert timing.rounds_that_fit(1.0, 0.0, 5) == 5
 
 
 def test_model_flop_count():
-    """The analytic count, by hand for a 1+1-layer model (see benchmarks/model_bench.py)."""
-    from benchmarks.model_bench import MODELS, model_flops
+    """The analytic count, by hand for a 1+1-layer model (see transformer_parity/bench/model.py)."""
+    from transformer_parity.bench.model import MODELS, model_flops
     from reference_numpy import TransformerConfig
 
     c = TransformerConfig(**MODELS["micro"]["config"])  # d 16, d_ff 32, V 20

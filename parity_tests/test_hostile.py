@@ -403,14 +403,14 @@ def test_sizes_beyond_memory_refused_with_the_estimate(tmp_path, capsys, args, f
 
 
 def test_bench_rows_estimated_and_skipped(capsys):
-    from benchmarks import engine
+    from transformer_parity.bench import attention
 
     peaks = {("cpu", "float32"): {"gflops": 100.0}}
-    options = engine.Options(row_budget=60.0)
-    assert engine._skip_reason(engine.Case(q_len=1024, k_len=1024), options, peaks) is None
-    slow = engine._skip_reason(engine.Case(q_len=65536, k_len=65536), options, peaks)
+    options = attention.Options(row_budget=60.0)
+    assert attention.skip_reason(attention.Case(q_len=1024, k_len=1024), options, peaks) is None
+    slow = attention.skip_reason(attention.Case(q_len=65536, k_len=65536), options, peaks)
     assert slow.startswith("one call needs >= 352 s")
-    huge = engine._skip_reason(engine.Case(q_len=10**8, k_len=10**8), options, peaks)
+    huge = attention.skip_reason(attention.Case(q_len=10**8, k_len=10**8), options, peaks)
     assert huge.startswith("its inputs alone need")
 
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import reference_numpy as rn
-from benchmarks.reference import attention_backward
 from parity_tests.tolerances import atol
+from transformer_parity.bench.attention_reference import attention_backward
 
 tf = pytest.importorskip("tensorflow")
 ta = pytest.importorskip("tf_impl.attention")

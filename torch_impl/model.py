@@ -112,7 +112,7 @@ class MultiHeadAttention(nn.Module):
         concatenated kernels (self-attention: q, k and v; encoder-decoder attention: k and v), as
         `torch.nn.MultiheadAttention` does with its packed `in_proj_weight`: the backward pass then has one
         input-gradient and one kernel-gradient matmul and one bias sum where it had three of each (60 fewer matmuls
-        in a training step of the 4+4-layer bench model, benchmarks/model_bench.py). The parameters stay separate,
+        in a training step of `bench model`'s 4+4-layer model). The parameters stay separate,
         so names, checkpoints and the optimizer see q, k and v as before. Without gradients (inference, decoding one
         token at a time) the concatenation would be a copy of the kernels on every call for no backward pass to
         save, so the projections run separately. Either way the result is the same up to float rounding.

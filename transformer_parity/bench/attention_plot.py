@@ -1,11 +1,12 @@
-"""`--plot PATH.png`: time or GFLOP/s against sequence length, one line per implementation, log scales (matplotlib)."""
+"""The attention benchmark's `--plot PATH.png`: time or GFLOP/s against sequence length, one line per implementation,
+log scales (matplotlib)."""
 
 from __future__ import annotations
 
 import io
 import os
 
-from .engine import Report, Row
+from .attention import Report, Row
 
 METRICS = {"gflops": ("GFLOP/s", lambda r: r.gflops), "time": ("median time (ms)", lambda r: r.median_ms)}
 
@@ -69,7 +70,7 @@ def plot(report: Report, path: str, metric: str = "gflops", force: bool = False)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)
-    from .report import write_atomic
+    from .harness import write_atomic
     write_atomic(path, buffer.getvalue(), force=force)
 
 

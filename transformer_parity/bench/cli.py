@@ -1,5 +1,5 @@
 """`transformer-parity bench`: time every attention implementation on a grid and report (also `python -m
-benchmarks.cli`).
+transformer_parity.bench.cli`).
 
     transformer-parity bench                          # the default CPU grid (about two minutes on 2 cores)
     transformer-parity bench --list                   # implementation names
@@ -8,7 +8,7 @@ benchmarks.cli`).
     transformer-parity bench compare A.json B.json    # ratio of medians, row by row
     transformer-parity bench plot A.json A.png        # the plot from a saved run
     transformer-parity bench markdown A.json          # the docs tables from a saved run
-    transformer-parity bench model                    # the whole model, every framework (see benchmarks/model_cli.py)
+    transformer-parity bench model                    # the whole model, every framework (see model_cli.py)
 
 PyTorch and TensorFlow are imported only when a benchmark runs.
 """
@@ -25,10 +25,7 @@ OUT_NAMES = {"json": "attention_bench.json", "csv": "attention_bench.csv", "plot
 
 
 def _usage_error(message: str) -> Exception:
-    try:
-        from transformer_parity.errors import UsageError
-    except ImportError:
-        return ValueError(message)
+    from ..errors import UsageError
     return UsageError(message)
 
 
@@ -61,7 +58,7 @@ def _choices(name: str, allowed):
 
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the `bench` subcommand (with its `compare` and `plot` actions) to a CLI's subparsers."""
-    from .engine import DTYPES, MASKS, MODES, PRESETS, SCOPES
+    from .attention import DTYPES, MASKS, MODES, PRESETS, SCOPES
     parser = subparsers.add_parser(
         "bench", help="time attention implementations (NumPy, PyTorch, TensorFlow/Keras) on a grid",
         description="Time every attention implementation on a grid of shapes, dtypes, masks and devices; report "
@@ -110,7 +107,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                         help=f"write {', '.join(OUT_NAMES.values())} into DIR (created if needed; the plot only if "
                              "matplotlib is installed)")
     parser.add_argument("--force", action="store_true", help="overwrite existing output files")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     actions = parser.add_subparsers(dest="bench_action", metavar="{compare,plot,markdown,model}")
     cmp = actions.add_parser("compare", help="ratio of medians between two saved runs (B / A)")
     cmp.add_argument("a", metavar="A.json")
@@ -139,7 +136,7 @@ def handler(args) -> int:
 
 
 def _handle(args) -> int:
-    from . import implementations, report
+    from . import attention_impls, attention_report as report
     action = getattr(args, "bench_action", None)
     if action == "model":
         from . import model_cli
@@ -152,29 +149,29 @@ def _handle(args) -> int:
         print(report.markdown(_load(args.result)))
         return 0
     if action == "plot":
-        from . import plot
+        from . import attention_plot as plot
         plot.default_path_ok(args.out)
         plot.plot(_load(args.result), args.out, args.metric, force=args.force)
         print(f"wrote {args.out}")
         return 0
     if args.list:
-        _print_list(implementations)
+        _print_list(attention_impls)
         return 0
-    plan, threads = _plan(args, implementations)
+    plan, threads = _plan(args, attention_impls)
     outputs = _outputs(args)
-    from . import engine
-    options = engine.Options(threads=threads, min_time=args.min_time, max_time=args.max_time,
-                             profile_kernels=not args.no_kernel_names, peak_n=args.peak_size, rounds=args.rounds,
-                             row_budget=args.row_budget,
-                             progress=None if args.quiet else _progress(len(plan)))
-    result = engine.run(plan, options)
+    from . import attention, harness
+    options = attention.Options(threads=threads, min_time=args.min_time, max_time=args.max_time,
+                                profile_kernels=not args.no_kernel_names, peak_n=args.peak_size, rounds=args.rounds,
+                                row_budget=args.row_budget,
+                                progress=None if args.quiet else _progress(len(plan)))
+    result = attention.run(plan, options)
     report.render(result)
     if outputs.get("json"):
-        report.write_atomic(outputs["json"], report.to_json(result), force=args.force)
+        harness.write_atomic(outputs["json"], report.to_json(result), force=args.force)
     if outputs.get("csv"):
-        report.write_atomic(outputs["csv"], report.to_csv(result), force=args.force)
+        harness.write_atomic(outputs["csv"], report.to_csv(result), force=args.force)
     if outputs.get("plot"):
-        from . import plot
+        from . import attention_plot as plot
         plot.plot(result, outputs["plot"], args.plot_metric, force=args.force)
     for kind, path in outputs.items():
         if path:
@@ -186,7 +183,7 @@ def _handle(args) -> int:
 
 
 def _load(path: str):
-    from . import report
+    from . import attention_report as report
     if not os.path.isfile(path):
         raise ValueError(f"no such result file: {path}")
     from .model_cli import is_model_result
@@ -214,7 +211,7 @@ def _progress(total_cases: int):
 
 
 def _plan(args, implementations):
-    from . import engine
+    from . import attention, machine
     chosen = implementations.select(args.impl)
     threads = args.threads if args.threads is not None else (os.cpu_count() or 1)
     most = 4 * (os.cpu_count() or 1)
@@ -229,13 +226,13 @@ def _plan(args, implementations):
         raise ValueError(f"--peak-size must be >= 1, received {args.peak_size}")
     if args.min_time <= 0 or args.max_time < args.min_time:
         raise ValueError(f"need 0 < --min-time <= --max-time, received {args.min_time} and {args.max_time}")
-    present = engine.available_devices()
+    present = machine.available_devices()
     if args.device == "cuda" and "cuda" not in present:
         raise ValueError("--device cuda: no CUDA device is visible to PyTorch here")
     parsers = {"batch": _ints("batch"), "heads": _ints("heads"), "seq": _ints("seq"), "kv_len": _ints("kv-len"),
-               "head_dim": _ints("head-dim"), "dtype": _choices("dtype", engine.DTYPES),
-               "mask": _choices("mask", engine.MASKS), "mode": _choices("mode", engine.MODES),
-               "scope": _choices("scope", engine.SCOPES)}
+               "head_dim": _ints("head-dim"), "dtype": _choices("dtype", attention.DTYPES),
+               "mask": _choices("mask", attention.MASKS), "mode": _choices("mode", attention.MODES),
+               "scope": _choices("scope", attention.SCOPES)}
     grid_given = {k: parse(getattr(args, k)) for k, parse in parsers.items() if getattr(args, k) is not None}
     if grid_given and args.preset:
         raise ValueError(f"use --preset or grid options ({', '.join('--' + k.replace('_', '-') for k in grid_given)}),"
@@ -247,17 +244,17 @@ def _plan(args, implementations):
     else:
         devices = present if args.device == "all" else [args.device or "cpu"]
     if not grid_given:
-        pairs = engine.preset_cases(args.preset or "default", devices)
+        pairs = attention.preset_cases(args.preset or "default", devices)
     else:
         axes = {k: grid_given.get(k, v) for k, v in GRID_DEFAULTS.items()}
         pairs = []
-        for kw in engine._cases(**axes):
+        for kw in attention.grid_cases(**axes):
             for kv_len in (grid_given.get("kv_len") or [None]):
                 for device in devices:
                     case = {**kw, "device": device}
                     if kv_len is not None:
                         case["k_len"] = kv_len
-                    pairs.append((engine.Case(**case), None))
+                    pairs.append((attention.Case(**case), None))
     plan = []
     names = {impl.name for impl in chosen}
     for case, patterns in pairs:
@@ -289,7 +286,7 @@ def _outputs(args) -> dict[str, str | None]:
     for kind, path in outputs.items():
         if not path:
             continue
-        from transformer_parity.formats import special_kind
+        from ..formats import special_kind
         what = special_kind(path)
         if what is not None and what != "directory":  # refused before the run, not after it
             raise ValueError(f"--{kind}: {path} is a {what}; refusing to write to it or replace it (even with --force)")
@@ -299,7 +296,7 @@ def _outputs(args) -> dict[str, str | None]:
         if not os.path.isdir(folder):
             raise ValueError(f"--{kind}: folder {folder} does not exist")
     if outputs["plot"]:
-        from . import plot
+        from . import attention_plot as plot
         plot.default_path_ok(outputs["plot"])
         import importlib.util
         if importlib.util.find_spec("matplotlib") is None:
@@ -309,11 +306,11 @@ def _outputs(args) -> dict[str, str | None]:
 
 
 def main(argv=None) -> int:
-    """`python -m benchmarks.cli ...`: the `bench` subcommand without the rest of the CLI."""
+    """`python -m transformer_parity.bench.cli ...`: the `bench` subcommand without the rest of the CLI."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.cli")
+    parser = argparse.ArgumentParser(prog="python -m transformer_parity.bench.cli")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["bench", *argv])
     try:

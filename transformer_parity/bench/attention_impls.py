@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fnmatch
 import os
 import warnings
 from dataclasses import dataclass
@@ -21,24 +20,8 @@ from typing import Any, Callable, ContextManager
 
 import numpy as np
 
-from . import reference as ref
-
-
-class Unsupported(Exception):
-    """This implementation cannot run this case; the message says why."""
-
-
-class NotInstalled(Unsupported):
-    """The implementation's framework is not installed here."""
-
-
-@dataclass
-class Runner:
-    fn: Callable[[], Any]
-    to_numpy: Callable[[Any], dict[str, np.ndarray]]
-    context: Callable[[], ContextManager] = contextlib.nullcontext
-    kernel: Callable[[], str] | None = None  # asks the framework which kernel ran (runs `fn` once)
-    kernel_name: str = ""  # a fixed description where the framework cannot be asked
+from . import attention_reference as ref
+from .harness import NotInstalled, Runner, Unsupported, select_from
 
 
 @dataclass(frozen=True)
@@ -349,7 +332,7 @@ def _tf():
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        import tensorflow as tf
+        from tf_impl.startup import tf
     except ImportError:
         raise NotInstalled("TensorFlow is not installed") from None
     return tf
@@ -570,20 +553,6 @@ REGISTRY = _registry()
 def select(patterns: list[str] | None) -> list[Implementation]:
     """Implementations by exact name or glob (`torch*`, `*.xla`), in registry order; all when `patterns` is None."""
     return select_from(REGISTRY, patterns, "transformer-parity bench --list")
-
-
-def select_from(registry: dict, patterns: list[str] | None, lister: str) -> list:
-    """`registry` entries by exact name or glob, in registry order (all when `patterns` is None); an unknown pattern
-    is a `ValueError` that names it and the command listing the names."""
-    if not patterns:
-        return list(registry.values())
-    chosen: list[str] = []
-    for pattern in patterns:
-        matches = [name for name in registry if fnmatch.fnmatchcase(name, pattern)]
-        if not matches:
-            raise ValueError(f"unknown implementation {pattern!r}; `{lister}` shows the {len(registry)} names")
-        chosen.extend(m for m in matches if m not in chosen)
-    return [registry[name] for name in registry if name in chosen]
 
 
 def framework_installed(framework: str) -> bool:

@@ -10,37 +10,16 @@ import json
 import sys
 from typing import Any, Iterable
 
-from .engine import Report, Row, geomean, ratios_to_fastest_builtin
+from .attention import Report, Row, geomean, ratios_to_fastest_builtin
+from .harness import finite_for_json, format_err, format_pct, format_sig
 
 SHOWN = ("ok", "oom", "error")  # statuses that get a table row; the rest are summarised under the table
 
 
 # --- files ------------------------------------------------------------------------------------------------------------
 
-def write_atomic(path: str, data: bytes, force: bool = False) -> None:
-    """Write via a temporary file in the same folder, published atomically (`formats.atomic_path`: a regular file
-    only, no overwrite without `force` even against a racing writer, the umask's mode), so a reader never sees half
-    a file."""
-    from transformer_parity import formats
-
-    path = formats.check_output(path, force)
-    with formats.atomic_path(path, force) as tmp:
-        tmp.write_bytes(data)
-
-
-def _finite(value):
-    """JSON has no NaN/Infinity: such floats become null (the row's note says the output was not finite)."""
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
 def to_json(report: Report) -> bytes:
-    return (json.dumps(_finite(report.to_json_dict()), indent=1, allow_nan=False) + "\n").encode()
+    return (json.dumps(finite_for_json(report.to_json_dict()), indent=1, allow_nan=False) + "\n").encode()
 
 
 def to_csv(report: Report) -> bytes:
@@ -65,30 +44,6 @@ def load(path: str) -> Report:
         raise ValueError(f"{path}: {exc}") from None
 
 
-# --- number formatting ------------------------------------------------------------------------------------------------
-
-def _sig(x: float | None, digits: int = 3) -> str:
-    if x is None:
-        return ""
-    if x == 0:
-        return "0"
-    if abs(x) >= 10 ** digits:
-        return f"{x:.0f}"
-    return f"{x:.{digits}g}"
-
-
-def _err(x: float | None) -> str:
-    if x is None:
-        return ""
-    if x != x:  # NaN
-        return "NaN"
-    return f"{x:.1e}"
-
-
-def _pct(x: float | None) -> str:
-    return "" if x is None else f"{x:.0f}%"
-
-
 # --- the table ----------------------------------------------------------------------------------------------------
 
 COLUMNS = ("implementation", "kernel", "median ms", "IQR ms", "runs", "GFLOP/s", "% peak", "x numpy", "mem MiB",
@@ -99,9 +54,9 @@ TEXT_COLUMNS = 2  # left-aligned
 def _cells(row: Row) -> list[str]:
     if row.status != "ok":
         return [row.impl, row.kernel, row.status.upper(), "", "", "", "", "", "", "", row.note[:60]]
-    return [row.impl, row.kernel, _sig(row.median_ms), _sig(row.iqr_ms, 2), str(row.runs),
-            _sig(row.gflops), _pct(row.pct_peak), "" if row.speedup is None else f"{row.speedup:.3g}x",
-            _sig(row.peak_mem_mib), _sig(row.first_call_ms), _err(row.max_abs_err)]
+    return [row.impl, row.kernel, format_sig(row.median_ms), format_sig(row.iqr_ms, 2), str(row.runs),
+            format_sig(row.gflops), format_pct(row.pct_peak), "" if row.speedup is None else f"{row.speedup:.3g}x",
+            format_sig(row.peak_mem_mib), format_sig(row.first_call_ms), format_err(row.max_abs_err)]
 
 
 def sections(rows: Iterable[Row]) -> dict[tuple, list[Row]]:
@@ -211,8 +166,9 @@ def markdown_table(report: Report) -> str:
                 lines.append(f"| {problem} | {row.impl} | | {row.status.upper()} | | | | |")
                 continue
             speed = "" if row.speedup is None else f"{row.speedup:.3g}x"
-            lines.append(f"| {problem} | {row.impl} | {row.kernel} | {_sig(row.median_ms)} ({_sig(row.iqr_ms, 2)}) "
-                         f"| {_sig(row.gflops)} | {_pct(row.pct_peak)} | {speed} | {_err(row.max_abs_err)} |")
+            lines.append(f"| {problem} | {row.impl} | {row.kernel} | {format_sig(row.median_ms)} "
+                         f"({format_sig(row.iqr_ms, 2)}) | {format_sig(row.gflops)} | {format_pct(row.pct_peak)} "
+                         f"| {speed} | {format_err(row.max_abs_err)} |")
     return "\n".join(lines)
 
 
@@ -240,8 +196,8 @@ def render_compare(a: Report, b: Report, path_a: str, path_b: str) -> str:
              "ratio = B median / A median (< 1: B is faster)"]
     cells = [["implementation", "problem", "A ms", "B ms", "A GFLOP/s", "B GFLOP/s", "B/A"]]
     for r in both:
-        cells.append([r["impl"], r["problem"], _sig(r["a_ms"]), _sig(r["b_ms"]), _sig(r["a_gflops"]),
-                      _sig(r["b_gflops"]), f"{r['ratio']:.3f}"])
+        cells.append([r["impl"], r["problem"], format_sig(r["a_ms"]), format_sig(r["b_ms"]), format_sig(r["a_gflops"]),
+                      format_sig(r["b_gflops"]), f"{r['ratio']:.3f}"])
     widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
     for c in cells:
         lines.append("  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(c, widths))))
@@ -290,7 +246,7 @@ def markdown_pivot(report: Report) -> str:
             elif row.status != "ok":
                 out.append(row.status.upper())
             else:
-                out.append(f"{row.gflops:.3g} ({_pct(row.pct_peak)})" if row.pct_peak is not None
+                out.append(f"{row.gflops:.3g} ({format_pct(row.pct_peak)})" if row.pct_peak is not None
                            else f"{row.gflops:.3g}")
         lines.append(f"| {impl} | " + " | ".join(out) + " |")
     return "\n".join(lines)

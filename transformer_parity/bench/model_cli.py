@@ -22,7 +22,7 @@ OUT_NAMES = {"json": "model_bench.json", "csv": "model_bench.csv", "plot": "mode
 
 def register(actions) -> argparse.ArgumentParser:
     """Add the `model` action (with its own compare / plot / markdown) to `bench`'s actions."""
-    from .model_bench import DTYPES, MODELS, PRESETS, TASKS, Options
+    from .model import DTYPES, MODELS, PRESETS, TASKS, Options
     parser = actions.add_parser(
         "model", help="time the whole model: forward, training step, generation, in every framework and mode",
         description="Time the whole model (forward, forward+backward+Adam step, greedy generation with and without "
@@ -37,8 +37,8 @@ def register(actions) -> argparse.ArgumentParser:
     parser.add_argument("--list", action="store_true", dest="model_list",
                         help="list implementations, models and presets and exit")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="default", dest="model_preset",
-                        help="a named grid (default: 'default'; 'issue': the paper's base model, the issue's shape; "
-                             "'smoke': seconds)")
+                        help="a named grid (default: 'default'; 'paper-base': the paper's base model, batch 8, "
+                             "lengths 64; 'smoke': seconds)")
     parser.add_argument("--model", dest="model_models", metavar="|".join(MODELS),
                         help="models, comma-separated (replaces the preset's)")
     parser.add_argument("--task", dest="model_tasks", metavar="|".join(TASKS), help="tasks, comma-separated")
@@ -74,7 +74,7 @@ def register(actions) -> argparse.ArgumentParser:
     parser.add_argument("--out-dir", metavar="DIR", dest="model_out_dir",
                         help=f"write {', '.join(OUT_NAMES.values())} into DIR (created if needed)")
     parser.add_argument("--force", action="store_true", dest="model_force", help="overwrite existing output files")
-    parser.add_argument("--quiet", action="store_true", dest="model_quiet", help="no progress lines on stderr")
+    parser.add_argument("-q", "--quiet", action="store_true", dest="model_quiet", help="no progress lines on stderr")
     sub = parser.add_subparsers(dest="model_action", metavar="{compare,plot,markdown}")
     cmp = sub.add_parser("compare", help="ratio of medians between two saved runs (B / A)")
     cmp.add_argument("model_a", metavar="A.json")
@@ -118,7 +118,7 @@ def handle(args) -> int:
     if args.model_list:
         _print_list()
         return 0
-    from . import model_bench
+    from . import harness, model
     from .model_impls import TASKS
     threads = args.model_threads if args.model_threads is not None else (os.cpu_count() or 1)
     most = 4 * (os.cpu_count() or 1)
@@ -134,7 +134,7 @@ def handle(args) -> int:
     if not args.model_peak_time > 0:
         raise ValueError(f"--peak-time must be > 0, received {args.model_peak_time}")
     if args.model_min_time is None:  # `--max-time 1` alone asks for short rows; it contradicts no --min-time given
-        args.model_min_time = min(model_bench.Options.min_time, args.model_max_time)
+        args.model_min_time = min(model.Options.min_time, args.model_max_time)
     if not 0 < args.model_min_time <= args.model_max_time:
         raise ValueError(f"need 0 < --min-time <= --max-time, received {args.model_min_time} and "
                          f"{args.model_max_time}")
@@ -147,20 +147,19 @@ def handle(args) -> int:
             shape[name] = value
     overrides = {}
     if args.model_sets:
-        from transformer_parity.cli import parse_fields
+        from ..config_fields import parse_fields
         overrides = parse_fields(None, args.model_sets)
     impls = [p for p in args.model_impl.split(",") if p] if args.model_impl else None
-    pairs = model_bench.plan(args.model_preset, _list(args.model_models, "model", list(model_bench.MODELS)),
-                             _list(args.model_tasks, "task", TASKS), _list(args.model_dtypes, "dtype",
-                                                                           model_bench.DTYPES),
-                             impls, overrides, shape)
+    pairs = model.plan(args.model_preset, _list(args.model_models, "model", list(model.MODELS)),
+                       _list(args.model_tasks, "task", TASKS), _list(args.model_dtypes, "dtype", model.DTYPES),
+                       impls, overrides, shape)
     _check_memory(pairs)
     outputs = _outputs(args)
     progress = None if args.model_quiet else (lambda m: print(f"bench model: {m}", file=sys.stderr, flush=True))
-    options = model_bench.Options(threads=threads, min_time=args.model_min_time, max_time=args.model_max_time,
-                                  rounds=args.model_rounds, min_runs=args.model_min_runs,
-                                  peak_n=args.model_peak_size, peak_time=args.model_peak_time, progress=progress)
-    result = model_bench.run(pairs, options)
+    options = model.Options(threads=threads, min_time=args.model_min_time, max_time=args.model_max_time,
+                            rounds=args.model_rounds, min_runs=args.model_min_runs,
+                            peak_n=args.model_peak_size, peak_time=args.model_peak_time, progress=progress)
+    result = model.run(pairs, options)
     print(model_report.render_text(result))
     writers = {"json": model_report.to_json, "csv": model_report.to_csv}
     for kind, path in outputs.items():
@@ -169,7 +168,7 @@ def handle(args) -> int:
         if kind == "plot":
             model_report.plot(result, path, force=args.model_force)
         else:
-            model_report.write_atomic(path, writers[kind](result), force=args.model_force)
+            harness.write_atomic(path, writers[kind](result), force=args.model_force)
         print(f"wrote {path}", file=sys.stderr)
     flagged = [r for r in result.rows if r.check == "FLAGGED" or r.status == "error"]
     if flagged:
@@ -180,10 +179,8 @@ def handle(args) -> int:
 def _check_memory(pairs) -> None:
     """Refuse, before anything is built, a model or shape (`--set`, `--batch`, ...) that cannot fit in memory: the
     weights held by every implementation at once (float64 reference included), training state and activations."""
-    try:
-        from transformer_parity import limits
-    except ImportError:
-        return
+    from .. import limits
+
     seen = set()
     for problem, impls in pairs:
         key = (problem.config, problem.batch, problem.src_len, problem.tgt_len)
@@ -247,7 +244,7 @@ def _outputs(args) -> dict[str, str | None]:
 
 
 def _print_list() -> None:
-    from .model_bench import MODELS, PRESETS
+    from .model import MODELS, PRESETS
     from .model_impls import REGISTRY
     print(f"{'implementation':22s} {'framework':9s} {'tasks':40s} {'dtypes':17s} description")
     for impl in REGISTRY.values():

@@ -1,9 +1,9 @@
 """Every whole-model implementation `transformer-parity bench model` can time, by name (`bench model --list`).
 
 An implementation turns a `Problem` (config, shapes, task, dtype), the canonical weights and the inputs into a
-`Runner` (see `benchmarks.implementations`): `fn` does one timed call of the task (a forward pass, one training
-step, or one greedy generation from the source), `to_numpy` turns its result into what is checked (logits, the loss
-before the update, or the generated ids and the last step's logits). Every implementation of a problem starts from
+`Runner` (see `harness`): `fn` does one timed call of the task (a forward pass, one training step, or one greedy
+generation from the source), `to_numpy` turns its result into what is checked (logits, the loss before the update,
+or the generated ids and the last step's logits). Every implementation of a problem starts from
 the same canonical weights: torch_impl and tf_impl load them through their `WEIGHT_TABLE`s, `torch.nn.Transformer`
 through the project's nn.Transformer layout export.
 
@@ -24,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from .implementations import NotInstalled, Runner, Unsupported
+from .harness import NotInstalled, Runner, Unsupported, select_from
 
 TASKS = ("forward", "train", "generate", "generate-nocache")
 
@@ -244,7 +244,7 @@ def _no_grad_quiet():
 def _tf():
     if importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("keras") is None:
         raise NotInstalled("TensorFlow or Keras is not installed")
-    import tensorflow as tf
+    from tf_impl.startup import tf
     return tf
 
 
@@ -370,6 +370,7 @@ def _build_keras_hub(problem, weights, inputs, mode: str) -> Runner:
         raise Unsupported("only KerasHub's GPT-2 is wired here (decoder-only models)")
     if c.d_ff != 4 * c.d_model:
         raise Unsupported(f"KerasHub's GPT-2 converter assumes d_ff = 4 d_model, received d_ff={c.d_ff}")
+    import tf_impl.startup  # noqa: F401 (TensorFlow's start-up notices kept off the terminal)
     import keras_hub
     from keras_hub.src.utils.transformers import convert_gpt2
     from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader
@@ -471,6 +472,5 @@ OURS = ("torch_impl.", "tf_impl.")
 
 def select(patterns: list[str] | None) -> list[ModelImpl]:
     """Implementations by exact name or glob (`torch*`, `*.xla`), in registry order; all when `patterns` is None."""
-    from .implementations import select_from
 
     return select_from(REGISTRY, patterns, "transformer-parity bench model --list")

@@ -72,7 +72,7 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def make_inputs(case, seed: int = 0) -> Inputs:
-    """Seeded inputs for a `benchmarks.engine.Case`: unit-variance q/k/v (kernel) or activations and Xavier-scaled
+    """Seeded inputs for a `attention.Case`: unit-variance q/k/v (kernel) or activations and Xavier-scaled
     weights (block); `padded` keeps row 0 full and pads every other row to a random length in [Tk/2, Tk-1]."""
     rng = np.random.default_rng(seed)
     b, h, tq, tk, d = case.batch, case.heads, case.q_len, case.k_len, case.head_dim

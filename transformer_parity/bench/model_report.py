@@ -1,5 +1,5 @@
-"""Showing and saving whole-model benchmark reports: the terminal table, JSON, CSV, the plot, the ratios the issue
-asks for (ours against the built-ins, across frameworks, bfloat16 against float32) as Markdown, and `compare`."""
+"""Showing and saving whole-model benchmark reports: the terminal table, JSON, CSV, the plot, the ratios (ours
+against the built-ins, across frameworks, bfloat16 against float32) as Markdown, and `compare`."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ import math
 import statistics
 from typing import Any, Iterable
 
-from .model_bench import ModelReport, ModelRow
-from .report import _err, _finite, _pct, _sig, write_atomic
+from .harness import finite_for_json, format_err, format_pct, format_sig, write_atomic
+from .model import ModelReport, ModelRow
 
-__all__ = ["to_json", "to_csv", "load", "render_text", "markdown", "ratios", "render_compare", "plot",
-           "write_atomic"]
+__all__ = ["to_json", "to_csv", "load", "render_text", "markdown", "ratios", "render_compare", "plot"]
 
 
 # --- files ------------------------------------------------------------------------------------------------------------
@@ -23,7 +22,7 @@ __all__ = ["to_json", "to_csv", "load", "render_text", "markdown", "ratios", "re
 def to_json(report: ModelReport) -> bytes:
     data = report.to_json_dict()
     data["ratios"] = ratios(report.rows)
-    return (json.dumps(_finite(data), indent=1, allow_nan=False) + "\n").encode()
+    return (json.dumps(finite_for_json(data), indent=1, allow_nan=False) + "\n").encode()
 
 
 def to_csv(report: ModelReport) -> bytes:
@@ -77,16 +76,17 @@ def sections(rows: Iterable[ModelRow]) -> dict[str, list[ModelRow]]:
 def _cells(row: ModelRow) -> list[str]:
     if row.status != "ok":
         return [row.impl, row.status.upper(), "", "", "", "", "", "", "", "", row.note[:70]]
-    return [row.impl, _sig(row.median_ms), _sig(row.iqr_ms, 2), str(row.runs), _sig(row.tokens_per_s),
-            _sig(row.gflops), _pct(row.pct_peak), _sig(row.peak_mem_mib), _sig(row.first_call_ms),
-            _err(row.max_abs_err), row.check + (f" {row.note}" if row.note else "")]
+    return [row.impl, format_sig(row.median_ms), format_sig(row.iqr_ms, 2), str(row.runs),
+            format_sig(row.tokens_per_s), format_sig(row.gflops), format_pct(row.pct_peak),
+            format_sig(row.peak_mem_mib), format_sig(row.first_call_ms), format_err(row.max_abs_err),
+            row.check + (f" {row.note}" if row.note else "")]
 
 
 def render_text(report: ModelReport) -> str:
     lines = [f"whole-model benchmark, {report.meta.get('cpu', '')} ({report.meta.get('cpu_flags', '')}), "
              f"{report.meta.get('threads')} threads, {report.meta.get('date', '')}"]
     for peak in report.peaks:
-        lines.append(f"measured GEMM peak, {peak['dtype']}: {_sig(peak.get('gflops'))} GFLOP/s (n={peak['n']}, "
+        lines.append(f"measured GEMM peak, {peak['dtype']}: {format_sig(peak.get('gflops'))} GFLOP/s (n={peak['n']}, "
                      f"by {peak.get('by', '')}; all: {peak.get('all', {})})")
     for title, rows in sections(report.rows).items():
         lines += ["", title]
@@ -98,8 +98,8 @@ def render_text(report: ModelReport) -> str:
     lines += ["", "ratios (speed = their median / our median; > 1 means ours is faster):"]
     for r in ratios(report.rows):
         judged = f" ({verdict(r)})" if r["goal"] is not None else ""
-        lines.append(f"  {r['kind']}: {r['what']}: {r['ours']} {_sig(r['ours_ms'])} ms vs {r['theirs']} "
-                     f"{_sig(r['theirs_ms'])} ms -> {r['speed']:.2f}x{judged}")
+        lines.append(f"  {r['kind']}: {r['what']}: {r['ours']} {format_sig(r['ours_ms'])} ms vs {r['theirs']} "
+                     f"{format_sig(r['theirs_ms'])} ms -> {r['speed']:.2f}x{judged}")
     return "\n".join(lines)
 
 
@@ -120,7 +120,7 @@ def _what(key: tuple) -> str:
 
 
 def ratios(rows: list[ModelRow]) -> list[dict[str, Any]]:
-    """The comparisons issue 12 asks for, each `speed = their median / our median` (>= 1.0: ours is as fast):
+    """The comparisons the benchmark is for, each `speed = their median / our median` (>= 1.0: ours is as fast):
     torch_impl (eager, and its best mode) vs torch.nn.Transformer; tf_impl compiled (best of tf.function and XLA) vs
     KerasHub where such rows exist; bfloat16 vs float32 per implementation (`speed` = float32 / bfloat16 median)."""
     out = []
@@ -177,7 +177,7 @@ def _noise(ours: ModelRow, theirs: ModelRow) -> float | None:
     if paired < 2 or not all(x > 0 for x in a[:paired] + b[:paired]):
         return None
     logs = [math.log(b[r] / a[r]) for r in range(paired)]
-    return math.expm1(_t95(paired - 1) * statistics.stdev(logs) / math.sqrt(paired))
+    return math.expm1(t95(paired - 1) * statistics.stdev(logs) / math.sqrt(paired))
 
 
 # Two-sided 95% quantiles of Student's t for 1-9 degrees of freedom; from 10 on, the Cornish-Fisher expansion
@@ -185,7 +185,7 @@ def _noise(ours: ModelRow, theirs: ModelRow) -> float | None:
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262)
 
 
-def _t95(df: int) -> float:
+def t95(df: int) -> float:
     if df <= len(_T95):
         return _T95[df - 1]
     z = 1.959964
@@ -232,9 +232,10 @@ def _md_rows(report: ModelReport) -> str:
             if r.status != "ok":
                 lines.append(f"| {r.impl} | {r.status} | | | | | | | | {r.note} |")
                 continue
-            lines.append(f"| {r.impl} | {_sig(r.median_ms)} ({_sig(r.iqr_ms, 2)}) | {_sig(r.tokens_per_s)} | "
-                         f"{_sig(r.gflops)} | {_pct(r.pct_peak)} | {_sig(r.peak_mem_mib)} | {_sig(r.first_call_ms)} | "
-                         f"{_sig(r.compile_s)} | {_err(r.max_abs_err)} | {r.check}{' ' + r.note if r.note else ''} |")
+            lines.append(f"| {r.impl} | {format_sig(r.median_ms)} ({format_sig(r.iqr_ms, 2)}) "
+                         f"| {format_sig(r.tokens_per_s)} | {format_sig(r.gflops)} | {format_pct(r.pct_peak)} "
+                         f"| {format_sig(r.peak_mem_mib)} | {format_sig(r.first_call_ms)} | {format_sig(r.compile_s)} "
+                         f"| {format_err(r.max_abs_err)} | {r.check}{' ' + r.note if r.note else ''} |")
         lines.append("")
     return "\n".join(lines).rstrip()
 
@@ -257,7 +258,7 @@ def _md_cross(report: ModelReport) -> str:
                     cells.append("")
                 else:
                     speed = f" ({base.median_ms / row.median_ms:.2f}x)" if base else ""
-                    cells.append(f"{_sig(row.median_ms)}{speed}")
+                    cells.append(f"{format_sig(row.median_ms)}{speed}")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         out.append("\n".join(lines))
     return "\n\n".join(out)
@@ -271,8 +272,8 @@ def _md_ratios(report: ModelReport) -> str:
              "|---|---|---|---:|---|---:|---:|---|"]
     for r in rs:
         goal = "" if r["goal"] is None else f">= 1.0: {verdict(r)}"
-        lines.append(f"| {r['kind']} | {r['what']} | {r['ours']} | {_sig(r['ours_ms'])} | {r['theirs']} | "
-                     f"{_sig(r['theirs_ms'])} | {r['speed']:.2f}x | {goal} |")
+        lines.append(f"| {r['kind']} | {r['what']} | {r['ours']} | {format_sig(r['ours_ms'])} | {r['theirs']} | "
+                     f"{format_sig(r['theirs_ms'])} | {r['speed']:.2f}x | {goal} |")
     return "\n".join(lines)
 
 
@@ -292,8 +293,8 @@ def render_compare(a: ModelReport, b: ModelReport, path_a: str, path_b: str) -> 
              f"{'implementation':22s} {'model':9s} {'task':17s} {'dtype':9s} {'A ms':>10s} {'B ms':>10s} {'B/A':>7s}"]
     for k in common:
         ra, rb = rows_a[k], rows_b[k]
-        lines.append(f"{k[0]:22s} {k[1]:9s} {k[2]:17s} {k[3]:9s} {_sig(ra.median_ms):>10s} {_sig(rb.median_ms):>10s} "
-                     f"{rb.median_ms / ra.median_ms:7.3f}")
+        lines.append(f"{k[0]:22s} {k[1]:9s} {k[2]:17s} {k[3]:9s} {format_sig(ra.median_ms):>10s} "
+                     f"{format_sig(rb.median_ms):>10s} {rb.median_ms / ra.median_ms:7.3f}")
     only_a, only_b = len(set(rows_a) - set(common)), len(set(rows_b) - set(common))
     if not common:
         lines.append("no row was measured in both runs")
@@ -304,7 +305,7 @@ def render_compare(a: ModelReport, b: ModelReport, path_a: str, path_b: str) -> 
 
 # --- the plot -----------------------------------------------------------------------------------------------------
 
-def _value_axis(values: Iterable[float]) -> tuple[str, tuple[float, float]]:
+def value_axis(values: Iterable[float]) -> tuple[str, tuple[float, float]]:
     """The y axis for one panel of bars: linear from 0 unless the bars span more than 10x, then log over whole
     decades. A log axis autoscaled to close values starts just below the smallest bar, which draws a 0.2% difference
     as a bar several times the other's height."""
@@ -344,10 +345,10 @@ def plot(report: ModelReport, path: str, force: bool = False) -> None:
             if not any(heights):
                 continue
             bars = ax.bar(xs, heights, width, label=dtype, color=colors.get(dtype))
-            ax.bar_label(bars, labels=[_sig(h) if h else "" for h in heights], fontsize=6, padding=1)
+            ax.bar_label(bars, labels=[format_sig(h) if h else "" for h in heights], fontsize=6, padding=1)
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels(names, rotation=35, ha="right", fontsize=7)
-        scale, limits = _value_axis(v for per_dtype in impls.values() for v in per_dtype.values())
+        scale, limits = value_axis(v for per_dtype in impls.values() for v in per_dtype.values())
         ax.set_yscale(scale)
         ax.set_ylim(*limits)
         ax.set_ylabel("tokens/s")

@@ -2,8 +2,8 @@
 one Transformer in every framework and mode, from the same canonical weights, checked against the float64 NumPy
 reference while timed.
 
-Method, per problem (a model config, a shape, a task and a dtype) — the attention benchmark's, from
-`benchmarks.engine`:
+Method, per problem (a model config, a shape, a task and a dtype) — the attention benchmark's, on the shared
+`harness`, `timing` and `machine`:
 1. the float64 reference answers the problem once (logits, the loss at the initial weights, or the greedy tokens
    and the last step's logits), and the NumPy float32 run of the same problem gives the **rounding floor**;
 2. each implementation is built from the canonical weights; its **first call** is timed on its own (tracing, XLA
@@ -12,7 +12,7 @@ Method, per problem (a model config, a shape, a task and a dtype) — the attent
    not silently timed; bfloat16 rows report their difference (their rule is the reduced-precision `verify`'s job);
 3. one warm-up call measures the **memory** (peak RSS growth);
 4. the implementations of a framework are timed in interleaved rounds of device-synchronised blocks
-   (`engine._timing_rounds`), frameworks taking turns; median and IQR over blocks, and the median block of each
+   (`harness.timing_rounds`), frameworks taking turns; median and IQR over blocks, and the median block of each
    round (`round_ms`): a goal's verdict pairs two rows round by round (`model_report._noise`).
 Training rows keep training: each timed call is one more Adam update (dropout 0 by default, so the first call's loss
 is comparable across frameworks).
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from . import engine
+from . import harness, machine, timing
 from .model_impls import OURS, REGISTRY, TASKS, greedy, select
 
 DTYPES = ("float32", "bfloat16")
@@ -69,7 +69,7 @@ MODELS: dict[str, dict[str, Any]] = {
                                 num_encoder_layers=4, num_decoder_layers=4, d_ff=1024, max_len=256, dropout=0.0,
                                 final_norm=True),
                  "shape": dict(batch=8, src_len=64, tgt_len=64, new_tokens=16)},
-    # The paper's base model with 8000-token vocabularies: the shape issue 12 quotes (several minutes; opt-in).
+    # The paper's base model with 8000-token vocabularies (several minutes; opt-in: `--preset paper-base`).
     "base": {"config": dict(src_vocab_size=8000, tgt_vocab_size=8000, max_len=256, dropout=0.0, final_norm=True),
              "shape": dict(batch=8, src_len=64, tgt_len=64, new_tokens=16)},
     # GPT-2's architecture (pre-LN, learned positions, tied output, gelu_tanh), decoder-only: `src_len` is the
@@ -118,7 +118,7 @@ PRESETS: dict[str, list[tuple[list[str], list[str], list[str], list[str] | None]
                                                            "keras_hub.function"]),
         (["marian-256"], ["forward", "train", "generate"], ["float32"], ["torch_impl.eager", "transformers"]),
     ],
-    "issue": [(["base"], ["forward", "train"], ["float32"], None)],
+    "paper-base": [(["base"], ["forward", "train"], ["float32"], None)],
     "smoke": [(["micro"], list(TASKS), ["float32", "bfloat16"], ["torch_impl.eager", "torch.nn.Transformer"]),
               (["micro"], ["forward"], ["float32"], ["tf_impl.eager"])],
 }
@@ -280,7 +280,7 @@ class ModelReport:
                 or not {"meta", "peaks", "rows"} <= set(data):
             raise ValueError("not a model benchmark result: expected a JSON object with kind 'model-bench', meta, "
                              "peaks and rows")
-        return cls(*engine.result_from_json(ModelRow, data))
+        return cls(*harness.result_from_json(ModelRow, data))
 
 
 @dataclass
@@ -298,13 +298,13 @@ class Options:
     progress: Any = None
 
 
-def _blank_row(impl, problem: Problem, status: str, note: str = "") -> ModelRow:
+def blank_row(impl, problem: Problem, status: str, note: str = "") -> ModelRow:
     c = problem.config
     return ModelRow(impl=impl.name, framework=impl.framework, status=status, model=problem.model, task=problem.task,
                     dtype=problem.dtype, batch=problem.batch, src_len=problem.src_len, tgt_len=problem.tgt_len,
                     new_tokens=problem.new_tokens, d_model=c.d_model,
                     layers=f"{c.num_encoder_layers}+{c.num_decoder_layers}", vocab=c.tgt_vocab_size,
-                    device_name=engine.cpu_name(), tokens=problem.tokens, gflop=problem.flops / 1e9, note=note)
+                    device_name=machine.cpu_name(), tokens=problem.tokens, gflop=problem.flops / 1e9, note=note)
 
 
 # --- planning -------------------------------------------------------------------------------------------------------
@@ -417,14 +417,14 @@ def run(pairs: list[tuple[Problem, list]], options: Options) -> ModelReport:
         progress(f"[{time.perf_counter() - started:6.1f}s] {message}")
 
     frameworks = {impl.framework for _, impls in pairs for impl in impls}
-    thread_info = engine.configure_threads(options.threads, frameworks)
-    tf32 = engine._disable_tf32(frameworks)
+    thread_info = machine.configure_threads(options.threads, frameworks)
+    tf32 = machine.disable_tf32(frameworks)
     uptime_before = _uptime()
 
     peaks = {}
     for dtype in sorted({p.dtype for p, _ in pairs}):
         say(f"peak: {dtype} GEMM")
-        peaks[dtype] = engine.measure_peak("cpu", dtype, engine.peak_frameworks(frameworks), options.threads,
+        peaks[dtype] = machine.measure_peak("cpu", dtype, machine.peak_frameworks(frameworks), options.threads,
                                            options.peak_n, options.peak_time)
 
     rows: list[ModelRow] = []
@@ -444,7 +444,7 @@ def run(pairs: list[tuple[Problem, list]], options: Options) -> ModelReport:
                 if row.gflops is not None and peak:
                     row.peak_gflops, row.pct_peak = peak, 100 * row.gflops / peak
                 rows.append(row)
-            engine._free_memory()
+            machine.free_memory()
     finally:
         import gc
         gc.unfreeze()
@@ -452,7 +452,7 @@ def run(pairs: list[tuple[Problem, list]], options: Options) -> ModelReport:
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
         "versions": _versions(),
-        "cpu": engine.cpu_name(),
+        "cpu": machine.cpu_name(),
         "cpu_flags": _cpu_flags(),
         "cpu_count": os.cpu_count(),
         "threads": options.threads,
@@ -469,7 +469,7 @@ def run(pairs: list[tuple[Problem, list]], options: Options) -> ModelReport:
         "check": ("max |output - float64 NumPy reference|: logits (forward), the loss at the initial weights "
                   "(train), the greedy tokens and the last step's logits (generation); float32 rows beyond "
                   "max(5e-5, 10 x the NumPy float32 floor) are FLAGGED; bfloat16 rows are reported, not judged"),
-        "memory": engine._RSSPeak.method if engine._RSSPeak.available() else "not measured",
+        "memory": machine.RSSPeak.method if machine.RSSPeak.available() else "not measured",
         "load_before": uptime_before,
         "load_after": _uptime(),
         "wall_s": round(time.perf_counter() - started, 1),
@@ -498,17 +498,17 @@ def _run_problem(problem, impls, weights, inputs, desired, options, say) -> list
     if live:
         say(f"{_label(problem)}: timing {len(live)} implementations")
     for group in groups.values():
-        time.sleep(engine._SETTLE_S)
-        engine._timing_rounds(group, _CPU, options)
+        time.sleep(harness.SETTLE_S)
+        harness.timing_rounds(group, _CPU, options)
     for item in live:
         if item.runner is None or not item.times:
             continue
-        timing = engine.summarize(item.times, item.number)
+        summary = timing.summarize(item.times, item.number)
         row = item.row
-        row.median_ms, row.iqr_ms, row.runs = 1e3 * timing.median, 1e3 * timing.iqr, timing.runs
+        row.median_ms, row.iqr_ms, row.runs = 1e3 * summary.median, 1e3 * summary.iqr, summary.runs
         row.round_ms = [1e3 * t for t in item.round_medians()]
-        row.tokens_per_s = problem.tokens / timing.median
-        row.gflops = problem.flops / timing.median / 1e9
+        row.tokens_per_s = problem.tokens / summary.median
+        row.gflops = problem.flops / summary.median / 1e9
         if item.impl.name.endswith((".compile", ".function", ".xla")) and row.first_call_ms is not None:
             row.compile_s = max(0.0, (row.first_call_ms - row.median_ms) / 1e3)
     del live
@@ -520,44 +520,43 @@ class _CPU:
 
 
 def _prepare(impl, problem, weights, inputs, desired: Desired, options):
-    from .implementations import NotInstalled, Unsupported
-    row = _blank_row(impl, problem, "ok")
+    row = blank_row(impl, problem, "ok")
     row.threads = options.threads
     try:
         start = time.perf_counter()
         runner = impl.build(problem, weights, inputs)
         row.build_ms = 1e3 * (time.perf_counter() - start)
-    except NotInstalled as exc:
+    except harness.NotInstalled as exc:
         row.status, row.note = "not installed", str(exc)
         return row, None
-    except Unsupported as exc:
+    except harness.Unsupported as exc:
         row.status, row.note = "unsupported", str(exc)
         return row, None
     except Exception as exc:  # noqa: BLE001 - a broken implementation is a row, not a crashed run
-        return engine._failed(row, exc), None
+        return harness.failed(row, exc), None
     try:
         with runner.context():
             start = time.perf_counter()
             first = runner.fn()  # the loss of a training step is the one at the initial weights
             row.first_call_ms = 1e3 * (time.perf_counter() - start)
-            _check(row, runner.to_numpy(first), desired, problem.dtype)
+            check_row(row, runner.to_numpy(first), desired, problem.dtype)
             del first
-            _, per_call = engine.metered_call(runner.fn, row, "cpu", impl.framework)
-            per_call = engine.sizing_call(runner.fn, per_call, options.max_time, "cpu", impl.framework)
+            _, per_call = machine.metered_call(runner.fn, row, "cpu", impl.framework)
+            per_call = timing.sizing_call(runner.fn, per_call, options.max_time, "cpu", impl.framework)
     except Exception as exc:  # noqa: BLE001
-        engine._failed(row, exc)
+        harness.failed(row, exc)
         return row, None
-    number = engine.block_size(per_call)
+    number = timing.block_size(per_call)
     # at least min_time, and time for one block in each round where max_time allows (a 0.35 s training step gets
     # 5 rounds in 2 s, where min_time's 1.5 s held 4: too few for a verdict)
     budget = min(options.max_time, max(options.min_time, options.rounds * per_call * number))
     budget = max(budget, options.min_runs * per_call * number)  # at least min_runs calls, whatever max_time says
-    return row, engine._Live(impl, runner, row, number, budget,
-                             engine.rounds_that_fit(budget, per_call * number, options.rounds),
+    return row, harness.Live(impl, runner, row, number, budget,
+                             timing.rounds_that_fit(budget, per_call * number, options.rounds),
                              min_runs=options.min_runs)
 
 
-def _check(row: ModelRow, actual: dict, desired: Desired, dtype: str) -> None:
+def check_row(row: ModelRow, actual: dict, desired: Desired, dtype: str) -> None:
     diff, output, note = _difference(actual, desired.outputs)
     row.max_abs_err, row.err_output = (None if diff == float("inf") else diff), output
     row.tolerance = desired.tolerance
@@ -573,7 +572,7 @@ def _check(row: ModelRow, actual: dict, desired: Desired, dtype: str) -> None:
 
 def _versions() -> dict[str, str]:
     from importlib import metadata
-    out = engine.versions()
+    out = machine.versions()
     for dist in ("transformers", "keras-hub"):
         try:
             out[dist] = metadata.version(dist)
