@@ -13,7 +13,6 @@ import argparse
 import dataclasses
 import importlib
 import importlib.util
-import json
 import os
 import pickle
 import sys
@@ -74,14 +73,15 @@ def parse_fields(config_file: str | None, sets: Sequence[str]) -> dict[str, Any]
         if not path.is_file():
             raise UsageError(f"--config {config_file}: no such file" if not path.exists()
                              else f"--config {config_file} is not a file")
+        from . import limits
+
         try:
-            data = json.loads(path.read_text())
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UsageError(f"--config {config_file} is not valid JSON: {exc}") from None
-        except RecursionError:
-            raise UsageError(f"--config {config_file} nests JSON too deeply to be a config") from None
-        if not isinstance(data, dict):
-            raise UsageError(f"--config {config_file} must hold a JSON object, received {type(data).__name__}")
+            data = limits.read_json_object(path, "a config")
+        except ValueError as exc:
+            raise UsageError(f"--config {exc}") from None
+        problems = [rn.config.field_type_problem(name, value) for name, value in data.items() if name in defaults]
+        if any(problems):
+            raise UsageError(f"--config {config_file}: {next(p for p in problems if p)}")
         fields.update(data)
     for item in sets:
         name, sep, text = item.partition("=")
@@ -259,15 +259,18 @@ def cmd_convert(args) -> int:
     out_path = formats.check_destination(args.output, out_format, args.force)
     if out_path.exists() and out_path.resolve() == in_path.resolve():
         raise UsageError(f"{args.output} is the input file; write the conversion elsewhere")
+    to_layout = None
+    if getattr(args, "to_layout", None):  # parsed (names checked as the output's keys) before the input is read
+        from .layouts import user
+        to_layout = user.load_for_writing(args.to_layout, out_path)
     start = time.perf_counter()
     size = formats.source_size(in_path)
     with _Bytes(args, f"reading {in_path.name}", size) as bar:
         loaded = formats.load(in_path, _input_format(args), fields, bar.advance, allow_drop=args.allow_drop)
         bar.describe(f"writing {out_path.name}", loaded.nbytes)
         size_text = _size(loaded.weights)
-        if getattr(args, "to_layout", None):
-            from .layouts import user
-            path, fmt = out_path, user.export_with_layout(out_path, loaded.config, loaded.weights, args.to_layout,
+        if to_layout is not None:
+            path, fmt = out_path, user.export_with_layout(out_path, loaded.config, loaded.weights, to_layout,
                                                           args.force)
         else:
             path, fmt = formats.save(out_path, loaded.config, loaded.weights, out_format, args.force, bar.advance,
