@@ -36,8 +36,10 @@ MARIAN = rn.TransformerConfig(
     output_bias=True, pad_id=VOCAB - 1, dropout=0.0)
 BART = MARIAN.replace(positional="learned", sinusoid_layout="interleaved", position_offset=2, embed_norm=True,
                       activation="gelu")
-MODELS = {"gpt2": ("hf-gpt2", GPT2), "bert": ("hf-bert", BERT), "marian": ("hf-marian", MARIAN),
-          "bart": ("hf-bart", BART), "kerashub-gpt2": ("kerashub-gpt2", GPT2)}
+BERT_MODEL = BERT.replace(output_projection=False, tie_embeddings=False, output_bias=False, head_transform=False,
+                          pooler=True)  # BertModel: no head, a pooler
+MODELS = {"gpt2": ("hf-gpt2", GPT2), "bert": ("hf-bert", BERT), "bert-model": ("hf-bert", BERT_MODEL),
+          "marian": ("hf-marian", MARIAN), "bart": ("hf-bart", BART), "kerashub-gpt2": ("kerashub-gpt2", GPT2)}
 
 
 @pytest.fixture(scope="module")
@@ -124,13 +126,16 @@ def test_set_over_a_directory_must_match_the_weights(models, tmp_path, capsys, s
     convert_refused([models / "marian", "--set", setting], capsys, tmp_path, fragment)
 
 
-def test_an_honest_directory_still_converts(models, tmp_path, capsys):
+@pytest.mark.parametrize("name", list(MODELS))
+def test_an_honest_directory_still_converts(models, tmp_path, capsys, name):
+    """The strict readers read every field of an honest config.json as before: the same config, the same weights."""
+    config = MODELS[name][1]
     out = tmp_path / "out.safetensors"
-    code, _, err = run(["convert", models / "marian", out], capsys)
+    code, _, err = run(["convert", models / name, out], capsys)
     assert code == 0, err
     loaded = formats.load(out)
-    assert loaded.config == MARIAN
-    for key, value in seeded_weights(MARIAN, 0).items():
+    assert loaded.config == config
+    for key, value in seeded_weights(config, 0).items():
         np.testing.assert_array_equal(loaded.weights[key], value)
 
 

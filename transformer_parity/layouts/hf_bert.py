@@ -86,7 +86,7 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
         dropout=number(hf, "hidden_dropout_prob", 0.1), activation=activation(hf, "hidden_act", "gelu"),
         norm_first=False, final_norm=False, layer_norm_eps=number(hf, "layer_norm_eps", 1e-12), positional="learned",
         scale_embedding=False, bias=True, tie_embeddings=mlm and boolean(hf, "tie_word_embeddings", True),
-        pad_id=token_id(hf, "pad_token_id", vocab, default=0) or 0,  # transformers' BertConfig default: 0 output_bias=mlm, output_projection=mlm,
+        pad_id=token_id(hf, "pad_token_id", vocab, default=0) or 0, output_bias=mlm, output_projection=mlm,
         type_vocab_size=integer(hf, "type_vocab_size", 2), embed_norm=True, head_transform=mlm,
         pooler=not mlm and any(k.endswith("pooler.dense.weight") for k in keys))
     notes = [] if mlm else [f"BertModel {'with' if config.pooler else 'without'} a pooler (from the saved weights)"]
