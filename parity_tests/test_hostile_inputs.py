@@ -126,6 +126,15 @@ def test_set_over_a_directory_must_match_the_weights(models, tmp_path, capsys, s
     convert_refused([models / "marian", "--set", setting], capsys, tmp_path, fragment)
 
 
+def test_set_layers_over_an_nn_transformer_file_must_match_the_weights(tmp_path, capsys):
+    pytest.importorskip("torch")
+    config = rn.TransformerConfig.preset("tiny", dropout=0.0, final_norm=True)
+    formats.save(tmp_path / "nn.pt", config, seeded_weights(config, 0), fmt="nn-transformer")
+    convert_refused([tmp_path / "nn.pt", "--set", "num_encoder_layers=1000000000"], capsys, tmp_path,
+                    "num_encoder_layers=1000000000 (--set/--config) does not match the weights, which hold 2 encoder "
+                    "layers; refusing before allocating anything")
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_an_honest_directory_still_converts(models, tmp_path, capsys, name):
     """The strict readers read every field of an honest config.json as before: the same config, the same weights."""
