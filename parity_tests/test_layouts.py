@@ -435,10 +435,11 @@ BAD_LAYOUTS = {
                      "line 12, column"),
     "unknown-transform": (TORCH_LAYOUT.replace(W_Q, W_Q.replace("transpose", "transposed")),
                           "unknown transform 'transposed'"),
-    "pattern-matches-nothing": (TORCH_LAYOUT + '"blocks.{i}.attn.W_Q.weight" = "encoder.layers.{i}.norm1.gamma"\n',
+    "pattern-matches-nothing": (TORCH_LAYOUT + '"blocks.{i}.attn.W_Q.weight" = "decoder.layers.{i}.norm1.gamma"\n',
                                 "pattern 'blocks.{i}.attn.W_Q.weight' matches no key"),
     "key-matched-twice": (TORCH_LAYOUT + '"layers.0.attn.W_Q.weight" = "encoder.layers.0.self_attn.q.kernel"\n',
-                          "key 'layers.0.attn.W_Q.weight' is matched by 2 patterns"),
+                          "'encoder.layers.0.self_attn.q.kernel' is targeted twice, by line 14 "
+                          "('layers.{i}.attn.W_Q.weight') and line 32 ('layers.0.attn.W_Q.weight')"),
     "unmapped-key": (TORCH_LAYOUT.replace(W_Q + "\n", ""), "not in the layout: 'layers.0.attn.W_Q.weight'"),
     "shape-mismatch": (TORCH_LAYOUT.replace(FFN1, FFN1.replace(" transpose", "")),
                        "layers.0.ffn.0.weight has shape (64, 32), the config implies (32, 64)"),

@@ -217,6 +217,33 @@ class TransformerConfig:
         return cls.from_dict(data)
 
 
+def field_type_problem(name: str, value: Any) -> str | None:
+    """What is wrong with the type of `value` for config field `name` (None if nothing), for readers of partial
+    configs (a JSON or TOML file) that use a value before a whole config validates it: an int field takes an int
+    (not a bool, not 3.7, not "0"), a bool field a bool (not "false"), a float field a finite number, a str field a
+    string; a field whose annotation allows None takes None."""
+    kinds = _FIELD_KINDS.get(name)
+    if kinds is None:
+        return f"unknown config field {name!r}"
+    if value is None:
+        return None if "None" in kinds else f"{name} must be {_KIND_TEXT[kinds[0]]}, received None"
+    for kind in kinds:
+        if kind == "bool" and isinstance(value, bool):
+            return None
+        if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+            return None
+        if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return None
+        if kind == "str" and isinstance(value, str):
+            return None
+    return f"{name} must be {' or '.join(_KIND_TEXT[k] for k in kinds)}, received {value!r}"
+
+
+_FIELD_KINDS = {f.name: tuple(str(f.type).replace(" ", "").split("|")) for f in dataclasses.fields(TransformerConfig)}
+_KIND_TEXT = {"int": "an integer", "bool": "true or false", "float": "a finite number", "str": "a string",
+              "None": "none"}
+
+
 def _check_int(name: str, value: Any, minimum: int, or_none: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}{' or None' if or_none else ''}, received "

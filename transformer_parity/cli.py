@@ -194,6 +194,10 @@ def cmd_convert(args) -> int:
     out_format = formats.output_format(args.output, args.to)
     outputs.check_apart(in_path, args.output)  # before anything is read or moved
     out_path = formats.check_destination(args.output, out_format, args.force)
+    to_layout = None
+    if getattr(args, "to_layout", None):  # parsed (names checked as the output's keys) before the input is read
+        from .layouts import user
+        to_layout = user.load_for_writing(args.to_layout, out_path)
     start = time.perf_counter()
     size = formats.source_size(in_path)
     notes: list[str] = []
@@ -201,9 +205,8 @@ def cmd_convert(args) -> int:
         loaded = formats.load(in_path, _input_format(args), fields, bar.advance, allow_drop=args.allow_drop)
         bar.describe(f"writing {printable(out_path.name)}", loaded.nbytes)
         size_text = _size(loaded.weights)
-        if getattr(args, "to_layout", None):
-            from .layouts import user
-            path, fmt = out_path, user.export_with_layout(out_path, loaded.config, loaded.weights, args.to_layout,
+        if to_layout is not None:
+            path, fmt = out_path, user.export_with_layout(out_path, loaded.config, loaded.weights, to_layout,
                                                           args.force)
         else:
             path, fmt = formats.save(out_path, loaded.config, loaded.weights, out_format, args.force, bar.advance,

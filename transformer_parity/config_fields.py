@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -23,14 +22,15 @@ def parse_fields(config_file: str | None, sets: Sequence[str]) -> dict[str, Any]
         if not path.is_file():
             raise UsageError(f"--config {config_file}: no such file" if not path.exists()
                              else f"--config {config_file} is not a file")
+        from . import limits
+
         try:
-            data = json.loads(path.read_text())
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UsageError(f"--config {config_file} is not valid JSON: {exc}") from None
-        except RecursionError:
-            raise UsageError(f"--config {config_file} nests JSON too deeply to be a config") from None
-        if not isinstance(data, dict):
-            raise UsageError(f"--config {config_file} must hold a JSON object, received {type(data).__name__}")
+            data = limits.read_json_object(path, "a config")
+        except ValueError as exc:
+            raise UsageError(f"--config {exc}") from None
+        problems = [rn.config.field_type_problem(name, value) for name, value in data.items() if name in defaults]
+        if any(problems):
+            raise UsageError(f"--config {config_file}: {next(p for p in problems if p)}")
         fields.update(data)
     for item in sets:
         name, sep, text = item.partition("=")

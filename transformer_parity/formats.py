@@ -177,6 +177,8 @@ def load(path: str | os.PathLike, fmt: str | None = None, fields: Mapping[str, A
     path = Path(path)
     drops = Drops(tuple(allow_drop or ()))
     loaded = _load(path, fmt, fields, on_tensor, drops)
+    from . import limits
+    limits.check_positions(loaded.config, str(path), "--set/--config" if "max_len" in fields else "")
     loaded.dropped = list(drops.dropped)
     loaded.notes += drops.notes
     loaded.notes += [f"--allow-drop {name}: no tensor of that name was dropped from {path.name}"

@@ -11,13 +11,20 @@ Two checks, both made before anything large exists:
   MemoryError.
 
 The estimate is deliberately rough (within a small factor of what the run allocates, never far below it): it is
-used to refuse what cannot fit, not to plan.
+used to refuse what cannot fit, not to plan. "Available" is also bounded by the process's address-space limit
+(`ulimit -v`, `RLIMIT_AS`), so a run under a limit is refused in one line instead of failing inside NumPy.
+
+Config files (a model directory's `config.json`, `--config FILE.json`) are read through `read_json_object`, which
+reads at most `MAX_CONFIG_BYTES` of them.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
+from pathlib import Path
+from typing import Any
 
 import reference_numpy as rn
 
@@ -51,7 +58,26 @@ def check_config_against_file(config: rn.TransformerConfig, n_tensors: int, sour
 
 
 def available_bytes() -> int:
-    """Memory available to a new allocation: MemAvailable from /proc/meminfo, else physical memory."""
+    """Memory available to a new allocation: MemAvailable from /proc/meminfo (else physical memory), and at most what
+    the address-space limit leaves (`RLIMIT_AS` less what is mapped now)."""
+    return min(_system_available(), _address_space_left())
+
+
+def _address_space_left() -> int:
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft == resource.RLIM_INFINITY:
+            return 1 << 62
+        with open("/proc/self/status") as f:
+            mapped = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+        return max(soft - mapped, 0)
+    except (ImportError, OSError, ValueError, StopIteration):
+        return 1 << 62
+
+
+def _system_available() -> int:
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -85,6 +111,24 @@ def estimate_bytes(config: rn.TransformerConfig, batch: int = 1, src_len: int = 
     return total * itemsize
 
 
+def sinusoid_bytes(config: rn.TransformerConfig) -> int:
+    """Peak bytes of computing a sinusoidal position table (`rn.sinusoidal_positions`: `(max_len, d_model)` in
+    float64, built from angles and their sines and cosines, about three tables at once); 0 for learned positions,
+    whose table is a weight of the file."""
+    return 3 * 8 * config.max_len * config.d_model if config.positional == "sinusoidal" else 0
+
+
+def check_positions(config: rn.TransformerConfig, source: str, origin: str = "") -> None:
+    """Refuse a sinusoidal `max_len` whose position table (which every backend computes when it is built) does not
+    fit in the memory available, naming the field: nothing in the weights bounds it."""
+    need, have = sinusoid_bytes(config), available_bytes()
+    if need > have:
+        raise ValueError(f"{source}: config field max_len={config.max_len}{f' ({origin})' if origin else ''} needs a "
+                         f"sinusoidal position table of about {_human(need)} to build (max_len x d_model={config.d_model}"
+                         f" in float64), more than the {_human(have)} available; state the model's real max_len "
+                         "(--set max_len=N)")
+
+
 def check_memory(need: int, what: str) -> None:
     """`UsageError` naming `what` and the estimate when `need` bytes exceed the memory available."""
     have = available_bytes()
@@ -94,8 +138,39 @@ def check_memory(need: int, what: str) -> None:
 
 
 def check_run(config: rn.TransformerConfig, what: str, **sizes) -> None:
-    """`check_memory(estimate_bytes(config, **sizes), what)`."""
+    """`check_positions`, then `check_memory(estimate_bytes(config, **sizes), what)`."""
+    check_positions(config, what)
     check_memory(estimate_bytes(config, **sizes), what)
+
+
+MAX_CONFIG_BYTES = 1 << 20  # config files are a few kB; 1 MiB leaves room for large label maps
+
+
+class FileTooLarge(ValueError):
+    """A file over the size cap of what it claims to be (a config file of megabytes)."""
+
+
+def read_json_object(path: str | os.PathLike, what: str, cap: int = MAX_CONFIG_BYTES) -> dict[str, Any]:
+    """A JSON object from a config file of at most `cap` bytes (only `cap + 1` bytes are ever read); `ValueError`
+    naming the file: too large, not UTF-8 JSON, nested too deeply, or not an object."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        raise FileTooLarge(f"{path} is larger than {_human_binary(cap)}, too large for {what}; refusing to read it")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{path} nests JSON too deeply to be {what}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} must hold a JSON object ({what}), received {type(value).__name__}")
+    return value
+
+
+def _human_binary(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
 def _human(n: float) -> str:

@@ -8,6 +8,7 @@ Neither imports transformers.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -17,12 +18,15 @@ import numpy as np
 import reference_numpy as rn
 
 from . import hf_dir
-from .table import _regex, export_state, import_state
+from .names import regex
+from .table import export_state, import_state
 
 
 def architecture(hf: Mapping[str, Any], model_type: str, supported: tuple[str, ...], has_head: bool) -> str:
     """The supported class `config.json` names; without `architectures`, the head model if its keys are there."""
     archs = hf.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise ValueError(f"config.json architectures must be a list of class names, received {archs!r}")
     known = [a for a in archs if a in supported]
     if known:
         return known[0]
@@ -33,9 +37,10 @@ def architecture(hf: Mapping[str, Any], model_type: str, supported: tuple[str, .
 
 
 def refuse(hf: Mapping[str, Any], supported: Mapping[str, Any]) -> None:
-    """Fail on a config.json field set to a value this layout cannot compute (absent fields take the default)."""
+    """Fail on a config.json field set to a value this layout cannot compute (absent fields take the default); a
+    value of another type (`"false"`, `0` for a boolean) is refused as well."""
     for key, value in supported.items():
-        if key in hf and hf[key] is not None and hf[key] != value:
+        if key in hf and hf[key] is not None and (type(hf[key]) is not type(value) or hf[key] != value):
             raise ValueError(f"config.json {key}={hf[key]!r} is not supported (only {value!r})")
 
 
@@ -48,16 +53,64 @@ TO_HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "si
 def activation(hf: Mapping[str, Any], key: str, default: str) -> str:
     """Our name for the activation config.json names under `key` (absent: `default`)."""
     name = hf.get(key, default)
-    if name not in ACTIVATIONS:
+    if not isinstance(name, str) or name not in ACTIVATIONS:
         raise ValueError(f"config.json {key}={name!r} is not supported; supported: {', '.join(ACTIVATIONS)}")
     return ACTIVATIONS[name]
 
 
-def integer(hf: Mapping[str, Any], key: str) -> int:
-    value = hf.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"config.json {key} must be an integer, received {value!r}")
+# Strict readers of config.json fields (also KerasHub's config.json): JSON types mean what they say. An integer is
+# an int (not 3.7, true, "0" or 1e999, which JSON reads as inf), a boolean a bool (not "false", which is truthy), a
+# number finite; each refusal names the field and the value.
+REQUIRED = object()
+
+
+def integer(hf: Mapping[str, Any], key: str, default: Any = REQUIRED, where: str = "config.json") -> int:
+    """A non-negative integer field (`default` when absent; required when no default is given)."""
+    value = _get(hf, key, default, where)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{where} {key} must be a non-negative integer, received {value!r}")
     return value
+
+
+def optional_integer(hf: Mapping[str, Any], key: str, where: str = "config.json") -> int | None:
+    """`integer`, or None when the field is absent or null."""
+    return None if hf.get(key) is None else integer(hf, key, where=where)
+
+
+def boolean(hf: Mapping[str, Any], key: str, default: bool, where: str = "config.json") -> bool:
+    """A true/false field (`default` when absent or null)."""
+    value = hf.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ValueError(f"{where} {key} must be true or false, received {value!r}")
+    return value
+
+
+def number(hf: Mapping[str, Any], key: str, default: float, where: str = "config.json") -> float:
+    """A finite number (`default` when absent)."""
+    value = hf.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{where} {key} must be a finite number, received {value!r}")
+    return float(value)
+
+
+def token_id(hf: Mapping[str, Any], key: str, vocab: int, default: Any = None, where: str = "config.json"
+             ) -> int | None:
+    """A token id field: null, or an integer in `0 .. vocab - 1` (`default` when absent)."""
+    value = hf.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < vocab:
+        raise ValueError(f"{where} {key} must be a token id (an integer from 0 to {vocab - 1}, the vocabulary's "
+                         f"last) or null, received {value!r}")
+    return value
+
+
+def _get(hf: Mapping[str, Any], key: str, default: Any, where: str) -> Any:
+    if key not in hf and default is REQUIRED:
+        raise ValueError(f"{where} has no {key}; it is needed to build the model")
+    return hf.get(key, default)
 
 
 def family_for(hf: Mapping[str, Any], path: str | os.PathLike, declared: str | None = None):
@@ -101,8 +154,10 @@ def load_dir(path: str | os.PathLike, declared: str | None = None, fields: Mappi
     renamed = _legacy_norm_names(state)
     if renamed:
         notes.append(f"renamed {renamed} LayerNorm gamma/beta entries to weight/bias (an older transformers' names)")
-    dropped = sorted(k for k in state if any(t == "ignore" and _regex(e).fullmatch(k) for _, e, t in table))
-    weights = import_state(config, state, table, source=str(path), consume=True, drops=drops)
+    dropped = sorted(k for k in state if any(t == "ignore" and regex(e).fullmatch(k) for _, e, t in table))
+    origins = {**{name: f"config.json {key}" for name, key in family.CONFIG_KEYS.items()},
+               **{name: "--set/--config" for name in fields or {}}}
+    weights = import_state(config, state, table, source=str(path), consume=True, drops=drops, origins=origins)
     notes.insert(0, f"read {arch} ({family.NAME}) from {', '.join(f.name for f in files)}")
     if dropped:
         notes.append(f"left out {len(dropped)} tensor(s) that are not parameters of {arch}: "

@@ -14,12 +14,13 @@ from typing import Any, Collection
 import reference_numpy as rn
 
 from . import hf_marian
-from .hf import architecture, integer, refuse
+from .hf import architecture, refuse
 
 NAME = "hf-bart"
 MODEL_TYPE = "bart"
 ARCHITECTURES = ("BartForConditionalGeneration",)
 POSITION_OFFSET = 2  # BartLearnedPositionalEmbedding's fixed offset
+CONFIG_KEYS = hf_marian.CONFIG_KEYS
 LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default; config.json has no field for it
 
 TABLE = [
@@ -46,7 +47,7 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
     marian_view["architectures"] = list(hf_marian.ARCHITECTURES)
     config, _, _ = hf_marian.config_from_hf(marian_view, keys)  # the same fields, checked the same way
     notes = [f"layer_norm_eps={LAYER_NORM_EPS} (BART's fixed nn.LayerNorm epsilon)"]
-    start, pad = hf.get("decoder_start_token_id"), integer(hf, "pad_token_id")
+    start, pad = hf.get("decoder_start_token_id"), config.pad_id  # both checked as token ids by hf_marian
     notes.append(f"decoder_start_token_id={start}; pad_token_id={pad} is what padding masks use")
     return config.replace(positional="learned", sinusoid_layout="interleaved", position_offset=POSITION_OFFSET,
                           embed_norm=True), arch, notes

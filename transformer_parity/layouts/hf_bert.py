@@ -13,12 +13,15 @@ from typing import Any, Collection
 
 import reference_numpy as rn
 
-from .hf import TO_HF_ACTIVATION, activation, architecture, integer, refuse
+from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
 
 NAME = "hf-bert"
 MODEL_TYPE = "bert"
 ARCHITECTURES = ("BertForMaskedLM", "BertModel")
 BASE_PREFIX = "bert."  # where BertForMaskedLM keeps its BertModel
+CONFIG_KEYS = {"src_vocab_size": "vocab_size", "tgt_vocab_size": "vocab_size", "d_model": "hidden_size",
+               "num_heads": "num_attention_heads", "num_encoder_layers": "num_hidden_layers",
+               "d_ff": "intermediate_size", "max_len": "max_position_embeddings", "type_vocab_size": "type_vocab_size"}
 
 
 _LAYER = "encoder.layer.{i}."
@@ -80,11 +83,11 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=integer(hf, "hidden_size"),
         num_heads=integer(hf, "num_attention_heads"), num_encoder_layers=integer(hf, "num_hidden_layers"),
         num_decoder_layers=0, d_ff=integer(hf, "intermediate_size"), max_len=integer(hf, "max_position_embeddings"),
-        dropout=float(hf.get("hidden_dropout_prob", 0.1)), activation=activation(hf, "hidden_act", "gelu"),
-        norm_first=False, final_norm=False, layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)), positional="learned",
-        scale_embedding=False, bias=True, tie_embeddings=mlm and bool(hf.get("tie_word_embeddings", True)),
-        pad_id=int(hf.get("pad_token_id") or 0), output_bias=mlm, output_projection=mlm,
-        type_vocab_size=int(hf.get("type_vocab_size", 2)), embed_norm=True, head_transform=mlm,
+        dropout=number(hf, "hidden_dropout_prob", 0.1), activation=activation(hf, "hidden_act", "gelu"),
+        norm_first=False, final_norm=False, layer_norm_eps=number(hf, "layer_norm_eps", 1e-12), positional="learned",
+        scale_embedding=False, bias=True, tie_embeddings=mlm and boolean(hf, "tie_word_embeddings", True),
+        pad_id=token_id(hf, "pad_token_id", vocab, default=0) or 0, output_bias=mlm, output_projection=mlm,
+        type_vocab_size=integer(hf, "type_vocab_size", 2), embed_norm=True, head_transform=mlm,
         pooler=not mlm and any(k.endswith("pooler.dense.weight") for k in keys))
     notes = [] if mlm else [f"BertModel {'with' if config.pooler else 'without'} a pooler (from the saved weights)"]
     return config, arch, notes

@@ -97,13 +97,9 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
     if not file.is_file():
         raise ValueError(f"{path} is a directory without {CONFIG}; expected a Hugging Face model directory "
                          f"({CONFIG} plus {SAFETENSORS}, sharded safetensors or {BIN})")
-    try:
-        data = json.loads(file.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ValueError(f"{file} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{file} must hold a JSON object, received {type(data).__name__}")
-    return data
+    from ..limits import read_json_object
+
+    return read_json_object(file, "a model's config.json")
 
 
 def weight_files(path: str | os.PathLike) -> list[Path]:

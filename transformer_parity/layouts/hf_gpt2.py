@@ -11,12 +11,14 @@ from typing import Any, Collection
 
 import reference_numpy as rn
 
-from .hf import TO_HF_ACTIVATION, activation, architecture, integer as _int, refuse
+from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer, refuse, token_id
 
 NAME = "hf-gpt2"
 MODEL_TYPE = "gpt2"
 ARCHITECTURES = ("GPT2LMHeadModel", "GPT2Model")
 BASE_PREFIX = "transformer."  # where GPT2LMHeadModel keeps its GPT2Model
+CONFIG_KEYS = {"src_vocab_size": "vocab_size", "tgt_vocab_size": "vocab_size", "d_model": "n_embd",
+               "num_heads": "n_head", "num_decoder_layers": "n_layer", "d_ff": "n_inner", "max_len": "n_positions"}
 
 
 BACKBONE = [
@@ -58,20 +60,21 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
     refuse(hf, {"add_cross_attention": False, "scale_attn_by_inverse_layer_idx": False,
                  "scale_attn_weights": True, "reorder_and_upcast_attn": False})
     notes: list[str] = []
-    vocab, d = _int(hf, "vocab_size"), _int(hf, "n_embd")
+    vocab, d = integer(hf, "vocab_size"), integer(hf, "n_embd")
+    pad = token_id(hf, "pad_token_id", vocab)
     # GPT-2 has no pad token: its forward derives no mask from the ids (padding arrives as attention_mask), so every
     # id, 0 and EOS included, is a real token. A pad_token_id in config.json is the tokenizer's filler, not a mask.
-    if hf.get("pad_token_id") is not None:
-        notes.append(f"config.json pad_token_id={hf['pad_token_id']!r} is not used: GPT-2 derives no padding mask "
+    if pad is not None:
+        notes.append(f"config.json pad_token_id={pad!r} is not used: GPT-2 derives no padding mask "
                      "from ids, so pad_id=None (every id is a real token; --set pad_id=N to mask id N)")
     lm = arch == "GPT2LMHeadModel"
-    tied = bool(hf.get("tie_word_embeddings", True)) if lm else False
+    tied = boolean(hf, "tie_word_embeddings", True) if lm else False
     config = rn.TransformerConfig(
-        src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=d, num_heads=_int(hf, "n_head"),
-        num_encoder_layers=0, num_decoder_layers=_int(hf, "n_layer"), d_ff=hf.get("n_inner") or 4 * d,
-        max_len=_int(hf, "n_positions"), dropout=float(hf.get("resid_pdrop", 0.1)),
+        src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=d, num_heads=integer(hf, "n_head"),
+        num_encoder_layers=0, num_decoder_layers=integer(hf, "n_layer"), d_ff=optional_integer(hf, "n_inner") or 4 * d,
+        max_len=integer(hf, "n_positions"), dropout=number(hf, "resid_pdrop", 0.1),
         activation=activation(hf, "activation_function", "gelu_new"), norm_first=True, final_norm=True,
-        layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)), positional="learned", scale_embedding=False,
+        layer_norm_eps=number(hf, "layer_norm_epsilon", 1e-5), positional="learned", scale_embedding=False,
         bias=True, tie_embeddings=tied, pad_id=None, output_bias=False, output_projection=lm)
     return config, arch, notes
 

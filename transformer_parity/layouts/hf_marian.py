@@ -12,12 +12,16 @@ from typing import Any, Collection
 
 import reference_numpy as rn
 
-from .hf import TO_HF_ACTIVATION as HF_NAMES, activation, architecture, integer, refuse
+from .hf import (TO_HF_ACTIVATION as HF_NAMES, activation, architecture, boolean, integer, number, optional_integer,
+                 refuse, token_id)
 
 NAME = "hf-marian"
 MODEL_TYPE = "marian"
 ARCHITECTURES = ("MarianMTModel",)
 BASE_PREFIX = "model."
+CONFIG_KEYS = {"src_vocab_size": "vocab_size", "tgt_vocab_size": "vocab_size", "d_model": "d_model",
+               "num_heads": "encoder_attention_heads", "num_encoder_layers": "encoder_layers",
+               "num_decoder_layers": "decoder_layers", "d_ff": "encoder_ffn_dim", "max_len": "max_position_embeddings"}
 
 TO_HF_ACTIVATION = {**HF_NAMES, "silu": "swish"}  # Marian's own configs name SiLU "swish"
 LAYER_NORM_EPS = 1e-5  # Marian's nn.LayerNorm default; config.json has no field for it
@@ -80,12 +84,15 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
             raise ValueError(f"config.json {enc}={hf[enc]} differs from {dec}={hf[dec]}; one value for both stacks "
                              "is supported")
     vocab = integer(hf, "vocab_size")
-    if hf.get("decoder_vocab_size") not in (None, vocab):
+    if optional_integer(hf, "decoder_vocab_size") not in (None, vocab):
         raise ValueError(f"config.json decoder_vocab_size={hf['decoder_vocab_size']} differs from vocab_size={vocab}"
                          " (separate vocabularies are not supported)")
-    pad = integer(hf, "pad_token_id")
+    pad = token_id(hf, "pad_token_id", vocab)
+    if pad is None:
+        raise ValueError("config.json has no pad_token_id (or it is null); Marian masks padding by this id and "
+                         "starts decoding from it, so it must be a token id")
     notes = [f"layer_norm_eps={LAYER_NORM_EPS} (Marian's fixed nn.LayerNorm epsilon)"]
-    start = hf.get("decoder_start_token_id", pad)
+    start = token_id(hf, "decoder_start_token_id", vocab, default=pad)
     if start != pad:
         notes.append(f"decoder_start_token_id={start} differs from pad_token_id={pad}; decoding here starts from "
                      "what the caller passes")
@@ -93,11 +100,11 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=integer(hf, "d_model"),
         num_heads=integer(hf, "encoder_attention_heads"), num_encoder_layers=integer(hf, "encoder_layers"),
         num_decoder_layers=integer(hf, "decoder_layers"), d_ff=integer(hf, "encoder_ffn_dim"),
-        max_len=integer(hf, "max_position_embeddings"), dropout=float(hf.get("dropout", 0.1)),
+        max_len=integer(hf, "max_position_embeddings"), dropout=number(hf, "dropout", 0.1),
         activation=activation(hf, "activation_function", "gelu"), norm_first=False, final_norm=False,
         layer_norm_eps=LAYER_NORM_EPS,
-        positional="sinusoidal", sinusoid_layout="concatenated", scale_embedding=bool(hf.get("scale_embedding")),
-        bias=True, tie_embeddings=bool(hf.get("tie_word_embeddings", True)), pad_id=pad, output_bias=True,
+        positional="sinusoidal", sinusoid_layout="concatenated", scale_embedding=boolean(hf, "scale_embedding", False),
+        bias=True, tie_embeddings=boolean(hf, "tie_word_embeddings", True), pad_id=pad, output_bias=True,
         share_embeddings=True)
     return config, arch, notes
 

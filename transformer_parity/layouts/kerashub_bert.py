@@ -39,6 +39,9 @@ FIXED = {"num_decoder_layers": 0, "activation": "gelu_tanh", "layer_norm_eps": 1
          "final_norm": False, "positional": "learned", "position_offset": 0, "scale_embedding": False, "bias": True,
          "embed_norm": True, "head_transform": False, "pooler": True, "output_projection": False,
          "tie_embeddings": False}
+CONFIG_KEYS = {"src_vocab_size": "vocabulary_size", "tgt_vocab_size": "vocabulary_size", "d_model": "hidden_dim",
+               "num_heads": "num_heads", "num_encoder_layers": "num_layers", "d_ff": "intermediate_dim",
+               "max_len": "max_sequence_length", "type_vocab_size": "num_segments"}  # for messages
 MASKED_LM = {"head_transform": True, "head_activation": "gelu", "head_layer_norm_eps": 1e-5, "output_projection": True,
              "tie_embeddings": True, "output_bias": True}  # BertMaskedLM's MaskedLMHead, over FIXED
 TASK_FIELDS = {"BertMaskedLM": MASKED_LM}  # a bare BertMaskedLM .weights.h5 (its save_weights) is read as this task
@@ -59,9 +62,9 @@ def table(config: rn.TransformerConfig) -> list[tuple[str, str, str]]:
 
 def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn.TransformerConfig, list[str]]:
     """`(config, notes)` from `BertBackbone.get_config()` (config.json)."""
-    from .hf import integer
+    from .hf import integer, number
 
-    if backbone.get("cls_token_index", 0) != 0:
+    if integer(backbone, "cls_token_index", 0) != 0:
         raise ValueError(f"config.json cls_token_index={backbone['cls_token_index']!r} is not supported (the pooler "
                          "reads position 0)")
     vocab = integer(backbone, "vocabulary_size")
@@ -69,7 +72,7 @@ def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=integer(backbone, "hidden_dim"),
         num_heads=integer(backbone, "num_heads"), num_encoder_layers=integer(backbone, "num_layers"),
         d_ff=integer(backbone, "intermediate_dim"), max_len=integer(backbone, "max_sequence_length"),
-        type_vocab_size=integer(backbone, "num_segments"), dropout=float(backbone.get("dropout", 0.1)),
+        type_vocab_size=integer(backbone, "num_segments"), dropout=number(backbone, "dropout", 0.1),
         pad_id=None, output_bias=False, **FIXED)  # the pad id: the preset's vocabulary or the user (load_preset)
     if task == "BertMaskedLM":
         config = config.replace(**MASKED_LM)

@@ -25,6 +25,9 @@ FIXED = {"num_encoder_layers": 0, "activation": "gelu_tanh", "layer_norm_eps": 1
          "final_norm": True, "positional": "learned", "position_offset": 0, "scale_embedding": False, "bias": True,
          "embed_norm": False, "head_transform": False, "type_vocab_size": 0, "pooler": False, "output_bias": False,
          "pad_id": None}  # no pad id: padding arrives as GPT2Backbone's padding_mask input, so every id is a token
+CONFIG_KEYS = {"src_vocab_size": "vocabulary_size", "tgt_vocab_size": "vocabulary_size", "d_model": "hidden_dim",
+               "num_heads": "num_heads", "num_decoder_layers": "num_layers", "d_ff": "intermediate_dim",
+               "max_len": "max_sequence_length"}  # canonical field -> config.json key, for messages
 CAUSAL_LM = {"output_projection": True, "tie_embeddings": True}  # GPT2CausalLM's logits: the tied embedding
 TASK_FIELDS = {"GPT2CausalLM": CAUSAL_LM}  # a bare GPT2CausalLM .weights.h5 (its save_weights) is read as this task
 
@@ -37,14 +40,14 @@ def table(config: rn.TransformerConfig) -> list[tuple[str, str, str]]:
 
 def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn.TransformerConfig, list[str]]:
     """`(config, notes)` from `GPT2Backbone.get_config()` (config.json) and the task class (task.json), if any."""
-    from .hf import integer
+    from .hf import integer, number
 
     vocab = integer(backbone, "vocabulary_size")
     config = rn.TransformerConfig(
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=integer(backbone, "hidden_dim"),
         num_heads=integer(backbone, "num_heads"), num_decoder_layers=integer(backbone, "num_layers"),
         d_ff=integer(backbone, "intermediate_dim"), max_len=integer(backbone, "max_sequence_length"),
-        dropout=float(backbone.get("dropout", 0.1)), tie_embeddings=False, output_projection=False, **FIXED)
+        dropout=number(backbone, "dropout", 0.1), tie_embeddings=False, output_projection=False, **FIXED)
     if task is not None:
         config = config.replace(**CAUSAL_LM)
     return config, []

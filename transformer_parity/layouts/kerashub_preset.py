@@ -29,7 +29,6 @@ FORMATS = ("kerashub", *FAMILIES)
 CONFIG, TASK_CONFIG, METADATA = "config.json", "task.json", "metadata.json"
 WEIGHTS, TASK_WEIGHTS = "model.weights.h5", "task.weights.h5"
 TASK_PREFIX = "task/"  # task.weights.h5 entries, in a table
-MAX_JSON = 1 << 20  # a preset's JSON files are a few kB
 
 
 def _preset_dir_kind():
@@ -49,25 +48,22 @@ def family(name: str) -> ModuleType:
 
 
 def _json(path: Path) -> dict[str, Any]:
+    from ..limits import read_json_object
     from .hf_dir import member
 
-    path = member(path.parent, path.name)  # a link out of the preset is refused
-    if path.stat().st_size > MAX_JSON:
-        raise ValueError(f"{path} is {path.stat().st_size} bytes, too large for a preset's JSON file")
-    try:
-        data = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ValueError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object, received {type(data).__name__}")
-    return data
+    return read_json_object(member(path.parent, path.name), f"a model's {path.name}")  # a link out is refused
 
 
 def is_preset(path: str | os.PathLike) -> bool:
-    """A directory whose config.json is a serialized KerasHub object (`"registered_name": "keras_hub>..."`)."""
+    """A directory whose config.json is a serialized KerasHub object (`"registered_name": "keras_hub>..."`). A
+    config.json too large for any config file is refused here (`ValueError`), not taken for another format's."""
+    from ..limits import FileTooLarge
+
     config = Path(path) / CONFIG
     try:
         data = _json(config) if config.is_file() else {}
+    except FileTooLarge:
+        raise
     except (OSError, ValueError):
         return False
     return str(data.get("registered_name", "")).startswith("keras_hub>") or \
@@ -157,7 +153,9 @@ def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Ma
         raise ValueError(f"{path}: {exc}") from None
     table = module.table(config)
     state = _read_weights(path, table, task is not None)
-    weights = import_state(config, state, table, source=str(path), consume=True, drops=drops)
+    origins = {**{name: f"config.json {key}" for name, key in module.CONFIG_KEYS.items()},
+               **{name: "--set/--config" for name in fields or {}}}
+    weights = import_state(config, state, table, source=str(path), consume=True, drops=drops, origins=origins)
     notes.insert(0, f"read KerasHub {task or module.BACKBONE} ({module.NAME}) from {path.name}")
     return config, weights, notes, module.NAME
 
@@ -214,8 +212,11 @@ def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[st
                          f"padding mask): give --set pad_id=N ({module.PAD_TOKEN} is 0 in BERT's vocabularies) or "
                          "--set pad_id=none")
     config, notes = user.infer_config(shapes, inferred, source=f"{path} ({declared})")
+    origins = {"num_encoder_layers": "one more than the highest encoder layer index of the weights",
+               "num_decoder_layers": "one more than the highest decoder layer index of the weights",
+               **{name: "--set/--config" for name in fields or {}}}
     weights = import_state(config, state, module.table(config) if task else layout.table, source=str(path),
-                           consume=True, drops=drops)
+                           consume=True, drops=drops, where=layout.where, origins=origins)
     notes.insert(0, f"read a KerasHub {task or module.BACKBONE or 'model'} .weights.h5 ({declared}); config read off "
                     "the weights")
     notes += getattr(module, "NOTES", [])

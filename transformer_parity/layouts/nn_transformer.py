@@ -306,6 +306,11 @@ def import_nn_transformer(state: Mapping[str, Any], path: str | os.PathLike = "<
         config = TransformerConfig.from_dict(config_dict)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
+    for name in ("num_encoder_layers", "num_decoder_layers"):  # before a parameter table of the config's size exists
+        if getattr(config, name) != inferred[name]:
+            raise ValueError(f"{path}: config field {name}={getattr(config, name)} (--set/--config) does not match "
+                             f"the weights, which hold {inferred[name]} {name.split('_')[1]} layers; refusing before "
+                             "allocating anything")
 
     if not config.bias:  # nn.Transformer(bias=False) drops the LayerNorm biases too: canonical beta = 0
         for key in [k for k in arrays if re.search(r"(^|\.)norm\d?\.weight$", k)]:

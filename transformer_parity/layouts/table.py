@@ -38,12 +38,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 import reference_numpy as rn
 from reference_numpy.schema import preview
+
+from .. import limits
+from .names import fill, hits, index, placeholders, regex
 
 TRANSFORMS = ("identity", "transpose", "fused_qkv", "row", "tied", "sinusoid", "causal_mask", "ignore",
               "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t", "heads_out", "heads_in")
@@ -52,21 +55,6 @@ HEADS = ("heads_out", "heads_in")  # einsum kernels of Keras MultiHeadAttention
 CHECKED = ("tied", "sinusoid", "causal_mask", "ignore")  # optional on reading, never written
 Entry = tuple[str, str, str]  # (canonical, external, transform)
 
-_PLACEHOLDERS = {"i": r"(?P<i>\d+)", "qkv": r"(?P<qkv>[qkv])"}
-
-
-def _regex(pattern: str) -> re.Pattern:
-    """`encoder.layers.{i}.self_attn.{qkv}.kernel` -> a regex with named groups `i` and `qkv`."""
-    parts = re.split(r"(\{\w+\})", pattern)
-    out = []
-    for part in parts:
-        name = part[1:-1] if part.startswith("{") and part.endswith("}") else None
-        if name is not None and name not in _PLACEHOLDERS:
-            raise ValueError(f"unknown placeholder {part!r} in pattern {pattern!r}; known: "
-                             f"{', '.join('{' + p + '}' for p in _PLACEHOLDERS)}")
-        out.append(_PLACEHOLDERS[name] if name is not None else re.escape(part))
-    return re.compile("".join(out))
-
 
 def check_table(table: Sequence[Entry]) -> None:
     for entry in table:
@@ -74,26 +62,38 @@ def check_table(table: Sequence[Entry]) -> None:
             raise ValueError(f"a table entry is (canonical, external, transform), received {entry!r}")
         if entry[2] not in TRANSFORMS:
             raise ValueError(f"unknown transform {entry[2]!r} in {entry!r}; choose one of {', '.join(TRANSFORMS)}")
-        if entry[2] in FUSED and "{qkv}" not in entry[0]:
+        if entry[2] in FUSED and "qkv" not in placeholders(entry[0]):
             raise ValueError(f"a fused_qkv entry needs {{qkv}} in its canonical pattern, received {entry!r}")
 
 
-def plan(config: rn.TransformerConfig, table: Sequence[Entry]) -> dict[str, tuple[str, str, int]]:
-    """canonical name -> (external name, transform, part), `part` being 0/1/2 for q/k/v of a fused entry."""
+def _quoted(entry: Entry) -> str:
+    return repr(entry[1])
+
+
+def plan(config: rn.TransformerConfig, table: Sequence[Entry], where: Callable[[Entry], str] = _quoted
+         ) -> dict[str, tuple[str, str, int]]:
+    """canonical name -> (external name, transform, part), `part` being 0/1/2 for q/k/v of a fused entry. A
+    canonical name two entries target, or an external name two canonical names would be written to, is refused
+    (`where` describes an entry in the message: its pattern, or a layout file's line)."""
     check_table(table)
-    compiled = [(_regex(c), e, t) for c, e, t in table if t not in CHECKED]
-    out = {}
+    literal, patterned = index((c, (c, e, t)) for c, e, t in table if t not in CHECKED)
+    out: dict[str, tuple[str, str, int]] = {}
+    writers: dict[str, tuple[str, Entry]] = {}  # external name -> (canonical name, entry) that fills it
     for name in rn.parameter_shapes(config):
-        for pattern, external, transform in compiled:
-            match = pattern.fullmatch(name)
-            if match:
-                groups = match.groupdict()
-                fused = transform in FUSED
-                out[name] = (external.format(**{k: v for k, v in groups.items() if v is not None}),
-                             transform, "qkv".index(groups["qkv"]) if fused else 0)
-                break
-        else:
+        found = hits(name, literal, patterned)
+        if not found:
             raise ValueError(f"no table entry covers canonical parameter {name!r}")
+        if len(found) > 1:
+            raise ValueError(f"canonical parameter {name!r} is targeted twice, by {where(found[0][1])} and "
+                             f"{where(found[1][1])}; a tensor is read from, and written to, one name: keep one")
+        groups, entry = found[0]
+        external, transform = fill(entry[1], **groups), entry[2]
+        previous = writers.get(external)
+        if previous is not None and not (transform in FUSED and previous[1] == entry):
+            raise ValueError(f"{external!r} would hold both {previous[0]!r} ({where(previous[1])}) and {name!r} "
+                             f"({where(entry)}); one name holds one tensor (a fused entry: q, k and v of one layer)")
+        writers[external] = (name, entry)
+        out[name] = (external, transform, "qkv".index(groups["qkv"]) if transform in FUSED else 0)
     return out
 
 
@@ -114,6 +114,119 @@ def _external_shape(transform: str, shape: tuple[int, ...], num_heads: int = 1) 
     return shape
 
 
+def canonical_shape(transform: str, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The canonical shape an external array of `shape` stands for under `transform` (one part of a fused array);
+    None when an array of that rank cannot be one (a 1-D `heads_in`, a fused axis not divisible by 3)."""
+    shape = tuple(shape)
+    if transform == "transpose":
+        return shape[::-1]
+    if transform == "row":
+        return shape[1:] if len(shape) == 2 and shape[0] == 1 else None
+    if transform == "heads_out":
+        return shape[:-2] + (shape[-2] * shape[-1],) if len(shape) >= 2 else None  # (.., H, dk) -> (.., D)
+    if transform == "heads_in":
+        return (shape[0] * shape[1],) + shape[2:] if len(shape) >= 2 else None  # (H, dk, ..) -> (D, ..)
+    if transform in FUSED:
+        shape = shape[::-1] if transform.endswith("_t") else shape
+        return shape[:-1] + (shape[-1] // 3,) if shape and shape[-1] % 3 == 0 else None  # (.., 3D) -> (.., D)
+    return shape
+
+
+# --- what the weights hold, against what a config says -----------------------------------------------------------------
+
+_LAYER = re.compile(r"(encoder|decoder)\.layers\.(\{i\}|0|[1-9][0-9]{0,17})\.")
+
+
+def layer_indices(table: Sequence[Entry], keys: Iterable[str]) -> dict[str, set[int]]:
+    """`{"encoder": {0, 1, ...}, "decoder": {...}}`: the layer indices the keys hold, read through the entries whose
+    canonical name is a layer's (`encoder.layers.{i}.` or an explicit `encoder.layers.3.`)."""
+    entries = []
+    for canonical, external, _ in table:
+        m = _LAYER.match(canonical)
+        if m:
+            entries.append((external, (m[1], None if m[2] == "{i}" else int(m[2]))))
+    literal, patterned = index(entries)
+    found: dict[str, set[int]] = {"encoder": set(), "decoder": set()}
+    for key in keys:
+        for groups, (stack, number) in hits(key, literal, patterned):
+            number = number if number is not None else groups.get("i")
+            if number is not None:
+                found[stack].add(int(number))
+    return found
+
+
+def _held(stack: str, indices: set[int]) -> str:
+    """`2 decoder layers (0, 1)`, `no encoder layers`, `decoder layers 0, 999999999 (index 1 missing)`."""
+    ordered = sorted(indices)
+    if not ordered:
+        return f"no {stack} layers"
+    if ordered[-1] == len(ordered) - 1:
+        shown = ", ".join(map(str, ordered)) if len(ordered) <= 3 else f"0 to {ordered[-1]}"
+        return f"{len(ordered)} {stack} layer{'s' if len(ordered) > 1 else ''} ({shown})"
+    shown = ", ".join(map(str, ordered[:4])) + (f", ... {ordered[-1]}" if len(ordered) > 4 else "")
+    missing = next(i for i in range(len(ordered) + 1) if i not in indices)
+    return f"{stack} layers {shown} (index {missing} missing)"
+
+
+def check_layers(config: rn.TransformerConfig, table: Sequence[Entry], keys: Iterable[str], source: str,
+                 origins: Mapping[str, str] | None = None) -> None:
+    """Refuse a config whose layer counts are not the layers the weights hold (indices 0 to N-1 through the table),
+    before a parameter list of the config's size exists: a config.json saying `n_layer: 10**9` next to two layers
+    ends here. `origins` says where a field came from (`config.json n_layer`), for the message."""
+    found = layer_indices(table, keys)
+    for stack in ("encoder", "decoder"):
+        name = f"num_{stack}_layers"
+        value, have = getattr(config, name), found[stack]
+        if len(have) != value or (have and (min(have) != 0 or max(have) != value - 1)):  # not 0 .. value-1
+            raise ValueError(f"{source}: config field {name}={value}{_origin(origins, name)} does not match the "
+                             f"weights, which hold {_held(stack, have)}; refusing before allocating anything")
+
+
+def _origin(origins: Mapping[str, str] | None, name: str) -> str:
+    return f" ({origins[name]})" if origins and name in origins else ""
+
+
+# (canonical name, axis of its canonical shape, config field): the sizes a tensor's shape tells
+_SIZES = [
+    (r"(src|tgt)_embed\.embedding", 1, "d_model"),
+    (r"(.*\.)?[a-z_]*norm[0-9]?\.gamma", 0, "d_model"),
+    (r"src_embed\.embedding", 0, "src_vocab_size"),
+    (r"tgt_embed\.embedding", 0, "tgt_vocab_size"),
+    (r"output\.kernel", 1, "tgt_vocab_size"),
+    (r"output\.bias", 0, "tgt_vocab_size"),
+    (r"src_type\.embedding", 0, "type_vocab_size"),
+    (r".*\.ffn\.linear1\.bias", 0, "d_ff"),
+    (r".*\.ffn\.linear1\.kernel", 1, "d_ff"),
+    (r"(src|tgt)_pos\.embedding", 0, "max_len"),
+]
+
+
+def size_mismatches(config: rn.TransformerConfig, mapping: Mapping[str, tuple[str, str, int]],
+                    state: Mapping[str, Any], origins: Mapping[str, str] | None = None) -> list[str]:
+    """`"d_model=1000000000 (config.json n_embd), the weights hold 16 (wte.weight ...)"` for each size field of
+    `config` that every tensor telling it contradicts with one value (empty if none: a tensor stored in the wrong
+    orientation disagrees with its siblings, not with the config)."""
+    expected = rn.parameter_shapes(config)
+    held: dict[str, dict[int, str]] = {}  # field -> {value the weights hold: an external name holding it}
+    for name, (external, transform, _) in mapping.items():
+        actual = canonical_shape(transform, np.shape(state[external]))
+        for pattern, axis, field in _SIZES:
+            if actual is not None and re.fullmatch(pattern, name) and len(actual) > axis \
+                    and len(expected[name]) > axis:
+                held.setdefault(field, {}).setdefault(actual[axis], external)
+    out = []
+    for field, values in held.items():
+        wanted = config.position_rows if field == "max_len" else getattr(config, field)
+        if len(values) != 1 or wanted in values:
+            continue
+        (value, external), = values.items()
+        offset = f" rows with position_offset={config.position_offset}" if field == "max_len" and \
+            config.position_offset else ""
+        out.append(f"{field}={getattr(config, field)}{_origin(origins, field)}, the weights hold {value}{offset} "
+                   f"({external} has shape {tuple(np.shape(state[external]))})")
+    return out
+
+
 def _optional(config: rn.TransformerConfig, table: Sequence[Entry], state_keys: Iterable[str],
               wanted: set[str]) -> dict[str, tuple[str, str]]:
     """external name -> (transform, canonical) for the tied / sinusoid / ignored entries present in the state."""
@@ -126,7 +239,7 @@ def _optional(config: rn.TransformerConfig, table: Sequence[Entry], state_keys: 
             continue
         if transform == "sinusoid" and config.positional != "sinusoidal":
             continue
-        pattern = _regex(external)
+        pattern = regex(external)
         for key in state_keys:
             if key not in wanted and pattern.fullmatch(key):
                 out[key] = (transform, canonical)
@@ -144,12 +257,19 @@ class Drops:
     dropped: list[str] = field(default_factory=list)  # the nonzero tensors dropped because the user allowed it
     notes: list[str] = field(default_factory=list)  # "dropped (--allow-drop): NAME (shape, max |x|)"
 
+    def __post_init__(self) -> None:
+        for name in self.allowed:
+            try:
+                regex(name)
+            except ValueError as exc:
+                raise ValueError(f"--allow-drop {exc}") from None
+
     def allows(self, key: str) -> bool:
-        return any(name == key or _regex(name).fullmatch(key) for name in self.allowed)
+        return any(name == key or regex(name).fullmatch(key) for name in self.allowed)
 
     def unused(self) -> list[str]:
         """The allowed names that matched no dropped tensor (a typo, or a name for another file)."""
-        return [name for name in self.allowed if not any(key == name or _regex(name).fullmatch(key)
+        return [name for name in self.allowed if not any(key == name or regex(name).fullmatch(key)
                                                          for key in self.dropped)]
 
 
@@ -186,12 +306,20 @@ def check_drops(state: dict[str, np.ndarray], ignored: Iterable[str], drops: Dro
 
 
 def import_state(config: rn.TransformerConfig, state: dict[str, np.ndarray], table: Sequence[Entry],
-                 source: str = "<state dict>", consume: bool = False, drops: Drops | None = None
+                 source: str = "<state dict>", consume: bool = False, drops: Drops | None = None,
+                 where: Callable[[Entry], str] = _quoted, origins: Mapping[str, str] | None = None
                  ) -> dict[str, np.ndarray]:
     """{external name: array} -> canonical weights. `consume=True` empties `state` as it goes. A float tensor
-    with a nonzero value under an `ignore` entry is refused unless `drops` allows it (and then recorded there)."""
+    with a nonzero value under an `ignore` entry is refused unless `drops` allows it (and then recorded there).
+    The config's layer counts and sizes are checked against the tensors before anything of the config's size is
+    listed or allocated; `origins` names where a field came from (`config.json n_layer`), `where` a table entry."""
+    check_layers(config, table, state, source, origins)
+    limits.check_positions(config, source, (origins or {}).get("max_len", ""))
     shapes = rn.parameter_shapes(config)
-    mapping = plan(config, table)
+    try:
+        mapping = plan(config, table, where)
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
     wanted = {external for external, _, _ in mapping.values()}
     optional = _optional(config, table, list(state), wanted)
     missing = sorted(wanted - set(state))
@@ -207,6 +335,9 @@ def import_state(config: rn.TransformerConfig, state: dict[str, np.ndarray], tab
         if actual != expected:
             problems.append(f"{external} has shape {actual}, the config implies {expected}")
     if problems:  # a config that contradicts the file misshapes nearly every tensor: one line, not kilobytes
+        sizes = size_mismatches(config, mapping, state, origins)
+        if sizes:
+            raise ValueError(f"{source}: the config does not match the weights: " + "; ".join(sizes))
         problems = list(dict.fromkeys(problems))
         raise ValueError(f"{source}: the weights do not match the config: {len(problems)} with the wrong shape: "
                          + preview(problems, sep="; "))
@@ -331,10 +462,10 @@ def classify_sinusoid(rows: np.ndarray) -> str | None:
 
 
 def export_state(config: rn.TransformerConfig, weights: dict[str, np.ndarray], table: Sequence[Entry],
-                 consume: bool = False) -> dict[str, np.ndarray]:
+                 consume: bool = False, where: Callable[[Entry], str] = _quoted) -> dict[str, np.ndarray]:
     """Canonical weights -> {external name: array}, in table order. `consume=True` empties `weights` as it goes."""
     rn.validate_weights(config, weights)
-    mapping = plan(config, table)
+    mapping = plan(config, table, where)
     fused: dict[str, list] = {}
     out = {}
     for name, (external, transform, part) in mapping.items():

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -51,145 +50,37 @@ from reference_numpy.schema import preview
 
 from ..safe_text import printable, toml_string
 from . import hparams as hp
-from .table import (CHECKED, FUSED, TRANSFORMS, Drops, Entry, check_table, classify_sinusoid, import_state,
-                    sinusoid_mismatch, sinusoid_rows)
+from .layout_file import (FOR_HDF5, NONE, OPTIONAL, UNMAPPED, Layout, check_hdf5_paths, check_name,  # noqa: F401
+                          load, load_for_writing, output_kind, parse)
+from .names import fill, hits, index, regex
+from .table import FUSED, Drops, Entry, canonical_shape, classify_sinusoid, import_state, sinusoid_mismatch, sinusoid_rows
 
-SECTIONS = ("config", "weights")
-OPTIONAL = CHECKED  # tied / sinusoid / causal_mask / ignore: matched keys that are checked or skipped
 # What no model's weights tell, so every layout states it ([config], --set or --config). `unstated` adds those that
 # depend on what the weights hold (no positional table: its kind and length; ...).
 UNSTATED = ("num_heads", "attention_scale", "activation", "norm_first", "layer_norm_eps", "scale_embedding",
             "pad_id")
-NONE = "none"  # TOML has no null: "none" in [config] is None (pad_id = "none": no padding token)
-
-
-@dataclass
-class Layout:
-    """A parsed layout file: config fields and the table (canonical, external, transform)."""
-
-    path: Path
-    config: dict[str, Any]
-    table: list[Entry]
-    lines: dict[str, int] = field(default_factory=dict)  # external pattern -> line in the file (for messages)
-
-
-def _toml():
-    if sys.version_info >= (3, 11):
-        import tomllib
-        return tomllib
-    import tomli  # Python 3.10: the pyproject dependency `tomli; python_version < "3.11"`
-    return tomli
-
-
-def parse(text: str, path: str | os.PathLike = "<layout>") -> Layout:
-    """A layout from TOML text; `ValueError` naming the file, and the line and column of a syntax error."""
-    path = Path(path)
-    toml = _toml()
-    try:
-        data = toml.loads(text)
-    except toml.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: not valid TOML: {exc}") from None
-    unknown = sorted(set(data) - set(SECTIONS))
-    if unknown:
-        raise ValueError(f"{path}: unknown section(s) {unknown}; a layout file has [config] and [weights]")
-    config = data.get("config", {})
-    weights = data.get("weights")
-    if not isinstance(config, dict):
-        raise ValueError(f"{path}: [config] must be a table of TransformerConfig fields, received {config!r}")
-    known = set(rn.TransformerConfig().to_dict())
-    bad = sorted(set(config) - known)
-    if bad:
-        raise ValueError(f"{path}: [config] has unknown field(s) {bad}; fields are {', '.join(sorted(known))}")
-    unfilled = [name for name, value in config.items() if value == UNMAPPED]
-    if unfilled:
-        raise ValueError(f"{path}:{_line_of(text, unfilled[0])}: [config] {', '.join(unfilled)} still "
-                         f"\"{UNMAPPED}\" (from the scaffold): give each its value, as the model's code has it")
-    config = {name: None if isinstance(value, str) and value.lower() == NONE else value
-              for name, value in config.items()}
-    if not isinstance(weights, dict) or not weights:
-        raise ValueError(f"{path}: a layout file needs a [weights] table: \"your name\" = \"canonical name "
-                         "[transform]\"")
-    table = []
-    lines = {}
-    for external, value in weights.items():
-        if not isinstance(value, str) or len(value.split()) not in (1, 2):
-            raise ValueError(f"{path}: [weights] {external!r} = {value!r}: expected \"canonical name\" or "
-                             "\"canonical name transform\"")
-        canonical, transform = (value.split() + ["identity"])[:2]
-        if canonical == UNMAPPED:
-            raise ValueError(f"{path}:{_line_of(text, external)}: [weights] {external!r} is not mapped yet (\"?\" "
-                             "from the scaffold); give its canonical name, or \"- ignore\" for a buffer that is no "
-                             "parameter (a nonzero float tensor also needs --allow-drop NAME)")
-        if transform not in TRANSFORMS:
-            raise ValueError(f"{path}: [weights] {external!r}: unknown transform {transform!r}; choose one of "
-                             f"{', '.join(TRANSFORMS)}")
-        table.append((canonical, external, transform))
-        lines[external] = _line_of(text, external)
-    try:
-        check_table(table)
-        for canonical, external, transform in table:
-            _check_placeholders(canonical, external, transform)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
-    return Layout(path, dict(config), table, lines)
-
-
-def load(path: str | os.PathLike) -> Layout:
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"layout file {path}: " + ("no such file" if not path.exists() else "not a file"))
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"layout file {path} is not UTF-8 text: {exc}") from None
-    return parse(text, path)
-
-
-def _line_of(text: str, key: str) -> int:
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.lstrip().startswith((f'"{key}"', f"'{key}'", f"{key} ", f"{key}=")):
-            return number
-    return 0
-
-
-def _placeholders(pattern: str) -> set[str]:
-    return set(re.findall(r"\{(\w+)\}", pattern))
-
-
-def _check_placeholders(canonical: str, external: str, transform: str) -> None:
-    needed = _placeholders(canonical) - ({"qkv"} if transform in FUSED else set())
-    if transform not in OPTIONAL and not needed <= _placeholders(external):
-        raise ValueError(f"[weights] {external!r} = {canonical!r}: the canonical name uses "
-                         f"{sorted(needed - _placeholders(external))} which the key pattern does not")
-    if transform in FUSED and "{qkv}" in external:
-        raise ValueError(f"[weights] {external!r}: a fused entry ({transform}) is one array holding q, k and v; its "
-                         "key pattern cannot contain {qkv}")
 
 
 # --- matching a file's keys -------------------------------------------------------------------------------------------
 
-def _regex(pattern: str) -> re.Pattern:
-    from .table import _regex as table_regex
-    return table_regex(pattern)
-
-
 def match(layout: Layout, keys) -> dict[str, Entry]:
     """key -> the one table entry whose pattern matches it; errors name the unmatched or doubly matched key and
     the pattern that matches nothing."""
-    compiled = [(_regex(external), (canonical, external, transform)) for canonical, external, transform in layout.table]
+    literal, patterned = index((external, (canonical, external, transform))
+                               for canonical, external, transform in layout.table)
     used = {external: 0 for _, external, _ in layout.table}
     out: dict[str, Entry] = {}
     unmatched = []
     for key in keys:
-        hits = [entry for pattern, entry in compiled if pattern.fullmatch(key)]
-        if len(hits) > 1:
-            raise ValueError(f"{layout.path}: key {key!r} is matched by {len(hits)} patterns: "
-                             + ", ".join(repr(e[1]) for e in hits))
-        if not hits:
+        found = [entry for _, entry in hits(key, literal, patterned)]
+        if len(found) > 1:
+            raise ValueError(f"{layout.path}: key {key!r} is matched by {len(found)} lines: "
+                             + ", ".join(layout.where(e) for e in found))
+        if not found:
             unmatched.append(key)
             continue
-        out[key] = hits[0]
-        used[hits[0][1]] += 1
+        out[key] = found[0]
+        used[found[0][1]] += 1
     if unmatched:
         raise ValueError(f"{layout.path}: {len(unmatched)} key(s) of the weights are not in the layout: "
                          + _preview(unmatched) + " (add them to [weights]; '- ignore' skips a buffer)")
@@ -204,37 +95,44 @@ def match(layout: Layout, keys) -> dict[str, Entry]:
 
 def canonical_shapes(layout: Layout, state: Mapping[str, np.ndarray], matched: Mapping[str, Entry]
                      ) -> dict[str, tuple[int, ...]]:
-    """canonical name -> shape, read off the external arrays (for inferring the config)."""
-    shapes = {}
-    for key, (canonical, external, transform) in matched.items():
+    """canonical name -> shape, read off the external arrays (for inferring the config); a canonical name two
+    keys fill is refused, naming both lines."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    filled_by: dict[str, tuple[str, Entry]] = {}
+    for key, entry in matched.items():
+        canonical, external, transform = entry
         if transform in OPTIONAL:
             continue
-        groups = _regex(external).fullmatch(key).groupdict()
-        shape = tuple(np.shape(state[key]))
-        if transform == "transpose":
-            shape = shape[::-1]
-        elif transform == "row":
-            shape = shape[1:]
-        elif transform == "heads_out":
-            shape = shape[:-2] + (shape[-2] * shape[-1],)
-        elif transform == "heads_in":
-            shape = (shape[0] * shape[1],) + shape[2:]
-        elif transform in FUSED:
-            shape = shape[::-1] if transform.endswith("_t") else shape
-            if shape[-1] % 3:
-                raise ValueError(f"{layout.path}: {key!r} has shape {tuple(np.shape(state[key]))}; its fused "
-                                 f"q/k/v axis of {shape[-1]} does not divide by 3 ({transform})")
-            shape = shape[:-1] + (shape[-1] // 3,)
+        groups = regex(external).fullmatch(key).groupdict()
+        shape = canonical_shape(transform, np.shape(state[key]))
+        if shape is None and transform in FUSED:
+            stored = tuple(np.shape(state[key]))
+            axis = (stored[::-1] if transform.endswith("_t") else stored)[-1:] or ("none",)
+            raise ValueError(f"{layout.path}: {key!r} has shape {stored}; its fused q/k/v axis of {axis[0]} does not "
+                             f"divide by 3 ({transform})")
+        if shape is None:
+            raise ValueError(f"{layout.path}: {key!r} has shape {tuple(np.shape(state[key]))}, which a {transform} "
+                             f"entry cannot hold ({_TRANSFORM_SHAPES.get(transform, 'another rank')}); "
+                             f"{layout.where(entry)}")
         parts = "qkv" if transform in FUSED else [groups.get("qkv")]  # a fused entry holds all three
-        names = [canonical.format(i=groups.get("i"), qkv=p) for p in parts]
-        for name in names:
+        for part in parts:
+            name = fill(canonical, i=groups.get("i"), qkv=part)
+            if name in filled_by and filled_by[name][0] != key:
+                other_key, other = filled_by[name]
+                raise ValueError(f"{layout.path}: canonical parameter {name!r} is filled twice, from {other_key!r} "
+                                 f"({layout.where(other)}) and {key!r} ({layout.where(entry)}); keep one")
+            filled_by[name] = (key, entry)
             shapes[name] = shape
     return shapes
 
 
+_TRANSFORM_SHAPES = {"heads_out": "(in, H, dk), or (H, dk) for a bias", "heads_in": "(H, dk, out)", "row": "(1, n)"}
+
+
 def heads_from(layout: Layout, state: Mapping[str, np.ndarray], matched: Mapping[str, Entry]) -> dict[str, int]:
     """`{"num_heads": H}` when an einsum kernel (`heads_out`: `(D, H, dk)`) tells it, else `{}`."""
-    heads = {tuple(np.shape(state[key]))[-2] for key, (_, _, t) in matched.items() if t == "heads_out"}
+    heads = {tuple(np.shape(state[key]))[-2] for key, (_, _, t) in matched.items()
+             if t == "heads_out" and np.ndim(state[key]) >= 2}
     return {"num_heads": heads.pop()} if len(heads) == 1 else {}
 
 
@@ -280,7 +178,7 @@ def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any
     if positions:
         inferred["positional"] = "learned"
         if "position_offset" in fields:
-            inferred["max_len"] = positions[0] - int(fields["position_offset"] or 0)
+            inferred["max_len"] = positions[0] - _offset(fields, source)
     elif sinusoid_rows:
         inferred["positional"] = "sinusoidal"
         inferred["max_len"] = max(sinusoid_rows)  # the longest sinusoid table the file holds
@@ -309,7 +207,7 @@ def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any
         raise ValueError(f"{source}: num_heads is not in the layout's [config] (the weights cannot tell it); add "
                          "num_heads = N")
     if positions and "max_len" not in inferred:
-        inferred["max_len"] = positions[0] - int(fields.get("position_offset") or 0)
+        inferred["max_len"] = positions[0] - _offset(fields, source)
     values = {**inferred, **fields}
     if values.get("tie_embeddings") and "output_projection" not in fields:
         values["output_projection"] = True  # a tied head has no kernel of its own
@@ -317,6 +215,14 @@ def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any
         return rn.TransformerConfig.from_dict(values), notes
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{source}: the layout and the weights give an invalid config: {exc}") from None
+
+
+def _offset(fields: Mapping[str, Any], source: str) -> int:
+    value = fields.get("position_offset") or 0
+    problem = rn.config.field_type_problem("position_offset", value)
+    if problem:
+        raise ValueError(f"{source}: {problem}")
+    return value
 
 
 EXAMPLES = {"num_heads": 8, "activation": "relu", "norm_first": False, "layer_norm_eps": 1e-5,
@@ -467,6 +373,9 @@ def import_layout(layout: Layout, checkpoint: Checkpoint, fields: Mapping[str, A
     for name, value in layout.config.items():
         if hp.is_reference(value):
             value = hp.lookup(checkpoint.hparams, value, f"{layout.path}: [config] {name}")
+            problem = rn.config.field_type_problem(name, value)
+            if problem:
+                raise ValueError(f"{layout.path}: [config] {name} = {layout.config[name]!r}: {problem}")
             notes.append(f"{name}={value!r} from the checkpoint's {layout.config[name]!r}")
         stated[name] = value
     if repeated_layers(layout.table):
@@ -493,8 +402,11 @@ def import_layout(layout: Layout, checkpoint: Checkpoint, fields: Mapping[str, A
                                 sinusoid_rows, source, sinusoid_layout=found[0] if found else None,
                                 refuse_unstated=True)
     notes += more
+    origins = {"num_encoder_layers": "one more than the highest encoder layer index of the weights",
+               "num_decoder_layers": "one more than the highest decoder layer index of the weights",
+               **layout.origins(), **{name: "--set/--config" for name in fields or {}}}
     weights = import_state(config, state, layout.table, source=f"{path} (layout {layout.path})", consume=True,
-                           drops=drops)
+                           drops=drops, where=layout.where, origins=origins)
     notes.insert(0, f"read {len(matched)} tensors through layout {layout.path}")
     return config, weights, notes
 
@@ -541,7 +453,7 @@ def keras_paths(names, repeated=()) -> dict[str, str]:
 # --- writing a checkpoint through a layout ----------------------------------------------------------------------------
 
 def export_with_layout(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
-                       layout_path: str | os.PathLike, force: bool = False) -> str:
+                       layout: str | os.PathLike | Layout, force: bool = False) -> str:
     """Write canonical weights under the names a layout file describes, for the user's own model to load: a PyTorch
     state dict (`.pt`, `.pth`, `.bin`: `model.load_state_dict(torch.load(path))`), a `.safetensors`, or a Keras
     `.weights.h5` (`model.load_weights(path)`). The layout's [config] must agree with the model's config (a layout
@@ -549,22 +461,22 @@ def export_with_layout(path: str | os.PathLike, config: rn.TransformerConfig, we
     from .. import formats
     from .table import export_state
 
-    layout = load(layout_path)
+    path = Path(path)
+    kind = output_kind(path)
+    if not isinstance(layout, Layout):
+        layout = load_for_writing(layout, path)
     conflicts = [f"{k}={v!r} (this model has {getattr(config, k)!r})" for k, v in layout.config.items()
                  if not hp.is_reference(v) and getattr(config, k) != v]
     if conflicts:
         raise ValueError(f"{layout.path} describes another model than this one: {', '.join(conflicts)}")
-    path = Path(path)
-    name = path.name.lower()
-    kind = ("keras" if name.endswith(".weights.h5") else "torch" if name.endswith((".pt", ".pth", ".bin"))
-            else "safetensors" if name.endswith(".safetensors") else None)
-    if kind is None:
-        raise ValueError(f"{path}: --to-layout writes a .pt/.pth/.bin state dict, a .safetensors or a .weights.h5")
     formats.check_output(path, force)
-    state = export_state(config, dict(weights), layout.table)
+    try:
+        state = export_state(config, dict(weights), layout.table, where=layout.where)
+    except ValueError as exc:
+        raise ValueError(f"{layout.path}: {exc}") from None
+    names = keras_paths(list(state), repeated_layers(layout.table)) if kind == "keras" else {}
     if kind == "keras":
-        from .key_names import check_hdf5_paths
-        check_hdf5_paths(keras_paths(list(state), repeated_layers(layout.table)).values(), f"--to-layout {layout.path}")
+        check_hdf5_paths(names, layout)
     if kind == "torch":
         import torch
     with formats.atomic_path(path, force) as tmp:
@@ -575,7 +487,6 @@ def export_with_layout(path: str | os.PathLike, config: rn.TransformerConfig, we
             save_file({k: np.ascontiguousarray(v) for k, v in state.items()}, str(tmp))
         else:
             import h5py
-            names = keras_paths(list(state), repeated_layers(layout.table))
             with h5py.File(tmp, "w") as f:
                 for key, value in state.items():
                     f.create_dataset(names[key], data=np.ascontiguousarray(value))
@@ -588,7 +499,6 @@ def _preview(names) -> str:
 
 # --- a starting file: every key listed, the guessable ones guessed ----------------------------------------------------
 
-UNMAPPED = "?"
 _ROLES = [  # (words in the key's module path, canonical leaf under a layer); first hit wins
     (("qkv", "qkv_proj", "in_proj", "c_attn", "query_key_value"), "{attn}.{{qkv}}"),
     (("q", "q_proj", "query", "w_q", "wq", "q_lin", "query_dense", "fc_q"), "{attn}.q"),
