@@ -364,7 +364,7 @@ def configure_threads(threads: int, frameworks: Iterable[str]) -> dict[str, Any]
         out["torch"] = torch.get_num_threads()
     if "tf" in frameworks:
         try:
-            import tensorflow as tf
+            from tf_impl.startup import tf
         except ImportError:
             pass
         else:
@@ -485,7 +485,7 @@ def _sync(device: str, framework: str) -> None:
         import torch
         torch.cuda.synchronize()
     elif framework == "tf":
-        import tensorflow as tf
+        from tf_impl.startup import tf
         tf.test.experimental.sync_devices()
 
 
@@ -554,7 +554,7 @@ def _gemm(framework: str, device: str, dtype: str, n: int) -> list[tuple[str, Ca
         tb = torch.tensor(b, dtype=getattr(torch, dtype), device=device)
         return [("torch", lambda: ta @ tb)]
     if framework == "tf":
-        import tensorflow as tf
+        from tf_impl.startup import tf
         tf_device = "/GPU:0" if device == "cuda" else "/CPU:0"
         if device == "cuda" and not tf.config.list_physical_devices("GPU"):
             raise _Skip
@@ -646,7 +646,7 @@ class _CudaPeak:
             torch.cuda.reset_peak_memory_stats()
             self.start = torch.cuda.memory_allocated()
         else:
-            import tensorflow as tf
+            from tf_impl.startup import tf
             tf.config.experimental.reset_memory_stats("GPU:0")
             self.start = tf.config.experimental.get_memory_info("GPU:0")["current"]
         return self
@@ -657,7 +657,7 @@ class _CudaPeak:
             torch.cuda.synchronize()
             self.peak_mib = (torch.cuda.max_memory_allocated() - self.start) / 2 ** 20
         else:
-            import tensorflow as tf
+            from tf_impl.startup import tf
             tf.test.experimental.sync_devices()
             self.peak_mib = (tf.config.experimental.get_memory_info("GPU:0")["peak"] - self.start) / 2 ** 20
         return False
@@ -826,7 +826,7 @@ def _disable_tf32(frameworks) -> str:
         torch.set_float32_matmul_precision("highest")
         notes.append("torch: allow_tf32=False, matmul precision highest")
     if "tf" in frameworks and _importable("tensorflow"):
-        import tensorflow as tf
+        from tf_impl.startup import tf
         tf.config.experimental.enable_tensor_float_32_execution(False)
         notes.append("tf: tensor_float_32_execution disabled")
     return "; ".join(notes) or "n/a"

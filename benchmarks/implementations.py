@@ -349,7 +349,7 @@ def _tf():
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        import tensorflow as tf
+        from tf_impl.startup import tf
     except ImportError:
         raise NotInstalled("TensorFlow is not installed") from None
     return tf

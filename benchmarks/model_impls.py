@@ -244,7 +244,7 @@ def _no_grad_quiet():
 def _tf():
     if importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("keras") is None:
         raise NotInstalled("TensorFlow or Keras is not installed")
-    import tensorflow as tf
+    from tf_impl.startup import tf
     return tf
 
 
@@ -370,6 +370,7 @@ def _build_keras_hub(problem, weights, inputs, mode: str) -> Runner:
         raise Unsupported("only KerasHub's GPT-2 is wired here (decoder-only models)")
     if c.d_ff != 4 * c.d_model:
         raise Unsupported(f"KerasHub's GPT-2 converter assumes d_ff = 4 d_model, received d_ff={c.d_ff}")
+    import tf_impl.startup  # noqa: F401 (TensorFlow's start-up notices kept off the terminal)
     import keras_hub
     from keras_hub.src.utils.transformers import convert_gpt2
     from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader

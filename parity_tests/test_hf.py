@@ -11,9 +11,9 @@ import pytest
 import reference_numpy as rn
 from transformer_parity import cli, formats
 from transformer_parity.layouts import hf_dir
-from transformer_parity.verify import EPS32, EPS64
 
-from .tolerances import property_atol
+from . import tolerances
+from .tolerances import EPS32, EPS64, property_atol
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -118,8 +118,7 @@ def reference(name: str, tmp_path_factory):
         args, kwargs, hf_kwargs, mask = inputs(loaded.config)
         f64 = rn.Transformer(loaded.config, loaded.weights, np.float64)(*args, **kwargs)[mask]
         f32 = rn.Transformer(loaded.config, loaded.weights, np.float32)(*args, **kwargs)[mask]
-        floor = max(float(np.max(np.abs(f32 - f64))), EPS32 * float(np.max(np.abs(f64))))
-        _reference[name] = loaded, args, kwargs, hf_kwargs, mask, f64, floor
+        _reference[name] = loaded, args, kwargs, hf_kwargs, mask, f64, tolerances.floor(f32, f64)
     return _reference[name]
 
 

@@ -13,13 +13,12 @@ import pytest
 from numpy.testing import assert_allclose
 
 import reference_numpy as rn
-from parity_tests.tolerances import atol, property_atol
+from parity_tests.tolerances import atol, floor, property_atol
 from transformer_parity import formats
 from transformer_parity.cli import main
 from transformer_parity.layouts import user
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
-EPS32 = float(np.finfo(np.float32).eps)
 
 
 def reference_errors(config, weights, src, logits32, logits64, float64_exact: bool = True) -> dict[str, float]:
@@ -28,10 +27,9 @@ def reference_errors(config, weights, src, logits32, logits64, float64_exact: bo
     not float64-exact itself (`float64_exact=False`: Keras's MultiHeadAttention, see docs/kerashub.md) must still be
     10x closer in float64 than the float32 floor, which no float32 computation is."""
     judge = rn.Transformer(config, weights, np.float64)(src)
-    floor32 = rn.Transformer(config, weights, np.float32)(src)
-    floor = max(float(np.max(np.abs(floor32 - judge))), EPS32 * float(np.max(np.abs(judge))))
-    assert_allclose(logits32, judge, rtol=0, atol=property_atol("float32", floor))
-    assert_allclose(logits64, judge, rtol=0, atol=atol("float64") if float64_exact else floor / 10)
+    floor32 = floor(rn.Transformer(config, weights, np.float32)(src), judge)
+    assert_allclose(logits32, judge, rtol=0, atol=property_atol("float32", floor32))
+    assert_allclose(logits64, judge, rtol=0, atol=atol("float64") if float64_exact else floor32 / 10)
     return {"float32": float(np.max(np.abs(logits32 - judge))), "float64": float(np.max(np.abs(logits64 - judge)))}
 
 

@@ -147,7 +147,7 @@ def inverted_mask(backend: str) -> Iterator[None]:
 
 
 def _tf_not(mask):
-    import tensorflow as tf
+    from tf_impl.startup import tf
 
     return tf.logical_not(mask)
 
@@ -181,6 +181,7 @@ def layer_norm_eps(backend: str, eps: float = 1e-3) -> Iterator[None]:
         with _patched(module.nn, "LayerNorm", WrongEps):
             yield
     else:
+        import tf_impl.startup  # noqa: F401 (TensorFlow's start-up notices kept off the terminal)
         import keras
 
         original = keras.layers.LayerNormalization

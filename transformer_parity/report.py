@@ -70,7 +70,7 @@ def table(report: "Report") -> "Table":
                  f"same inputs;\npass: max abs <= {limits[0]:g} x floor"
                  + (f" ({limits[-1]:g} x floor between two backends)" if len(limits) > 1 else ""))
     if report.sources:
-        from .verify import PAIR_RATIO_LIMIT, RATIO_LIMIT
+        from .tolerances import PAIR_RATIO_LIMIT, RATIO_LIMIT
         t.caption += (f";\nthe source vs {JUDGE}: {RATIO_LIMIT:g} x the float32 floor (x eps64/eps32 when it returned "
                       f"float64); a backend vs the source: {PAIR_RATIO_LIMIT:g} x floor in one precision, "
                       f"{RATIO_LIMIT:g} x the coarser floor across two")
@@ -96,7 +96,8 @@ def verdict(report: "Report") -> str:
     """One line that says what was proven: PASS naming the source it matches (or "self-consistent only" and why),
     or the first differing weight, or the first divergent sublayer and by how much."""
     from . import weight_diff
-    from .verify import JUDGE, RATIO_LIMIT
+    from .tolerances import RATIO_LIMIT
+    from .verify import JUDGE
 
     limit = min((r.limit for r in report.rows if r.kind != "source"), default=RATIO_LIMIT)  # the judge's K
     n = len(report.rows)

@@ -15,7 +15,8 @@ The tolerance rule (docs/verify.md; with two or more checkpoints the weights are
    downstream, so everything after it usually fails too; the first one is where to look.
 
 K was chosen from measurements (`benchmarks/verify_calibration.py`): correct ports stay below ~3 floors over
-hundreds of seeds, configs and shapes, while the planted porting faults sit at hundreds of floors and more.
+hundreds of seeds, configs and shapes, while the planted porting faults sit at hundreds of floors and more. The rule
+and both K live in `tolerances`, which the tests read too.
 
 With `--dtype bfloat16|float16` (and `--autocast`) the ports run in that precision and the floor comes from the NumPy
 reference rounding as they do, with its own K: `lowp`.
@@ -36,11 +37,8 @@ import numpy as np
 import reference_numpy as rn
 
 from .errors import UsageError
+from .tolerances import EPS32, EPS64, PAIR_RATIO_LIMIT, RATIO_LIMIT, compare, floors, max_abs  # noqa: F401 (the rule)
 
-EPS32 = float(np.finfo(np.float32).eps)
-EPS64 = float(np.finfo(np.float64).eps)
-RATIO_LIMIT = 10.0  # K: see the module docstring and benchmarks/verify_calibration.py
-PAIR_RATIO_LIMIT = 2 * RATIO_LIMIT
 JUDGE = "numpy-f64"
 BACKENDS = ("numpy", "torch", "keras")
 DEFAULT_SHAPE = {"batch": 2, "src_len": 37, "tgt_len": 29}
@@ -230,36 +228,6 @@ def trace(backend: str, config: rn.TransformerConfig, weights: Mapping[str, np.n
 
 # --- the comparison -------------------------------------------------------------------------------------------------
 
-def _max_abs(x: np.ndarray) -> float:
-    return float(np.max(np.abs(x))) if x.size else 0.0
-
-
-def compare(actual: np.ndarray, desired: np.ndarray) -> tuple[float, float]:
-    """`(max abs error, max abs error / max|desired|)`, computed in float64; inf if shapes differ or `actual` has
-    a NaN or inf where `desired` is finite."""
-    actual, desired = np.asarray(actual, np.float64), np.asarray(desired, np.float64)
-    if actual.shape != desired.shape or not np.all(np.isfinite(actual)):
-        return math.inf, math.inf
-    err = _max_abs(actual - desired)
-    scale = _max_abs(desired)
-    return err, (err / scale if scale > 0 else (0.0 if err == 0 else math.inf))
-
-
-def floors(judge: Mapping[str, np.ndarray], floor_run: Mapping[str, np.ndarray], dtype: str) -> dict[str, float]:
-    """Per-sublayer rounding floor (see the module docstring; bfloat16 / float16: `lowp`)."""
-    from . import lowp
-
-    eps = lowp.EPS.get(dtype, EPS32)
-    out = {}
-    for name, desired in judge.items():
-        measured, _ = compare(floor_run[name], desired)
-        floor = max(measured, eps * _max_abs(desired))
-        if floor == 0:  # an all-zero output computed exactly: any error at all is a divergence
-            floor = np.finfo(np.float32).tiny
-        out[name] = floor * (EPS64 / EPS32 if dtype == "float64" else 1.0)
-    return out
-
-
 def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str = "float32", batch: int = 2,
                    src_len: int = 37, tgt_len: int = 29, seed: int = 0, progress: Progress | None = None,
                    notes: Sequence[str] = (), autocast: bool = False, source=None,
@@ -434,7 +402,7 @@ def _culprit(weights: Mapping[str, np.ndarray]) -> str:
         value = np.asarray(value)
         if not np.all(np.isfinite(value)):
             return f"weight {name} holds NaN or inf"
-        m = _max_abs(value)
+        m = max_abs(value)
         if m > worst:
             worst_name, worst = name, m
     if worst > top:
