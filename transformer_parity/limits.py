@@ -89,7 +89,8 @@ def check_memory(need: int, what: str) -> None:
     """`UsageError` naming `what` and the estimate when `need` bytes exceed the memory available."""
     have = available_bytes()
     if need > have:
-        raise UsageError(f"{what} needs about {_human(need)} of memory, more than the {_human(have)} available; "
+        raise UsageError(f"{what} needs about {human_bytes(need)} of memory, more than the {human_bytes(have)} "
+                         "available; "
                          "use smaller sizes")
 
 
@@ -98,9 +99,10 @@ def check_run(config: rn.TransformerConfig, what: str, **sizes) -> None:
     check_memory(estimate_bytes(config, **sizes), what)
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if n < 1000 or unit == "PB":
+def human_bytes(n: float) -> str:
+    """A size as every command prints one: binary units, 1 MiB = 2**20 bytes."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} PB"
+        n /= 1024
+    return f"{n:.1f} PiB"
