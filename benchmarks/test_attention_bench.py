@@ -56,9 +56,9 @@ def _threads(request):
     """Every framework's thread count, set once before any framework runs (TensorFlow cannot change it later);
     TensorFlow is imported only when a selected test uses it."""
     frameworks = {"numpy", "torch"}
-    for item in request.session.items:
+    for item in request.session.items:  # this module's (a whole-suite session holds other tests' "impl" too)
         impl = getattr(item, "callspec", None) and item.callspec.params.get("impl")
-        if impl is not None:
+        if isinstance(impl, implementations.Implementation):
             frameworks.add(impl.framework)
     return engine.configure_threads(THREADS, frameworks)
 
