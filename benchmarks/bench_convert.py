@@ -83,7 +83,7 @@ def main(argv=None) -> int:
             peak = statistics.median(r[1] for r in runs)
             ok = seconds < TIME_LIMIT_S and peak < MEMORY_LIMIT_X * size
             worst_time, worst_memory = max(worst_time, seconds), max(worst_memory, peak / size)
-            print(f"{source + ' -> ' + target:32s} {size / 1e6:9.1f}MB {seconds:8.2f} {peak / 1e6:8.0f}MB "
+            print(f"{source + ' -> ' + target:32s} {size / 2**20:9.1f}MiB {seconds:8.2f} {peak / 2**20:8.0f}MiB "
                   f"{peak / size:7.2f}  {'ok' if ok else 'OVER TARGET'}", flush=True)
             out.unlink()
         print(f"\nslowest conversion {worst_time:.2f} s (target < {TIME_LIMIT_S:g} s); largest peak "
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
             seconds = statistics.median(r[0] for r in runs)
             print(f"\ntransformer-parity verify (no arguments: {args.preset} preset, numpy/torch/keras): "
                   f"{seconds:.1f} s wall, imports included (runs: {', '.join(f'{r[0]:.1f}' for r in runs)}); "
-                  f"peak RSS {statistics.median(r[1] for r in runs) / 1e9:.2f} GB; target < {VERIFY_LIMIT_S:g} s")
+                  f"peak RSS {statistics.median(r[1] for r in runs) / 2**30:.2f} GiB; target < {VERIFY_LIMIT_S:g} s")
     return 0
 
 

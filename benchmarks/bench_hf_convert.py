@@ -189,10 +189,10 @@ def markdown(results: dict) -> str:
                                            for c in cols) + " |")
     conv = results.get("conversion")
     if conv:
-        lines += ["", f"GPT-2-small-shaped directory: {conv['checkpoint_mb']} MB; a process importing what convert "
-                      f"imports peaks at {conv['baseline_rss_mb']} MB; round trip bit-identical: "
+        lines += ["", f"GPT-2-small-shaped directory: {conv['checkpoint_mb']} MiB; a process importing what convert "
+                      f"imports peaks at {conv['baseline_rss_mb']} MiB; round trip bit-identical: "
                       f"{conv['round_trip_bit_identical']}.", "",
-                  "| command | seconds | peak RSS (MB) | peak / checkpoint |", "|---|---|---|---|"]
+                  "| command | seconds | peak RSS (MiB) | peak / checkpoint |", "|---|---|---|---|"]
         lines += [f"| `{r['command']}` | {r['seconds']} | {r['peak_rss_mb']} | {r['peak / checkpoint']} |"
                   for r in conv["rows"]]
     return "\n".join(lines) + "\n"

@@ -31,7 +31,7 @@ PROBE = ("import atexit, runpy, sys; atexit.register(lambda: print('MAXRSS_KB', 
 
 
 def _run(args: list[str], cwd: Path) -> dict:
-    """Exit status, last stderr line and max RSS (MB) of `transformer-parity ARGS` in a fresh process."""
+    """Exit status, last stderr line and max RSS (MiB) of `transformer-parity ARGS` in a fresh process."""
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=cwd, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True,
@@ -226,7 +226,7 @@ def main(argv=None) -> int:
             results[name] = {"item": item, "command": " ".join(a.replace(tmp, "$TMP") for a in command),
                              **_run(command, work), "honest": honest}
             results[name]["stderr"] = results[name]["stderr"].replace(tmp, "$TMP")
-            print(f"{name}: exit {results[name]['exit']}, {results[name]['max_rss_mb']} MB, "
+            print(f"{name}: exit {results[name]['exit']}, {results[name]['max_rss_mb']} MiB, "
                   f"{results[name]['stderr'][:150]}", file=sys.stderr, flush=True)
         results["(no hostile conversion wrote its output)"] = {"item": "", "exit": int((work / "never.safetensors")
                                                                                       .exists()), "honest": None}

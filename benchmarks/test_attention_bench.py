@@ -5,8 +5,10 @@ with TFLOP/s, the kernel that ran and the error against the float64 reference in
     python -m pytest benchmarks/ --benchmark-only -k "torch and 1024"  # a subset
     python -m pytest benchmarks/ --benchmark-only --benchmark-json=out.json
 
-Benchmarks report; they assert nothing about speed. pyproject's testpaths is parity_tests/, so a plain `pytest`
-(and CI) never runs this file; CI runs only `test_smoke_tiny` from parity_tests/test_bench_smoke.py.
+Benchmarks report; they assert nothing about speed. They do assert that each implementation's output is within the
+float32 tolerance of the float64 reference and that a timed run reports its rate. Without `--benchmark-only` (a
+plain `pytest`: pyproject's testpaths include benchmarks/, so CI runs this) the grid is `CI_PROBLEMS`, a small
+problem per scope, each implementation timed for two rounds: that the suite runs and checks, not what it measures.
 """
 
 import os
@@ -14,10 +16,13 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import math  # noqa: E402
+
 import pytest  # noqa: E402
 
 from transformer_parity.bench import (attention, attention_impls, attention_reference, harness,  # noqa: E402
                                       machine, timing)
+from transformer_parity.tolerances import atol  # noqa: E402
 
 pytest.importorskip("pytest_benchmark")
 
@@ -29,6 +34,10 @@ PROBLEMS = {  # id -> case keywords (the device is a separate parameter)
     "kernel-fwd-N1024-padded": dict(seq=1024, mask="padded"),
     "kernel-fwdbwd-N512": dict(seq=512, mode="fwd+bwd"),
     "block-fwd-N512": dict(seq=512, scope="block"),
+}
+CI_PROBLEMS = {  # the grid of a plain `pytest` run (CI): one small problem per scope, padded
+    "kernel-fwd-N16-padded": dict(seq=16, mask="padded", batch=1, heads=2, head_dim=8),
+    "block-fwd-N16": dict(seq=16, scope="block", batch=1, heads=2, head_dim=8),
 }
 SKIP_BY_DEFAULT = ("*.eager",)  # eager TensorFlow is measured by `transformer-parity bench`; here it would double
 # the suite's time for rows nobody uses in production. BENCH_IMPLS=... (comma-separated globs) overrides.
@@ -48,15 +57,15 @@ def _threads(request):
     """Every framework's thread count, set once before any framework runs (TensorFlow cannot change it later);
     TensorFlow is imported only when a selected test uses it."""
     frameworks = {"numpy", "torch"}
-    for item in request.session.items:
+    for item in request.session.items:  # this module's (a whole-suite session holds other tests' "impl" too)
         impl = getattr(item, "callspec", None) and item.callspec.params.get("impl")
-        if impl is not None:
+        if isinstance(impl, attention_impls.Implementation):
             frameworks.add(impl.framework)
     return machine.configure_threads(THREADS, frameworks)
 
 
 def _case(problem: str, device: str) -> attention.Case:
-    kwargs = dict(PROBLEMS[problem])
+    kwargs = dict({**PROBLEMS, **CI_PROBLEMS}[problem])
     seq = kwargs.pop("seq")
     return attention.Case(q_len=seq, k_len=seq, device=device, **kwargs)
 
@@ -73,7 +82,7 @@ def _inputs(case):
     return _inputs_cache[case]
 
 
-def run_benchmark(benchmark, impl, case):
+def run_benchmark(benchmark, impl, case, rounds: int = 5):
     """Build `impl` on `case`, check it against the reference once, then hand its call to pytest-benchmark."""
     inputs, desired = _inputs(case)
     try:
@@ -93,7 +102,7 @@ def run_benchmark(benchmark, impl, case):
         err, where = attention_reference.max_abs_error(runner.to_numpy(out), desired)
         benchmark.extra_info.update(impl=impl.name, gflop=case.flops / 1e9, max_abs_err=err, err_output=where,
                                     threads=THREADS, device=case.device)
-        benchmark.pedantic(call, rounds=int(os.environ.get("BENCH_ROUNDS", 5)), warmup_rounds=1, iterations=1)
+        benchmark.pedantic(call, rounds=int(os.environ.get("BENCH_ROUNDS", rounds)), warmup_rounds=1, iterations=1)
         if runner.kernel is not None:
             benchmark.extra_info["kernel"] = runner.kernel()
         elif runner.kernel_name:
@@ -104,19 +113,34 @@ def run_benchmark(benchmark, impl, case):
     return err
 
 
-PAIRS = [pytest.param(impl, problem, device, id=f"{impl.name}-{problem}-{device}")
-         for impl in _impls() for problem in PROBLEMS for device in DEVICES
-         if PROBLEMS[problem].get("scope", "kernel") in impl.scopes and not (device == "cuda" and impl.framework ==
-                                                                           "numpy")]
+def pairs(problems) -> list:
+    return [pytest.param(impl, problem, device, id=f"{impl.name}-{problem}-{device}")
+            for impl in _impls() for problem in problems for device in DEVICES
+            if problems[problem].get("scope", "kernel") in impl.scopes and not (device == "cuda" and
+                                                                               impl.framework == "numpy")]
 
 
-@pytest.mark.parametrize("impl,problem,device", PAIRS)
-def test_attention(benchmark, impl, problem, device):
-    run_benchmark(benchmark, impl, _case(problem, device))
+def pytest_generate_tests(metafunc):
+    """The full grid under --benchmark-only; the CI grid in a plain run."""
+    if metafunc.function.__name__ == "test_attention":
+        full = metafunc.config.getoption("benchmark_only", False)
+        metafunc.parametrize("impl,problem,device", pairs(PROBLEMS if full else CI_PROBLEMS))
+
+
+def test_attention(benchmark, impl, problem, device, request):
+    case = _case(problem, device)
+    err = run_benchmark(benchmark, impl, case, rounds=5 if request.config.getoption("benchmark_only", False) else 2)
+    tolerance = atol(case.dtype) if case.dtype in ("float32", "float64") else math.inf
+    assert err <= tolerance, f"{impl.name} is {err:.2e} from the float64 reference on {problem}"
+    info = benchmark.extra_info
+    assert info["impl"] == impl.name and info["gflop"] > 0
+    if not getattr(benchmark, "disabled", False):  # timed: its rate is reported
+        assert info["tflops"] > 0 and math.isfinite(info["tflops"])
 
 
 def test_smoke_tiny(benchmark):
-    """The tiniest benchmark (what CI runs, to show the suite works): NumPy on a 1-head, 8-position problem."""
+    """The tiniest benchmark (parity_tests/test_bench_smoke.py runs it with --benchmark-json): NumPy on a 1-head,
+    8-position problem."""
     case = attention.Case(batch=1, heads=1, q_len=8, k_len=8, head_dim=4, mask="padded")
     err = run_benchmark(benchmark, attention_impls.REGISTRY["numpy"], case)
     assert err < 1e-5  # float32 against float64: a correctness check, not a timing one

@@ -69,8 +69,8 @@ def _worker(spec: dict) -> dict[str, float]:
 
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from tf_impl.startup import tf  # before keras: its import loads TensorFlow
     import keras
-    import tensorflow as tf
     tf.config.threading.set_intra_op_parallelism_threads(spec["intra"])
     tf.config.threading.set_inter_op_parallelism_threads(spec["inter"])
     import tf_impl.attention as ta

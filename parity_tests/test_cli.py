@@ -75,26 +75,7 @@ def test_console_entry_point_one_line_errors():
     assert result.stderr.strip() == "transformer-parity: error: no such file: missing.pt"
 
 
-def _fresh_env() -> dict[str, str]:
-    """The environment of a new user: none of the log switches this test suite sets for itself."""
-    from transformer_parity.quiet import LOG_SETTINGS
-
-    return {k: v for k, v in os.environ.items() if k not in LOG_SETTINGS}
-
-
-def test_verify_prints_no_framework_line():
-    """The README's first command, on the tiny preset, in every backend: stderr holds nothing at all (the project
-    itself writes nothing there on a pass); what `--debug` sets lets TensorFlow's start-up lines through again."""
-    command = [sys.executable, "-m", "transformer_parity", "verify", "--preset", "tiny", "--batch", "1",
-               "--src-len", "5", "--tgt-len", "4"]
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=_fresh_env())
-    assert result.returncode == 0 and "PASS" in result.stdout, result.stdout + result.stderr
-    assert result.stderr == ""
-    # the control: what --debug sets (TF's level 0) lets the start-up lines through, so the test above can fail
-    code = "import sys; from transformer_parity import cli, quiet; quiet.configure(debug=True); import tensorflow"
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=_fresh_env())
-    assert result.returncode == 0 and "absl::InitializeLog" in result.stderr, result.stderr
-
+# quiet at the file-descriptor level (TensorFlow's start-up notices): parity_tests/test_quiet.py
 
 def test_quiet_never_overrides_the_user():
     from transformer_parity import quiet

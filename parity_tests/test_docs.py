@@ -11,15 +11,18 @@ The convention (also in docs/README.md, "Commands in the docs are tested"):
   `--preset`, and `transformer-parity verify` without a checkpoint file, get `--preset tiny`.
 - The blocks of one file run in order in one fresh temporary directory, so a block may use what an earlier block of
   the same page wrote. `transformer-parity ...` runs in-process through `transformer_parity.cli.main` (what the
-  console script calls), so the frameworks load once; anything else runs in a subprocess with the repository on
-  PYTHONPATH.
+  console script calls), so the frameworks load once; anything else runs in a subprocess, in the environment the
+  tests run in (the package installed, as the README installs it; the repository is not put on PYTHONPATH), with a
+  path relative to the repository (`python docs/examples/x.py`) resolved against it, as from the repository's root.
+- `cd "$(mktemp -d)"` moves to a fresh directory (the README's tour starts so, to leave nothing in the reader's
+  current directory); the directory the page started in must then stay empty.
 """
 
-import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,12 +99,31 @@ def doc_commands(path: Path) -> list[Command]:
 RUNNABLE = [p for p in DOCS if doc_commands(p)]
 
 
+FRESH_DIRECTORY = ["cd", "$(mktemp -d)"]
+
+
+def from_repository(argv: list[str], cwd: Path) -> list[str]:
+    """Arguments that name a file of the repository by a relative path (and none in `cwd`), made absolute."""
+    def is_repository_file(a: str) -> bool:
+        return (re.fullmatch(r"[\w.-]+(/[\w.-]+)+", a) is not None and not (cwd / a).exists()
+                and (REPO / a).is_file())
+
+    return [str(REPO / a) if is_repository_file(a) else a for a in argv]
+
+
 @pytest.mark.parametrize("path", RUNNABLE, ids=[str(p.relative_to(REPO)) for p in RUNNABLE])
 def test_documented_commands_run(path, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    start = tmp_path / "start"
+    start.mkdir()
+    monkeypatch.chdir(start)
+    cwd, moved = start, False
     for command in doc_commands(path):
         where = f"{path.relative_to(REPO)}:{command.line}: {command}"
+        if command.argv[:1] == ["cd"]:
+            assert command.argv == FRESH_DIRECTORY, f"{where}: the only cd the docs test knows is cd \"$(mktemp -d)\""
+            cwd, moved = Path(tempfile.mkdtemp(dir=tmp_path)), True
+            monkeypatch.chdir(cwd)
+            continue
         if command.argv[0] == "transformer-parity":
             threads = _torch_threads()
             code = cli.main(command.argv[1:])
@@ -111,9 +133,12 @@ def test_documented_commands_run(path, tmp_path, monkeypatch, capsys):
                 torch.set_num_threads(threads)
         else:
             argv = [sys.executable, *command.argv[1:]] if command.argv[0] in ("python", "python3") else command.argv
-            result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+            result = subprocess.run(from_repository(argv, cwd), cwd=cwd, capture_output=True, text=True,
+                                    timeout=120)
             code, out, err = result.returncode, result.stdout, result.stderr
         assert code == command.expected, f"{where}\nexit {code}, expected {command.expected}\n{out[-2000:]}{err}"
+    if moved:
+        assert sorted(p.name for p in start.iterdir()) == [], f"{path.relative_to(REPO)} left files where it started"
 
 
 def _torch_threads() -> int | None:
@@ -123,8 +148,9 @@ def _torch_threads() -> int | None:
 def test_the_front_page_has_its_tour_and_its_links():
     """README's tour is runnable, and every docs/ page it links to exists (and every docs page is linked)."""
     readme = (REPO / "README.md").read_text()
-    tour = [c.argv[1] for c in doc_commands(REPO / "README.md")]
-    assert {"init", "convert", "verify", "bench", "train"} <= set(tour)
+    tour = doc_commands(REPO / "README.md")
+    assert tour[0].argv == FRESH_DIRECTORY  # nothing is left in the reader's current directory
+    assert {"init", "convert", "verify", "bench", "train"} <= {c.argv[1] for c in tour}
     linked = set(re.findall(r"\]\((docs/[^)#]+)", readme))
     assert linked and all((REPO / link).is_file() for link in linked), linked
     pages = {f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")}

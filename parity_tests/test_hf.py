@@ -11,9 +11,9 @@ import pytest
 import reference_numpy as rn
 from transformer_parity import cli, formats
 from transformer_parity.layouts import hf_dir
-from transformer_parity.verify import EPS32, EPS64
 
-from .tolerances import property_atol
+from . import tolerances
+from .tolerances import EPS32, EPS64, property_atol
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -118,8 +118,7 @@ def reference(name: str, tmp_path_factory):
         args, kwargs, hf_kwargs, mask = inputs(loaded.config)
         f64 = rn.Transformer(loaded.config, loaded.weights, np.float64)(*args, **kwargs)[mask]
         f32 = rn.Transformer(loaded.config, loaded.weights, np.float32)(*args, **kwargs)[mask]
-        floor = max(float(np.max(np.abs(f32 - f64))), EPS32 * float(np.max(np.abs(f64))))
-        _reference[name] = loaded, args, kwargs, hf_kwargs, mask, f64, floor
+        _reference[name] = loaded, args, kwargs, hf_kwargs, mask, f64, tolerances.floor(f32, f64)
     return _reference[name]
 
 
@@ -232,9 +231,24 @@ def test_export_loads_into_transformers(name, tmp_path_factory, tmp_path):
     np.testing.assert_array_equal(hf_output(again.eval(), hf_kwargs), hf_output(model, hf_kwargs))
 
 
+def test_a_bfloat16_directory_reads_exactly_and_converts(tmp_path_factory, tmp_path):
+    """A model saved in bfloat16 (as many published checkpoints are): its tensors are read as float32 exactly, with a
+    note, and it converts to Keras with every value kept."""
+    model, _ = hf_model("gpt2-lm", tmp_path_factory)
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    half.save_pretrained(tmp_path / "bf16")
+    loaded = formats.load(tmp_path / "bf16")
+    assert any("in bfloat16, read as float32 exactly" in note for note in loaded.notes)
+    state = {k: v.float().numpy() for k, v in half.state_dict().items()}
+    assert np.array_equal(loaded.weights["tgt_embed.embedding"], state["transformer.wte.weight"])
+    assert cli.main(["convert", "-q", str(tmp_path / "bf16"), str(tmp_path / "m.weights.h5")]) == 0
+    back = formats.load(tmp_path / "m.weights.h5")
+    assert all(np.array_equal(back.weights[k], v) for k, v in loaded.weights.items())
+
+
 # --- (d) HF -> canonical -> Keras .weights.h5 -> canonical -> HF is bit-identical --------------------------------
 
-@pytest.mark.parametrize("name", ["gpt2-lm", "gpt2", "bert-mlm", "bert", "marian"])
+@pytest.mark.parametrize("name", ["gpt2-lm", "gpt2", "bert-mlm", "bert", "marian", "bart"])
 def test_round_trip_through_keras_is_bit_identical(name, tmp_path_factory, tmp_path):
     _, path = hf_model(name, tmp_path_factory)
     for argv in ([str(path), str(tmp_path / "m.weights.h5")],
@@ -249,6 +263,7 @@ def test_round_trip_through_keras_is_bit_identical(name, tmp_path_factory, tmp_p
     for key, value in written.items():
         if key in saved and key not in ("bos_token_id", "eos_token_id", "pad_token_id", "dtype"):
             assert saved[key] == value, key
+    assert "decoder_start_token_id" not in written or written["decoder_start_token_id"] == written["pad_token_id"]
 
 
 # --- (e) greedy generation: the same tokens in transformers, the reference, torch_impl and tf_impl ---------------

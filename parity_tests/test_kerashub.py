@@ -12,6 +12,8 @@ import pytest
 
 import reference_numpy as rn
 from parity_tests.test_layouts import fill_scaffold, reference_errors
+from parity_tests.tolerances import atol, property_atol
+from parity_tests.tolerances import floor as measured_floor
 from transformer_parity import formats
 from transformer_parity.cli import main
 
@@ -184,9 +186,7 @@ def test_hf_gpt2_directory_to_kerashub_preset_matches_transformers(tmp_path):
     got = gpt2_logits(lm, ids)
     loaded = formats.load(tmp_path / "hf")
     judge = rn.Transformer(loaded.config, loaded.weights, np.float64)(ids)
-    floor32 = rn.Transformer(loaded.config, loaded.weights, np.float32)(ids)
-    floor = max(float(np.max(np.abs(floor32 - judge))), float(np.finfo(np.float32).eps * np.max(np.abs(judge))))
-    from parity_tests.tolerances import property_atol
+    floor = measured_floor(rn.Transformer(loaded.config, loaded.weights, np.float32)(ids), judge)
 
     np.testing.assert_allclose(got, expected, rtol=0, atol=2 * property_atol("float32", floor))
     np.testing.assert_allclose(got, judge, rtol=0, atol=property_atol("float32", floor))
@@ -226,11 +226,8 @@ def test_bert_backbone_matches_the_reference(bert_preset):
                          segments)
     judge = rn.Transformer(config, loaded.weights, np.float64).trace(ids, src_type_ids=segments)
     floor32 = rn.Transformer(config, loaded.weights, np.float32).trace(ids, src_type_ids=segments)
-    from parity_tests.tolerances import atol, property_atol
-
     for name in ("last_hidden_state", "pooler"):
-        floor = max(float(np.max(np.abs(floor32[name] - judge[name]))),
-                    float(np.finfo(np.float32).eps * np.max(np.abs(judge[name]))))
+        floor = measured_floor(floor32[name], judge[name])
         np.testing.assert_allclose(got32[name], judge[name], rtol=0, atol=property_atol("float32", floor))
         np.testing.assert_allclose(got64[name], judge[name], rtol=0, atol=atol("float64"))
 
@@ -288,9 +285,8 @@ def test_bert_masked_lm_matches_the_reference_at_its_mask_positions(mlm_preset):
         logits = rn.Transformer(config, loaded.weights, dtype)(ids, src_type_ids=segments)  # (B, S, V)
         return np.take_along_axis(logits, positions[..., None].astype(np.int64), axis=1)  # (B, M, V)
 
-    judge, floor32 = gathered(np.float64), gathered(np.float32)
-    floor = max(float(np.max(np.abs(floor32 - judge))), float(np.finfo(np.float32).eps * np.max(np.abs(judge))))
-    from parity_tests.tolerances import atol, property_atol
+    judge = gathered(np.float64)
+    floor = measured_floor(gathered(np.float32), judge)
 
     np.testing.assert_allclose(mlm_logits(lm, ids, segments, positions), judge, rtol=0,
                                atol=property_atol("float32", floor))
@@ -404,10 +400,8 @@ def test_seq2seq_matches_the_reference(seq2seq_file):
     assert (config.num_encoder_layers, config.num_decoder_layers, config.src_vocab_size, config.tgt_vocab_size,
             config.max_len, config.num_heads) == (1, 1, 60, 70, 20, 4)
     src, tgt = rn.sample_batch(config, batch=3, src_len=14, tgt_len=11, seed=4)
-    # The example's decoder is a nested keras.Model whose encoder input carries no Keras mask, so its cross-attention
-    # attends to the source's padding, which the canonical model masks (docs/kerashub.md): sources unpadded here,
-    # targets padded.
-    src = np.where(src == config.pad_id, 7, src)
+    src[0, -4:], src[1, 1:], tgt[2, -3:] = 0, 0, 0  # right padding (mask_zero: id 0); source row 1 has one real token
+    assert config.pad_id == 0 and (src == 0).any(axis=1).all() and (tgt == 0).any()
     import keras
 
     previous = keras.config.dtype_policy(), keras.config.floatx()
@@ -421,12 +415,13 @@ def test_seq2seq_matches_the_reference(seq2seq_file):
     model64.set_weights([w.astype(np.float64) for w in model.get_weights()])
     float64_exact(model64)
     judge = rn.Transformer(config, loaded.weights, np.float64)(src, tgt)
-    floor32 = rn.Transformer(config, loaded.weights, np.float32)(src, tgt)
-    floor = max(float(np.max(np.abs(floor32 - judge))), float(np.finfo(np.float32).eps * np.max(np.abs(judge))))
-    from parity_tests.tolerances import atol, property_atol
+    floor = measured_floor(rn.Transformer(config, loaded.weights, np.float32)(src, tgt), judge)
 
     np.testing.assert_allclose(seq2seq_logits(model, src, tgt), judge, rtol=0, atol=property_atol("float32", floor))
     np.testing.assert_allclose(seq2seq_logits(model64, src, tgt), judge, rtol=0, atol=atol("float64"))
+    # the padding matters on these inputs: a model that attended to the padded source positions would be far off
+    unmasked = rn.Transformer(config, loaded.weights, np.float64)(src, tgt, src_mask=np.ones(src.shape, bool))
+    assert np.max(np.abs(unmasked - judge)) > 100 * property_atol("float32", floor)
 
 
 def test_seq2seq_round_trip_is_bit_identical_and_loads(seq2seq_file, tmp_path):

@@ -13,13 +13,12 @@ import pytest
 from numpy.testing import assert_allclose
 
 import reference_numpy as rn
-from parity_tests.tolerances import atol, property_atol
+from parity_tests.tolerances import atol, floor, property_atol
 from transformer_parity import formats
 from transformer_parity.cli import main
 from transformer_parity.layouts import user
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
-EPS32 = float(np.finfo(np.float32).eps)
 
 
 def reference_errors(config, weights, src, logits32, logits64, float64_exact: bool = True) -> dict[str, float]:
@@ -28,10 +27,9 @@ def reference_errors(config, weights, src, logits32, logits64, float64_exact: bo
     not float64-exact itself (`float64_exact=False`: Keras's MultiHeadAttention, see docs/kerashub.md) must still be
     10x closer in float64 than the float32 floor, which no float32 computation is."""
     judge = rn.Transformer(config, weights, np.float64)(src)
-    floor32 = rn.Transformer(config, weights, np.float32)(src)
-    floor = max(float(np.max(np.abs(floor32 - judge))), EPS32 * float(np.max(np.abs(judge))))
-    assert_allclose(logits32, judge, rtol=0, atol=property_atol("float32", floor))
-    assert_allclose(logits64, judge, rtol=0, atol=atol("float64") if float64_exact else floor / 10)
+    floor32 = floor(rn.Transformer(config, weights, np.float32)(src), judge)
+    assert_allclose(logits32, judge, rtol=0, atol=property_atol("float32", floor32))
+    assert_allclose(logits64, judge, rtol=0, atol=atol("float64") if float64_exact else floor32 / 10)
     return {"float32": float(np.max(np.abs(logits32 - judge))), "float64": float(np.max(np.abs(logits64 - judge)))}
 
 
@@ -56,70 +54,14 @@ def convert(tmp_path, source: Path, layout: Path, *extra: str) -> formats.Loaded
 # --- example 1: a plain PyTorch encoder with W_Q/W_K/W_V/W_O ---------------------------------------------------------
 
 def torch_encoder_classes():
-    """The user's model, as a tutorial writes it: post-LN encoder, separate q/k/v/o nn.Linear, sinusoid buffer."""
-    import torch
-    from torch import nn
+    """The user's model, as a tutorial writes it: post-LN encoder, separate q/k/v/o nn.Linear, sinusoid buffer; its
+    code is docs/examples/torch_encoder.py (example 1 of docs/layouts.md)."""
+    import importlib.util
 
-    class MultiHeadAttention(nn.Module):
-        def __init__(self, d_model, num_heads):
-            super().__init__()
-            self.num_heads, self.d_k = num_heads, d_model // num_heads
-            self.W_Q = nn.Linear(d_model, d_model)
-            self.W_K = nn.Linear(d_model, d_model)
-            self.W_V = nn.Linear(d_model, d_model)
-            self.W_O = nn.Linear(d_model, d_model)
-
-        def forward(self, x, mask):  # mask (B, 1, 1, S), True = a real token
-            b, s, _ = x.shape
-            q, k, v = (w(x).view(b, s, self.num_heads, self.d_k).transpose(1, 2) for w in (self.W_Q, self.W_K,
-                                                                                             self.W_V))
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
-            scores = scores.masked_fill(~mask, float("-inf"))
-            out = torch.softmax(scores, dim=-1) @ v
-            return self.W_O(out.transpose(1, 2).reshape(b, s, -1))
-
-    class EncoderLayer(nn.Module):
-        def __init__(self, d_model, num_heads, d_ff, dropout):
-            super().__init__()
-            self.attn = MultiHeadAttention(d_model, num_heads)
-            self.ffn = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
-            self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-            self.dropout = nn.Dropout(dropout)
-
-        def forward(self, x, mask):
-            x = self.norm1(x + self.dropout(self.attn(x, mask)))
-            return self.norm2(x + self.dropout(self.ffn(x)))
-
-    class PositionalEncoding(nn.Module):
-        def __init__(self, d_model, max_len):
-            super().__init__()
-            position = torch.arange(max_len).unsqueeze(1)
-            div = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
-            pe = torch.zeros(max_len, d_model)
-            pe[:, 0::2], pe[:, 1::2] = torch.sin(position * div), torch.cos(position * div)
-            self.register_buffer("pe", pe)
-
-        def forward(self, x):
-            return x + self.pe[: x.size(1)]
-
-    class Encoder(nn.Module):
-        def __init__(self, vocab, n_classes, d_model=32, num_heads=4, d_ff=64, num_layers=2, max_len=64,
-                     dropout=0.1):
-            super().__init__()
-            self.d_model = d_model
-            self.embed = nn.Embedding(vocab, d_model)
-            self.pos = PositionalEncoding(d_model, max_len)
-            self.layers = nn.ModuleList(EncoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers))
-            self.classifier = nn.Linear(d_model, n_classes)
-
-        def forward(self, ids, pad_id=0):
-            mask = (ids != pad_id)[:, None, None, :]
-            x = self.pos(self.embed(ids) * math.sqrt(self.d_model))
-            for layer in self.layers:
-                x = layer(x, mask)
-            return self.classifier(x)
-
-    return Encoder
+    spec = importlib.util.spec_from_file_location("torch_encoder_example", EXAMPLES / "torch_encoder.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Encoder
 
 
 def train_a_little(model, vocab: int, n_classes: int, steps: int = 3, seed: int = 0):

@@ -8,9 +8,10 @@ import reference_numpy as rn
 from parity_tests.tolerances import atol
 from transformer_parity.bench.attention_reference import attention_backward
 
-tf = pytest.importorskip("tensorflow")
-ta = pytest.importorskip("tf_impl.attention")
-bw = pytest.importorskip("tf_impl.blockwise_attention")
+tf = pytest.importorskip("tensorflow")  # the framework may be absent; our own modules must import, or fail
+
+import tf_impl.attention as ta  # noqa: E402
+import tf_impl.blockwise_attention as bw  # noqa: E402
 
 B, H, D = 2, 3, 8
 

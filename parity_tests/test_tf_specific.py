@@ -11,11 +11,12 @@ import reference_numpy as rn
 from .conftest import TINY, VARIANTS, weights_for
 from .tolerances import atol
 
-tf = pytest.importorskip("tensorflow")
+tf = pytest.importorskip("tensorflow")  # the frameworks may be absent; our own modules must import, or fail
 keras = pytest.importorskip("keras")
-ti = pytest.importorskip("tf_impl")
-IMPLS = pytest.importorskip("tf_impl.attention").IMPLS
-tm = pytest.importorskip("tf_impl.model")
+
+import tf_impl as ti  # noqa: E402
+import tf_impl.model as tm  # noqa: E402
+from tf_impl.attention import IMPLS  # noqa: E402
 
 RNG = np.random.default_rng(123)
 

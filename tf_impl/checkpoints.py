@@ -290,14 +290,23 @@ def _expected_h5_shapes(path: Path, config: TransformerConfig, n_datasets: int) 
     return {keras_path(fw_name): shapes[name] for name, (fw_name, _) in mapping.items()}
 
 
+class NoStoredConfig(ValueError):
+    """A `.weights.h5` without a transformer-parity config and without `fields` to make one; `names` are its
+    datasets, which tell the caller what the file is (a plain Keras model's, a KerasHub model's, ours)."""
+
+    def __init__(self, path, names: list[str]):
+        super().__init__(f"{path} carries no transformer-parity config (a plain Keras save_weights file?); give the "
+                         "config's fields")
+        self.path, self.names = Path(path), names
+
+
 def load_weights_h5(path: str | os.PathLike, fields: Mapping[str, Any] | None = None
                     ) -> tuple[TransformerConfig, dict[str, np.ndarray]]:
     """Canonical `(config, weights)` from a `.weights.h5`. The config is the stored one with `fields` applied; a file
     that stores none (one `model.save_weights()` wrote) needs the whole config in `fields`."""
     config, datasets = read_h5_file(path, fields)
     if config is None:
-        raise ValueError(f"{path} carries no transformer-parity config (a plain Keras save_weights file?); "
-                         "give one with --config FILE.json")
+        raise NoStoredConfig(path, list(datasets))
     if not datasets:
         raise ValueError(f"{path} holds no weights")
     try:

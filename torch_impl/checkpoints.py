@@ -162,7 +162,7 @@ def save_pt(path: str | os.PathLike, config: TransformerConfig, weights: Mapping
         folder = Path(path).parent
         free = shutil.disk_usage(folder).free if folder.is_dir() else 0
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise OSError(f"writing a .pt file in {folder} failed ({detail}); {free / 1e6:.0f} MB free there "
+        raise OSError(f"writing a .pt file in {folder} failed ({detail}); {free / 2 ** 20:.0f} MiB free there "
                       "(disk full?)") from None
 
 

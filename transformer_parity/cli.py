@@ -51,7 +51,7 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 def _add_common(parser: argparse.ArgumentParser, top: bool = False) -> None:
     """--quiet and --debug, accepted before or after the subcommand."""
     default = False if top else argparse.SUPPRESS
-    if "--quiet" not in parser._option_string_actions:
+    if "--quiet" not in parser._option_string_actions and "-q" not in parser._option_string_actions:
         parser.add_argument("-q", "--quiet", action="store_true", default=default,
                             help="print no tables, notes or progress; errors still go to stderr")
     if "--debug" not in parser._option_string_actions:
@@ -161,7 +161,9 @@ def cmd_init(args) -> int:
 def _size(weights) -> str:
     n = sum(int(v.size) for v in weights.values())
     nbytes = sum(int(v.nbytes) for v in weights.values())
-    return f"{n / 1e6:.1f} M parameters, {nbytes / 1e6:.1f} MB"
+    from .limits import human_bytes
+
+    return f"{n / 1e6:.1f} M parameters, {human_bytes(nbytes)}"
 
 
 # --- convert --------------------------------------------------------------------------------------------------------
@@ -288,8 +290,8 @@ def cmd_verify(args) -> int:
     from . import verify
 
     _verify_sources(args)
-    shape = {"batch": 2 if args.batch is None else args.batch, "src_len": 37 if args.src_len is None else args.src_len,
-             "tgt_len": 29 if args.tgt_len is None else args.tgt_len, "seed": 0 if args.seed is None else args.seed}
+    shape = {"batch": 2 if args.batch is None else args.batch, "src_len": args.src_len, "tgt_len": args.tgt_len,
+             "seed": 0 if args.seed is None else args.seed}  # lengths left out: verify's defaults, clipped to max_len
     fields = parse_fields(args.config, args.sets)
     if args.json and args.json != "-":
         from . import formats
@@ -475,8 +477,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --dtype bfloat16/float16: float32 weights under torch.autocast / Keras's "
                         "mixed_<dtype> policy instead of a model cast to that dtype")
     p.add_argument("--batch", type=int, help="sequences per batch (default 2)")
-    p.add_argument("--src-len", type=int, help="source length, with padding (default 37)")
-    p.add_argument("--tgt-len", type=int, help="target length, with padding (default 29)")
+    p.add_argument("--src-len", type=int, help="source length, with padding (default 37, or the model's max_len if "
+                                               "shorter)")
+    p.add_argument("--tgt-len", type=int, help="target length, with padding (default 29, or the model's max_len if "
+                                               "shorter); encoder-decoder models only")
     p.add_argument("--seed", type=int, help="seed of the inputs (and of the preset's weights; default 0)")
     _add_config_options(p)
     p.add_argument("--outputs-only", action="store_true",
@@ -512,8 +516,17 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMAND_MODULES:
         _register(sub, name)
     for subparser in sub.choices.values():
-        _add_common(subparser)
+        _add_common_everywhere(subparser)
     return parser
+
+
+def _add_common_everywhere(parser: argparse.ArgumentParser) -> None:
+    """--quiet and --debug on a subcommand and on each of its own actions (`bench model compare ...`)."""
+    _add_common(parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for nested in action.choices.values():
+                _add_common_everywhere(nested)
 
 
 def _register(sub, module_name: str) -> None:

@@ -6,7 +6,8 @@
 - in the port's config (`CONFIG_FAULTS`): LayerNorm epsilon 1e-3 instead of 1e-5, the other sinusoid layout;
 - in the port's code (`CODE_FAULTS`, context managers that patch a backend while active): an inverted mask
   convention, attention scaled by sqrt(d_model) instead of sqrt(d_k), a LayerNorm built with Keras's default
-  epsilon, the other sinusoid layout.
+  epsilon, the other sinusoid layout; `MUTANTS` adds the heads concatenated in the wrong order and the attention's
+  output bias left out.
 
 Each fault also says which sublayer should be named first: `expected(config)`. Used by the tests and by
 `benchmarks/verify_calibration.py`; nothing else imports it.
@@ -147,7 +148,7 @@ def inverted_mask(backend: str) -> Iterator[None]:
 
 
 def _tf_not(mask):
-    import tensorflow as tf
+    from tf_impl.startup import tf
 
     return tf.logical_not(mask)
 
@@ -181,6 +182,7 @@ def layer_norm_eps(backend: str, eps: float = 1e-3) -> Iterator[None]:
         with _patched(module.nn, "LayerNorm", WrongEps):
             yield
     else:
+        import tf_impl.startup  # noqa: F401 (TensorFlow's start-up notices kept off the terminal)
         import keras
 
         original = keras.layers.LayerNormalization
@@ -227,6 +229,43 @@ def sinusoid_layout(backend: str) -> Iterator[None]:
             yield
 
 
+@contextlib.contextmanager
+def head_order(backend: str) -> Iterator[None]:
+    """The port concatenates the heads' outputs in the wrong order (last head first) before the output projection."""
+    module = _attention_module(backend)
+    original = module.scaled_dot_product_attention
+
+    def wrong(q, k, v, mask=None, **kwargs):
+        out, weights = original(q, k, v, mask, **kwargs)
+        return (out.flip(1) if backend == "torch" else _tf_reverse_heads(out)), weights  # (B, H, Tq, d_k)
+
+    with _patched(module, "scaled_dot_product_attention", wrong):
+        yield
+
+
+def _tf_reverse_heads(x):
+    from tf_impl.startup import tf
+
+    return tf.reverse(x, [1])
+
+
+@contextlib.contextmanager
+def output_bias_dropped(backend: str) -> Iterator[None]:
+    """The port leaves out the bias of the attention's output projection (`o.bias`), as a port that maps only
+    kernels does."""
+    module = _attention_module(backend)
+    cls = module.MultiHeadAttention
+    method = "forward" if backend == "torch" else "call"
+    original = getattr(cls, method)
+
+    def wrong(self, *args, **kwargs):
+        out, weights = original(self, *args, **kwargs)
+        return (out if self.o.bias is None else out - self.o.bias), weights
+
+    with _patched(cls, method, wrong):
+        yield
+
+
 CODE_FAULTS: dict[str, tuple[Callable[[str, rn.TransformerConfig], contextlib.AbstractContextManager],
                              Callable[[rn.TransformerConfig], str]]] = {
     "inverted-mask": (lambda b, c: inverted_mask(b), lambda c: "encoder.layers.0.self_attn"),
@@ -234,6 +273,12 @@ CODE_FAULTS: dict[str, tuple[Callable[[str, rn.TransformerConfig], contextlib.Ab
     "eps-1e-3-in-code": (lambda b, c: layer_norm_eps(b, 1e-3), _first_after_norm),
     "sinusoid-layout-in-code": (lambda b, c: sinusoid_layout(b), lambda c: "encoder.embed"),
 }
+
+# The code faults, and two more mutations of a twin's code (not in the calibration of docs/verify.md): what the test
+# suite must catch when planted in torch_impl or tf_impl (docs/verify.md, "Planted mutants").
+MUTANTS = {**CODE_FAULTS,
+           "head-order": (lambda b, c: head_order(b), lambda c: "encoder.layers.0.self_attn"),
+           "output-bias-dropped": (lambda b, c: output_bias_dropped(b), lambda c: "encoder.layers.0.self_attn")}
 
 
 def apply_weight_fault(name: str, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray]

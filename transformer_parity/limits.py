@@ -124,8 +124,8 @@ def check_positions(config: rn.TransformerConfig, source: str, origin: str = "")
     need, have = sinusoid_bytes(config), available_bytes()
     if need > have:
         raise ValueError(f"{source}: config field max_len={config.max_len}{f' ({origin})' if origin else ''} needs a "
-                         f"sinusoidal position table of about {_human(need)} to build (max_len x d_model={config.d_model}"
-                         f" in float64), more than the {_human(have)} available; state the model's real max_len "
+                         f"sinusoidal position table of about {human_bytes(need)} to build (max_len x d_model={config.d_model}"
+                         f" in float64), more than the {human_bytes(have)} available; state the model's real max_len "
                          "(--set max_len=N)")
 
 
@@ -133,7 +133,8 @@ def check_memory(need: int, what: str) -> None:
     """`UsageError` naming `what` and the estimate when `need` bytes exceed the memory available."""
     have = available_bytes()
     if need > have:
-        raise UsageError(f"{what} needs about {_human(need)} of memory, more than the {_human(have)} available; "
+        raise UsageError(f"{what} needs about {human_bytes(need)} of memory, more than the {human_bytes(have)} "
+                         "available; "
                          "use smaller sizes")
 
 
@@ -157,7 +158,7 @@ def read_json_object(path: str | os.PathLike, what: str, cap: int = MAX_CONFIG_B
     with open(path, "rb") as f:
         data = f.read(cap + 1)
     if len(data) > cap:
-        raise FileTooLarge(f"{path} is larger than {_human_binary(cap)}, too large for {what}; refusing to read it")
+        raise FileTooLarge(f"{path} is larger than {human_bytes(cap)}, too large for {what}; refusing to read it")
     try:
         value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -169,13 +170,10 @@ def read_json_object(path: str | os.PathLike, what: str, cap: int = MAX_CONFIG_B
     return value
 
 
-def _human_binary(n: int) -> str:
-    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if n < 1000 or unit == "PB":
+def human_bytes(n: float) -> str:
+    """A size as every command prints one: binary units, 1 MiB = 2**20 bytes."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} PB"
+        n /= 1024
+    return f"{n:.1f} PiB"

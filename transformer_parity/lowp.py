@@ -25,21 +25,11 @@ from reference_numpy.lowp import DTYPES, Precision
 
 from . import faults
 from .errors import UsageError
+from .tolerances import LOWP_PAIR_RATIO_LIMIT, LOWP_RATIO_LIMIT, REDUCED_EPS
 
-# One rounding of the storage dtype: 8 and 11 significant bits.
-EPS = {"bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}
-
-# K for reduced precision, from `python benchmarks/verify_calibration.py --dtype bfloat16|float16 --seeds 8
-# --fault-seeds 2` (benchmarks/results/verify-lowp/, table in docs/verify.md). Correct ports reach 3.9 floors in
-# bfloat16 (Keras; torch 1.6) and 2.6 in float16. Keras sits higher because the reference rounds where torch's
-# fused CPU kernels do, while TensorFlow's bfloat16 CPU kernels round more often (the matmul, the bias add, the
-# softmax, each op of the written-out GELU, and Python constants such as sqrt(d_k)). The weakest planted fault that
-# bfloat16 can see at all, query and key kernels of the cross-attention swapped on the 128-wide model, sits at 7.8
-# floors (nearly uniform attention at initialization hides it); every other one at 26 or more (float16: 61). K = 5.5
-# is the geometric middle of 3.9 and 7.8: a factor of 1.4 on either side, narrower than float32's 3, because 8 bits
-# of mantissa leave less room. The faults bfloat16 cannot see at all are listed in UNSEEN.
-RATIO_LIMIT = 5.5
-PAIR_RATIO_LIMIT = 2 * RATIO_LIMIT
+EPS = REDUCED_EPS  # one rounding of the storage dtype
+RATIO_LIMIT = LOWP_RATIO_LIMIT  # K for reduced precision: calibrated, see `tolerances`
+PAIR_RATIO_LIMIT = LOWP_PAIR_RATIO_LIMIT
 
 
 # Planted faults smaller than the rounding of the dtype, measured invisible (error / floor ~1 where they start; the

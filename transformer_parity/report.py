@@ -28,10 +28,38 @@ def pair_label(pair: tuple[str, str]) -> str:
     return pair[0] if pair[1] == JUDGE else f"{pair[0]} vs {pair[1]}"
 
 
-def table(report: "Report") -> "Table":
+def table(report: "Report", width: int | None = None) -> "Table":
     """One row per sublayer and comparison, in execution order: a backend against the judge (or two backends against
     each other), its max abs and max relative error, the sublayer's floor, error / floor, and the status. The first
-    divergent sublayer is marked."""
+    divergent sublayer is marked.
+
+    Given the console's `width`, a table that would not fit is drawn compact rather than cut: sublayer names
+    abbreviated (`enc.3.self_attn` for `encoder.layers.3.self_attn`, said in the caption), the max relative error
+    left to the JSON report, and long backend labels wrapped at their spaces; no cell loses a character."""
+    full = _table(report, compact=False)
+    if width is None or _natural_width(full) <= width:
+        return full
+    return _table(report, compact=True)
+
+
+def _natural_width(t: "Table") -> int:
+    import io
+
+    from rich.console import Console
+
+    return Console(width=10 ** 4, file=io.StringIO()).measure(t).maximum
+
+
+def short_sublayer(name: str) -> str:
+    """`encoder.layers.3.self_attn` -> `enc.3.self_attn`, `decoder.final_norm` -> `dec.final_norm`."""
+    for long, short in (("encoder.layers.", "enc."), ("decoder.layers.", "dec."), ("encoder.", "enc."),
+                        ("decoder.", "dec.")):
+        if name.startswith(long):
+            return short + name[len(long):]
+    return name
+
+
+def _table(report: "Report", compact: bool) -> "Table":
     from rich import box
     from rich.table import Table
 
@@ -48,8 +76,9 @@ def table(report: "Report") -> "Table":
         title += f"; and against the source, {report.sources[0]['name']}"
     t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False, box=box.SIMPLE_HEAD)
     t.add_column("sublayer", no_wrap=True)
-    t.add_column("backends", no_wrap=True)
-    for name in ("max abs", "max rel", "floor", "abs/floor"):
+    t.add_column("backends", no_wrap=not compact, overflow="fold")
+    numbers = ("max abs", "floor", "abs/floor") if compact else ("max abs", "max rel", "floor", "abs/floor")
+    for name in numbers:
         t.add_column(name, justify="right", no_wrap=True)
     t.add_column("status", no_wrap=True)
     by_key = {(r.sublayer, r.backends): r for r in report.rows}
@@ -61,16 +90,19 @@ def table(report: "Report") -> "Table":
             else:
                 status = "[green]ok[/]"
             ratio = _ratio(r.ratio) if r.passed else f"[bold red]{_ratio(r.ratio)}[/]"
-            t.add_row(name if i == 0 else "", pair_label(r.backends), _num(r.max_abs_err), _num(r.max_rel_err),
-                      _num(r.floor), ratio, status)
+            errors = (_num(r.max_abs_err),) if compact else (_num(r.max_abs_err), _num(r.max_rel_err))
+            label = (short_sublayer(name) if compact else name) if i == 0 else ""
+            t.add_row(label, pair_label(r.backends), *errors, _num(r.floor), ratio, status)
     limits = sorted({r.limit for r in report.rows if r.kind != "source"}) or [0.0]
     floor_run = {"float32": "float32", "float64": "float32 (x eps64/eps32)"}.get(
         report.dtype, f"{report.dtype} (rounded where the frameworks round)")
     t.caption = (f"backends: one name = that backend vs the {JUDGE} judge; floor: NumPy {floor_run} vs float64 on the "
                  f"same inputs;\npass: max abs <= {limits[0]:g} x floor"
                  + (f" ({limits[-1]:g} x floor between two backends)" if len(limits) > 1 else ""))
+    if compact:
+        t.caption += ";\nenc.N / dec.N = encoder.layers.N / decoder.layers.N; max rel error: --json"
     if report.sources:
-        from .verify import PAIR_RATIO_LIMIT, RATIO_LIMIT
+        from .tolerances import PAIR_RATIO_LIMIT, RATIO_LIMIT
         t.caption += (f";\nthe source vs {JUDGE}: {RATIO_LIMIT:g} x the float32 floor (x eps64/eps32 when it returned "
                       f"float64); a backend vs the source: {PAIR_RATIO_LIMIT:g} x floor in one precision, "
                       f"{RATIO_LIMIT:g} x the coarser floor across two")
@@ -96,7 +128,8 @@ def verdict(report: "Report") -> str:
     """One line that says what was proven: PASS naming the source it matches (or "self-consistent only" and why),
     or the first differing weight, or the first divergent sublayer and by how much."""
     from . import weight_diff
-    from .verify import JUDGE, RATIO_LIMIT
+    from .tolerances import RATIO_LIMIT
+    from .verify import JUDGE
 
     limit = min((r.limit for r in report.rows if r.kind != "source"), default=RATIO_LIMIT)  # the judge's K
     n = len(report.rows)
@@ -162,7 +195,8 @@ def weights_table(report: "Report") -> "Table | None":
         box=box.SIMPLE_HEAD)
     for name, justify in (("tensor", "left"), ("checkpoint", "left"), ("status", "left"), ("max abs diff", "right"),
                           ("at index", "left"), ("elements differ", "right"), ("note", "left")):
-        t.add_column(name, justify=justify, no_wrap=name != "note")
+        # on a narrow terminal names and notes fold onto a second line; nothing is cut
+        t.add_column(name, justify=justify, no_wrap=name not in ("tensor", "checkpoint", "note"), overflow="fold")
     for w in rows:
         status = "[bold red]" + w.status.upper() + "[/]"
         differ = f"{w.differing} of {w.size}" if w.status == weight_diff.DIFFERENT and w.index is not None else ""
@@ -176,7 +210,7 @@ def print_report(report: "Report", console: "Console") -> None:
     if weights is not None:
         console.print(weights)
     if report.rows:
-        console.print(table(report))
+        console.print(table(report, console.width))
     for line in report.config_differences:
         console.print(f"[yellow]config differs[/] {line}")
     for line in report.notes:

@@ -324,7 +324,7 @@ def set_threads(framework: str, threads: int) -> None:
 
         torch.set_num_threads(threads)
     else:
-        import tensorflow as tf
+        from tf_impl.startup import tf
 
         try:
             tf.config.threading.set_intra_op_parallelism_threads(threads)

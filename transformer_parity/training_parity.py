@@ -112,8 +112,8 @@ def run_adam(optimizer: str, params: Sequence[np.ndarray], grads, schedule: rn.S
             scheduler.step()
         return [p.detach().numpy() for p in torch_params]
     if optimizer in ("keras", "keras-stock"):
+        from tf_impl.startup import tf  # before keras: its import loads TensorFlow
         import keras
-        import tensorflow as tf
 
         from tf_impl.training import Adam, LearningRate
 

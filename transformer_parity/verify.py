@@ -15,7 +15,8 @@ The tolerance rule (docs/verify.md; with two or more checkpoints the weights are
    downstream, so everything after it usually fails too; the first one is where to look.
 
 K was chosen from measurements (`benchmarks/verify_calibration.py`): correct ports stay below ~3 floors over
-hundreds of seeds, configs and shapes, while the planted porting faults sit at hundreds of floors and more.
+hundreds of seeds, configs and shapes, while the planted porting faults sit at hundreds of floors and more. The rule
+and both K live in `tolerances`, which the tests read too.
 
 With `--dtype bfloat16|float16` (and `--autocast`) the ports run in that precision and the floor comes from the NumPy
 reference rounding as they do, with its own K: `lowp`.
@@ -36,11 +37,8 @@ import numpy as np
 import reference_numpy as rn
 
 from .errors import UsageError
+from .tolerances import EPS32, EPS64, PAIR_RATIO_LIMIT, RATIO_LIMIT, compare, floors, max_abs  # noqa: F401 (the rule)
 
-EPS32 = float(np.finfo(np.float32).eps)
-EPS64 = float(np.finfo(np.float64).eps)
-RATIO_LIMIT = 10.0  # K: see the module docstring and benchmarks/verify_calibration.py
-PAIR_RATIO_LIMIT = 2 * RATIO_LIMIT
 JUDGE = "numpy-f64"
 DEFAULT_SHAPE = {"batch": 2, "src_len": 37, "tgt_len": 29}
 
@@ -214,36 +212,6 @@ def trace(backend: str, config: rn.TransformerConfig, weights: Mapping[str, np.n
 
 # --- the comparison -------------------------------------------------------------------------------------------------
 
-def _max_abs(x: np.ndarray) -> float:
-    return float(np.max(np.abs(x))) if x.size else 0.0
-
-
-def compare(actual: np.ndarray, desired: np.ndarray) -> tuple[float, float]:
-    """`(max abs error, max abs error / max|desired|)`, computed in float64; inf if shapes differ or `actual` has
-    a NaN or inf where `desired` is finite."""
-    actual, desired = np.asarray(actual, np.float64), np.asarray(desired, np.float64)
-    if actual.shape != desired.shape or not np.all(np.isfinite(actual)):
-        return math.inf, math.inf
-    err = _max_abs(actual - desired)
-    scale = _max_abs(desired)
-    return err, (err / scale if scale > 0 else (0.0 if err == 0 else math.inf))
-
-
-def floors(judge: Mapping[str, np.ndarray], floor_run: Mapping[str, np.ndarray], dtype: str) -> dict[str, float]:
-    """Per-sublayer rounding floor (see the module docstring; bfloat16 / float16: `lowp`)."""
-    from . import lowp
-
-    eps = lowp.EPS.get(dtype, EPS32)
-    out = {}
-    for name, desired in judge.items():
-        measured, _ = compare(floor_run[name], desired)
-        floor = max(measured, eps * _max_abs(desired))
-        if floor == 0:  # an all-zero output computed exactly: any error at all is a divergence
-            floor = np.finfo(np.float32).tiny
-        out[name] = floor * (EPS64 / EPS32 if dtype == "float64" else 1.0)
-    return out
-
-
 def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str = "float32", batch: int = 2,
                    src_len: int = 37, tgt_len: int = 29, seed: int = 0, progress: Progress | None = None,
                    notes: Sequence[str] = (), autocast: bool = False, source=None,
@@ -330,7 +298,7 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
     if source is not None:
         runs = _run_source(source, config, judge, (src, tgt, types), seconds, progress)
         rows += _source_rows(judge, floor32, floor, dtype, runs, subjects, outputs)
-    inputs = {"batch": batch, "src_len": src_len, "tgt_len": tgt_len, "seed": None if given is not None else seed}
+    inputs = recorded_inputs(config, batch, src_len, tgt_len, None if given is not None else seed)
     return Report(sublayers=list(judge), floors=floor, rows=rows,
                   subjects=[{"label": s.label, "backend": s.backend, "source": s.source} for s in subjects],
                   judge=f"{JUDGE} on {reference.source or reference.label}", dtype=lowp.label(dtype, autocast),
@@ -418,7 +386,7 @@ def _culprit(weights: Mapping[str, np.ndarray]) -> str:
         value = np.asarray(value)
         if not np.all(np.isfinite(value)):
             return f"weight {name} holds NaN or inf"
-        m = _max_abs(value)
+        m = max_abs(value)
         if m > worst:
             worst_name, worst = name, m
     if worst > top:
@@ -440,7 +408,7 @@ def _row(name: str, backends: tuple[str, str], actual, desired, floor: float, li
 
 def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", fields: Mapping[str, Any] | None = None,
         backends: Sequence[str] | None = None, formats: Sequence[str | None] | None = None, dtype: str = "float32",
-        batch: int = 2, src_len: int = 37, tgt_len: int = 29, seed: int = 0,
+        batch: int = 2, src_len: int | None = None, tgt_len: int | None = None, seed: int = 0,
         progress: Progress | None = None, outputs_only: bool = False, autocast: bool = False,
         source: str | None = None, expect: str | os.PathLike | None = None, builtin_source: bool = True,
         allow_drop: Sequence[str] = ()) -> Report:
@@ -453,6 +421,7 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
 
     `backends` limits the framework backends of the first two modes (default: every installed one).
     `allow_drop` names the nonzero tensors a layout's `ignore` may leave out (`--allow-drop`); the report lists them.
+    `src_len` / `tgt_len` left out: 37 and 29, clipped to a model whose `max_len` is shorter (a note says so).
     The first checkpoint is also judged against its source (`source`): `source` (FILE.py:NAME), `expect` (an .npz
     of inputs and outputs computed elsewhere), or by default the built-in one for its kind (`builtin_source`).
     """
@@ -515,6 +484,10 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         numpy_label = {"bfloat16": "numpy-bf16", "float16": "numpy-f16"}.get(dtype, f"numpy-f{dtype[5:]}")
         subjects = [Subject(b if b != "numpy" else numpy_label, b, config, weights, label) for b in chosen]
     oracle, self_consistent = _choose_source(first, source, expect, builtin_source)
+    if oracle is None or oracle.inputs is None:
+        src_len, tgt_len = default_lengths(reference.config, src_len, tgt_len, notes)
+    else:  # --expect: the file's own inputs, whatever the lengths say
+        src_len, tgt_len = DEFAULT_SHAPE["src_len"], DEFAULT_SHAPE["tgt_len"]
     weight_rows = None
     if len(checkpoints) >= 2 and not outputs_only:  # weights first: before any output is computed
         if progress:
@@ -530,13 +503,47 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         report = Report(sublayers=[], floors={}, rows=[],
                         subjects=[{"label": s.label, "backend": s.backend, "source": s.source} for s in subjects],
                         judge=f"{JUDGE} on {reference.source or reference.label}", dtype=dtype,
-                        inputs={"batch": batch, "src_len": src_len, "tgt_len": tgt_len, "seed": seed},
+                        inputs=recorded_inputs(reference.config, batch, src_len, tgt_len, seed),
                         notes=notes + [f"outputs not compared: {exc}"])
     if weight_rows is not None:
         report.weights, report.weights_compared = weight_rows, True
     items = loaded if len(checkpoints) >= 2 else [first] if first is not None else []
     report.dropped = [f"{item.path.name}: {name}" for item in items for name in item.dropped]
     return report
+
+
+def default_lengths(config: rn.TransformerConfig, src_len: int | None, tgt_len: int | None,
+                    notes: list[str]) -> tuple[int, int]:
+    """The lengths given, or the defaults (37, 29) clipped to the model's `max_len`, with a note saying so; a
+    `--tgt-len` given to a one-sequence model is noted as unused."""
+    lengths = []
+    for flag, given, default, used in (("--src-len", src_len, DEFAULT_SHAPE["src_len"], True),
+                                       ("--tgt-len", tgt_len, DEFAULT_SHAPE["tgt_len"], config.is_encoder_decoder)):
+        if given is not None:
+            if not used:
+                notes.append(f"{flag} {given} not used: a {_kind(config)} model reads one sequence (--src-len)")
+            lengths.append(given)
+        elif default > config.max_len:
+            if used:
+                notes.append(f"{flag} {config.max_len}: the default {default} is longer than the model's "
+                             f"max_len={config.max_len}")
+            lengths.append(config.max_len)
+        else:
+            lengths.append(default)
+    return lengths[0], lengths[1]
+
+
+def recorded_inputs(config: rn.TransformerConfig, batch: int, src_len: int, tgt_len: int, seed: int | None
+                    ) -> dict[str, int | None]:
+    """The inputs as the report records them: no target length for a model that reads one sequence."""
+    inputs = {"batch": batch, "src_len": src_len, "tgt_len": tgt_len, "seed": seed}
+    if not config.is_encoder_decoder:
+        del inputs["tgt_len"]
+    return inputs
+
+
+def _kind(config: rn.TransformerConfig) -> str:
+    return "decoder-only" if config.is_decoder_only else "encoder-only"
 
 
 def _choose_source(first, spec: str | None, expect, builtin: bool):
@@ -559,7 +566,7 @@ def _choose_source(first, spec: str | None, expect, builtin: bool):
 
 def write_probe(path: str | os.PathLike, checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base",
                 fields: Mapping[str, Any] | None = None, formats: Sequence[str | None] | None = None, batch: int = 2,
-                src_len: int = 37, tgt_len: int = 29, seed: int = 0, force: bool = False,
+                src_len: int | None = None, tgt_len: int | None = None, seed: int = 0, force: bool = False,
                 allow_drop: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """`verify --write-probe`: the inputs verify would feed the first checkpoint's model (or the preset's), written to
     an .npz that `--expect` reads back once `output` is added to it. Returns the arrays written."""
@@ -573,6 +580,7 @@ def write_probe(path: str | os.PathLike, checkpoints: Sequence[str | os.PathLike
             config = rn.TransformerConfig.preset(preset, **dict(fields or {}))
         except (TypeError, ValueError) as exc:
             raise UsageError(f"invalid config: {exc}") from None
+    src_len, tgt_len = default_lengths(config, src_len, tgt_len, [])
     for name, value in (("batch", batch), ("src-len", src_len), ("tgt-len", tgt_len)):
         if value < 1:
             raise UsageError(f"--{name} must be >= 1, received {value}")

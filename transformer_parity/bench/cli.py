@@ -107,7 +107,10 @@ def register(subparsers) -> argparse.ArgumentParser:
                         help=f"write {', '.join(OUT_NAMES.values())} into DIR (created if needed; the plot only if "
                              "matplotlib is installed)")
     parser.add_argument("--force", action="store_true", help="overwrite existing output files")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="no progress lines on stderr")
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the full traceback of an error instead of one line")
     actions = parser.add_subparsers(dest="bench_action", metavar="{compare,plot,markdown,model}")
     cmp = actions.add_parser("compare", help="ratio of medians between two saved runs (B / A)")
     cmp.add_argument("a", metavar="A.json")
@@ -163,7 +166,7 @@ def _handle(args) -> int:
     options = attention.Options(threads=threads, min_time=args.min_time, max_time=args.max_time,
                                 profile_kernels=not args.no_kernel_names, peak_n=args.peak_size, rounds=args.rounds,
                                 row_budget=args.row_budget,
-                                progress=None if args.quiet else _progress(len(plan)))
+                                progress=None if getattr(args, "quiet", False) else _progress(len(plan)))
     result = attention.run(plan, options)
     report.render(result)
     if outputs.get("json"):

@@ -356,7 +356,7 @@ class Desired:
 def reference(problem: Problem, weights, inputs: Inputs) -> Desired:
     """The float64 answer and the float32 rounding floor of one problem (any dtype: the answer is the same)."""
     import reference_numpy as rn
-    from transformer_parity.verify import RATIO_LIMIT
+    from transformer_parity import tolerances
 
     answers = {}
     for dtype in (np.float64, np.float32):
@@ -374,17 +374,7 @@ def reference(problem: Problem, weights, inputs: Inputs) -> Desired:
             answers[dtype] = {"ids": ids, "last_logits": np.asarray(last, dtype=np.float64)}
     desired, single = answers[np.float64], answers[np.float32]
     floor = _difference(single, desired)[0] or 0.0
-    return Desired(desired, floor, max(_float32_atol(), RATIO_LIMIT * floor))
-
-
-def _float32_atol() -> float:
-    """The float32 entry of the one tolerance table (parity_tests/tolerances.py; not installed with the package,
-    hence its value as the fallback)."""
-    try:
-        from parity_tests.tolerances import ATOL
-    except ImportError:
-        return 5e-5
-    return ATOL["float32"]
+    return Desired(desired, floor, tolerances.property_atol("float32", floor))
 
 
 def _difference(actual: dict, desired: dict) -> tuple[float | None, str, str]:

@@ -74,7 +74,8 @@ def register(actions) -> argparse.ArgumentParser:
     parser.add_argument("--out-dir", metavar="DIR", dest="model_out_dir",
                         help=f"write {', '.join(OUT_NAMES.values())} into DIR (created if needed)")
     parser.add_argument("--force", action="store_true", dest="model_force", help="overwrite existing output files")
-    parser.add_argument("-q", "--quiet", action="store_true", dest="model_quiet", help="no progress lines on stderr")
+    parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="no progress lines on stderr")
     sub = parser.add_subparsers(dest="model_action", metavar="{compare,plot,markdown}")
     cmp = sub.add_parser("compare", help="ratio of medians between two saved runs (B / A)")
     cmp.add_argument("model_a", metavar="A.json")
@@ -155,7 +156,8 @@ def handle(args) -> int:
                        impls, overrides, shape)
     _check_memory(pairs)
     outputs = _outputs(args)
-    progress = None if args.model_quiet else (lambda m: print(f"bench model: {m}", file=sys.stderr, flush=True))
+    progress = None if getattr(args, "quiet", False) else (
+        lambda m: print(f"bench model: {m}", file=sys.stderr, flush=True))
     options = model.Options(threads=threads, min_time=args.model_min_time, max_time=args.model_max_time,
                             rounds=args.model_rounds, min_runs=args.model_min_runs,
                             peak_n=args.model_peak_size, peak_time=args.model_peak_time, progress=progress)

@@ -73,6 +73,9 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
                                                   sinusoid_layout="concatenated"))
     hf.update(model_type=MODEL_TYPE, architectures=list(ARCHITECTURES))
     hf.pop("share_encoder_decoder_embeddings")
+    # Marian starts decoding from its pad id, BART from its eos id, which the canonical config does not hold: leave
+    # it to transformers' BartConfig default (2) rather than write Marian's pad id
+    hf.pop("decoder_start_token_id")
     return hf, ARCHITECTURES[0]
 
 

@@ -25,6 +25,8 @@ import numpy as np
 
 import reference_numpy as rn
 
+from .. import tolerances
+from ..tolerances import RATIO_LIMIT  # K of verify
 from . import user
 
 Source = Callable[[dict[str, np.ndarray]], Any]
@@ -49,8 +51,6 @@ STAGED_START: dict[str, Any] = {  # where the later stages (or a verified match)
 }
 MAX_LEN_CAP = 8192  # the longest input probed when the weights hold no position table
 EPSILONS = (1e-5, 1e-6, 1e-12, 1e-3, 1e-8)  # PyTorch, many hand-written models, BERT, Keras, rare
-RATIO_LIMIT = 10.0  # K of verify: see transformer_parity/verify.py
-EPS32, EPS64 = float(np.finfo(np.float32).eps), float(np.finfo(np.float64).eps)
 _FUSED_ALTERNATIVE = {"fused_qkv": "fused_qkv_heads", "fused_qkv_heads": "fused_qkv",
                       "fused_qkv_t": "fused_qkv_heads_t", "fused_qkv_heads_t": "fused_qkv_t"}
 
@@ -456,9 +456,7 @@ def _floor(config, weights, batch, source_dtype: str) -> float:
     """The verify floor of the output: the reference's own float32 rounding (scaled to float64 for a float64
     source), never below one float32 rounding of the output's largest value."""
     judge = _forward(config, weights, batch)
-    f32 = _forward(config, weights, batch, np.float32)
-    floor = max(float(np.max(np.abs(f32 - judge))), EPS32 * float(np.max(np.abs(judge))))
-    return floor * (EPS64 / EPS32 if source_dtype == "float64" else 1.0)
+    return tolerances.floor(_forward(config, weights, batch, np.float32), judge, source_dtype)
 
 
 def _describe(c: Candidate) -> str:
