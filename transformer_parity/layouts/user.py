@@ -52,7 +52,8 @@ from . import hparams as hp
 from .layout_file import (FOR_HDF5, NONE, OPTIONAL, UNMAPPED, Layout, check_hdf5_paths, check_name,  # noqa: F401
                           load, load_for_writing, output_kind, parse)
 from .names import fill, hits, index, regex
-from .table import FUSED, Drops, Entry, canonical_shape, classify_sinusoid, import_state, sinusoid_mismatch, sinusoid_rows
+from .table import (FUSED, Drops, Entry, canonical_shape, classify_sinusoid, import_state, sinusoid_mismatch,
+                    sinusoid_rows)
 
 # What no model's weights tell, so every layout states it ([config], --set or --config). `unstated` adds those that
 # depend on what the weights hold (no positional table: its kind and length; ...).
@@ -703,9 +704,10 @@ def scaffold(path: str | os.PathLike) -> str:
         rows.append((pattern, guess, f"{shape}{count}{hint}"))
     width = max(len(p) for p, _, _ in rows) + 2
     guessed = sum(g != UNMAPPED for _, g, _ in rows)
-    lines = [f"# Layout scaffold for {path.name}: {len(state)} tensors, {len(rows)} patterns, {guessed} guessed.",
+    shown = re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", path.name)  # one comment line
+    lines = [f"# Layout scaffold for {shown}: {len(state)} tensors, {len(rows)} patterns, {guessed} guessed.",
              "# Check every line (a guess is a guess), replace each \"?\", and see docs/layouts.md for names and",
-             "# transforms. Then: transformer-parity convert --layout THIS_FILE " + f"{path.name} out.safetensors",
+             "# transforms. Then: transformer-parity convert --layout THIS_FILE " + f"{shown} out.safetensors",
              "[config]   # what the weights cannot tell: replace each \"?\" with the value in the model's code"]
     found, _ = hp.by_field_name(checkpoint.hparams, SCAFFOLD_CONFIG)
     for name in scaffold_fields(list(guesses.values())):
@@ -734,4 +736,10 @@ def scaffold_fields(guesses: list[str]) -> list[str]:
 
 
 def _toml_key(key: str) -> str:
-    return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """`key` as a TOML basic string that parses back to it: backslash, quote and every control character escaped
+    (a tensor name with a newline must not end the line)."""
+    return '"' + "".join(_TOML_ESCAPES.get(c) or (f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F else c)
+                         for c in key) + '"'
+
+
+_TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
