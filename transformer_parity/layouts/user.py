@@ -112,7 +112,7 @@ def canonical_shapes(layout: Layout, state: Mapping[str, np.ndarray], matched: M
                              f"divide by 3 ({transform})")
         if shape is None:
             raise ValueError(f"{layout.path}: {key!r} has shape {tuple(np.shape(state[key]))}, which a {transform} "
-                             f"entry cannot hold ({_TRANSFORM_SHAPES.get(transform, 'another rank')}); "
+                             f"entry cannot hold (it takes {_TRANSFORM_SHAPES.get(transform, 'another rank')}); "
                              f"{layout.where(entry)}")
         parts = "qkv" if transform in FUSED else [groups.get("qkv")]  # a fused entry holds all three
         for part in parts:
