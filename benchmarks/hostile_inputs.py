@@ -124,6 +124,8 @@ def build(work: Path) -> dict[str, tuple[list[str], str | None, str]]:
     with_layout = ["--layout", str(work / "layout.toml")]
     return {
         "convert hf-marian (honest)": (["convert", str(work / "marian"), str(work / "h1.safetensors")], None, ""),
+        "convert kerashub-gpt2 (honest)": (["convert", str(work / "kerashub"), str(work / "h3.safetensors")], None,
+                                           ""),
         "convert --layout (honest)": (["convert", str(work / "model.safetensors"), str(work / "h2.safetensors"),
                                        *with_layout], None, ""),
         "GPT-2 n_layer 10^9": (["convert", directory("gpt2", "n_layer", "1000000000"), out],
@@ -148,7 +150,7 @@ def build(work: Path) -> dict[str, tuple[list[str], str | None, str]]:
         "verify --set max_len=10^8": (["verify", "--preset", "tiny", "--set", "max_len=100000000", "--backends",
                                        "numpy"], None, "4"),
         "KerasHub num_layers 10^9": (["convert", directory("kerashub", "num_layers", "1000000000", "config"), out],
-                                     "convert hf-marian (honest)", "4"),
+                                     "convert kerashub-gpt2 (honest)", "4"),
         "layout [config] num_encoder_layers 10^9": (
             ["convert", str(work / "model.safetensors"), out, "--layout",
              layout("deep-layers", LAYOUT.replace("pad_id = 0", "pad_id = 0\nnum_encoder_layers = 1000000000"))],
@@ -158,7 +160,7 @@ def build(work: Path) -> dict[str, tuple[list[str], str | None, str]]:
         "config.json of 2 MB": (["convert", padded("gpt2", 2 << 20), out], "convert hf-marian (honest)", "4"),
         "config.json of 210 MB": (["convert", padded("gpt2", 210 << 20), out], "convert hf-marian (honest)", "4"),
         "KerasHub config.json of 2 MB": (["convert", padded("kerashub", 2 << 20), out],
-                                         "convert hf-marian (honest)", "4"),
+                                         "convert kerashub-gpt2 (honest)", "4"),
         "name {i:>3000000000}": (["convert", str(work / "model.safetensors"), out, "--layout",
                                   layout("spec", LAYOUT.replace('"head.bias"', '"head.{i:>3000000000}"'))],
                                  "convert --layout (honest)", "5"),

@@ -344,8 +344,8 @@ def test_config_that_disagrees_with_the_weights(tmp_path_factory, tmp_path, caps
     config = json.loads((copy / "config.json").read_text())
     (copy / "config.json").write_text(json.dumps({**config, "intermediate_size": 96}))
     _convert_fails(tmp_path, capsys, copy, "the config does not match the weights: d_ff=96 (config.json "
-                                           "intermediate_size), the weights hold 128 (bert.encoder.layer.0.intermediate."
-                                           "dense.weight has shape (128, 64))")
+                                           "intermediate_size), the weights hold 128 (bert.encoder.layer.0."
+                                           "intermediate.dense.weight has shape (128, 64))")
     (copy / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
     _convert_fails(tmp_path, capsys, copy, "config field num_encoder_layers=3 (config.json num_hidden_layers) does not "
                                            "match the weights, which hold 2 encoder layers (0, 1)")

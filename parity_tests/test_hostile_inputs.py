@@ -86,7 +86,8 @@ SIZE_CASES = {  # id: (model, config.json key, value, fragment of the one line)
                          "num_decoder_layers=1000000000 (config.json n_layer) does not match the weights, which hold "
                          "2 decoder layers (0, 1)"),
     "gpt2-n_layer-1e30": ("gpt2", "n_layer", 10**30, "num_decoder_layers=1000000000000000000000000000000"),
-    "bert-layers": ("bert", "num_hidden_layers", 10**9, "num_encoder_layers=1000000000 (config.json num_hidden_layers)"),
+    "bert-layers": ("bert", "num_hidden_layers", 10**9,
+                    "num_encoder_layers=1000000000 (config.json num_hidden_layers)"),
     "marian-encoder-layers": ("marian", "encoder_layers", 10**9, "num_encoder_layers=1000000000 (config.json "
                               "encoder_layers)"),
     "marian-decoder-layers": ("marian", "decoder_layers", 10**9, "num_decoder_layers=1000000000"),
@@ -98,7 +99,7 @@ SIZE_CASES = {  # id: (model, config.json key, value, fragment of the one line)
     "gpt2-positions": ("gpt2", "n_positions", 10**8, "max_len=100000000 (config.json n_positions), the weights hold 9"),
     "marian-max-len": ("marian", "max_position_embeddings", 10**12,
                        "max_len=1000000000000 (config.json max_position_embeddings) needs a sinusoidal position table "
-                       "of about 384.0 TB"),
+                       "of about 349.2 TiB"),
 }
 
 
@@ -263,7 +264,8 @@ def test_hostile_configs_under_a_memory_limit(models, laid_out, tmp_path):
                         tmp_path / "x2.safetensors"],  # a 38 GB table to build: refused against the limit's 512 MiB
         "kerashub": ["convert", edited(models, tmp_path, "kerashub-gpt2", setter("num_layers", 10**9, "config")),
                      tmp_path / "x3.safetensors"],
-        "set-layers": ["convert", models / "bart", tmp_path / "x4.safetensors", "--set", "num_decoder_layers=1000000000"],
+        "set-layers": ["convert", models / "bart", tmp_path / "x4.safetensors",
+                       "--set", "num_decoder_layers=1000000000"],
         "layout-config": ["convert", "--layout", deep_layers, model, tmp_path / "x5.safetensors"],
         "verify-max-len": ["verify", "--preset", "tiny", "--set", "max_len=100000000", "--backends", "numpy"],
     }
@@ -289,13 +291,14 @@ def _padded(data: dict, size: int) -> str:
 def test_a_2mb_config_json_is_refused_as_too_large(models, tmp_path, capsys):
     data = json.loads((models / "gpt2" / "config.json").read_text())
     path = edited(models, tmp_path, "gpt2", _padded(data, 2 << 20))
-    convert_refused([path], capsys, tmp_path, "config.json is larger than 1 MiB, too large for a model's config.json")
+    convert_refused([path], capsys, tmp_path, "config.json is larger than 1.0 MiB, too large for a model's config.json")
 
 
 def test_a_2mb_kerashub_config_is_too_large_not_another_format(models, tmp_path, capsys):
     data = json.loads((models / "kerashub-gpt2" / "config.json").read_text())
     path = edited(models, tmp_path, "kerashub-gpt2", _padded(data, 2 << 20))
-    err = convert_refused([path], capsys, tmp_path, "config.json is larger than 1 MiB, too large for a model's config.json")
+    err = convert_refused([path], capsys, tmp_path,
+                          "config.json is larger than 1.0 MiB, too large for a model's config.json")
     assert "not a serialized KerasHub object" not in err
 
 
@@ -303,7 +306,7 @@ def test_a_2mb_config_option_is_refused(tmp_path, capsys):
     big = tmp_path / "big.json"
     big.write_text(_padded({"num_heads": 4}, 2 << 20))
     code, _, err = run(["init", "--preset", "tiny", "--config", big, "-o", tmp_path / "x.safetensors"], capsys)
-    assert_clean_error(code, err, "big.json is larger than 1 MiB, too large for a config")
+    assert_clean_error(code, err, "big.json is larger than 1.0 MiB, too large for a config")
     assert not (tmp_path / "x.safetensors").exists()
 
 
@@ -452,7 +455,8 @@ TWICE = {  # id: (lines added to LAYOUT, or (old, new) replaced in it; fragment 
     "same-pattern-twice": (LAYOUT + '"blocks.{i}.norm1.weight" = "encoder.layers.{i}.norm1.gamma"\n',
                            "canonical parameter 'encoder.layers.{i}.norm1.gamma' is targeted twice, by line 18 "
                            "('layers.{i}.norm1.weight') and line 28 ('blocks.{i}.norm1.weight')"),
-    "overlapping-patterns": (LAYOUT + '"layers.{i}.q_only.weight" = "encoder.layers.{i}.self_attn.q.kernel transpose"\n',
+    "overlapping-patterns": (LAYOUT + '"layers.{i}.q_only.weight" = '
+                                      '"encoder.layers.{i}.self_attn.q.kernel transpose"\n',
                              "canonical parameter 'encoder.layers.0.self_attn.q.kernel' is targeted twice, by line 14 "
                              "('layers.{i}.attn.{qkv}.weight') and line 28 ('layers.{i}.q_only.weight')"),
 }
@@ -495,7 +499,8 @@ def test_a_100k_line_layout_parses_in_linear_time(tmp_path):
         timings[n] = time.perf_counter() - start
     assert timings[100_000] < 30 and timings[100_000] < 25 * max(timings[10_000], 0.05), timings
     assert layout.where(layout.table[-1]) == f"line {100_000 + 4} ('blocks.99999.w')"
-    twice = text(100_000).replace('"blocks.99998.w" = "encoder.layers.99998', '"blocks.99998.w" = "encoder.layers.99999')
+    twice = text(100_000).replace('"blocks.99998.w" = "encoder.layers.99998',
+                                  '"blocks.99998.w" = "encoder.layers.99999')
     with pytest.raises(ValueError, match=r"big.toml: canonical parameter 'encoder.layers.99999.norm1.gamma' is "
                                          r"targeted twice, by line 100003 \('blocks.99998.w'\) and line 100004"):
         user.parse(twice, tmp_path / "big.toml")
@@ -552,3 +557,19 @@ def test_allow_drop_names_are_patterns_too(laid_out, tmp_path, capsys):
     layout, model, _ = laid_out
     convert_refused([model, "--layout", layout, "--allow-drop", "x.{i:>99999999}"], capsys, tmp_path,
                     "'{i:>99999999}' is not a placeholder")
+
+
+def test_the_scaffold_quotes_every_name_so_its_output_parses(tmp_path):
+    """Tensor names with a newline, a quote, a backslash or an escape sequence had printed TOML that does not parse."""
+    import tomllib
+
+    from safetensors.numpy import save_file
+
+    names = ["plain.weight", "line\nbreak.weight", 'quote".weight', "back\\slash.weight", "esc\x1b[31m.weight",
+             "tab\t.weight"]
+    path = tmp_path / "odd\nname.safetensors"
+    save_file({name: np.full((3,), i + 1, np.float32) for i, name in enumerate(names)}, str(path))
+    text = user.scaffold(path)
+    data = tomllib.loads(text)
+    assert sorted(data["weights"]) == sorted(names)
+    assert "odd\\nname.safetensors" in text.splitlines()[0]

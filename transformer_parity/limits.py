@@ -124,9 +124,9 @@ def check_positions(config: rn.TransformerConfig, source: str, origin: str = "")
     need, have = sinusoid_bytes(config), available_bytes()
     if need > have:
         raise ValueError(f"{source}: config field max_len={config.max_len}{f' ({origin})' if origin else ''} needs a "
-                         f"sinusoidal position table of about {human_bytes(need)} to build (max_len x d_model={config.d_model}"
-                         f" in float64), more than the {human_bytes(have)} available; state the model's real max_len "
-                         "(--set max_len=N)")
+                         f"sinusoidal position table of about {human_bytes(need)} to build (max_len x d_model="
+                         f"{config.d_model} in float64), more than the {human_bytes(have)} available; state the model's "
+                         "real max_len (--set max_len=N)")
 
 
 def check_memory(need: int, what: str) -> None:

@@ -40,7 +40,7 @@ class Layout:
 
     def origins(self) -> dict[str, str]:
         """[config] field -> `layout.toml:3`, for messages about a stated value."""
-        return {name: f"{self.path.name}:{line}" for name, line in self.config_lines.items()}
+        return {name: _at(Path(self.path.name), line) for name, line in self.config_lines.items()}
 
 
 MAX_LAYOUT_BYTES = 64 << 20  # a layout of a 100k-tensor model is a few MB
@@ -82,14 +82,14 @@ def parse(text: str, path: str | os.PathLike = "<layout>", writing: str | None =
         raise ValueError(f"{path}: [config] has unknown field(s) {bad}; fields are {', '.join(sorted(known))}")
     unfilled = [name for name, value in config.items() if value == UNMAPPED]
     if unfilled:
-        raise ValueError(f"{path}:{config_lines[unfilled[0]]}: [config] {', '.join(unfilled)} still "
+        raise ValueError(f"{_at(path, config_lines[unfilled[0]])}: [config] {', '.join(unfilled)} still "
                          f"\"{UNMAPPED}\" (from the scaffold): give each its value, as the model's code has it")
     config = {name: None if isinstance(value, str) and value.lower() == NONE else value
               for name, value in config.items()}
     for name, value in config.items():
         problem = None if hp.is_reference(value) else rn.config.field_type_problem(name, value)
         if problem:
-            raise ValueError(f"{path}:{config_lines[name]}: [config] {problem}")
+            raise ValueError(f"{_at(path, config_lines[name])}: [config] {problem}")
     if not isinstance(weights, dict) or not weights:
         raise ValueError(f"{path}: a layout file needs a [weights] table: \"your name\" = \"canonical name "
                          "[transform]\"")
@@ -97,7 +97,7 @@ def parse(text: str, path: str | os.PathLike = "<layout>", writing: str | None =
     entry_lines = {}
     for external, value in weights.items():
         line = lines.get(("weights", external), 0)
-        at = f"{path}:{line}" if line else str(path)
+        at = _at(path, line)
         if not isinstance(value, str) or len(value.split()) not in (1, 2):
             raise ValueError(f"{at}: [weights] {external!r} = {value!r}: expected \"canonical name\" or "
                              "\"canonical name transform\"")
@@ -124,6 +124,11 @@ def parse(text: str, path: str | os.PathLike = "<layout>", writing: str | None =
         raise ValueError(f"{path}: {exc}") from None
     _check_targets(layout)
     return layout
+
+
+def _at(path: Path, line: int) -> str:
+    """`layout.toml:12` (the file alone when the line is not known)."""
+    return f"{path}:{line}" if line else str(path)
 
 
 def load(path: str | os.PathLike, writing: str | None = None) -> Layout:

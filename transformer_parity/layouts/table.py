@@ -132,7 +132,7 @@ def canonical_shape(transform: str, shape: tuple[int, ...]) -> tuple[int, ...] |
     return shape
 
 
-# --- what the weights hold, against what a config says -----------------------------------------------------------------
+# --- what the weights hold, against what a config says --------------------------------------------------------------
 
 _LAYER = re.compile(r"(encoder|decoder)\.layers\.(\{i\}|0|[1-9][0-9]{0,17})\.")
 

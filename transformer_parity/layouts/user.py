@@ -53,7 +53,8 @@ from . import hparams as hp
 from .layout_file import (FOR_HDF5, NONE, OPTIONAL, UNMAPPED, Layout, check_hdf5_paths, check_name,  # noqa: F401
                           load, load_for_writing, output_kind, parse)
 from .names import fill, hits, index, regex
-from .table import FUSED, Drops, Entry, canonical_shape, classify_sinusoid, import_state, sinusoid_mismatch, sinusoid_rows
+from .table import (FUSED, Drops, Entry, canonical_shape, classify_sinusoid, import_state, sinusoid_mismatch,
+                    sinusoid_rows)
 
 # What no model's weights tell, so every layout states it ([config], --set or --config). `unstated` adds those that
 # depend on what the weights hold (no positional table: its kind and length; ...).
@@ -112,7 +113,7 @@ def canonical_shapes(layout: Layout, state: Mapping[str, np.ndarray], matched: M
                              f"divide by 3 ({transform})")
         if shape is None:
             raise ValueError(f"{layout.path}: {key!r} has shape {tuple(np.shape(state[key]))}, which a {transform} "
-                             f"entry cannot hold ({_TRANSFORM_SHAPES.get(transform, 'another rank')}); "
+                             f"entry cannot hold (it takes {_TRANSFORM_SHAPES.get(transform, 'another rank')}); "
                              f"{layout.where(entry)}")
         parts = "qkv" if transform in FUSED else [groups.get("qkv")]  # a fused entry holds all three
         for part in parts:
