@@ -573,3 +573,17 @@ def test_the_scaffold_quotes_every_name_so_its_output_parses(tmp_path):
     data = tomllib.loads(text)
     assert sorted(data["weights"]) == sorted(names)
     assert "odd\\nname.safetensors" in text.splitlines()[0]
+
+
+def test_a_shard_index_over_its_cap_is_refused(models, tmp_path, capsys, monkeypatch):
+    """A shard index is read through the same capped JSON reader as config.json (its cap, 64 MiB, lowered here so
+    that the test writes a small file): one line, exit 2, nothing read past the cap."""
+    from transformer_parity.layouts import hf_dir
+
+    path = tmp_path / "gpt2"
+    shutil.copytree(models / "gpt2", path)
+    (path / hf_dir.SAFETENSORS_INDEX).write_text(json.dumps({"weight_map": {f"t{i}": "model.safetensors"
+                                                                            for i in range(5000)}}))
+    monkeypatch.setattr(hf_dir, "MAX_INDEX_BYTES", 4096)
+    convert_refused([path], capsys, tmp_path, "model.safetensors.index.json is larger than 4.0 KiB, too large for "
+                                              "a shard index")

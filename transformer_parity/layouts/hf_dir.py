@@ -32,6 +32,7 @@ SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 BIN = "pytorch_model.bin"
 BIN_INDEX = "pytorch_model.bin.index.json"
+MAX_INDEX_BYTES = 64 << 20  # a shard index lists a few hundred names; more than 64 MiB is not one
 WEIGHT_FILES = (SAFETENSORS, SAFETENSORS_INDEX, BIN, BIN_INDEX)
 
 OnTensor = Callable[[str, int], None]
@@ -108,11 +109,12 @@ def weight_files(path: str | os.PathLike) -> list[Path]:
     for index_name in (SAFETENSORS_INDEX, BIN_INDEX):
         index = member(path, index_name)
         if index.is_file():
-            try:
-                weight_map = json.loads(index.read_text())["weight_map"]
+            from ..limits import read_json_object
+
+            try:  # capped: an index of 200k entries is about 12 MiB, a real one far less
+                weight_map = read_json_object(index, "a shard index", cap=MAX_INDEX_BYTES)["weight_map"]
                 files = sorted(set(weight_map.values()))
-            except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError,
-                    RecursionError) as exc:
+            except (KeyError, TypeError, AttributeError) as exc:
                 raise ValueError(f"{index} is not a valid shard index (a JSON object with a weight_map): "
                                  f"{type(exc).__name__}: {exc}") from None
             if not all(isinstance(f, str) and f and f not in (".", "..") and Path(f).name == f for f in files):
