@@ -9,7 +9,7 @@
 
     python -m benchmarks.training_parity
 
-What it runs is `transformer_parity.training_parity`, the same functions the tests assert on (the test package is
+What it runs is `parity_tests.support.training_parity`, the same functions the tests assert on (the test package is
 not imported: a benchmark is a program of the product).
 """
 
@@ -21,10 +21,10 @@ import sys
 import numpy as np
 
 import reference_numpy as rn
-from transformer_parity.training_parity import (SCHEDULES, batch_for, gradient_errors, gradient_stream,
+from parity_tests.support.training_parity import (SCHEDULES, batch_for, gradient_errors, gradient_stream,
                                                 reference_adam, relative_error, run_adam, split_key_biases,
                                                 train_both, weight_differences)
-from transformer_parity.variants import TINY, VARIANTS
+from parity_tests.support.variants import TINY, VARIANTS
 from transformer_parity.verify import seeded_weights
 
 

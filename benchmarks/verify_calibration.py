@@ -6,7 +6,7 @@ many the planted porting faults do.
 
 For every config below and every seed, the weights, the batch size and both lengths are drawn from the seed; each
 correct backend runs at float32 and float64 and every sublayer's error / floor is recorded. Then every planted fault
-(`transformer_parity.faults`) runs on a subset of configs and seeds; its error / floor at the sublayer where it
+(`parity_tests.support.faults`) runs on a subset of configs and seeds; its error / floor at the sublayer where it
 starts, and whether verify named that sublayer first, are recorded. The printed table is what docs/verify.md
 quotes; K (`verify.RATIO_LIMIT`) must sit well above the first column and well below the last.
 
@@ -38,8 +38,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 import reference_numpy as rn  # noqa: E402
-from transformer_parity import faults, verify  # noqa: E402
-from transformer_parity.variants import FAMILIES, TINY, VARIANTS  # noqa: E402
+from parity_tests.support import faults  # noqa: E402
+from parity_tests.support.variants import FAMILIES, TINY, VARIANTS  # noqa: E402
+from transformer_parity import verify  # noqa: E402
 
 CONFIGS = {
     **{name: VARIANTS[name] for name in ("post-ln", "pre-ln+final-norm", "learned-pos", "concat-sinusoid", "gelu",
@@ -147,7 +148,7 @@ def calibrate_lowp(dtype: str, seeds: int, fault_seeds: int, backends: list[str]
             for seed in range(fault_seeds):
                 shape, weights, reference = _fault_run(config, seed)
                 for backend in backends:
-                    for fault, port, bad, plant, expected in lowp.fault_cases(config, weights, backend):
+                    for fault, port, bad, plant, expected in faults.fault_cases(config, weights, backend):
                         with plant:
                             report = verify.judge_subjects(reference, [verify.Subject(backend, backend, port, bad)],
                                                            dtype=dtype, autocast=autocast, seed=seed, **shape)

@@ -10,7 +10,7 @@ import pytest
 
 import reference_numpy as rn
 
-from transformer_parity.variants import FAMILIES, TINY, VARIANTS  # noqa: E402,F401 (fixtures import them from here)
+from parity_tests.support.variants import FAMILIES, TINY, VARIANTS  # noqa: E402,F401 (fixtures import them from here)
 
 
 @pytest.fixture(params=list(VARIANTS), ids=list(VARIANTS))

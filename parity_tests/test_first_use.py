@@ -12,7 +12,8 @@ import pytest
 from rich.console import Console
 
 import reference_numpy as rn
-from transformer_parity import cli, faults, formats, report, tolerances, verify
+from parity_tests.support import faults
+from transformer_parity import cli, formats, report, tolerances, verify
 from transformer_parity.verify import Subject, seeded_weights
 
 from .conftest import TINY

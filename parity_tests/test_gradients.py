@@ -10,7 +10,7 @@ import reference_numpy as rn
 from .torch_threads import one_torch_thread  # noqa: F401 (autouse)
 from .conftest import FAMILIES, TINY, VARIANTS, weights_for
 from .tolerances import atol
-from transformer_parity.training_parity import batch_for
+from parity_tests.support.training_parity import batch_for
 
 from .training_tolerances import FINITE_DIFFERENCE_ATOL, GRADIENT_RTOL, gradient_errors, zero_gradient_parameter
 

@@ -15,7 +15,7 @@ import pytest
 
 from transformer_parity import cli, formats, outputs
 from transformer_parity.safe_text import one_line, printable, toml_string
-from transformer_parity.variants import FAMILIES, VARIANTS
+from parity_tests.support.variants import FAMILIES, VARIANTS
 from transformer_parity.verify import seeded_weights
 
 GPT = FAMILIES["gpt2-like"]  # 84 KB: writes as a Hugging Face directory or a KerasHub preset in milliseconds

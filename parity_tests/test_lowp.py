@@ -12,8 +12,9 @@ import pytest
 import reference_numpy as rn
 from reference_numpy import lowp as rlowp
 from reference_numpy import ops
+from parity_tests.support import faults
 from transformer_parity import cli, formats, lowp, verify
-from transformer_parity.variants import FAMILIES, TINY
+from parity_tests.support.variants import FAMILIES, TINY
 from transformer_parity.verify import Subject, seeded_weights
 
 GPT2_LIKE = FAMILIES["gpt2-like"]
@@ -149,7 +150,7 @@ def test_correct_reduced_precision_port_passes(backend, mode):
 def test_planted_faults_fail_where_they_start_in_bfloat16(backend, config):
     pytest.importorskip(backend)
     weights = seeded_weights(config, 1)
-    for fault, port, bad, plant, expected in lowp.fault_cases(config, weights, backend):
+    for fault, port, bad, plant, expected in faults.fault_cases(config, weights, backend):
         with plant:
             report = judge(config, weights, Subject(backend, backend, port, bad), seed=1)
         at = max(r.ratio for r in report.rows if r.sublayer == expected)

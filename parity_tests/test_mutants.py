@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer_parity import faults
+from parity_tests.support import faults
 
 from .conftest import TINY
 

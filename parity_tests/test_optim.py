@@ -7,7 +7,7 @@ import pytest
 
 import reference_numpy as rn
 
-from transformer_parity.training_parity import (SCHEDULES, gradient_stream, reference_adam, relative_error,
+from parity_tests.support.training_parity import (SCHEDULES, gradient_stream, reference_adam, relative_error,
                                                 run_adam, train_both)
 
 from .torch_threads import one_torch_thread  # noqa: F401 (autouse)

@@ -6,7 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from transformer_parity import cli, faults, verify
+from parity_tests.support import faults
+
+from transformer_parity import cli, verify
 from transformer_parity.formats import save
 from transformer_parity.verify import Subject, seeded_weights
 

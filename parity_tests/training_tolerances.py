@@ -45,7 +45,7 @@ over steps 1-2000: torch exactly (LambdaLR calls the reference), Keras within 2 
 from __future__ import annotations
 
 # The error measures are the product's, so that benchmarks/training_parity.py measures exactly what the tests assert.
-from transformer_parity.training_parity import (gradient_errors, weight_differences,  # noqa: F401
+from parity_tests.support.training_parity import (gradient_errors, weight_differences,  # noqa: F401
                                                 zero_gradient_parameter)
 
 GRADIENT_RTOL = {"float64": 1e-9, "float32": 2e-5}

@@ -285,3 +285,58 @@ def apply_weight_fault(name: str, config: rn.TransformerConfig, weights: Mapping
                        ) -> tuple[dict[str, np.ndarray], str]:
     fault = WEIGHT_FAULTS[name]
     return fault.apply(config, dict(weights)), fault.expected(config)
+
+
+# --- planted faults in reduced precision (test_lowp and benchmarks/verify_calibration.py --dtype) -------------------
+
+def _decoder_only_weight_faults() -> dict[str, tuple]:
+    """The weight faults re-aimed at a decoder-only model's layers: `name -> (apply, expected sublayer)`."""
+    def swap(config, weights):
+        w, b = dict(weights), "decoder.layers.0.self_attn"
+        w[f"{b}.q.kernel"], w[f"{b}.k.kernel"] = weights[f"{b}.k.kernel"], weights[f"{b}.q.kernel"]
+        return w
+
+    def transpose(name):
+        return lambda config, weights: {**weights, name: np.ascontiguousarray(weights[name].T)}
+
+    def nudge(name, index):
+        def apply(config, weights):
+            value = np.array(weights[name], copy=True)
+            value[index] += value.dtype.type(1e-3)
+            return {**weights, name: value}
+        return apply
+
+    def copy(config, weights):
+        return {**weights, **{"decoder.layers.1" + k[len("decoder.layers.0"):]: v for k, v in weights.items()
+                              if k.startswith("decoder.layers.0.")}}
+
+    return {"swapped-qk": (swap, "decoder.layers.0.self_attn"),
+            "transposed-kernel": (transpose("decoder.layers.1.self_attn.v.kernel"), "decoder.layers.1.self_attn"),
+            "transposed-out-kernel": (transpose("decoder.layers.1.self_attn.o.kernel"), "decoder.layers.1.self_attn"),
+            "nudged-weight": (nudge("decoder.layers.1.self_attn.v.kernel", (3, 5)), "decoder.layers.1.self_attn"),
+            "layer-copied": (copy, "decoder.layers.1.self_attn")}
+
+
+def fault_cases(config, weights, backend: str):
+    """Every planted fault (`faults`) that applies to `config`, re-aimed at a decoder-only model's layers where
+    needed: `(name, the port's config, the port's weights, a context manager planting the code fault (a null one
+    for the others), the sublayer verify should name first)`."""
+    none = contextlib.nullcontext
+    if config.is_decoder_only:
+        first = "decoder.layers.0.self_attn" if config.norm_first else "decoder.layers.0.ffn"
+        cases = [(name, config, apply(config, weights), none(), expected)
+                 for name, (apply, expected) in _decoder_only_weight_faults().items()]
+        cases.append(("eps-1e-3", config.replace(layer_norm_eps=1e-3), weights, none(), first))
+        cases += [(name, config, weights, plant(backend, config), first)
+                  for name, (plant, _) in CODE_FAULTS.items() if "sinusoid" not in name]
+        return cases
+    cases = []
+    for name in WEIGHT_FAULTS:
+        bad, expected = apply_weight_fault(name, config, weights)
+        cases.append((name, config, bad, none(), expected))
+    for name in CONFIG_FAULTS:
+        wrong, expected = config_fault(name, config)
+        cases.append((name, wrong, weights, none(), expected))
+    cases += [(name, config, weights, plant(backend, config), expected_of(config))
+              for name, (plant, expected_of) in CODE_FAULTS.items()]
+    return cases
