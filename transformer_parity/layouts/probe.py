@@ -103,15 +103,6 @@ def call_source(source: Source, batch: Mapping[str, np.ndarray], where: str = "t
 
 # --- candidates -------------------------------------------------------------------------------------------------------
 
-def _rows(state: Mapping[str, np.ndarray], torch_style: bool) -> dict[str, tuple[tuple[int, ...], set]]:
-    patterns: dict[str, list] = {}
-    stacks = user.layer_stacks({k: np.shape(v) for k, v in state.items()}, torch_style)
-    for key, value in state.items():
-        pattern, index = user._generalize(key, torch_style, stacks)
-        patterns.setdefault(pattern, [tuple(np.shape(value)), set()])[1].add(index)
-    return {p: (shape, indices) for p, (shape, indices) in patterns.items()}
-
-
 def _width(guesses: Mapping[str, str], rows) -> int | None:
     """d_model: the width of any LayerNorm or embedding the guesses name."""
     for pattern, guess in guesses.items():
@@ -184,12 +175,8 @@ def _unlayered_alternatives(rows, guesses: dict[str, str], torch_style: bool, d:
 def alternatives(path: Path, state: Mapping[str, np.ndarray], torch_style: bool
                  ) -> tuple[dict[str, list[str]], dict]:
     """external pattern -> the candidate mappings to try (the scaffold's guess first)."""
-    rows = _rows(state, torch_style)
-    stacks = user.layer_stacks({k: np.shape(v) for k, v in state.items()}, torch_style)
+    rows = user.group_keys(state, torch_style)
     guesses = user.guess_all(rows, torch_style)
-    floating = {p for p in rows if any(np.issubdtype(np.asarray(v).dtype, np.floating) for k, v in state.items()
-                                       if user._generalize(k, torch_style, stacks)[0] == p)}
-    guesses.update({p: "- ignore" for p in rows if p not in floating})  # an integer/bool buffer: no parameter
     out = {p: [g] for p, g in guesses.items()}
     for pattern, guess in guesses.items():
         words = guess.split()
@@ -527,7 +514,7 @@ def _render(path: Path, mapping: Mapping[str, str], settled: Mapping[str, Any], 
     lines += ["", "[weights]"]
     width = max(len(user._toml_key(p)) for p in mapping) + 1
     for pattern, value in mapping.items():
-        shape, indices = rows[pattern]
+        shape, indices, _ = rows[pattern]
         count = f" x{len(indices)}" if indices != {None} else ""
         lines.append(f"{user._toml_key(pattern):<{width}} = \"{value}\"  # {shape}{count}")
     return "\n".join(lines) + "\n"

@@ -639,12 +639,24 @@ def _guess(pattern: str, shape: tuple[int, ...], torch_style: bool, layered: boo
     return f"{name}.{'bias' if is_bias else 'kernel'}" + transpose
 
 
-def guess_all(rows: Mapping[str, tuple[tuple[int, ...], set]], torch_style: bool) -> dict[str, str]:
-    """pattern -> its guessed canonical name (with transform) or UNMAPPED, for every generalized key
-    (`rows`: pattern -> (shape, layer indices))."""
+def group_keys(state: Mapping[str, np.ndarray], torch_style: bool) -> dict[str, tuple[tuple[int, ...], set, bool]]:
+    """pattern -> (shape, layer indices, floating) for a checkpoint's keys, each generalized over its layer stack
+    (`layer_stacks`, `_generalize`); `floating` is False for an integer or boolean buffer."""
+    patterns: dict[str, list] = {}
+    stacks = layer_stacks({k: np.shape(v) for k, v in state.items()}, torch_style)
+    for key, value in state.items():
+        pattern, index = _generalize(key, torch_style, stacks)
+        floating = np.issubdtype(np.asarray(value).dtype, np.floating)
+        patterns.setdefault(pattern, [tuple(np.shape(value)), set(), floating])[1].add(index)
+    return {p: (shape, indices, floating) for p, (shape, indices, floating) in patterns.items()}
+
+
+def guess_all(rows: Mapping[str, tuple[tuple[int, ...], set, bool]], torch_style: bool) -> dict[str, str]:
+    """pattern -> its guessed canonical name (with transform) or UNMAPPED, for every generalized key (`rows`:
+    `group_keys`); an integer or boolean buffer is `- ignore` (no parameter), a float tensor never is."""
     ffn_index: dict = {}
-    guesses = {pattern: _guess(pattern, shape, torch_style, indices != {None}, ffn_index)
-               for pattern, (shape, indices) in rows.items()}
+    guesses = {pattern: _guess(pattern, shape, torch_style, indices != {None}, ffn_index) if floating
+               else "- ignore" for pattern, (shape, indices, floating) in rows.items()}
     stacks = {g.split(".layers.")[0] for g in guesses.values() if ".layers." in g}
     if stacks == {"decoder"}:
         guesses = {k: g.replace("src_", "tgt_").replace("encoder.final_norm", "decoder.final_norm")
@@ -687,14 +699,8 @@ def scaffold(path: str | os.PathLike) -> str:
     from ..formats import sniff
 
     torch_style = sniff(path) != "hdf5"
-    patterns: dict[str, list] = {}
-    stacks = layer_stacks({k: np.shape(v) for k, v in state.items()}, torch_style)
-    for key, value in state.items():
-        pattern, index = _generalize(key, torch_style, stacks)
-        floating = np.issubdtype(np.asarray(value).dtype, np.floating)
-        patterns.setdefault(pattern, [tuple(np.shape(value)), set(), floating])[1].add(index)
-    guesses = guess_all({p: (shape, indices) for p, (shape, indices, _) in patterns.items()}, torch_style)
-    guesses.update({p: "- ignore" for p, (_, _, floating) in patterns.items() if not floating})
+    patterns = group_keys(state, torch_style)
+    guesses = guess_all(patterns, torch_style)
     rows = []
     for pattern, (shape, indices, floating) in patterns.items():
         layered = indices != {None}
