@@ -30,7 +30,7 @@ PROBE = ("import atexit, runpy, sys; atexit.register(lambda: print('MAXRSS_KB', 
          "sys.argv = ['transformer-parity', *sys.argv[1:]]; runpy.run_module('transformer_parity', run_name='__main__')")
 
 
-def _run(args: list[str], cwd: Path) -> dict:
+def run_command(args: list[str], cwd: Path) -> dict:
     """Exit status, last stderr line and max RSS (MiB) of `transformer-parity ARGS` in a fresh process."""
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=cwd, stdout=subprocess.DEVNULL,
@@ -224,7 +224,7 @@ def main(argv=None) -> int:
         results = {}
         for name, (command, honest, item) in cases.items():
             results[name] = {"item": item, "command": " ".join(a.replace(tmp, "$TMP") for a in command),
-                             **_run(command, work), "honest": honest}
+                             **run_command(command, work), "honest": honest}
             results[name]["stderr"] = results[name]["stderr"].replace(tmp, "$TMP")
             print(f"{name}: exit {results[name]['exit']}, {results[name]['max_rss_mb']} MiB, "
                   f"{results[name]['stderr'][:150]}", file=sys.stderr, flush=True)

@@ -20,38 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .hostile_cases import _run
+from parity_tests.support.hostile import LAYOUT
+
+from .hostile_cases import run_command
 
 VOCAB = 23
-LAYOUT = """\
-[config]
-num_heads = 2
-activation = "relu"
-norm_first = false
-layer_norm_eps = 1e-5
-scale_embedding = false
-pad_id = 0
-position_offset = 0
-attention_scale = "head"
-
-[weights]
-"embed.weight" = "src_embed.embedding"
-"pos.weight" = "src_pos.embedding"
-"layers.{i}.attn.{qkv}.weight" = "encoder.layers.{i}.self_attn.{qkv}.kernel transpose"
-"layers.{i}.attn.{qkv}.bias" = "encoder.layers.{i}.self_attn.{qkv}.bias"
-"layers.{i}.attn.o.weight" = "encoder.layers.{i}.self_attn.o.kernel transpose"
-"layers.{i}.attn.o.bias" = "encoder.layers.{i}.self_attn.o.bias"
-"layers.{i}.norm1.weight" = "encoder.layers.{i}.norm1.gamma"
-"layers.{i}.norm1.bias" = "encoder.layers.{i}.norm1.beta"
-"layers.{i}.norm2.weight" = "encoder.layers.{i}.norm2.gamma"
-"layers.{i}.norm2.bias" = "encoder.layers.{i}.norm2.beta"
-"layers.{i}.ff1.weight" = "encoder.layers.{i}.ffn.linear1.kernel transpose"
-"layers.{i}.ff1.bias" = "encoder.layers.{i}.ffn.linear1.bias"
-"layers.{i}.ff2.weight" = "encoder.layers.{i}.ffn.linear2.kernel transpose"
-"layers.{i}.ff2.bias" = "encoder.layers.{i}.ffn.linear2.bias"
-"head.weight" = "output.kernel transpose"
-"head.bias" = "output.bias"
-"""
 
 
 def build(work: Path) -> dict[str, tuple[list[str], str | None, str]]:
@@ -209,7 +182,7 @@ def main(argv=None) -> int:
         results = {}
         for name, (command, honest, item) in cases.items():
             results[name] = {"item": item, "command": " ".join(a.replace(tmp, "$TMP") for a in command),
-                             **_run(command, work), "honest": honest}
+                             **run_command(command, work), "honest": honest}
             results[name]["stderr"] = results[name]["stderr"].replace(tmp, "$TMP")
             print(f"{name}: exit {results[name]['exit']}, {results[name]['max_rss_mb']} MB, "
                   f"{results[name]['seconds']} s, {results[name]['stderr'][:150]}", file=sys.stderr, flush=True)

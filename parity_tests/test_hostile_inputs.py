@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import reference_numpy as rn
+from parity_tests.support.hostile import LAYOUT
 from transformer_parity import cli, formats
 from transformer_parity.layouts import user
 from transformer_parity.verify import seeded_weights
@@ -154,35 +155,6 @@ def test_an_honest_directory_still_converts(models, tmp_path, capsys, name):
 LAYOUT_CONFIG = rn.TransformerConfig(
     src_vocab_size=VOCAB, tgt_vocab_size=7, d_model=16, num_heads=2, num_encoder_layers=2, num_decoder_layers=0,
     d_ff=24, max_len=9, positional="learned", scale_embedding=False, pad_id=0, norm_first=False, dropout=0.0)
-LAYOUT = """\
-[config]
-num_heads = 2
-activation = "relu"
-norm_first = false
-layer_norm_eps = 1e-5
-scale_embedding = false
-pad_id = 0
-position_offset = 0
-attention_scale = "head"
-
-[weights]
-"embed.weight" = "src_embed.embedding"
-"pos.weight" = "src_pos.embedding"
-"layers.{i}.attn.{qkv}.weight" = "encoder.layers.{i}.self_attn.{qkv}.kernel transpose"
-"layers.{i}.attn.{qkv}.bias" = "encoder.layers.{i}.self_attn.{qkv}.bias"
-"layers.{i}.attn.o.weight" = "encoder.layers.{i}.self_attn.o.kernel transpose"
-"layers.{i}.attn.o.bias" = "encoder.layers.{i}.self_attn.o.bias"
-"layers.{i}.norm1.weight" = "encoder.layers.{i}.norm1.gamma"
-"layers.{i}.norm1.bias" = "encoder.layers.{i}.norm1.beta"
-"layers.{i}.norm2.weight" = "encoder.layers.{i}.norm2.gamma"
-"layers.{i}.norm2.bias" = "encoder.layers.{i}.norm2.beta"
-"layers.{i}.ff1.weight" = "encoder.layers.{i}.ffn.linear1.kernel transpose"
-"layers.{i}.ff1.bias" = "encoder.layers.{i}.ffn.linear1.bias"
-"layers.{i}.ff2.weight" = "encoder.layers.{i}.ffn.linear2.kernel transpose"
-"layers.{i}.ff2.bias" = "encoder.layers.{i}.ffn.linear2.bias"
-"head.weight" = "output.kernel transpose"
-"head.bias" = "output.bias"
-"""
 NORM2_BIAS = '"layers.{i}.norm2.bias"'
 
 
