@@ -423,18 +423,6 @@ def test_nn_transformer_import_failures_name_the_problem(tmp_path):
         formats.save(tmp_path / "no.pt", TINY, seeded_weights(TINY), "nn-transformer")
 
 
-def test_in_proj_split_and_fuse_are_inverse():
-    from transformer_parity.layouts.nn_transformer import fuse_in_proj, split_in_proj
-
-    state = {"a.in_proj_weight": np.arange(24.0).reshape(6, 4), "a.in_proj_bias": np.arange(6.0), "b": np.ones(2)}
-    split = split_in_proj(state)
-    np.testing.assert_array_equal(split["a.in_proj_weight:k"], state["a.in_proj_weight"][2:4])
-    fused = fuse_in_proj(split)
-    assert sorted(fused) == sorted(state)
-    for k in state:
-        np.testing.assert_array_equal(fused[k], state[k])
-
-
 def test_stored_config_travels_in_every_format(tmp_path):
     config = TINY.replace(layer_norm_eps=1e-6, num_heads=2, activation="gelu")
     for fmt in ("canonical", "torch", "keras"):

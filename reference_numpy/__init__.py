@@ -10,8 +10,9 @@ from .model import (Decoder, DecoderLayer, Embedding, Encoder, EncoderLayer, Fee
                     MultiHeadAttention, Pooler, Transformer, check_family, check_padding_mask, check_stack,
                     check_token_ids, check_type_ids)
 from .ops import (attention_mask, causal_mask, padding_mask, scaled_dot_product_attention, sinusoidal_positions)
-from .schema import (IDENTITY, TRANSPOSE, Rule, Transform, from_framework_state, init_weights, parameter_shapes,
-                     to_framework_state, validate_weights, weights_dtype)
+from . import mapping
+from .schema import (from_framework_state, init_weights, parameter_shapes, to_framework_state, validate_weights,
+                     weights_dtype)
 from .training import (SCHEDULES, AdamSettings, Schedule, adam_update, cosine_lr, noam_lr, token_cross_entropy)
 from .tasks import BOS_ID, EOS_ID, PAD_ID, TASKS, Batch, TaskSpec, accuracy, check_config
 from .decoding import choose_next, generate, reference_stepper
@@ -21,7 +22,7 @@ __all__ = [
     "Decoder", "DecoderLayer", "Embedding", "Encoder", "EncoderLayer", "FeedForward", "HeadTransform", "LayerNorm",
     "MultiHeadAttention", "Pooler", "Transformer", "check_family", "check_padding_mask", "check_stack",
     "check_token_ids", "check_type_ids", "attention_mask", "causal_mask", "padding_mask", "scaled_dot_product_attention",
-    "sinusoidal_positions", "IDENTITY", "TRANSPOSE", "Rule", "Transform", "from_framework_state", "init_weights",
+    "sinusoidal_positions", "mapping", "from_framework_state", "init_weights",
     "parameter_shapes", "to_framework_state", "validate_weights", "weights_dtype", "SCHEDULES", "AdamSettings",
     "Schedule", "adam_update", "cosine_lr", "noam_lr", "token_cross_entropy", "BOS_ID", "EOS_ID", "PAD_ID", "TASKS",
     "Batch", "TaskSpec", "accuracy", "check_config", "choose_next", "generate", "reference_stepper",

@@ -1,5 +1,5 @@
-"""The canonical weight schema: every parameter's name and shape, seeded initialisation, validation, and the one
-loop that maps canonical weights to and from a framework's own names through a declarative table.
+"""The canonical weight schema: every parameter's name and shape, seeded initialisation, validation, and canonical
+weights to and from a framework's own names through a table in the mapping language (`reference_numpy.mapping`).
 
 Layout rules (see docs/contract.md, "Canonical weights"):
 - names are dotted paths, e.g. `encoder.layers.0.self_attn.q.kernel`;
@@ -10,13 +10,14 @@ Layout rules (see docs/contract.md, "Canonical weights"):
 
 from __future__ import annotations
 
-import re
 import zlib
-from typing import Callable, Iterable, Mapping, NamedTuple
+from typing import Mapping, Sequence
 
 import numpy as np
 
+from . import mapping
 from .config import TransformerConfig
+from .mapping import preview
 
 ATTENTION_PROJECTIONS = ("q", "k", "v", "o")
 
@@ -179,93 +180,26 @@ def weights_dtype(weights: Mapping[str, np.ndarray]) -> np.dtype:
     return next(iter(dtypes))
 
 
-def preview(names: list[str], limit: int = 6, sep: str = ", ") -> str:
-    """The first `limit` names, then how many more: error messages stay one readable line."""
-    shown = sep.join(names[:limit])
-    return shown + (f"{sep}... ({len(names) - limit} more)" if len(names) > limit else "")
+def to_framework_state(config: TransformerConfig, weights: Mapping[str, np.ndarray], table: Sequence[mapping.Entry],
+                       *, consume: bool = False, shared: bool = False) -> dict[str, np.ndarray]:
+    """Canonical weights -> {framework name: array} through `table`, after checking them against the schema.
 
-
-# --- declarative mapping tables ------------------------------------------------------------------------------------
-
-class Transform(NamedTuple):
-    """A named, invertible layout change between canonical and framework arrays."""
-
-    name: str
-    to_framework: Callable[[np.ndarray], np.ndarray]
-    to_canonical: Callable[[np.ndarray], np.ndarray]
-
-
-# Both transforms return fresh arrays, so a framework model never shares memory with the canonical dict it came
-# from or went to (a later optimizer step must not reach back into either).
-IDENTITY = Transform("identity", np.array, np.array)
-TRANSPOSE = Transform("transpose", lambda a: np.ascontiguousarray(a.T), lambda a: np.ascontiguousarray(a.T))
-
-
-class Rule(NamedTuple):
-    """Canonical names matching `canonical` (a regex with named groups) map to `framework` (a format string over
-    the same groups) through `transform`."""
-
-    canonical: str
-    framework: str
-    transform: Transform
-
-
-def map_names(table: Iterable[Rule], names: Iterable[str]) -> dict[str, tuple[str, Transform]]:
-    """canonical name -> (framework name, transform), by the first rule whose pattern matches the whole name."""
-    rules = [(re.compile(rule.canonical), rule) for rule in table]
-    mapping = {}
-    for name in names:
-        for pattern, rule in rules:
-            match = pattern.fullmatch(name)
-            if match:
-                mapping[name] = (rule.framework.format(**match.groupdict()), rule.transform)
-                break
-        else:
-            raise ValueError(f"no mapping rule covers canonical parameter {name!r}")
-    return mapping
-
-
-def to_framework_state(config: TransformerConfig, weights: Mapping[str, np.ndarray],
-                       table: Iterable[Rule], *, consume: bool = False) -> dict[str, np.ndarray]:
-    """Canonical weights -> {framework name: array}, after checking them against the schema.
-
-    `consume=True` removes each entry from `weights` (a dict) once it is mapped, so that converting a checkpoint
-    holds it about once rather than twice.
+    Every array is fresh, so a framework model never shares memory with the canonical dict it came from (a later
+    optimizer step must not reach back into it). `consume=True` removes each entry from `weights` (a dict) once it
+    is mapped, so that converting a checkpoint holds it about once rather than twice. `shared`: see `mapping.plan`.
     """
     validate_weights(config, weights)
-    mapping = map_names(table, parameter_shapes(config))
-    return _apply(mapping.items(), weights, consume, lambda t, a: t.to_framework(a))
+    plan = mapping.plan(parameter_shapes(config), table, shared=shared)
+    return mapping.write(plan, weights if consume else dict(weights), config.head_dim, consume=consume)
 
 
-def from_framework_state(config: TransformerConfig, state: Mapping[str, np.ndarray],
-                         table: Iterable[Rule], *, consume: bool = False) -> dict[str, np.ndarray]:
-    """{framework name: array} -> canonical weights; fails on any missing, unused or misshaped entry.
-    `consume=True` removes each entry from `state` (a dict) once it is mapped."""
-    mapping = map_names(table, parameter_shapes(config))
-    wanted = {fw_name for fw_name, _ in mapping.values()}
-    missing = sorted(wanted - set(state))
-    unused = sorted(set(state) - wanted)
-    if missing or unused:
-        parts = [f"missing {len(missing)}: {preview(missing)}"] if missing else []
-        parts += [f"unused {len(unused)}: {preview(unused)}"] if unused else []
-        raise ValueError("framework weights do not match the config: " + "; ".join(parts))
-    weights = _apply(((fw, (name, t)) for name, (fw, t) in mapping.items()), state, consume,
-                     lambda t, a: t.to_canonical(a))
+def from_framework_state(config: TransformerConfig, state: Mapping[str, np.ndarray], table: Sequence[mapping.Entry],
+                         *, consume: bool = False, shared: bool = False) -> dict[str, np.ndarray]:
+    """{framework name: array} -> canonical weights through `table`; fails on any missing, unused or misshaped
+    entry. `consume=True` removes each entry from `state` (a dict) once it is mapped; `shared`: see `mapping.plan`."""
+    shapes = parameter_shapes(config)
+    plan = mapping.plan(shapes, table, shared=shared)
+    mapping.check_keys(plan, state)
+    weights = mapping.read(plan, state if consume else dict(state), shapes, config.head_dim, consume=consume)
     validate_weights(config, weights)
     return weights
-
-
-def _apply(pairs, source, consume: bool, convert) -> dict[str, np.ndarray]:
-    """{target: convert(transform, source[key])} for (key, (target, transform)) pairs; with `consume`, each source
-    entry is deleted after the last pair that reads it (a table may read one entry twice, e.g. a shared table)."""
-    pairs = list(pairs)
-    remaining: dict[str, int] = {}
-    for key, _ in pairs:
-        remaining[key] = remaining.get(key, 0) + 1
-    out = {}
-    for key, (target, transform) in pairs:
-        out[target] = convert(transform, np.asarray(source[key]))
-        remaining[key] -= 1
-        if consume and remaining[key] == 0:
-            del source[key]
-    return out

@@ -9,7 +9,7 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before the first `import keras`, which fixes the backend
 
-_EXPORTS = {"scaled_dot_product_attention": "attention", "WEIGHT_TABLE": "model", "Decoder": "model",
+_EXPORTS = {"scaled_dot_product_attention": "attention", "weight_table": "model", "Decoder": "model",
             "DecoderLayer": "model", "Embedding": "model", "Encoder": "model", "EncoderLayer": "model",
             "FeedForward": "model", "MultiHeadAttention": "model", "OutputProjection": "model",
             "Transformer": "model", "attention_mask": "model"}

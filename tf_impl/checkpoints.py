@@ -26,60 +26,36 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 import reference_numpy as rn
-from reference_numpy import IDENTITY, Rule, Transform, TransformerConfig
-from reference_numpy.schema import map_names
+from reference_numpy import TransformerConfig, mapping
 
 FORMAT_TAG = "transformer-parity/keras"
 FORMAT_VERSION = "1"
 CONFIG_ATTR = "transformer_parity_config"
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
-_LAYER = r"(?P<stack>encoder|decoder)\.layers\.(?P<i>\d+)"
 _LIST_ITEM = re.compile(r"(encoder|decoder)_layer_(\d+)/")
+_LAYER_ITEM = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.")
 
 
-def weights_h5_table(config: TransformerConfig) -> tuple[Rule, ...]:
-    """canonical name -> dataset path in the `.weights.h5` of a `tf_impl.Transformer` with this config. The paths
-    use `{stack}_layer_{i}` for every list item; `keras_path` drops the `_0` as Keras does."""
-    bias = "1" if config.bias else None
-    layer = "{stack}/layers/{stack}_layer_{i}"
+def weights_h5_table(config: TransformerConfig) -> list[tuple[str, str, str]]:
+    """canonical name -> dataset path in the `.weights.h5` of a `tf_impl.Transformer` with this config, in the
+    mapping language (`reference_numpy.mapping`). A layer's variables are `vars/0`, `vars/1`, ... in creation order
+    (kernel before bias, gamma before beta); the paths use `{stack}_layer_{i}` for every list item, and
+    `keras_path` drops the `_0` as Keras does."""
     src, tgt = _embedding_paths(config)
-    rules = [
-        Rule(r"src_embed\.embedding", f"{src}/token/vars/0", IDENTITY),
-        Rule(r"src_embed\.bias", f"{src}/vars/0", IDENTITY),  # the Embedding layer's own variable
-        Rule(r"src_pos\.embedding", f"{src}/position/vars/0", IDENTITY),
-        Rule(r"src_type\.embedding", f"{src}/segment/vars/0", IDENTITY),
-        *_norm_rules(r"src_embed_norm", f"{src}/norm"),
-        Rule(r"tgt_embed\.embedding", f"{tgt}/token/vars/0", IDENTITY),
-        Rule(r"tgt_embed\.bias", f"{tgt}/vars/0", IDENTITY),
-        Rule(r"tgt_pos\.embedding", f"{tgt}/position/vars/0", IDENTITY),
-        *_norm_rules(r"tgt_embed_norm", f"{tgt}/norm"),
-        Rule(_LAYER + r"\.(?P<attn>self_attn|cross_attn)\.(?P<proj>[qkvo])\.kernel",
-             layer + "/{attn}/{proj}/vars/0", IDENTITY),
-        Rule(_LAYER + r"\.ffn\.(?P<linear>linear[12])\.kernel", layer + "/ffn/{linear}/vars/0", IDENTITY),
-        *_norm_rules(_LAYER + r"\.(?P<norm>norm[123])", layer + "/{norm}"),
-        *_norm_rules(r"(?P<stack>encoder|decoder)\.final_norm", "{stack}/final_norm"),
-        Rule(r"pooler\.kernel", "layers/pooler/dense/vars/0", IDENTITY),
-        Rule(r"pooler\.bias", "layers/pooler/dense/vars/1", IDENTITY),
-        Rule(r"head\.dense\.kernel", "head/dense/vars/0", IDENTITY),
-        Rule(r"head\.dense\.bias", "head/dense/vars/1", IDENTITY),
-        *_norm_rules(r"head\.norm", "head/norm"),
-        Rule(r"output\.kernel", "layers/output_projection/vars/0", IDENTITY),
-        Rule(r"output\.bias", f"layers/output_projection/vars/{1 - config.tie_embeddings}", IDENTITY),
-    ]
-    if bias:
-        rules += [
-            Rule(_LAYER + r"\.(?P<attn>self_attn|cross_attn)\.(?P<proj>[qkvo])\.bias",
-                 layer + "/{attn}/{proj}/vars/" + bias, IDENTITY),
-            Rule(_LAYER + r"\.ffn\.(?P<linear>linear[12])\.bias", layer + "/ffn/{linear}/vars/" + bias, IDENTITY),
-        ]
-    return tuple(rules)
-
-
-def _norm_rules(canonical: str, group: str) -> tuple[Rule, Rule]:
-    """A LayerNorm: Keras keeps gamma as variable 0 and beta as variable 1 of its group."""
-    return (Rule(canonical + r"\.gamma", group + "/vars/0", IDENTITY),
-            Rule(canonical + r"\.beta", group + "/vars/1", IDENTITY))
+    groups = {"src_embed": f"{src}/token", "tgt_embed": f"{tgt}/token", "src_pos": f"{src}/position",
+              "tgt_pos": f"{tgt}/position", "src_type": f"{src}/segment", "src_embed_norm": f"{src}/norm",
+              "tgt_embed_norm": f"{tgt}/norm", "pooler": "layers/pooler/dense", "output": "layers/output_projection"}
+    variables: dict[str, list[str]] = {}  # Keras layer path -> its canonical variables, in creation order
+    for name in rn.parameter_shapes(config):
+        module, leaf = name.rsplit(".", 1)
+        if name in ("src_embed.bias", "tgt_embed.bias"):
+            group = src if name.startswith("src") else tgt  # the Embedding layer's own variable
+        else:
+            group = groups.get(module) or _LAYER_ITEM.sub(r"\1/layers/\1_layer_\2/", module).replace(".", "/")
+        variables.setdefault(group, []).append(name)
+    return [(name, f"{group}/vars/{k}", "identity") for group, names in variables.items()
+            for k, name in enumerate(names)]
 
 
 def _embedding_paths(config: TransformerConfig) -> tuple[str, str]:
@@ -158,7 +134,7 @@ def save_weights_h5(path: str | os.PathLike, config: TransformerConfig, weights:
     import h5py
 
     rn.validate_weights(config, weights)
-    mapping = map_names(weights_h5_table(config), rn.parameter_shapes(config))
+    plan = mapping.plan(rn.parameter_shapes(config), weights_h5_table(config))
     with h5py.File(path, "w") as f:
         f.attrs[CONFIG_ATTR] = config.to_json()
         f.attrs["format"] = FORMAT_TAG
@@ -166,9 +142,9 @@ def save_weights_h5(path: str | os.PathLike, config: TransformerConfig, weights:
         for group, name in layer_groups(config).items():
             vars_group = f.require_group(f"{group}/vars" if group else "vars")
             vars_group.attrs["name"] = name
-        for name, (fw_name, transform) in mapping.items():
+        for name, (fw_name, _, _) in plan.items():  # every transform is the identity
             array = np.asarray(weights.pop(name) if consume else weights[name])
-            f.create_dataset(keras_path(fw_name), data=np.ascontiguousarray(transform.to_framework(array)))
+            f.create_dataset(keras_path(fw_name), data=np.ascontiguousarray(array))
             if on_tensor is not None:
                 on_tensor(name, array.nbytes)
 
@@ -286,8 +262,8 @@ def _expected_h5_shapes(path: Path, config: TransformerConfig, n_datasets: int) 
     except ValueError as exc:
         raise ValueError(str(exc)) from None
     shapes = rn.parameter_shapes(config)
-    mapping = map_names(weights_h5_table(config), shapes)
-    return {keras_path(fw_name): shapes[name] for name, (fw_name, _) in mapping.items()}
+    plan = mapping.plan(shapes, weights_h5_table(config))
+    return {keras_path(fw_name): shapes[name] for name, (fw_name, _, _) in plan.items()}
 
 
 class NoStoredConfig(ValueError):
@@ -321,34 +297,26 @@ KERAS_MHA_VARIABLES = ("query/kernel", "query/bias", "key/kernel", "key/bias", "
                        "attention_output/kernel", "attention_output/bias")  # layer.get_weights() order
 
 
-def keras_mha_table(num_heads: int) -> tuple[Rule, ...]:
-    """Canonical block names (`q.kernel`, ...) -> Keras MultiHeadAttention variable names, with the per-head
-    reshapes Keras's einsum kernels need: q/k/v kernels `(D, H*dk)` <-> `(D, H, dk)`, their biases `(H*dk,)` <->
-    `(H, dk)`, the output kernel `(H*dk, D)` <-> `(H, dk, D)`. Canonical features are head-major (`h * dk + j`),
-    which is exactly how a C-order reshape splits them."""
-    def heads(axis: int) -> Transform:
-        def split(a: np.ndarray) -> np.ndarray:
-            shape = a.shape[:axis] + (num_heads, a.shape[axis] // num_heads) + a.shape[axis + 1:]
-            return a.reshape(shape)  # (.., H*dk, ..) -> (.., H, dk, ..)
-
-        def merge(a: np.ndarray) -> np.ndarray:
-            return a.reshape(a.shape[:axis] + (a.shape[axis] * a.shape[axis + 1],) + a.shape[axis + 2:])
-
-        return Transform(f"heads@{axis}", split, merge)
-
-    return (
-        Rule(r"(?P<p>[qkv])\.kernel", "{p}/kernel", heads(1)),
-        Rule(r"(?P<p>[qkv])\.bias", "{p}/bias", heads(0)),
-        Rule(r"o\.kernel", "o/kernel", heads(0)),
-        Rule(r"o\.bias", "o/bias", IDENTITY),
-    )
-
-
+# Canonical block names -> Keras MultiHeadAttention variable names, with the per-head reshapes Keras's einsum kernels
+# need: q/k/v kernels `(D, H*dk)` <-> `(D, H, dk)`, their biases `(H*dk,)` <-> `(H, dk)`, the output kernel
+# `(H*dk, D)` <-> `(H, dk, D)`. Canonical features are head-major (`h * dk + j`), exactly how a C-order reshape
+# splits them.
+KERAS_MHA_TABLE = [
+    ("{qkv}.kernel", "{qkv}/kernel", "heads_out"),
+    ("{qkv}.bias", "{qkv}/bias", "heads_out"),
+    ("o.kernel", "o/kernel", "heads_in"),
+    ("o.bias", "o/bias", "identity"),
+]
 _KERAS_NAMES = {"q": "query", "k": "key", "v": "value", "o": "attention_output"}
 
 
 def _block_names(bias: bool) -> list[str]:
     return [f"{p}.{leaf}" for p in "qkvo" for leaf in (("kernel", "bias") if bias else ("kernel",))]
+
+
+def _keras_name(table_name: str) -> str:
+    proj, leaf = table_name.split("/")
+    return f"{_KERAS_NAMES[proj]}/{leaf}"
 
 
 def canonical_to_keras_mha(block: Mapping[str, np.ndarray], num_heads: int, prefix: str = "") -> list[np.ndarray]:
@@ -362,15 +330,14 @@ def canonical_to_keras_mha(block: Mapping[str, np.ndarray], num_heads: int, pref
     d = np.shape(block[f"{prefix}q.kernel"])[0]
     if d % num_heads:
         raise ValueError(f"d_model={d} is not divisible by num_heads={num_heads}")
-    mapping = map_names(keras_mha_table(num_heads), names)
-    out = {}
-    for name, (fw_name, transform) in mapping.items():
-        value = np.asarray(block[prefix + name])
+    weights = {}
+    for name in names:
+        weights[name] = np.asarray(block[prefix + name])
         expected = (d,) if name.endswith("bias") else (d, d)
-        if value.shape != expected:
-            raise ValueError(f"{prefix}{name} has shape {value.shape}, expected {expected}")
-        proj, leaf = fw_name.split("/")
-        out[f"{_KERAS_NAMES[proj]}/{leaf}"] = transform.to_framework(value)
+        if weights[name].shape != expected:
+            raise ValueError(f"{prefix}{name} has shape {weights[name].shape}, expected {expected}")
+    out = mapping.write(mapping.plan(names, KERAS_MHA_TABLE), weights, head_dim=d // num_heads)
+    out = {_keras_name(k): v for k, v in out.items()}
     return [out[k] for k in KERAS_MHA_VARIABLES if k in out]
 
 
@@ -386,14 +353,14 @@ def keras_mha_to_canonical(values: Sequence[np.ndarray], num_heads: int, prefix:
     q = by_name["query/kernel"]
     if q.ndim != 3 or q.shape[1] != num_heads or q.shape[0] != q.shape[1] * q.shape[2]:
         raise ValueError(f"query kernel has shape {q.shape}; expected (D, num_heads={num_heads}, D // num_heads)")
-    mapping = map_names(keras_mha_table(num_heads), _block_names(bias))
-    out = {}
-    for name, (fw_name, transform) in mapping.items():
-        proj, leaf = fw_name.split("/")
-        value = by_name[f"{_KERAS_NAMES[proj]}/{leaf}"]
-        out[prefix + name] = transform.to_canonical(value)
-        expected = (q.shape[0],) if leaf == "bias" else (q.shape[0], q.shape[0])
-        if out[prefix + name].shape != expected:
-            raise ValueError(f"{_KERAS_NAMES[proj]}/{leaf} has shape {value.shape}; it does not map to a canonical "
-                             f"{expected}")
-    return out
+    d = q.shape[0]
+    names = _block_names(bias)
+    plan = mapping.plan(names, KERAS_MHA_TABLE)
+    shapes = {name: (d,) if name.endswith("bias") else (d, d) for name in names}
+    state = {table_name: by_name[_keras_name(table_name)] for table_name, _, _ in plan.values()}
+    try:
+        weights = mapping.read(plan, state, shapes, head_dim=d // num_heads)
+    except mapping.ShapeMismatch as exc:
+        raise ValueError(f"MultiHeadAttention weights that do not map to a canonical block of d_model={d}: "
+                         + "; ".join(exc.problems)) from None
+    return {prefix + name: value for name, value in weights.items()}

@@ -1,7 +1,7 @@
 """The Transformer as Keras 3 layers, class for class the same as `reference_numpy.model` and `torch_impl.model`.
 
 Weights enter and leave only through the canonical form: `Transformer.from_reference(config, weights)` and
-`model.to_reference()`, via the declarative `WEIGHT_TABLE` over the Keras variable paths.
+`model.to_reference()`, via its table `weight_table(config)` over the Keras variable paths.
 
 Differences from torch_impl that Keras asks for: a layer's `call()` returns its sublayer outputs as a dict next to
 its result (Keras rebuilds nested arguments, so a record dict passed in would not be filled in place), and the
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 from typing import Mapping
 
 import numpy as np
@@ -20,31 +21,34 @@ import keras  # noqa: E402
 from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 
 import reference_numpy as rn
-from reference_numpy import IDENTITY, Rule, TransformerConfig
+from reference_numpy import TransformerConfig
 from reference_numpy.schema import tied_output_embedding, token_embedding
 
 from .attention import IMPLS, causal_mask, scaled_dot_product_attention
 
-_LAYER = r"(?P<stack>encoder|decoder)\.layers\.(?P<i>\d+)"
+# Canonical modules whose Keras layer is named differently; every other module carries its canonical name, with
+# `/` for `.` and a list's items as `layers_{i}`. Keras Dense kernels are already (in, out): every transform is the
+# identity.
+_LAYERS = {"src_embed": "src_embed/token", "tgt_embed": "tgt_embed/token", "src_pos": "src_embed/position",
+           "tgt_pos": "tgt_embed/position", "src_type": "src_embed/segment", "src_embed_norm": "src_embed/norm",
+           "tgt_embed_norm": "tgt_embed/norm", "pooler": "pooler/dense"}
+_LAYER_ITEM = re.compile(r"\.layers\.(\d+)\.")
 
-# canonical name pattern -> Keras variable path below the model; the only place the two naming schemes meet.
-# Keras Dense kernels are already (in, out), so every transform is the identity.
-WEIGHT_TABLE = (
-    Rule(r"(?P<side>src|tgt)_embed\.embedding", "{side}_embed/token/embeddings", IDENTITY),
-    Rule(r"(?P<side>src|tgt)_embed\.bias", "{side}_embed/bias", IDENTITY),
-    Rule(r"(?P<side>src|tgt)_pos\.embedding", "{side}_embed/position/embeddings", IDENTITY),
-    Rule(r"src_type\.embedding", "src_embed/segment/embeddings", IDENTITY),
-    Rule(r"(?P<side>src|tgt)_embed_norm\.(?P<leaf>gamma|beta)", "{side}_embed/norm/{leaf}", IDENTITY),
-    Rule(_LAYER + r"\.(?P<attn>self_attn|cross_attn)\.(?P<proj>[qkvo])\.(?P<leaf>kernel|bias)",
-         "{stack}/layers_{i}/{attn}/{proj}/{leaf}", IDENTITY),
-    Rule(_LAYER + r"\.ffn\.(?P<linear>linear[12])\.(?P<leaf>kernel|bias)", "{stack}/layers_{i}/ffn/{linear}/{leaf}",
-         IDENTITY),
-    Rule(_LAYER + r"\.(?P<norm>norm[123])\.(?P<leaf>gamma|beta)", "{stack}/layers_{i}/{norm}/{leaf}", IDENTITY),
-    Rule(r"(?P<stack>encoder|decoder)\.final_norm\.(?P<leaf>gamma|beta)", "{stack}/final_norm/{leaf}", IDENTITY),
-    Rule(r"pooler\.(?P<leaf>kernel|bias)", "pooler/dense/{leaf}", IDENTITY),
-    Rule(r"head\.(?P<part>dense|norm)\.(?P<leaf>kernel|bias|gamma|beta)", "head/{part}/{leaf}", IDENTITY),
-    Rule(r"output\.(?P<leaf>kernel|bias)", "output/{leaf}", IDENTITY),
-)
+
+def weight_table(config: TransformerConfig) -> list[tuple[str, str, str]]:
+    """canonical name -> Keras variable path below the model, in the mapping language (`reference_numpy.mapping`),
+    for every parameter of `config`: the only place the two naming schemes meet."""
+    table = []
+    for name in rn.parameter_shapes(config):
+        module, leaf = name.rsplit(".", 1)
+        if name in ("src_embed.bias", "tgt_embed.bias"):
+            path = name.replace(".", "/")  # the Embedding layer's own variable
+        else:
+            module = _LAYERS.get(module) or _LAYER_ITEM.sub(r"/layers_\1/", module).replace(".", "/")
+            path = f"{module}/{'embeddings' if leaf == 'embedding' else leaf}"
+        table.append((name, path, "identity"))
+    return table
+
 
 DTYPES = ("float32", "float64")
 LOW_PRECISION = ("bfloat16", "float16", "mixed_bfloat16", "mixed_float16")  # dtype policies for `verify --dtype`
@@ -624,7 +628,7 @@ class Transformer(_ConfigSerializable, keras.Model):
     def from_reference(cls, config: TransformerConfig, weights: Mapping[str, np.ndarray], dtype=None,
                        attention_impl: str = "explicit") -> "Transformer":
         """Build from canonical weights; the model takes their dtype unless `dtype` says otherwise."""
-        state = rn.to_framework_state(config, weights, WEIGHT_TABLE)
+        state = rn.to_framework_state(config, weights, weight_table(config))
         if dtype is None:
             dtype = rn.weights_dtype(weights).name
         model = cls(config, dtype=dtype, attention_impl=attention_impl)
@@ -632,8 +636,8 @@ class Transformer(_ConfigSerializable, keras.Model):
             model.build()
         variables = model._variables()
         missing, unused = sorted(set(variables) - set(state)), sorted(set(state) - set(variables))
-        if missing or unused:  # a WEIGHT_TABLE that disagrees with the layer names
-            raise ValueError(f"WEIGHT_TABLE does not match the Keras variables: model variables without a weight "
+        if missing or unused:  # a weight_table that disagrees with the layer names
+            raise ValueError(f"weight_table does not match the Keras variables: model variables without a weight "
                              f"{missing}, weights without a model variable {unused}")
         for name, value in state.items():
             variable = variables[name]
@@ -647,7 +651,7 @@ class Transformer(_ConfigSerializable, keras.Model):
         if not self.built:
             self.build()
         state = {name: np.asarray(variable.numpy()) for name, variable in self._variables().items()}
-        return rn.from_framework_state(self.config, state, WEIGHT_TABLE)
+        return rn.from_framework_state(self.config, state, weight_table(self.config))
 
     def _variables(self) -> dict[str, keras.Variable]:
         """Every weight under its Keras path below the model (`encoder/layers_0/self_attn/q/kernel`)."""

@@ -24,7 +24,7 @@ from keras import ops
 import reference_numpy as rn
 from reference_numpy.training import AdamSettings, Schedule, check_label_smoothing
 
-from .model import WEIGHT_TABLE, Transformer, padding_mask
+from .model import Transformer, padding_mask, weight_table
 
 
 def token_cross_entropy(logits: tf.Tensor, targets, pad_id: int | None, label_smoothing: float = 0.0) -> tf.Tensor:
@@ -42,7 +42,7 @@ def token_cross_entropy(logits: tf.Tensor, targets, pad_id: int | None, label_sm
 
 
 def _named_variables(model: Transformer) -> dict[str, keras.Variable]:
-    """The model's weights under their Keras paths below the model, the names WEIGHT_TABLE maps."""
+    """The model's weights under their Keras paths below the model, the names `weight_table` maps."""
     if not model.built:
         model.build()
     return model._variables()
@@ -58,7 +58,7 @@ def loss_and_gradients(model: Transformer, src_ids, tgt_in, labels, label_smooth
     grads = tape.gradient(loss, list(variables.values()))
     state = {name: (np.zeros(v.shape, v.dtype) if g is None else np.asarray(tf.convert_to_tensor(g)))
              for (name, v), g in zip(variables.items(), grads)}  # embedding gradients arrive as IndexedSlices
-    return float(loss), rn.from_framework_state(model.config, state, WEIGHT_TABLE)
+    return float(loss), rn.from_framework_state(model.config, state, weight_table(model.config))
 
 
 class LearningRate(keras.optimizers.schedules.LearningRateSchedule):
@@ -206,11 +206,13 @@ class Trainer:
         for name, variable in self.variables.items():
             m, v = self.optimizer.moments(variable)
             moments["m"][name], moments["v"][name] = np.asarray(m.numpy()), np.asarray(v.numpy())
-        return {key: rn.from_framework_state(self.config, state, WEIGHT_TABLE) for key, state in moments.items()}
+        table = weight_table(self.config)
+        return {key: rn.from_framework_state(self.config, state, table) for key, state in moments.items()}
 
     def load_optimizer_state(self, step: int, moments: Mapping[str, Mapping[str, np.ndarray]]) -> None:
         """Resume after `step` updates with canonical moments `{"m": ..., "v": ...}` (from any framework)."""
-        framework = {key: rn.to_framework_state(self.config, moments[key], WEIGHT_TABLE) for key in ("m", "v")}
+        table = weight_table(self.config)
+        framework = {key: rn.to_framework_state(self.config, moments[key], table) for key in ("m", "v")}
         for name, variable in self.variables.items():
             m, v = self.optimizer.moments(variable)
             m.assign(np.asarray(framework["m"][name], dtype=m.dtype))

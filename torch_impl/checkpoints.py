@@ -3,7 +3,7 @@
 Files are read only with `torch.load(..., weights_only=True)` (nothing in a pickle ever runs).
 
 - **The project's `.pt`**: `{"format": FORMAT_TAG, "format_version": "1", "config": <config JSON>,
-  "state_dict": <torch_impl.Transformer state dict>}`; weights map through `torch_impl.WEIGHT_TABLE`.
+  "state_dict": <torch_impl.Transformer state dict>}`; weights map through `torch_impl.weight_table`.
 - **Other state dicts** (`unwrap_state_dict` finds the tensors inside a training checkpoint) are mapped by the
   external layouts in `transformer_parity.layouts`, e.g. models built around `torch.nn.Transformer`
   (`layouts.nn_transformer`).
@@ -23,7 +23,7 @@ import reference_numpy as rn
 from reference_numpy import TransformerConfig
 from transformer_parity import limits
 
-from .model import WEIGHT_TABLE
+from .model import weight_table
 
 FORMAT_TAG = "transformer-parity/torch"
 FORMAT_VERSION = "1"
@@ -152,7 +152,7 @@ def save_pt(path: str | os.PathLike, config: TransformerConfig, weights: Mapping
             consume: bool = False) -> None:
     """Write the project's `.pt` (torch_impl state dict + config) to `path` (the caller makes it atomic);
     `consume=True` empties `weights` (a dict) as it converts them."""
-    state = rn.to_framework_state(config, weights, WEIGHT_TABLE, consume=consume)
+    state = rn.to_framework_state(config, weights, weight_table(config), consume=consume)
     try:
         torch.save({"format": FORMAT_TAG, "format_version": FORMAT_VERSION, "config": config.to_json(),
                     "state_dict": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}}, path)
@@ -183,7 +183,7 @@ def load_pt(obj: Mapping[str, Any], path: str | os.PathLike, fields: Mapping[str
     limits.check_config_against_file(config, len(obj["state_dict"]), str(path))
     try:
         return config, rn.from_framework_state(config, _numpy_state(obj["state_dict"], path, consume=True),
-                                               WEIGHT_TABLE, consume=True)
+                                               weight_table(config), consume=True)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
 
@@ -197,7 +197,8 @@ def load_torch_impl_state(state: Mapping[str, Any], path: str | os.PathLike, con
     """A bare `torch_impl.Transformer.state_dict()` (no config stored) under an explicitly given config."""
     limits.check_config_against_file(config, len(state), str(path))
     try:
-        return rn.from_framework_state(config, _numpy_state(state, path, consume=True), WEIGHT_TABLE, consume=True)
+        return rn.from_framework_state(config, _numpy_state(state, path, consume=True), weight_table(config),
+                                       consume=True)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
 

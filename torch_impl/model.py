@@ -1,7 +1,7 @@
 """The Transformer as PyTorch modules, class for class the same as `reference_numpy.model` and `tf_impl.model`.
 
 Weights enter and leave only through the canonical form: `Transformer.from_reference(config, weights)` and
-`model.to_reference()`, via the declarative `WEIGHT_TABLE`.
+`model.to_reference()`, via its table `weight_table(config)`.
 """
 
 from __future__ import annotations
@@ -16,26 +16,33 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import reference_numpy as rn
-from reference_numpy import IDENTITY, TRANSPOSE, Rule, TransformerConfig
+from reference_numpy import TransformerConfig
 from reference_numpy.schema import tied_output_embedding, token_embedding
 
 from .attention import scaled_dot_product_attention
 
-# canonical name pattern -> torch state_dict name; the only place the two naming schemes meet.
-WEIGHT_TABLE = (
-    Rule(r"(?P<side>src|tgt)_embed\.embedding", "{side}_embed.token.weight", IDENTITY),
-    Rule(r"(?P<side>src|tgt)_embed\.bias", "{side}_embed.bias", IDENTITY),
-    Rule(r"(?P<side>src|tgt)_pos\.embedding", "{side}_embed.position.weight", IDENTITY),
-    Rule(r"src_type\.embedding", "src_embed.segment.weight", IDENTITY),
-    Rule(r"(?P<side>src|tgt)_embed_norm\.gamma", "{side}_embed.norm.weight", IDENTITY),
-    Rule(r"(?P<side>src|tgt)_embed_norm\.beta", "{side}_embed.norm.bias", IDENTITY),
-    Rule(r"pooler\.kernel", "pooler.dense.weight", TRANSPOSE),
-    Rule(r"pooler\.bias", "pooler.dense.bias", IDENTITY),
-    Rule(r"(?P<path>.+)\.kernel", "{path}.weight", TRANSPOSE),  # (in, out) <-> nn.Linear's (out, in)
-    Rule(r"(?P<path>.+)\.bias", "{path}.bias", IDENTITY),
-    Rule(r"(?P<path>.+)\.gamma", "{path}.weight", IDENTITY),
-    Rule(r"(?P<path>.+)\.beta", "{path}.bias", IDENTITY),
-)
+# Canonical modules whose torch module is named differently; every other module carries its canonical name.
+_MODULES = {"src_embed": "src_embed.token", "tgt_embed": "tgt_embed.token", "src_pos": "src_embed.position",
+            "tgt_pos": "tgt_embed.position", "src_type": "src_embed.segment", "src_embed_norm": "src_embed.norm",
+            "tgt_embed_norm": "tgt_embed.norm", "pooler": "pooler.dense"}
+_LEAVES = {"kernel": ("weight", "transpose"),  # (in, out) <-> nn.Linear's (out, in)
+           "bias": ("bias", "identity"), "gamma": ("weight", "identity"), "beta": ("bias", "identity"),
+           "embedding": ("weight", "identity")}
+
+
+def weight_table(config: TransformerConfig) -> list[tuple[str, str, str]]:
+    """canonical name -> torch state_dict name, in the mapping language (`reference_numpy.mapping`), for every
+    parameter of `config`: the only place the two naming schemes meet."""
+    table = []
+    for name in rn.parameter_shapes(config):
+        module, leaf = name.rsplit(".", 1)
+        if name in ("src_embed.bias", "tgt_embed.bias"):
+            table.append((name, name, "identity"))  # the Embedding module's own parameter
+            continue
+        torch_leaf, transform = _LEAVES[leaf]
+        table.append((name, f"{_MODULES.get(module, module)}.{torch_leaf}", transform))
+    return table
+
 
 Record = dict  # canonical sublayer name -> tensor, in execution order
 
@@ -382,7 +389,7 @@ class Transformer(nn.Module):
     def from_reference(cls, config: TransformerConfig, weights: Mapping[str, np.ndarray],
                        dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> "Transformer":
         """Build from canonical weights; the model takes their dtype unless `dtype` says otherwise."""
-        state = rn.to_framework_state(config, weights, WEIGHT_TABLE)
+        state = rn.to_framework_state(config, weights, weight_table(config))
         if dtype is None:
             dtype = getattr(torch, rn.weights_dtype(weights).name)
         with torch.device("meta"):  # no random init of weights that are about to be replaced
@@ -399,7 +406,7 @@ class Transformer(nn.Module):
     def to_reference(self) -> dict[str, np.ndarray]:
         """Canonical weights, bit-identical to those the model was built from."""
         state = {k: v.detach().cpu().numpy() for k, v in self.state_dict().items()}
-        return rn.from_framework_state(self.config, state, WEIGHT_TABLE)
+        return rn.from_framework_state(self.config, state, weight_table(self.config))
 
     # --- forward ---
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import reference_numpy as rn
 from reference_numpy.training import AdamSettings, Schedule, check_label_smoothing
 
-from .model import WEIGHT_TABLE, Transformer
+from .model import Transformer, weight_table
 
 
 def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, pad_id: int | None,
@@ -35,7 +35,7 @@ def canonical_gradients(model: Transformer) -> dict[str, np.ndarray]:
     """The `.grad` of every parameter, in canonical names and layout (a parameter with no gradient: zeros)."""
     state = {name: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().cpu().numpy()
              for name, p in model.named_parameters()}
-    return rn.from_framework_state(model.config, state, WEIGHT_TABLE)
+    return rn.from_framework_state(model.config, state, weight_table(model.config))
 
 
 def loss_and_gradients(model: Transformer, src_ids, tgt_in, labels, label_smoothing: float = 0.0
@@ -121,11 +121,13 @@ class Trainer:
             for key, torch_key in (("m", "exp_avg"), ("v", "exp_avg_sq")):
                 value = state.get(torch_key)
                 moments[key][name] = (torch.zeros_like(p) if value is None else value).detach().cpu().numpy()
-        return {key: rn.from_framework_state(self.config, state, WEIGHT_TABLE) for key, state in moments.items()}
+        table = weight_table(self.config)
+        return {key: rn.from_framework_state(self.config, state, table) for key, state in moments.items()}
 
     def load_optimizer_state(self, step: int, moments: Mapping[str, Mapping[str, np.ndarray]]) -> None:
         """Resume after `step` updates with canonical moments `{"m": ..., "v": ...}` (from any framework)."""
-        framework = {key: rn.to_framework_state(self.config, moments[key], WEIGHT_TABLE) for key in ("m", "v")}
+        table = weight_table(self.config)
+        framework = {key: rn.to_framework_state(self.config, moments[key], table) for key in ("m", "v")}
         dtype = next(self.model.parameters()).dtype
         for name, p in self.model.named_parameters():
             self.optimizer.state[p] = {

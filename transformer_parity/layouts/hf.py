@@ -16,9 +16,9 @@ from typing import Any, Mapping
 import numpy as np
 
 import reference_numpy as rn
+from reference_numpy.mapping import regex
 
 from . import hf_dir
-from .names import regex
 from .table import export_state, import_state
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import reference_numpy as rn
+from reference_numpy.mapping import (CHECKED, FUSED, TRANSFORMS, Entry, check_table, hits, index, parse_pattern,
+                                     placeholders)
 
 from . import hparams as hp
-from .names import hits, index, parse_pattern, placeholders
-from .table import CHECKED, FUSED, TRANSFORMS, Entry, check_table
 
 OPTIONAL = CHECKED  # tied / sinusoid / causal_mask / ignore: matched keys that are checked or skipped
 UNMAPPED = "?"  # the scaffold's mark for what the user still has to fill in

@@ -4,10 +4,9 @@ The state dict sits under any prefix, next to token embeddings, an output `Linea
 table, such as PyTorch's translation tutorial (`Seq2SeqTransformer`: `transformer.*`, `src_tok_emb.embedding.weight`,
 `tgt_tok_emb.embedding.weight`, `generator.*`, `positional_encoding.pos_embedding`) or its language-model tutorial
 (`transformer_encoder.*`, `embedding.weight`, `linear.*`, `pos_encoder.pe`). Detection (`looks_like_nn_transformer`,
-`detect_layout`) finds the parts; `NN_TRANSFORMER_TABLE(layout)` is the declarative mapping (a table per layout, since
-the prefixes are the model author's choice); the one layout change it needs beyond transposes is that
-`nn.MultiheadAttention` packs q, k and v into one `in_proj_weight` of shape `(3 * D, D)`, which `split_in_proj` /
-`fuse_in_proj` cut into and join from three `(D, D)` entries named `...in_proj_weight:q` etc.
+`detect_layout`) finds the parts; `nn_transformer_table(layout)` is the mapping (a table per layout, since the
+prefixes are the model author's choice); beyond transposes, `nn.MultiheadAttention` packs q, k and v into one
+`in_proj_weight` of shape `(3 * D, D)`: a `fused_qkv_t` entry.
 
 What such weights cannot tell (heads, activation, norm placement, epsilon, embedding scale, padding id, and without
 a positional table its kind and length: `UNSTATED`) must be stated: by `fields` (the CLI's `--set` / `--config`), by
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 import reference_numpy as rn
-from reference_numpy import IDENTITY, TRANSPOSE, Rule, Transform, TransformerConfig
+from reference_numpy import TransformerConfig
 
 from . import hparams as hp
 from .table import classify_sinusoid, sinusoid_mismatch
@@ -72,85 +71,49 @@ TRANSLATION_TUTORIAL = NNLayout("transformer.encoder.", "transformer.decoder.", 
 LANGUAGE_MODEL_TUTORIAL = NNLayout("transformer_encoder.", None, "embedding.weight", None, "linear.weight",
                                    "linear.bias", "pos_encoder.pe")
 
-_LAYER = r"(?P<i>\d+)"
+def _layer_entries(stack: str, prefix: str) -> list[tuple[str, str, str]]:
+    canonical, external = f"{stack}.layers.{{i}}", f"{prefix}layers.{{i}}"
+    entries = []
+    for attn, module in (("self_attn", "self_attn"), ("cross_attn", "multihead_attn")):
+        entries += [
+            # nn.MultiheadAttention packs q, k and v into one in_proj_weight (3D, D) and in_proj_bias (3D,)
+            (f"{canonical}.{attn}.{{qkv}}.kernel", f"{external}.{module}.in_proj_weight", "fused_qkv_t"),
+            (f"{canonical}.{attn}.{{qkv}}.bias", f"{external}.{module}.in_proj_bias", "fused_qkv"),
+            (f"{canonical}.{attn}.o.kernel", f"{external}.{module}.out_proj.weight", "transpose"),
+            (f"{canonical}.{attn}.o.bias", f"{external}.{module}.out_proj.bias", "identity"),
+        ]
+    for linear in ("linear1", "linear2"):
+        entries += [(f"{canonical}.ffn.{linear}.kernel", f"{external}.{linear}.weight", "transpose"),
+                    (f"{canonical}.ffn.{linear}.bias", f"{external}.{linear}.bias", "identity")]
+    for norm in ("norm1", "norm2", "norm3"):
+        entries += [(f"{canonical}.{norm}.gamma", f"{external}.{norm}.weight", "identity"),
+                    (f"{canonical}.{norm}.beta", f"{external}.{norm}.bias", "identity")]
+    return entries + [(f"{stack}.final_norm.gamma", f"{prefix}norm.weight", "identity"),
+                      (f"{stack}.final_norm.beta", f"{prefix}norm.bias", "identity")]
 
 
-def _attention_rules(canonical: str, framework: str) -> tuple[Rule, ...]:
-    return (
-        Rule(rf"{canonical}\.(?P<p>[qkv])\.kernel", framework + ".in_proj_weight:{p}", TRANSPOSE),
-        Rule(rf"{canonical}\.(?P<p>[qkv])\.bias", framework + ".in_proj_bias:{p}", IDENTITY),
-        Rule(rf"{canonical}\.o\.kernel", framework + ".out_proj.weight", TRANSPOSE),
-        Rule(rf"{canonical}\.o\.bias", framework + ".out_proj.bias", IDENTITY),
-    )
+_POSITION_TRANSFORM = {2: "identity", 3: "seq_first"}  # a (L, D) or (L, 1, D) table; (1, L, D) is a `row`
 
 
-def _layer_rules(stack: str, prefix: str) -> tuple[Rule, ...]:
-    layer = rf"{stack}\.layers\.{_LAYER}"
-    fw = prefix + "layers.{i}"
-    rules = _attention_rules(rf"{layer}\.self_attn", fw + ".self_attn")
-    rules += _attention_rules(rf"{layer}\.cross_attn", fw + ".multihead_attn")
-    rules += (
-        Rule(rf"{layer}\.ffn\.(?P<lin>linear[12])\.kernel", fw + ".{lin}.weight", TRANSPOSE),
-        Rule(rf"{layer}\.ffn\.(?P<lin>linear[12])\.bias", fw + ".{lin}.bias", IDENTITY),
-        Rule(rf"{layer}\.(?P<norm>norm[123])\.gamma", fw + ".{norm}.weight", IDENTITY),
-        Rule(rf"{layer}\.(?P<norm>norm[123])\.beta", fw + ".{norm}.bias", IDENTITY),
-        Rule(rf"{stack}\.final_norm\.gamma", prefix + "norm.weight", IDENTITY),
-        Rule(rf"{stack}\.final_norm\.beta", prefix + "norm.bias", IDENTITY),
-    )
-    return rules
-
-
-def _squeeze_positions(shape: tuple[int, ...]) -> Transform:
-    """A positional table stored as `(L, 1, D)` or `(1, L, D)` (the tutorials' buffers) <-> canonical `(L, D)`."""
-    return Transform("squeeze-positions", lambda a: a.reshape(shape), lambda a: a.reshape(-1, a.shape[-1]))
-
-
-def NN_TRANSFORMER_TABLE(layout: NNLayout, position_shape: tuple[int, ...] | None = None) -> tuple[Rule, ...]:
-    """The declarative canonical <-> nn.Transformer-model mapping for one layout (a table per layout, since the
-    prefixes are the model author's choice)."""
+def nn_transformer_table(layout: NNLayout, position_shape: tuple[int, ...] | None = None
+                         ) -> list[tuple[str, str, str]]:
+    """The mapping-language table between canonical weights and one layout's state dict (a table per layout,
+    since the prefixes are the model author's choice)."""
     tgt = layout.tgt_embed or layout.src_embed
-    rules = (
-        Rule(r"src_embed\.embedding", layout.src_embed, IDENTITY),
-        Rule(r"tgt_embed\.embedding", tgt, IDENTITY),
-    )
+    table = [("src_embed.embedding", layout.src_embed, "identity"), ("tgt_embed.embedding", tgt, "identity")]
     if layout.positions is not None:
-        pos = _squeeze_positions(position_shape) if position_shape and len(position_shape) == 3 else IDENTITY
-        rules += (Rule(r"(src|tgt)_pos\.embedding", layout.positions, pos),)  # one table shared by both sides
-    rules += _layer_rules("encoder", layout.encoder)
+        shape = position_shape or (0, 0)
+        transform = "row" if len(shape) == 3 and shape[0] == 1 else _POSITION_TRANSFORM[len(shape)]
+        # one table shared by both sides
+        table += [(f"{side}_pos.embedding", layout.positions, transform) for side in ("src", "tgt")]
+    table += _layer_entries("encoder", layout.encoder)
     if layout.decoder is not None:
-        rules += _layer_rules("decoder", layout.decoder)
+        table += _layer_entries("decoder", layout.decoder)
     if layout.output_weight is not None:
-        rules += (Rule(r"output\.kernel", layout.output_weight, TRANSPOSE),)
+        table.append(("output.kernel", layout.output_weight, "transpose"))
     if layout.output_bias is not None:
-        rules += (Rule(r"output\.bias", layout.output_bias, IDENTITY),)
-    return rules
-
-
-def split_in_proj(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """`...in_proj_weight` `(3D, D)` / `...in_proj_bias` `(3D,)` -> three entries `...:q`, `...:k`, `...:v`."""
-    out = {}
-    for key, value in state.items():
-        if key.endswith((".in_proj_weight", ".in_proj_bias")):
-            if value.shape[0] % 3:
-                raise ValueError(f"{key} has shape {value.shape}; in_proj packs q, k, v, so its first dimension "
-                                 "must be a multiple of 3")
-            for name, part in zip("qkv", np.split(value, 3, axis=0)):  # (3D, ...) -> 3 x (D, ...)
-                out[f"{key}:{name}"] = part
-        else:
-            out[key] = value
-    return out
-
-
-def fuse_in_proj(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The inverse of `split_in_proj`: join `...:q`, `...:k`, `...:v` into one packed entry, in place of the q."""
-    out = {}
-    for key, value in state.items():
-        if key.endswith(":q"):
-            base = key[:-2]
-            out[base] = np.concatenate([value, state[base + ":k"], state[base + ":v"]], axis=0)  # 3 x (D, ..) -> (3D, ..)
-        elif not key.endswith((":k", ":v")):
-            out[key] = value
-    return out
+        table.append(("output.bias", layout.output_bias, "identity"))
+    return table
 
 
 _STACK = re.compile(r"^(?P<root>.*?)layers\.0\.self_attn\.in_proj_weight$")
@@ -327,10 +290,9 @@ def import_nn_transformer(state: Mapping[str, Any], path: str | os.PathLike = "<
         arrays.pop(layout.positions)  # a fixed table: recomputed exactly, not a parameter
         layout = NNLayout(**{**layout.__dict__, "positions": None})
     shape = arrays[layout.positions].shape if layout.positions else None
-    table = NN_TRANSFORMER_TABLE(layout, tuple(shape) if shape is not None else None)
+    table = nn_transformer_table(layout, tuple(shape) if shape is not None else None)
     try:
-        arrays = split_in_proj(arrays)  # the q/k/v parts are views of the packed arrays
-        weights = rn.from_framework_state(config, arrays, table, consume=True)
+        weights = rn.from_framework_state(config, arrays, table, consume=True, shared=True)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
     return config, weights, notes
@@ -361,10 +323,9 @@ def export_nn_transformer(config: TransformerConfig, weights: Mapping[str, np.nd
         tied = config.replace(tie_embeddings=False)
     else:
         tied = config
-    table = NN_TRANSFORMER_TABLE(out_layout)
+    table = nn_transformer_table(out_layout)
     dtype = rn.weights_dtype(weights)
-    state = rn.to_framework_state(tied, weights, [r for r in table if "pos" not in r.canonical], consume=consume)
-    state = fuse_in_proj(state)
+    state = rn.to_framework_state(tied, weights, [e for e in table if "_pos." not in e[0]], consume=consume)
     if not config.bias:
         state = {k: v for k, v in state.items() if not re.search(r"(^|\.)norm\d?\.bias$", k)}
     rows = max(config.max_len, TUTORIAL_MAX_LEN)

@@ -1,37 +1,14 @@
-"""The one loop that maps canonical weights to and from an external layout through a declarative table.
+"""The product's side of the mapping language (`reference_numpy.mapping`, the one table language and engine): what
+a user sees when a table is applied to a real file.
 
-A table is plain data, a list of `(canonical, external, transform)` string triples, so that the same table could be
-read from a file a user writes:
-
-- `canonical`: a canonical parameter name (`reference_numpy.parameter_shapes`) in which `{i}` stands for a layer
-  index and `{qkv}` for one of the attention projections q, k, v;
-- `external`: the name in the other layout, with the same placeholders (`{qkv}` left out for a fused entry);
-- `transform`, one of `TRANSFORMS`:
-
-  | transform   | external array                                       | reading          | writing   |
-  |-------------|------------------------------------------------------|------------------|-----------|
-  | `identity`  | the canonical array                                  | required         | written   |
-  | `transpose` | its 2-D transpose (`nn.Linear` weight `(out, in)`)   | required         | written   |
-  | `fused_qkv` | q, k, v concatenated along the last axis (`c_attn`)  | required         | written   |
-  | `fused_qkv_t` | the same stored `(3D, in)`, as an `nn.Linear` holds it | required       | written   |
-  | `fused_qkv_heads` | q, k, v interleaved per head: last axis `(H, 3, dk)` | required     | written   |
-  | `fused_qkv_heads_t` | the same stored `(3D, in)` (a Lightning `qkv_proj`) | required    | written   |
-  | `heads_out` | output features split per head: `(in, H, dk)`, bias `(H, dk)` (Keras MHA q/k/v) | required | written |
-  | `heads_in`  | input features split per head: `(H, dk, out)` (Keras MHA output kernel) | required | written |
-  | `row`       | shape `(1, n)` for a canonical `(n,)`                | required         | written   |
-  | `tied`      | a second copy of the canonical array (a tied head)   | optional, equal  | left out  |
-  | `sinusoid`  | a fixed sinusoid table the model recomputes          | optional, equal  | left out  |
-  | `causal_mask` | a causal-mask buffer: lower-triangular ones        | optional, equal  | left out  |
-  | `ignore`    | a buffer that is not a parameter (position ids)      | optional         | left out  |
-
-The first entry whose `canonical` pattern matches a name maps it. Reading fails on any external entry that is
-missing, unused or of the wrong shape, naming the entry and the shape the config implies; writing produces exactly
-the entries a reader of that layout expects.
-
-A `sinusoid` entry is checked against the table the model computes, in any of the usual layouts (`sinusoid_rows`)
-and within the float32 rounding of a table a tutorial builds in float32 (`sinusoid_error`). An `ignore` entry may
-drop integer or boolean buffers and all-zero tensors; a float tensor with a nonzero value is a trained parameter or a
-constant the model uses, so dropping it is refused unless the user names it (`Drops`, the CLI's `--allow-drop`).
+- the layer counts and sizes a config states are checked against the tensors before anything of the config's size is
+  listed or allocated (`check_layers`, `size_mismatches`), with messages naming where each field came from;
+- the optional kinds are checked: a `tied` copy must equal its canonical array, a `sinusoid` buffer must be the table
+  the model computes (in any of the usual layouts, `sinusoid_rows`, and within the float32 rounding of a table a
+  tutorial builds in float32, `sinusoid_error`), a `causal_mask` must be one;
+- an `ignore` entry may drop integer or boolean buffers and all-zero tensors; a float tensor with a nonzero value is a
+  trained parameter or a constant the model uses, so dropping it is refused unless the user names it (`Drops`, the
+  CLI's `--allow-drop`).
 """
 
 from __future__ import annotations
@@ -43,94 +20,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 import reference_numpy as rn
-from reference_numpy.schema import preview
+from reference_numpy.mapping import (CHECKED, Entry, ShapeMismatch, canonical_shape, hits, index, plan, preview,
+                                     quoted, regex)
 
 from .. import limits
-from .names import fill, hits, index, placeholders, regex
-
-TRANSFORMS = ("identity", "transpose", "fused_qkv", "row", "tied", "sinusoid", "causal_mask", "ignore",
-              "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t", "heads_out", "heads_in")
-FUSED = ("fused_qkv", "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t")  # one external array holds q, k, v
-HEADS = ("heads_out", "heads_in")  # einsum kernels of Keras MultiHeadAttention
-CHECKED = ("tied", "sinusoid", "causal_mask", "ignore")  # optional on reading, never written
-Entry = tuple[str, str, str]  # (canonical, external, transform)
-
-
-def check_table(table: Sequence[Entry]) -> None:
-    for entry in table:
-        if len(entry) != 3 or not all(isinstance(x, str) for x in entry):
-            raise ValueError(f"a table entry is (canonical, external, transform), received {entry!r}")
-        if entry[2] not in TRANSFORMS:
-            raise ValueError(f"unknown transform {entry[2]!r} in {entry!r}; choose one of {', '.join(TRANSFORMS)}")
-        if entry[2] in FUSED and "qkv" not in placeholders(entry[0]):
-            raise ValueError(f"a fused_qkv entry needs {{qkv}} in its canonical pattern, received {entry!r}")
-
-
-def _quoted(entry: Entry) -> str:
-    return repr(entry[1])
-
-
-def plan(config: rn.TransformerConfig, table: Sequence[Entry], where: Callable[[Entry], str] = _quoted
-         ) -> dict[str, tuple[str, str, int]]:
-    """canonical name -> (external name, transform, part), `part` being 0/1/2 for q/k/v of a fused entry. A
-    canonical name two entries target, or an external name two canonical names would be written to, is refused
-    (`where` describes an entry in the message: its pattern, or a layout file's line)."""
-    check_table(table)
-    literal, patterned = index((c, (c, e, t)) for c, e, t in table if t not in CHECKED)
-    out: dict[str, tuple[str, str, int]] = {}
-    writers: dict[str, tuple[str, Entry]] = {}  # external name -> (canonical name, entry) that fills it
-    for name in rn.parameter_shapes(config):
-        found = hits(name, literal, patterned)
-        if not found:
-            raise ValueError(f"no table entry covers canonical parameter {name!r}")
-        if len(found) > 1:
-            raise ValueError(f"canonical parameter {name!r} is targeted twice, by {where(found[0][1])} and "
-                             f"{where(found[1][1])}; a tensor is read from, and written to, one name: keep one")
-        groups, entry = found[0]
-        external, transform = fill(entry[1], **groups), entry[2]
-        previous = writers.get(external)
-        if previous is not None and not (transform in FUSED and previous[1] == entry):
-            raise ValueError(f"{external!r} would hold both {previous[0]!r} ({where(previous[1])}) and {name!r} "
-                             f"({where(entry)}); one name holds one tensor (a fused entry: q, k and v of one layer)")
-        writers[external] = (name, entry)
-        out[name] = (external, transform, "qkv".index(groups["qkv"]) if transform in FUSED else 0)
-    return out
-
-
-def _external_shape(transform: str, shape: tuple[int, ...], num_heads: int = 1) -> tuple[int, ...]:
-    if transform == "transpose":
-        return shape[::-1]
-    if transform in FUSED[1:]:
-        fused = shape[:-1] + (3 * shape[-1],)
-        return fused[::-1] if transform.endswith("_t") else fused
-    if transform == "heads_out":
-        return shape[:-1] + (num_heads, shape[-1] // num_heads)
-    if transform == "heads_in":
-        return (num_heads, shape[0] // num_heads) + shape[1:]
-    if transform == "fused_qkv":
-        return shape[:-1] + (3 * shape[-1],)
-    if transform == "row":
-        return (1,) + shape
-    return shape
-
-
-def canonical_shape(transform: str, shape: tuple[int, ...]) -> tuple[int, ...] | None:
-    """The canonical shape an external array of `shape` stands for under `transform` (one part of a fused array);
-    None when an array of that rank cannot be one (a 1-D `heads_in`, a fused axis not divisible by 3)."""
-    shape = tuple(shape)
-    if transform == "transpose":
-        return shape[::-1]
-    if transform == "row":
-        return shape[1:] if len(shape) == 2 and shape[0] == 1 else None
-    if transform == "heads_out":
-        return shape[:-2] + (shape[-2] * shape[-1],) if len(shape) >= 2 else None  # (.., H, dk) -> (.., D)
-    if transform == "heads_in":
-        return (shape[0] * shape[1],) + shape[2:] if len(shape) >= 2 else None  # (H, dk, ..) -> (D, ..)
-    if transform in FUSED:
-        shape = shape[::-1] if transform.endswith("_t") else shape
-        return shape[:-1] + (shape[-1] // 3,) if shape and shape[-1] % 3 == 0 else None  # (.., 3D) -> (.., D)
-    return shape
-
 
 # --- what the weights hold, against what a config says --------------------------------------------------------------
 
@@ -307,7 +200,7 @@ def check_drops(state: dict[str, np.ndarray], ignored: Iterable[str], drops: Dro
 
 def import_state(config: rn.TransformerConfig, state: dict[str, np.ndarray], table: Sequence[Entry],
                  source: str = "<state dict>", consume: bool = False, drops: Drops | None = None,
-                 where: Callable[[Entry], str] = _quoted, origins: Mapping[str, str] | None = None
+                 where: Callable[[Entry], str] = quoted, origins: Mapping[str, str] | None = None
                  ) -> dict[str, np.ndarray]:
     """{external name: array} -> canonical weights. `consume=True` empties `state` as it goes. A float tensor
     with a nonzero value under an `ignore` entry is refused unless `drops` allows it (and then recorded there).
@@ -317,55 +210,22 @@ def import_state(config: rn.TransformerConfig, state: dict[str, np.ndarray], tab
     limits.check_positions(config, source, (origins or {}).get("max_len", ""))
     shapes = rn.parameter_shapes(config)
     try:
-        mapping = plan(config, table, where)
+        mapping = plan(shapes, table, where)
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
     wanted = {external for external, _, _ in mapping.values()}
     optional = _optional(config, table, list(state), wanted)
-    missing = sorted(wanted - set(state))
-    unused = sorted(set(state) - wanted - set(optional))
-    if missing or unused:
-        parts = [f"missing {len(missing)}: {preview(missing)}"] if missing else []
-        parts += [f"unexpected {len(unused)}: {preview(unused)}"] if unused else []
-        raise ValueError(f"{source}: the weights do not match the config: " + "; ".join(parts))
-    problems = []
-    for name, (external, transform, _) in mapping.items():
-        expected = _external_shape(transform, shapes[name], config.num_heads)
-        actual = tuple(np.shape(state[external]))
-        if actual != expected:
-            problems.append(f"{external} has shape {actual}, the config implies {expected}")
-    if problems:  # a config that contradicts the file misshapes nearly every tensor: one line, not kilobytes
+    try:
+        rn.mapping.check_keys(mapping, state, optional)
+        rn.mapping.check_shapes(mapping, state, shapes, config.head_dim)
+    except ShapeMismatch as exc:  # a config that contradicts the file misshapes nearly every tensor: one line
         sizes = size_mismatches(config, mapping, state, origins)
-        if sizes:
-            raise ValueError(f"{source}: the config does not match the weights: " + "; ".join(sizes))
-        problems = list(dict.fromkeys(problems))
-        raise ValueError(f"{source}: the weights do not match the config: {len(problems)} with the wrong shape: "
-                         + preview(problems, sep="; "))
+        raise ValueError(f"{source}: " + (f"the config does not match the weights: {'; '.join(sizes)}" if sizes
+                                          else str(exc))) from None
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
     check_drops(state, [k for k, (t, _) in optional.items() if t == "ignore"], drops, source)
-
-    uses: dict[str, int] = {}
-    for external, _, _ in mapping.values():
-        uses[external] = uses.get(external, 0) + 1
-    weights = {}
-    for name, (external, transform, part) in mapping.items():
-        array = np.asarray(state[external])
-        if transform == "transpose":
-            value = np.ascontiguousarray(array.T)  # (out, in) -> (in, out)
-        elif transform == "fused_qkv":
-            width = shapes[name][-1]
-            value = np.array(array[..., part * width:(part + 1) * width])  # (..., 3D) -> (..., D)
-        elif transform in FUSED:
-            value = fused_part(array, transform, part, config.num_heads)
-        elif transform in HEADS:
-            value = np.array(array.reshape(shapes[name]))  # (.., H, dk, ..) -> (.., D, ..), heads-major
-        elif transform == "row":
-            value = np.array(array.reshape(shapes[name]))  # (1, n) -> (n,)
-        else:
-            value = np.array(array)
-        weights[name] = value
-        uses[external] -= 1
-        if consume and uses[external] == 0:
-            del state[external]
+    weights = rn.mapping.read(mapping, state, shapes, config.head_dim, consume=consume)
     for external, (transform, canonical) in optional.items():
         _check_optional(config, weights, state[external], external, transform, canonical, source)
         if consume:
@@ -462,56 +322,8 @@ def classify_sinusoid(rows: np.ndarray) -> str | None:
 
 
 def export_state(config: rn.TransformerConfig, weights: dict[str, np.ndarray], table: Sequence[Entry],
-                 consume: bool = False, where: Callable[[Entry], str] = _quoted) -> dict[str, np.ndarray]:
+                 consume: bool = False, where: Callable[[Entry], str] = quoted) -> dict[str, np.ndarray]:
     """Canonical weights -> {external name: array}, in table order. `consume=True` empties `weights` as it goes."""
     rn.validate_weights(config, weights)
-    mapping = plan(config, table, where)
-    fused: dict[str, list] = {}
-    out = {}
-    for name, (external, transform, part) in mapping.items():
-        array = np.asarray(weights.pop(name) if consume else weights[name])
-        if transform == "transpose":
-            out[external] = np.ascontiguousarray(array.T)  # (in, out) -> (out, in)
-        elif transform in FUSED:
-            parts = fused.setdefault(external, [None, None, None])
-            parts[part] = array
-            if all(p is not None for p in parts):
-                out[external] = fuse(parts, transform, config.num_heads)
-                del fused[external]
-        elif transform in HEADS:
-            out[external] = np.array(array.reshape(_external_shape(transform, array.shape, config.num_heads)))
-        elif transform == "row":
-            out[external] = np.array(array.reshape((1,) + array.shape))  # (n,) -> (1, n)
-        else:
-            out[external] = np.array(array)
-    if fused:
-        raise ValueError(f"fused entries missing a part: {sorted(fused)}")
-    return out
-
-
-def fused_part(array: np.ndarray, transform: str, part: int, num_heads: int) -> np.ndarray:
-    """q, k or v (`part` 0/1/2) of a fused projection in canonical orientation. `_t`: stored `(3D, in)` as an
-    `nn.Linear` holds it; `_heads`: the 3D features are `(H, 3, dk)`, q/k/v interleaved per head."""
-    a = np.asarray(array)
-    a = a.T if transform.endswith("_t") else a  # (3D, in) -> (in, 3D); a bias (3D,) stays
-    if a.shape[-1] % 3:
-        raise ValueError(f"a fused q/k/v array has {a.shape[-1]} features, not divisible by 3")
-    width = a.shape[-1] // 3
-    if "heads" in transform:
-        if width % num_heads:
-            raise ValueError(f"a fused q/k/v array of {3 * width} features does not split into num_heads={num_heads} "
-                             "heads of q, k and v")
-        a = a.reshape(a.shape[:-1] + (num_heads, 3, width // num_heads))  # (..., 3D) -> (..., H, 3, dk)
-        return np.ascontiguousarray(a[..., part, :]).reshape(a.shape[:-3] + (width,))  # (..., H, dk) -> (..., D)
-    return np.ascontiguousarray(a[..., part * width:(part + 1) * width])  # (..., 3D) -> (..., D)
-
-
-def fuse(parts: Sequence[np.ndarray], transform: str, num_heads: int) -> np.ndarray:
-    """The inverse of `fused_part`: q, k, v (canonical orientation) -> the fused external array."""
-    width = parts[0].shape[-1]
-    if "heads" in transform:
-        heads = [p.reshape(p.shape[:-1] + (num_heads, width // num_heads)) for p in parts]  # (..., D) -> (..., H, dk)
-        fused = np.stack(heads, axis=-2).reshape(parts[0].shape[:-1] + (3 * width,))  # (..., H, 3, dk) -> (..., 3D)
-    else:
-        fused = np.concatenate(parts, axis=-1)  # 3 x (..., D) -> (..., 3D)
-    return np.ascontiguousarray(fused.T) if transform.endswith("_t") else fused  # (in, 3D) -> (3D, in)
+    mapping = plan(rn.parameter_shapes(config), table, where)
+    return rn.mapping.write(mapping, weights if consume else dict(weights), config.head_dim, consume=consume)

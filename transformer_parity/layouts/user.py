@@ -46,15 +46,13 @@ from typing import Any, Mapping
 import numpy as np
 
 import reference_numpy as rn
-from reference_numpy.schema import preview
+from reference_numpy.mapping import FUSED, Entry, canonical_shape, fill, hits, index, preview, regex
 
 from ..safe_text import printable, toml_string
 from . import hparams as hp
 from .layout_file import (FOR_HDF5, NONE, OPTIONAL, UNMAPPED, Layout, check_hdf5_paths, check_name,  # noqa: F401
                           load, load_for_writing, output_kind, parse)
-from .names import fill, hits, index, regex
-from .table import (FUSED, Drops, Entry, canonical_shape, classify_sinusoid, import_state, sinusoid_mismatch,
-                    sinusoid_rows)
+from .table import Drops, classify_sinusoid, import_state, sinusoid_mismatch, sinusoid_rows
 
 # What no model's weights tell, so every layout states it ([config], --set or --config). `unstated` adds those that
 # depend on what the weights hold (no positional table: its kind and length; ...).

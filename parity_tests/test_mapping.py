@@ -1,0 +1,107 @@
+"""The one mapping language (`reference_numpy.mapping`): every transform is invertible, fused q/k/v split and join
+for equal and grouped-query widths, and every table in the project (the twins', the formats', the families') is
+written in it and round-trips."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import reference_numpy as rn
+from reference_numpy import mapping
+
+RESHAPING = ("identity", "transpose", "heads_out", "heads_in", "row", "seq_first")
+
+
+@settings(max_examples=60, deadline=None)
+@given(transform=st.sampled_from(RESHAPING), heads=st.integers(1, 4), head_dim=st.integers(1, 5),
+       other=st.integers(1, 6), seed=st.integers(0, 2**31 - 1))
+def test_every_transform_round_trips(transform, heads, head_dim, other, seed):
+    shape = (other, heads * head_dim) if transform != "heads_in" else (heads * head_dim, other)
+    array = np.random.default_rng(seed).standard_normal(shape)
+    external = mapping.to_external(array, transform, head_dim)
+    assert external.shape == mapping.external_shape(transform, shape, head_dim)
+    assert mapping.canonical_shape(transform, external.shape) == shape
+    back = mapping.to_canonical(external, transform, shape)
+    np.testing.assert_array_equal(back, array)
+    assert not np.shares_memory(back, array) and not np.shares_memory(external, array)
+
+
+FUSED_CASES = [(t, (6, 6, 6)) for t in mapping.FUSED] + [(t, (6, 2, 2)) for t in mapping.FUSED if "heads" not in t]
+
+
+@pytest.mark.parametrize("transform,widths", FUSED_CASES, ids=[f"{t}-{w}" for t, w in FUSED_CASES])
+def test_fused_qkv_split_and_join(transform, widths):  # grouped-query k/v are narrower; per-head interleaving is not
+    rng = np.random.default_rng(0)
+    parts = [rng.standard_normal((5, w)) for w in widths]  # canonical (in, out) kernels
+    fused = mapping.fuse(parts, transform, head_dim=2)
+    assert fused.shape == mapping.external_shape(transform, (5, widths[0]), 2, [p.shape for p in parts])
+    for part, expected in enumerate(parts):
+        np.testing.assert_array_equal(mapping.fused_part(fused, transform, part, widths, head_dim=2), expected)
+    if transform == "fused_qkv_t":  # nn.Linear's (q+k+v, in): q's rows first
+        np.testing.assert_array_equal(fused[:widths[0]], parts[0].T)
+
+
+def test_a_fused_array_of_the_wrong_width_is_refused():
+    with pytest.raises(ValueError, match="q, k and v need 6\\+2\\+2"):
+        mapping.fused_part(np.zeros((5, 12)), "fused_qkv", 0, (6, 2, 2))
+
+
+def test_a_table_entry_is_checked():
+    with pytest.raises(ValueError, match="unknown transform 'flip'"):
+        mapping.check_table([("a", "b", "flip")])
+    with pytest.raises(ValueError, match="needs \\{qkv\\}"):
+        mapping.check_table([("encoder.layers.{i}.self_attn.q.kernel", "x", "fused_qkv")])
+    with pytest.raises(ValueError, match="'\\{x\\}' is not a placeholder"):
+        mapping.parse_pattern("layers.{x}.weight")
+
+
+def test_two_canonical_names_for_one_external_need_shared():
+    table = [("src_pos.embedding", "pos", "identity"), ("tgt_pos.embedding", "pos", "identity")]
+    names = ["src_pos.embedding", "tgt_pos.embedding"]
+    with pytest.raises(ValueError, match="would hold both"):
+        mapping.plan(names, table)
+    plan = mapping.plan(names, table, shared=True)
+    same = np.ones((3, 2))
+    assert list(mapping.write(plan, {n: same for n in names})) == ["pos"]
+    with pytest.raises(ValueError, match="share 'pos' but differ"):
+        mapping.write(plan, {"src_pos.embedding": same, "tgt_pos.embedding": 2 * same})
+
+
+def _twin_tables():
+    import tf_impl
+    import torch_impl
+    from tf_impl.checkpoints import weights_h5_table
+
+    return {"torch": torch_impl.weight_table, "keras": tf_impl.weight_table, "keras .weights.h5": weights_h5_table}
+
+
+@pytest.mark.parametrize("family", ["encoder-decoder", "encoder-only", "decoder-only"])
+def test_the_twins_tables_round_trip_every_parameter(family):
+    config = {"encoder-decoder": rn.TransformerConfig.preset("tiny"),
+              "encoder-only": rn.TransformerConfig.preset("tiny", num_decoder_layers=0, type_vocab_size=2,
+                                                          embed_norm=True, pooler=True, head_transform=True,
+                                                          positional="learned"),
+              "decoder-only": rn.TransformerConfig.preset("tiny", num_encoder_layers=0, tie_embeddings=True,
+                                                          embed_bias=True)}[family]
+    weights = rn.init_weights(config, seed=3)
+    for name, table_of in _twin_tables().items():
+        table = table_of(config)
+        state = rn.to_framework_state(config, weights, table)
+        assert len(state) == len(weights), name
+        back = rn.from_framework_state(config, state, table)
+        assert back.keys() == weights.keys()
+        for key in weights:
+            np.testing.assert_array_equal(back[key], weights[key], err_msg=f"{name}: {key}")
+
+
+def test_a_missing_or_unexpected_key_is_named():
+    config = rn.TransformerConfig.preset("tiny")
+    import torch_impl
+
+    state = rn.to_framework_state(config, rn.init_weights(config), torch_impl.weight_table(config))
+    state["extra.weight"] = state.pop("encoder.layers.0.norm1.weight")
+    with pytest.raises(ValueError, match="missing 1: encoder.layers.0.norm1.weight; unexpected 1: extra.weight"):
+        rn.from_framework_state(config, state, torch_impl.weight_table(config))

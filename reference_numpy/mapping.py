@@ -1,0 +1,390 @@
+"""The one mapping language: how canonical weights are named and shaped in another layout, as a table of
+`(canonical, external, transform)` string triples, and the one engine that applies a table in both directions.
+
+Every external layout uses it: the twins' own state dicts and `.weights.h5` files, `torch.nn.Transformer`, every
+Hugging Face and KerasHub family, and a user's layout file (which is this table, read from TOML).
+
+- `canonical`: a canonical parameter name (`parameter_shapes`), in which `{i}` stands for a layer index and `{qkv}`
+  for one of the attention projections q, k, v;
+- `external`: the name in the other layout, with the same placeholders (`{qkv}` left out for a fused entry);
+- `transform`, one of `TRANSFORMS`, each a named function pair below:
+
+  | transform   | external array                                       | reading          | writing   |
+  |-------------|------------------------------------------------------|------------------|-----------|
+  | `identity`  | the canonical array                                  | required         | written   |
+  | `transpose` | its 2-D transpose (`nn.Linear` weight `(out, in)`)   | required         | written   |
+  | `fused_qkv` | q, k, v concatenated along the last axis (`c_attn`; k and v may be narrower, as in grouped-query attention) | required | written |
+  | `fused_qkv_t` | the same stored `(q+k+v, in)`, as an `nn.Linear` holds it | required    | written   |
+  | `fused_qkv_heads` | q, k, v interleaved per head: last axis `(H, 3, dk)` | required     | written   |
+  | `fused_qkv_heads_t` | the same stored `(3D, in)` (a Lightning `qkv_proj`) | required    | written   |
+  | `heads_out` | output features split per head: `(in, H, dk)`, bias `(H, dk)` (Keras MHA q/k/v) | required | written |
+  | `heads_in`  | input features split per head: `(H, dk, out)` (Keras MHA output kernel) | required | written |
+  | `row`       | a leading unit axis: `(1, n)` for a canonical `(n,)`, `(1, L, D)` for `(L, D)` | required | written |
+  | `seq_first` | a unit middle axis: `(L, 1, D)` for a canonical `(L, D)` (PyTorch tutorials' buffers) | required | written |
+  | `tied`      | a second copy of the canonical array (a tied head)   | optional, equal  | left out  |
+  | `sinusoid`  | a fixed sinusoid table the model recomputes          | optional, equal  | left out  |
+  | `causal_mask` | a causal-mask buffer: lower-triangular ones        | optional, equal  | left out  |
+  | `ignore`    | a buffer that is not a parameter (position ids)      | optional         | left out  |
+
+The first entry whose `canonical` pattern matches a name maps it; a canonical name two entries target, or an
+external name two canonical names would be written to, is refused. Reading fails on any external entry that is
+missing, unused or of the wrong shape; writing produces exactly the entries a reader of that layout expects. What
+the optional kinds check (`tied`, `sinusoid`, ...) and the messages a user sees are the product's
+(`transformer_parity.layouts.table`); this module is the language and the loop.
+
+Names are patterns: literal text with two placeholders, written exactly so: `{i}`, a layer index, written as Python
+writes an int (no sign, no leading zeros, so that filling a name back gives the key it was read from), and `{qkv}`,
+one of `q`, `k`, `v`. Anything else in braces is refused when the pattern is parsed. A placeholder used twice
+matches the same text both times. Patterns are matched and filled by the small parser here, never by `str.format`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+TRANSFORMS = ("identity", "transpose", "fused_qkv", "row", "tied", "sinusoid", "causal_mask", "ignore",
+              "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t", "heads_out", "heads_in", "seq_first")
+FUSED = ("fused_qkv", "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t")  # one external array holds q, k, v
+HEADS = ("heads_out", "heads_in")  # einsum kernels of Keras MultiHeadAttention
+CHECKED = ("tied", "sinusoid", "causal_mask", "ignore")  # optional on reading, never written
+Entry = tuple[str, str, str]  # (canonical, external, transform)
+Plan = dict[str, tuple[str, str, int]]  # canonical name -> (external name, transform, part: 0/1/2 of a fused q/k/v)
+
+
+# --- name patterns -------------------------------------------------------------------------------------------------
+
+PLACEHOLDERS = {"i": "the layer index", "qkv": "q, k or v"}
+_GROUPS = {"i": "0|[1-9][0-9]{0,17}", "qkv": "[qkv]"}
+_BRACES = re.compile(r"\{[^{}]*\}|[{}]")
+Part = str | tuple[str]  # literal text, or (placeholder name,)
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_pattern(pattern: str) -> tuple[Part, ...]:
+    """A name pattern as its parts: literal text, and `("i",)` / `("qkv",)` for the placeholders. Anything else in
+    braces (`{}`, `{x}`, a format spec such as `{i:>3}`, a lone brace) is refused: `ValueError` naming it."""
+    if not isinstance(pattern, str):
+        raise ValueError(f"a name must be a string, received {pattern!r}")
+    parts: list[Part] = []
+    position = 0
+    for m in _BRACES.finditer(pattern):
+        name = m.group()[1:-1]
+        if name not in PLACEHOLDERS:
+            raise ValueError(f"{pattern!r}: {m.group()!r} is not a placeholder; a name holds literal text, {{i}} (the "
+                             "layer index) and {qkv} (q, k or v) only, written exactly so (no format specs)")
+        if m.start() > position:
+            parts.append(pattern[position:m.start()])
+        parts.append((name,))
+        position = m.end()
+    if position < len(pattern):
+        parts.append(pattern[position:])
+    return tuple(parts)
+
+
+def placeholders(pattern: str) -> set[str]:
+    """The placeholder names `pattern` uses: `{"i", "qkv"}`, ..."""
+    return {p[0] for p in parse_pattern(pattern) if isinstance(p, tuple)}
+
+
+@functools.lru_cache(maxsize=4096)
+def regex(pattern: str) -> re.Pattern:
+    """`encoder.layers.{i}.self_attn.{qkv}.kernel` -> a regex with named groups `i` and `qkv`; a placeholder used
+    twice must match the same text both times (a backreference)."""
+    out, seen = [], set()
+    for part in parse_pattern(pattern):
+        if isinstance(part, str):
+            out.append(re.escape(part))
+        elif part[0] in seen:
+            out.append(f"(?P={part[0]})")
+        else:
+            seen.add(part[0])
+            out.append(f"(?P<{part[0]}>{_GROUPS[part[0]]})")
+    return re.compile("".join(out))
+
+
+def fill(pattern: str, **values) -> str:
+    """`pattern` with its placeholders replaced by `values` (plain substitution, never `str.format`)."""
+    out = []
+    for part in parse_pattern(pattern):
+        if isinstance(part, str):
+            out.append(part)
+        elif values.get(part[0]) is None:
+            raise ValueError(f"{pattern!r} needs a value for {{{part[0]}}}")
+        else:
+            out.append(str(values[part[0]]))
+    return "".join(out)
+
+
+def index(entries: Iterable[tuple[str, Any]]) -> tuple[dict[str, list], list]:
+    """Entries by their literal pattern (looked up in a dict) and the patterned ones (matched one by one), for
+    `(pattern, entry)` pairs."""
+    literal: dict[str, list] = {}
+    patterned = []
+    for pattern, entry in entries:
+        if placeholders(pattern):
+            patterned.append((regex(pattern), entry))
+        else:
+            literal.setdefault(pattern, []).append(entry)
+    return literal, patterned
+
+
+def hits(name: str, literal: dict[str, list], patterned: list) -> list[tuple[dict[str, str], Any]]:
+    """`(placeholder values, entry)` for every entry of an `index` whose pattern matches `name`."""
+    found = [({}, entry) for entry in literal.get(name, ())]
+    for compiled, entry in patterned:
+        m = compiled.fullmatch(name)
+        if m:
+            found.append((m.groupdict(), entry))
+    return found
+
+
+# --- the table -----------------------------------------------------------------------------------------------------
+
+def check_table(table: Sequence[Entry]) -> None:
+    for entry in table:
+        if len(entry) != 3 or not all(isinstance(x, str) for x in entry):
+            raise ValueError(f"a table entry is (canonical, external, transform), received {entry!r}")
+        if entry[2] not in TRANSFORMS:
+            raise ValueError(f"unknown transform {entry[2]!r} in {entry!r}; choose one of {', '.join(TRANSFORMS)}")
+        if entry[2] in FUSED and "qkv" not in placeholders(entry[0]):
+            raise ValueError(f"a fused_qkv entry needs {{qkv}} in its canonical pattern, received {entry!r}")
+
+
+def quoted(entry: Entry) -> str:
+    """An entry as messages name it: its external pattern."""
+    return repr(entry[1])
+
+
+def plan(names: Iterable[str], table: Sequence[Entry], where: Callable[[Entry], str] = quoted,
+         shared: bool = False) -> Plan:
+    """canonical name -> (external name, transform, part) for every name in `names` (the canonical parameters of a
+    config, or of one block), `part` being 0/1/2 for q/k/v of a fused entry. A canonical name two entries target,
+    or an external name two canonical names would be written to, is refused (`where` describes an entry in the
+    message: its pattern, or a layout file's line), unless `shared`: then canonical names may read one external
+    array through the same transform (one position table both sides read), and writing checks they are equal."""
+    check_table(table)
+    literal, patterned = index((c, (c, e, t)) for c, e, t in table if t not in CHECKED)
+    out: Plan = {}
+    writers: dict[str, tuple[str, Entry]] = {}  # external name -> (canonical name, entry) that fills it
+    for name in names:
+        found = hits(name, literal, patterned)
+        if not found:
+            raise ValueError(f"no table entry covers canonical parameter {name!r}")
+        if len(found) > 1:
+            raise ValueError(f"canonical parameter {name!r} is targeted twice, by {where(found[0][1])} and "
+                             f"{where(found[1][1])}; a tensor is read from, and written to, one name: keep one")
+        groups, entry = found[0]
+        external, transform = fill(entry[1], **groups), entry[2]
+        previous = writers.get(external)
+        same = previous is not None and out[previous[0]][1] == transform
+        if previous is not None and not (transform in FUSED and previous[1] == entry) and not (
+                shared and same and transform not in FUSED):
+            raise ValueError(f"{external!r} would hold both {previous[0]!r} ({where(previous[1])}) and {name!r} "
+                             f"({where(entry)}); one name holds one tensor (a fused entry: q, k and v of one layer)")
+        writers[external] = (name, entry)
+        out[name] = (external, transform, "qkv".index(groups["qkv"]) if transform in FUSED else 0)
+    return out
+
+
+def fused_groups(mapping: Plan) -> dict[str, list[str]]:
+    """external name -> its canonical q, k, v names, in that order, for every fused entry of a plan."""
+    groups: dict[str, list[str | None]] = {}
+    for name, (external, transform, part) in mapping.items():
+        if transform in FUSED:
+            groups.setdefault(external, [None, None, None])[part] = name
+    missing = sorted(external for external, names in groups.items() if None in names)
+    if missing:
+        raise ValueError(f"fused entries missing a part (q, k and v of one layer): {missing}")
+    return groups  # type: ignore[return-value]
+
+
+# --- the transforms: canonical shape <-> external shape, canonical array <-> external array --------------------------
+
+def external_shape(transform: str, shape: tuple[int, ...], head_dim: int = 1,
+                   fused: Sequence[tuple[int, ...]] = ()) -> tuple[int, ...]:
+    """The external shape of a canonical array of `shape` under `transform`; a fused entry's is that of the whole
+    external array, from its parts' canonical shapes `fused` (q, k, v)."""
+    shape = tuple(shape)
+    if transform == "transpose":
+        return shape[::-1]
+    if transform in FUSED:
+        parts = list(fused) or [shape] * 3
+        whole = shape[:-1] + (sum(p[-1] for p in parts),)
+        return whole[::-1] if transform.endswith("_t") else whole
+    if transform == "heads_out":
+        return shape[:-1] + (shape[-1] // head_dim, head_dim)
+    if transform == "heads_in":
+        return (shape[0] // head_dim, head_dim) + shape[1:]
+    if transform == "row":
+        return (1,) + shape
+    if transform == "seq_first":
+        return shape[:1] + (1,) + shape[1:]
+    return shape
+
+
+def canonical_shape(transform: str, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The canonical shape an external array of `shape` stands for under `transform` (one part of a fused array of
+    three equal parts); None when an array of that rank cannot be one (a 1-D `heads_in`, a fused axis not divisible
+    by 3)."""
+    shape = tuple(shape)
+    if transform == "transpose":
+        return shape[::-1]
+    if transform == "row":
+        return shape[1:] if len(shape) >= 2 and shape[0] == 1 else None
+    if transform == "seq_first":
+        return shape[:1] + shape[2:] if len(shape) >= 3 and shape[1] == 1 else None
+    if transform == "heads_out":
+        return shape[:-2] + (shape[-2] * shape[-1],) if len(shape) >= 2 else None  # (.., H, dk) -> (.., D)
+    if transform == "heads_in":
+        return (shape[0] * shape[1],) + shape[2:] if len(shape) >= 2 else None  # (H, dk, ..) -> (D, ..)
+    if transform in FUSED:
+        shape = shape[::-1] if transform.endswith("_t") else shape
+        return shape[:-1] + (shape[-1] // 3,) if shape and shape[-1] % 3 == 0 else None  # (.., 3D) -> (.., D)
+    return shape
+
+
+def to_canonical(array: np.ndarray, transform: str, shape: tuple[int, ...]) -> np.ndarray:
+    """An external array (not fused) -> the canonical array of `shape`, as a fresh array."""
+    array = np.asarray(array)
+    if transform == "transpose":
+        return np.array(array.T, order="C")  # (out, in) -> (in, out), always a copy
+    if transform in HEADS or transform in ("row", "seq_first"):
+        return np.array(array.reshape(shape))  # per-head or unit axes merged: a C-order reshape, heads-major
+    return np.array(array)
+
+
+def to_external(array: np.ndarray, transform: str, head_dim: int = 1) -> np.ndarray:
+    """A canonical array -> its external array (not fused), as a fresh array."""
+    array = np.asarray(array)
+    if transform == "transpose":
+        return np.array(array.T, order="C")  # (in, out) -> (out, in), always a copy
+    if transform in HEADS or transform in ("row", "seq_first"):
+        return np.array(array.reshape(external_shape(transform, array.shape, head_dim)))
+    return np.array(array)
+
+
+def fused_part(array: np.ndarray, transform: str, part: int, widths: Sequence[int], head_dim: int = 1) -> np.ndarray:
+    """q, k or v (`part` 0/1/2) of a fused projection, in canonical orientation; `widths` are the three parts'
+    feature counts (equal, or k and v narrower under grouped-query attention). `_t`: stored `(q+k+v, in)` as an
+    `nn.Linear` holds it; `_heads`: the features are `(H, 3, dk)`, q/k/v interleaved per head (equal widths)."""
+    a = np.asarray(array)
+    a = a.T if transform.endswith("_t") else a  # (3D, in) -> (in, 3D); a bias (3D,) stays
+    if a.shape[-1] != sum(widths):
+        raise ValueError(f"a fused q/k/v array has {a.shape[-1]} features; q, k and v need {'+'.join(map(str, widths))}")
+    if "heads" in transform:
+        width = widths[0]
+        if len(set(widths)) != 1 or width % head_dim:
+            raise ValueError(f"a per-head fused q/k/v array of {sum(widths)} features does not split into heads of "
+                             f"{head_dim} for q, k and v")
+        a = a.reshape(a.shape[:-1] + (width // head_dim, 3, head_dim))  # (..., 3D) -> (..., H, 3, dk)
+        return np.ascontiguousarray(a[..., part, :]).reshape(a.shape[:-3] + (width,))  # (..., H, dk) -> (..., D)
+    start = sum(widths[:part])
+    return np.ascontiguousarray(a[..., start:start + widths[part]])  # (..., q+k+v) -> (..., part)
+
+
+def fuse(parts: Sequence[np.ndarray], transform: str, head_dim: int = 1) -> np.ndarray:
+    """The inverse of `fused_part`: q, k, v (canonical orientation) -> the fused external array."""
+    if "heads" in transform:
+        width = parts[0].shape[-1]
+        heads = [p.reshape(p.shape[:-1] + (width // head_dim, head_dim)) for p in parts]  # (..., D) -> (..., H, dk)
+        fused = np.stack(heads, axis=-2).reshape(parts[0].shape[:-1] + (3 * width,))  # (..., H, 3, dk) -> (..., 3D)
+    else:
+        fused = np.concatenate(parts, axis=-1)  # (..., q), (..., k), (..., v) -> (..., q+k+v)
+    return np.ascontiguousarray(fused.T) if transform.endswith("_t") else fused  # (in, 3D) -> (3D, in)
+
+
+# --- the engine: a whole table, both directions --------------------------------------------------------------------
+
+class ShapeMismatch(ValueError):
+    """Arrays that are not the shape the canonical shapes imply; `problems` lists them, one line each."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(dict.fromkeys(problems))
+        super().__init__(f"the weights do not match the config: {len(self.problems)} with the wrong shape: "
+                         + preview(self.problems, sep="; "))
+
+
+def expected_shapes(mapping: Plan, shapes: Mapping[str, tuple[int, ...]], head_dim: int = 1) -> dict[str, tuple]:
+    """external name -> the shape the canonical `shapes` imply for it."""
+    groups = fused_groups(mapping)
+    out = {}
+    for name, (external, transform, _) in mapping.items():
+        parts = [shapes[n] for n in groups[external]] if transform in FUSED else ()
+        out[external] = external_shape(transform, shapes[name], head_dim, parts)
+    return out
+
+
+def check_keys(mapping: Plan, keys: Iterable[str], optional: Iterable[str] = ()) -> None:
+    """Refuse, in one line, a state whose keys are not the plan's (`optional` keys may be there unused)."""
+    wanted = {external for external, _, _ in mapping.values()}
+    keys = set(keys)
+    missing = sorted(wanted - keys)
+    unused = sorted(keys - wanted - set(optional))
+    if missing or unused:
+        parts = [f"missing {len(missing)}: {preview(missing)}"] if missing else []
+        parts += [f"unexpected {len(unused)}: {preview(unused)}"] if unused else []
+        raise ValueError("the weights do not match the config: " + "; ".join(parts))
+
+
+def check_shapes(mapping: Plan, state: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]], head_dim: int = 1
+                 ) -> None:
+    """`ShapeMismatch` listing every external array that is not the shape the canonical `shapes` imply."""
+    expected = expected_shapes(mapping, shapes, head_dim)
+    problems = [f"{external} has shape {tuple(np.shape(state[external]))}, the config implies {shape}"
+                for external, shape in expected.items() if tuple(np.shape(state[external])) != shape]
+    if problems:
+        raise ShapeMismatch(problems)
+
+
+def read(mapping: Plan, state: dict[str, np.ndarray], shapes: Mapping[str, tuple[int, ...]], head_dim: int = 1,
+         consume: bool = False) -> dict[str, np.ndarray]:
+    """{external name: array} -> canonical weights, after checking every array's shape (`ShapeMismatch`).
+    `consume=True` deletes each external entry once its last canonical part is read."""
+    check_shapes(mapping, state, shapes, head_dim)
+    groups = fused_groups(mapping)
+    uses: dict[str, int] = {}
+    for external, _, _ in mapping.values():
+        uses[external] = uses.get(external, 0) + 1
+    weights = {}
+    for name, (external, transform, part) in mapping.items():
+        if transform in FUSED:
+            widths = [shapes[n][-1] for n in groups[external]]
+            weights[name] = fused_part(state[external], transform, part, widths, head_dim)
+        else:
+            weights[name] = to_canonical(state[external], transform, shapes[name])
+        uses[external] -= 1
+        if consume and uses[external] == 0:
+            del state[external]
+    return weights
+
+
+def write(mapping: Plan, weights: dict[str, np.ndarray], head_dim: int = 1, consume: bool = False
+          ) -> dict[str, np.ndarray]:
+    """Canonical weights -> {external name: array}, in plan order. `consume=True` empties `weights` as it goes."""
+    groups = fused_groups(mapping)
+    fused: dict[str, dict[str, np.ndarray]] = {}
+    out = {}
+    for name, (external, transform, _) in mapping.items():
+        array = np.asarray(weights.pop(name) if consume else weights[name])
+        if transform in FUSED:
+            parts = fused.setdefault(external, {})
+            parts[name] = array
+            if len(parts) == 3:
+                out[external] = fuse([parts[n] for n in groups[external]], transform, head_dim)
+                del fused[external]
+        elif external in out:  # a shared external array: every canonical copy must be the same
+            if not np.array_equal(to_external(array, transform, head_dim), out[external]):
+                raise ValueError(f"{name!r} and another canonical parameter share {external!r} but differ")
+        else:
+            out[external] = to_external(array, transform, head_dim)
+    return out
+
+
+def preview(names: list[str], limit: int = 6, sep: str = ", ") -> str:
+    """The first `limit` names, then how many more: error messages stay one readable line."""
+    shown = sep.join(names[:limit])
+    return shown + (f"{sep}... ({len(names) - limit} more)" if len(names) > limit else "")
