@@ -60,7 +60,7 @@ def greedy_everywhere(checkpoint: Path, task: rn.TaskSpec, examples: int) -> dic
     """Greedy decoding of held-out inputs in NumPy, torch (cache) and Keras (cache): tokens and accuracy."""
     import torch
 
-    from transformer_parity.training_cli import stepper
+    from transformer_parity.cli.train import stepper
 
     torch.set_num_threads(1)  # torch's OpenMP threads and TensorFlow's pools fight on 2 cores
     config, weights = rn.load_weights(checkpoint)
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     from transformer_parity import plots
-    from transformer_parity.training_run import CHECKPOINT, LOG, read_log
+    from transformer_parity.train.run import CHECKPOINT, LOG, read_log
 
     wall = {}
     if args.report_only and (out / "summary.json").is_file():  # keep the process times of the training runs

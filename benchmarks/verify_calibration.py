@@ -18,7 +18,7 @@ comparison fail, by bisection (docs/verify.md, "What an output comparison can se
 
     python benchmarks/verify_calibration.py --dtype bfloat16 --seeds 10 --fault-seeds 2
 
-calibrates reduced-precision verify instead (`transformer_parity.lowp.RATIO_LIMIT`): the same two measurements in
+calibrates reduced-precision verify instead (`transformer_parity.verify.lowp.RATIO_LIMIT`): the same two measurements in
 bfloat16 or float16, for models cast to that dtype and for autocast, on LOWP_CONFIGS (docs/verify.md, "Reduced
 precision").
 """
@@ -127,7 +127,7 @@ def planted(seeds: int, backends: list[str], configs=FAULT_CONFIGS) -> dict[str,
 def calibrate_lowp(dtype: str, seeds: int, fault_seeds: int, backends: list[str], autocast_modes=(False, True)):
     """Correct ports' error / floor and planted faults' error / floor where they start, in `dtype` (plain and
     autocast), on LOWP_CONFIGS."""
-    from transformer_parity import lowp
+    from transformer_parity.verify import lowp
 
     ratios: dict[str, list[float]] = {}
     results: dict[str, list[tuple[float, bool]]] = {}
@@ -174,7 +174,7 @@ def print_ratio_tables(ratios, results, limit_name: str, limit: float, pair_limi
 
 
 def print_lowp(ratios, results) -> None:
-    from transformer_parity import lowp
+    from transformer_parity.verify import lowp
 
     print_ratio_tables(ratios, results, "lowp.RATIO_LIMIT", lowp.RATIO_LIMIT, lowp.PAIR_RATIO_LIMIT)
     judged = [max(v) for k, v in ratios.items() if "numpy-f64" in k]

@@ -252,7 +252,7 @@ def test_debug_shows_the_traceback(tmp_path, capsys):
 def test_interrupted_writes_leave_nothing_behind(tmp_path, tiny_file, capsys, monkeypatch, interrupt, target):
     from tf_impl import checkpoints as kc
 
-    from transformer_parity import safetensors_io
+    from transformer_parity.io import safetensors_io
 
     def half_written(path, config, weights, on_tensor=None, consume=False):
         Path(path).write_bytes(b"half a file")

@@ -13,7 +13,8 @@ from rich.console import Console
 
 import reference_numpy as rn
 from parity_tests.support import faults
-from transformer_parity import cli, formats, report, tolerances, verify
+from transformer_parity import cli, formats, verify
+from transformer_parity.verify import report, tolerances
 from transformer_parity.verify import Subject, seeded_weights
 
 from .conftest import TINY
@@ -190,7 +191,7 @@ def test_sizes_are_printed_in_mib(tmp_path, capsys):
     code, out, _ = run(["init", "--preset", "tiny", "-o", tmp_path / "t.safetensors"], capsys)
     nbytes = 4 * sum(int(np.prod(s)) for s in rn.parameter_shapes(TINY).values())
     assert code == 0 and f"{nbytes / 2 ** 10:.1f} KiB)" in " ".join(out.split()) and " kB" not in out
-    from transformer_parity.limits import human_bytes
+    from transformer_parity.io.limits import human_bytes
 
     assert [human_bytes(n) for n in (512, 2 ** 20, 3 * 2 ** 30, 2 ** 50)] == ["512 B", "1.0 MiB", "3.0 GiB",
                                                                                 "1.0 PiB"]

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import reference_numpy as rn
-from transformer_parity import formats, tolerances, verify
+from transformer_parity import formats, verify
+from transformer_parity.verify import tolerances
 from transformer_parity.errors import UsageError
-from transformer_parity.safetensors_io import read_header, write_canonical
+from transformer_parity.io.safetensors_io import read_header, write_canonical
 from transformer_parity.verify import seeded_weights
 
 from .conftest import FAMILIES, TINY, VARIANTS

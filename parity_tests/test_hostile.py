@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from transformer_parity import cli, formats
+from transformer_parity.io import guards, outputs
 from transformer_parity.verify import seeded_weights
 
 from .conftest import TINY
@@ -205,10 +206,10 @@ def test_special_outputs_refused_even_with_force(tmp_path, tiny_file, capsys, ma
 def test_a_path_that_turns_special_while_writing_is_not_replaced(tmp_path):
     out = tmp_path / "out.bin"
     with pytest.raises(formats.UsageError, match="FIFO"):
-        with formats.atomic_path(out, force=True) as tmp:
+        with outputs.atomic_path(out, force=True) as tmp:
             tmp.write_bytes(b"x")
             os.mkfifo(out)
-    assert formats.special_kind(out) == "FIFO (named pipe)" and os.listdir(tmp_path) == ["out.bin"]
+    assert guards.special_kind(out) == "FIFO (named pipe)" and os.listdir(tmp_path) == ["out.bin"]
 
 
 def test_racing_writers_cannot_both_create(tmp_path):
@@ -218,7 +219,7 @@ def test_racing_writers_cannot_both_create(tmp_path):
 
     def writer(i):
         try:
-            with formats.atomic_path(out) as tmp:
+            with outputs.atomic_path(out) as tmp:
                 tmp.write_bytes(b"writer %d" % i)
                 barrier.wait()  # both have checked that the path is free and written their file
             results.append(i)
@@ -558,4 +559,4 @@ def test_a_device_is_refused_before_anything_is_written():
     if not Path("/dev/null").exists():
         pytest.skip("no /dev/null here")
     with pytest.raises(formats.UsageError, match="is a character device; refusing"):
-        formats.check_output("/dev/null", force=True)  # only stats the path
+        guards.check_output("/dev/null", force=True)  # only stats the path

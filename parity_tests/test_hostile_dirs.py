@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transformer_parity import cli, formats, outputs
-from transformer_parity.safe_text import one_line, printable, toml_string
+from transformer_parity import cli, formats
+from transformer_parity.io import outputs
+from transformer_parity.io.safe_text import one_line, printable, toml_string
 from parity_tests.support.variants import FAMILIES, VARIANTS
 from transformer_parity.verify import seeded_weights
 
@@ -491,7 +492,7 @@ def test_a_sigkill_at_each_step_of_a_replacement_is_recovered(tmp_path, step):
 
 def test_temporary_names_say_whose_they_are(tmp_path):
     out = tmp_path / ("m" * 240 + ".weights.h5")
-    with formats.atomic_path(out) as tmp:
+    with outputs.atomic_path(out) as tmp:
         assert tmp.name.startswith(".m") and f"{outputs.TAG}tmp-{os.getpid()}-" in tmp.name
         assert tmp.name.endswith(".weights.h5") and len(tmp.name.encode()) <= outputs.NAME_MAX
         tmp.write_bytes(b"x")
@@ -501,7 +502,7 @@ def test_temporary_names_say_whose_they_are(tmp_path):
 def test_a_training_run_sweeps_only_its_own_temporaries(tmp_path):
     """A run directory: a killed save's temporary manifest (ours, dead pid) goes at the next save; a user's
     `.notes.tmp` beside the run stays (it used to match the sweep's `.*.tmp`)."""
-    from transformer_parity import training_run
+    from transformer_parity.train import run as training_run
 
     from .test_training import small_settings
 

@@ -1,4 +1,4 @@
-"""`verify` against the model the weights came from (`transformer_parity.source`, docs/verify.md "What a verdict
+"""`verify` against the model the weights came from (`transformer_parity.verify.source`, docs/verify.md "What a verdict
 proves"): a user's source file (docs/examples/seq2seq_source.py, and an encoder written here), an --expect file from
 --write-probe, and the built-in sources (transformers, keras_hub, torch.nn). A right port passes and the verdict names
 the source; a wrong setting fails against the source and names where it starts; bad sources are one line, exit 2."""
@@ -402,7 +402,7 @@ def test_hf_gpt2_without_a_pad_token_matches_transformers(tmp_path, capsys):
 
 @pytest.mark.skipif(transformers is None, reason="transformers not installed")
 def test_without_the_library_the_verdict_says_self_consistent_only(tmp_path, capsys, monkeypatch):
-    from transformer_parity import source
+    from transformer_parity.verify import source
 
     path = _hf_dir(tmp_path, "GPT2LMHeadModel", _gpt2(pad_token_id=HF_VOCAB - 1), "gpt2")
     monkeypatch.setattr(source, "_missing", lambda *packages: "transformers")

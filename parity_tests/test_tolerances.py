@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transformer_parity import cli, lowp, tolerances, verify
-from transformer_parity.layouts import probe
+from transformer_parity import cli, verify
+from transformer_parity.verify import lowp, tolerances
+from transformer_parity.verify import probe
 
 REPO = Path(__file__).resolve().parents[1]
 VERIFY_MD = (REPO / "docs" / "verify.md").read_text()
@@ -62,7 +63,7 @@ def test_reduced_precision_k_is_the_geometric_middle_of_the_bfloat16_calibration
     assert (round(correct, 2), round(fault, 2)) == (3.91, 7.79)  # the figures docs/verify.md and the comment quote
     assert tolerances.LOWP_RATIO_LIMIT == 5.5 == pytest.approx(math.sqrt(correct * fault), abs=0.05)
     assert tolerances.LOWP_PAIR_RATIO_LIMIT == 2 * tolerances.LOWP_RATIO_LIMIT
-    assert "`transformer_parity.lowp.RATIO_LIMIT` = **5.5** (11 between two backends)" in " ".join(VERIFY_MD.split())
+    assert "`transformer_parity.verify.lowp.RATIO_LIMIT` = **5.5** (11 between two backends)" in " ".join(VERIFY_MD.split())
     assert "K = 5.5" in cli.VERIFY_EXAMPLES
 
 

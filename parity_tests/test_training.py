@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import reference_numpy as rn
-from transformer_parity import training_run
+from transformer_parity.train import run as training_run
 from transformer_parity.cli import main
 
 from .torch_threads import one_torch_thread  # noqa: F401 (autouse)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import reference_numpy as rn
-from transformer_parity import cli, formats, weight_diff
+from transformer_parity import cli, formats
+from transformer_parity.verify import weights as weight_diff
 from transformer_parity.verify import seeded_weights
 
 from .conftest import TINY

@@ -203,3 +203,12 @@ def from_framework_state(config: TransformerConfig, state: Mapping[str, np.ndarr
     weights = mapping.read(plan, state if consume else dict(state), shapes, config.head_dim, consume=consume)
     validate_weights(config, weights)
     return weights
+
+
+def check_config_against_file(config: TransformerConfig, n_tensors: int, source: str) -> None:
+    """Refuse a config naming more layers than the file holds tensors (each layer has several); `ValueError`."""
+    for name in ("num_encoder_layers", "num_decoder_layers"):
+        value = getattr(config, name)
+        if value > n_tensors:
+            raise ValueError(f"{source}: config field {name}={value} cannot match a file of {n_tensors} tensors "
+                             "(every layer has several); refusing before allocating anything")

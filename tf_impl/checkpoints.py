@@ -255,10 +255,8 @@ def _check_h5_layout(path: Path, f: Any, file_size: int) -> dict[str, tuple[int,
 
 def _expected_h5_shapes(path: Path, config: TransformerConfig, n_datasets: int) -> dict[str, tuple[int, ...]]:
     """{Keras dataset path: shape} for `config`, after checking the config is not larger than the file can hold."""
-    from transformer_parity import limits
-
     try:
-        limits.check_config_against_file(config, n_datasets, source=str(path))
+        rn.schema.check_config_against_file(config, n_datasets, source=str(path))
     except ValueError as exc:
         raise ValueError(str(exc)) from None
     shapes = rn.parameter_shapes(config)

@@ -21,7 +21,6 @@ import torch
 
 import reference_numpy as rn
 from reference_numpy import TransformerConfig
-from transformer_parity import limits
 
 from .model import weight_table
 
@@ -180,7 +179,7 @@ def load_pt(obj: Mapping[str, Any], path: str | os.PathLike, fields: Mapping[str
             config = config.replace(**fields)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"{path}: invalid config: {exc}") from None
-    limits.check_config_against_file(config, len(obj["state_dict"]), str(path))
+    rn.schema.check_config_against_file(config, len(obj["state_dict"]), str(path))
     try:
         return config, rn.from_framework_state(config, _numpy_state(obj["state_dict"], path, consume=True),
                                                weight_table(config), consume=True)
@@ -195,7 +194,7 @@ def looks_like_torch_impl_state(state: Mapping[str, Any]) -> bool:
 def load_torch_impl_state(state: Mapping[str, Any], path: str | os.PathLike, config: TransformerConfig
                           ) -> dict[str, np.ndarray]:
     """A bare `torch_impl.Transformer.state_dict()` (no config stored) under an explicitly given config."""
-    limits.check_config_against_file(config, len(state), str(path))
+    rn.schema.check_config_against_file(config, len(state), str(path))
     try:
         return rn.from_framework_state(config, _numpy_state(state, path, consume=True), weight_table(config),
                                        consume=True)

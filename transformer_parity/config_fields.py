@@ -22,7 +22,7 @@ def parse_fields(config_file: str | None, sets: Sequence[str]) -> dict[str, Any]
         if not path.is_file():
             raise UsageError(f"--config {config_file}: no such file" if not path.exists()
                              else f"--config {config_file} is not a file")
-        from . import limits
+        from transformer_parity.io import limits
 
         try:
             data = limits.read_json_object(path, "a config")

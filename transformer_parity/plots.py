@@ -13,7 +13,7 @@ import numpy as np
 import reference_numpy as rn
 from reference_numpy.config import SINUSOID_LAYOUTS
 
-from . import formats
+from .io import guards, outputs
 from .errors import UsageError
 
 
@@ -32,14 +32,14 @@ def check_output(path: str | Path, force: bool) -> Path:
         raise UsageError(f"plots are written as PNG; give a path ending in .png, received {str(path)!r}")
     if not path.parent.exists():
         raise UsageError(f"no such directory: {path.parent}")
-    return formats.check_output(path, force)  # and no FIFO, device or symbolic link, even with --force
+    return guards.check_output(path, force)  # and no FIFO, device or symbolic link, even with --force
 
 
 def _save(fig, path: Path) -> Path:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     _pyplot().close(fig)
-    with formats.atomic_path(path, force=True) as tmp:  # check_output has refused an existing file without --force
+    with outputs.atomic_path(path, force=True) as tmp:  # check_output has refused an existing file without --force
         tmp.write_bytes(buffer.getvalue())
     return path
 

@@ -289,7 +289,7 @@ def _outputs(args) -> dict[str, str | None]:
     for kind, path in outputs.items():
         if not path:
             continue
-        from ..formats import special_kind
+        from transformer_parity.io.guards import special_kind
         what = special_kind(path)
         if what is not None and what != "directory":  # refused before the run, not after it
             raise ValueError(f"--{kind}: {path} is a {what}; refusing to write to it or replace it (even with --force)")

@@ -208,13 +208,13 @@ def result_from_json(row_type: type, data: dict[str, Any], meta_fields: dict[str
 
 
 def write_atomic(path: str, data: bytes, force: bool = False) -> None:
-    """Write via a temporary file in the same folder, published atomically (`formats.atomic_path`: a regular file
+    """Write via a temporary file in the same folder, published atomically (`outputs.atomic_path`: a regular file
     only, no overwrite without `force` even against a racing writer, the umask's mode), so a reader never sees half
     a file."""
-    from .. import formats
+    from ..io import guards, outputs
 
-    path = formats.check_output(path, force)
-    with formats.atomic_path(path, force) as tmp:
+    path = guards.check_output(path, force)
+    with outputs.atomic_path(path, force) as tmp:
         tmp.write_bytes(data)
 
 

@@ -181,7 +181,7 @@ def handle(args) -> int:
 def _check_memory(pairs) -> None:
     """Refuse, before anything is built, a model or shape (`--set`, `--batch`, ...) that cannot fit in memory: the
     weights held by every implementation at once (float64 reference included), training state and activations."""
-    from .. import limits
+    from transformer_parity.io import limits
 
     seen = set()
     for problem, impls in pairs:

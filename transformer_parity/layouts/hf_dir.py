@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..safe_text import names, printable
+from transformer_parity.io.safe_text import names, printable
 
 CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"
@@ -49,7 +49,7 @@ def _is_hf_config(file: Path) -> bool:
 
 
 def _model_dir_kind():
-    from ..outputs import DirKind
+    from transformer_parity.io.outputs import DirKind
 
     shard = r"-\d+-of-\d+"
     return DirKind(
@@ -98,7 +98,7 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
     if not file.is_file():
         raise ValueError(f"{path} is a directory without {CONFIG}; expected a Hugging Face model directory "
                          f"({CONFIG} plus {SAFETENSORS}, sharded safetensors or {BIN})")
-    from ..limits import read_json_object
+    from transformer_parity.io.limits import read_json_object
 
     return read_json_object(file, "a model's config.json")
 
@@ -109,7 +109,7 @@ def weight_files(path: str | os.PathLike) -> list[Path]:
     for index_name in (SAFETENSORS_INDEX, BIN_INDEX):
         index = member(path, index_name)
         if index.is_file():
-            from ..limits import read_json_object
+            from transformer_parity.io.limits import read_json_object
 
             try:  # capped: an index of 200k entries is about 12 MiB, a real one far less
                 weight_map = read_json_object(index, "a shard index", cap=MAX_INDEX_BYTES)["weight_map"]
@@ -155,7 +155,7 @@ def _check_index(path: Path, state: Mapping[str, Any]) -> None:
 
 
 def _read_safetensors(file: Path, on_tensor: OnTensor | None) -> dict[str, np.ndarray]:
-    from ..safetensors_io import read_header, read_tensors
+    from transformer_parity.io.safetensors_io import read_header, read_tensors
 
     header = read_header(file)
     for name, (dtype, _, _, _) in header.entries.items():
@@ -188,7 +188,7 @@ def _read_bin(file: Path) -> dict[str, np.ndarray]:
 def write_safetensors(path: Path, tensors: dict[str, np.ndarray], metadata: Mapping[str, str],
                       on_tensor: OnTensor | None = None, consume: bool = False) -> None:
     """A plain safetensors file, streamed tensor by tensor; `consume=True` empties `tensors` as it writes."""
-    from ..safetensors_io import write_tensors
+    from transformer_parity.io.safetensors_io import write_tensors
 
     write_tensors(path, tensors, list(tensors), metadata, on_tensor, consume)
 
@@ -197,7 +197,7 @@ def write_dir(path: str | os.PathLike, hf_config: Mapping[str, Any], state: dict
               on_tensor: OnTensor | None = None, consume: bool = False, notes: list[str] | None = None) -> Path:
     """Write `config.json` + `model.safetensors` to the directory `path`, atomically (`outputs.atomic_dir`: with
     `force`, only over a model directory, keeping the tokenizer and other files this tool does not write)."""
-    from .. import outputs
+    from transformer_parity.io import outputs
 
     path = outputs.check_output_dir(path, force, MODEL_DIR)
     with outputs.atomic_dir(path, force, MODEL_DIR, notes) as tmp:

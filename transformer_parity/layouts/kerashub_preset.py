@@ -32,7 +32,7 @@ TASK_PREFIX = "task/"  # task.weights.h5 entries, in a table
 
 
 def _preset_dir_kind():
-    from ..outputs import DirKind
+    from transformer_parity.io.outputs import DirKind
 
     return DirKind(name="a KerasHub preset directory", config_name="a serialized KerasHub object",
                    model_files=(r"config\.json", r"metadata\.json", r"(model|task)\.weights\.h5", r"task\.json"),
@@ -48,7 +48,7 @@ def family(name: str) -> ModuleType:
 
 
 def _json(path: Path) -> dict[str, Any]:
-    from ..limits import read_json_object
+    from transformer_parity.io.limits import read_json_object
     from .hf_dir import member
 
     return read_json_object(member(path.parent, path.name), f"a model's {path.name}")  # a link out is refused
@@ -57,7 +57,7 @@ def _json(path: Path) -> dict[str, Any]:
 def is_preset(path: str | os.PathLike) -> bool:
     """A directory whose config.json is a serialized KerasHub object (`"registered_name": "keras_hub>..."`). A
     config.json too large for any config file is refused here (`ValueError`), not taken for another format's."""
-    from ..limits import FileTooLarge
+    from transformer_parity.io.limits import FileTooLarge
 
     config = Path(path) / CONFIG
     try:
@@ -168,7 +168,7 @@ def preset_pad_id(path: Path, token: str) -> tuple[int, str]:
     """The pad id of a preset whose backbone takes a padding mask rather than a pad id (BERT): the line of `token` in
     its tokenizer's vocabulary, or what this tool recorded when it wrote the preset; else a `ValueError` asking for
     it (never assumed)."""
-    from .. import outputs
+    from transformer_parity.io import outputs
     from .hf_dir import member
 
     vocabulary = path.joinpath(*VOCABULARY)
@@ -264,7 +264,7 @@ def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: 
     """Write a preset directory `keras_hub.models.<Backbone or task>.from_preset(path)` loads; returns the format.
     With `force`, only over a preset directory (`PRESET_DIR`), keeping its tokenizer and other files this tool does
     not write."""
-    from .. import outputs
+    from transformer_parity.io import outputs
 
     module = family_for_export(config, declared)
     backbone, task = module.config_to_kerashub(config)
@@ -292,7 +292,7 @@ def save_weights_file(path: str | os.PathLike, config: rn.TransformerConfig, wei
                       declared: str, force: bool = False, consume: bool = False,
                       notes: list[str] | None = None) -> str:
     """A bare `.weights.h5` of a model that has no preset (kerashub-seq2seq): the datasets its `load_weights` reads."""
-    from ..formats import atomic_path
+    from transformer_parity.io.outputs import atomic_path
     from . import canonical_only
 
     module = family(declared)
@@ -327,7 +327,7 @@ def _write_dir(path: Path, files: Mapping[str, Any], h5_files: Mapping[str, Mapp
                force: bool, notes: list[str] | None, settings: dict | None = None) -> None:
     """Build the preset in a temporary directory beside `path`, then publish it (`outputs.atomic_dir`: the name
     claimed with mkdir without --force; with it, only over a preset, what is kept moved into the new one)."""
-    from ..outputs import atomic_dir
+    from transformer_parity.io.outputs import atomic_dir
 
     with atomic_dir(path, force, PRESET_DIR, notes, settings) as tmp:
         for name, content in files.items():

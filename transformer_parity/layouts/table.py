@@ -23,7 +23,7 @@ import reference_numpy as rn
 from reference_numpy.mapping import (CHECKED, Entry, ShapeMismatch, canonical_shape, hits, index, plan, preview,
                                      quoted, regex)
 
-from .. import limits
+from transformer_parity.io import limits
 
 # --- what the weights hold, against what a config says --------------------------------------------------------------
 

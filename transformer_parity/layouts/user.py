@@ -48,7 +48,7 @@ import numpy as np
 import reference_numpy as rn
 from reference_numpy.mapping import FUSED, Entry, canonical_shape, fill, hits, index, preview, regex
 
-from ..safe_text import printable, toml_string
+from transformer_parity.io.safe_text import printable, toml_string
 from . import hparams as hp
 from .layout_file import (FOR_HDF5, NONE, OPTIONAL, UNMAPPED, Layout, check_hdf5_paths, check_name,  # noqa: F401
                           load, load_for_writing, output_kind, parse)
@@ -272,7 +272,7 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
     `hyper_parameters` come along), a `.safetensors` file or a Keras `.weights.h5` (dataset paths, see the module
     docstring). Integer and boolean buffers are kept (a layout may `ignore` them)."""
     path = Path(path)
-    from ..formats import sniff
+    from transformer_parity.io.sniff import sniff
 
     kind = sniff(path)
     if kind in ("zip", "pickle"):
@@ -286,7 +286,7 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
         state, _ = tc.unwrap_state_dict(obj, path)
         return Checkpoint(tc._numpy_state(state, path, integers=True), hparams, notes)
     if kind == "safetensors":
-        from ..safetensors_io import read_header, read_tensors
+        from transformer_parity.io.safetensors_io import read_header, read_tensors
 
         return Checkpoint(dict(read_tensors(read_header(path))))
     if kind == "hdf5":
@@ -457,7 +457,7 @@ def export_with_layout(path: str | os.PathLike, config: rn.TransformerConfig, we
     state dict (`.pt`, `.pth`, `.bin`: `model.load_state_dict(torch.load(path))`), a `.safetensors`, or a Keras
     `.weights.h5` (`model.load_weights(path)`). The layout's [config] must agree with the model's config (a layout
     for epsilon 1e-6 describes another model than one with 1e-5). Returns a description of what was written."""
-    from .. import formats
+    from ..io import guards, outputs
     from .table import export_state
 
     path = Path(path)
@@ -468,7 +468,7 @@ def export_with_layout(path: str | os.PathLike, config: rn.TransformerConfig, we
                  if not hp.is_reference(v) and getattr(config, k) != v]
     if conflicts:
         raise ValueError(f"{layout.path} describes another model than this one: {', '.join(conflicts)}")
-    formats.check_output(path, force)
+    guards.check_output(path, force)
     try:
         state = export_state(config, dict(weights), layout.table, where=layout.where)
     except ValueError as exc:
@@ -478,7 +478,7 @@ def export_with_layout(path: str | os.PathLike, config: rn.TransformerConfig, we
         check_hdf5_paths(names, layout)
     if kind == "torch":
         import torch
-    with formats.atomic_path(path, force) as tmp:
+    with outputs.atomic_path(path, force) as tmp:
         if kind == "torch":
             torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}, tmp)
         elif kind == "safetensors":
@@ -694,7 +694,7 @@ def scaffold(path: str | os.PathLike) -> str:
     path = Path(path)
     checkpoint = read_checkpoint(path)
     state = checkpoint.state
-    from ..formats import sniff
+    from transformer_parity.io.sniff import sniff
 
     torch_style = sniff(path) != "hdf5"
     patterns = group_keys(state, torch_style)

@@ -21,15 +21,15 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from . import __version__
-from .config_fields import parse_fields
-from .errors import UsageError
-from .layouts import HF_LAYOUTS
-from .safe_text import one_line, printable
+from transformer_parity import __version__
+from transformer_parity.config_fields import parse_fields
+from transformer_parity.errors import UsageError
+from transformer_parity.layouts import HF_LAYOUTS
+from transformer_parity.io.safe_text import one_line, printable
 
 PROG = "transformer-parity"
 INTERNAL_ERROR = 3  # exit status of an exception no command expected (1 is reserved for "the backends differ")
-COMMAND_MODULES = ["transformer_parity.bench.cli", "transformer_parity.training_cli"]
+COMMAND_MODULES = ["transformer_parity.bench.cli", "transformer_parity.cli.train"]
 FORMAT_CHOICES = ("canonical", "torch", "nn-transformer", "keras", "hf", *HF_LAYOUTS)
 FORMAT_CHOICES += ("kerashub", "kerashub-gpt2", "kerashub-bert", "kerashub-seq2seq")  # formats.KERASHUB_FORMATS
 
@@ -125,8 +125,8 @@ def cmd_init(args) -> int:
 
     import reference_numpy as rn
 
-    from . import formats
-    from .verify import seeded_weights
+    from transformer_parity import formats
+    from transformer_parity.verify import seeded_weights
 
     fields = parse_fields(args.config, args.sets)
     out_format = formats.output_format(args.output, args.to)
@@ -139,7 +139,7 @@ def cmd_init(args) -> int:
         raise UsageError(f"invalid config: {exc}") from None
     start = time.perf_counter()
     dtype = np.dtype(args.dtype)
-    from . import limits
+    from transformer_parity.io import limits
     limits.check_memory(2 * dtype.itemsize * limits.parameter_count(config),  # each tensor drawn in float64, cast
                         f"init --preset {args.preset}" + "".join(f" --set {s}" for s in args.sets))
     weights = seeded_weights(config, args.seed, dtype) if args.exercise_all else rn.init_weights(config, args.seed,
@@ -161,7 +161,7 @@ def cmd_init(args) -> int:
 def _size(weights) -> str:
     n = sum(int(v.size) for v in weights.values())
     nbytes = sum(int(v.nbytes) for v in weights.values())
-    from .limits import human_bytes
+    from transformer_parity.io.limits import human_bytes
 
     return f"{n / 1e6:.1f} M parameters, {human_bytes(nbytes)}"
 
@@ -189,7 +189,8 @@ hf-gpt2, hf-bert, hf-marian, hf-bart name the family). Inferred from content and
 
 
 def cmd_convert(args) -> int:
-    from . import formats, outputs
+    from transformer_parity import formats
+    from transformer_parity.io import outputs
 
     fields = parse_fields(args.config, args.sets)
     in_path = formats.check_source(args.input)
@@ -198,7 +199,7 @@ def cmd_convert(args) -> int:
     out_path = formats.check_destination(args.output, out_format, args.force)
     to_layout = None
     if getattr(args, "to_layout", None):  # parsed (names checked as the output's keys) before the input is read
-        from .layouts import user
+        from transformer_parity.layouts import user
         to_layout = user.load_for_writing(args.to_layout, out_path)
     start = time.perf_counter()
     size = formats.source_size(in_path)
@@ -233,7 +234,7 @@ def _input_format(args) -> str | None:
         return args.from_
     if args.from_:
         raise UsageError("--layout describes the input's format itself; leave out --from")
-    from .formats import LAYOUT_PREFIX
+    from transformer_parity.formats import LAYOUT_PREFIX
     return LAYOUT_PREFIX + args.layout
 
 
@@ -286,16 +287,16 @@ def _verify_sources(args) -> None:
 
 
 def cmd_verify(args) -> int:
-    from . import report as rep
-    from . import verify
+    from transformer_parity.verify import report as rep
+    from transformer_parity import verify
 
     _verify_sources(args)
     shape = {"batch": 2 if args.batch is None else args.batch, "src_len": args.src_len, "tgt_len": args.tgt_len,
              "seed": 0 if args.seed is None else args.seed}  # lengths left out: verify's defaults, clipped to max_len
     fields = parse_fields(args.config, args.sets)
     if args.json and args.json != "-":
-        from . import formats
-        formats.check_output(args.json, args.force)
+        from transformer_parity.io import guards
+        guards.check_output(args.json, args.force)
     declared = args.from_ or []
     if len(declared) not in (0, 1, len(args.checkpoints)):
         raise UsageError(f"--from given {len(declared)} times for {len(args.checkpoints)} checkpoints; give it once "
@@ -305,7 +306,7 @@ def cmd_verify(args) -> int:
         if declared or not args.checkpoints:
             raise UsageError("--layout describes the first checkpoint's format itself; give a checkpoint and leave "
                              "out --from")
-        from .formats import LAYOUT_PREFIX
+        from transformer_parity.formats import LAYOUT_PREFIX
         declared = [LAYOUT_PREFIX + args.layout] + [None] * (len(args.checkpoints) - 1)
     if args.write_probe:
         probe = verify.write_probe(args.write_probe, args.checkpoints, preset=args.preset, fields=fields,
@@ -346,8 +347,8 @@ def cmd_verify(args) -> int:
         if args.json == "-":
             sys.stdout.write(text + "\n")
         else:
-            from . import formats
-            with formats.atomic_path(Path(args.json), args.force) as tmp:
+            from transformer_parity.io import outputs
+            with outputs.atomic_path(Path(args.json), args.force) as tmp:
                 tmp.write_text(text + "\n")
     if not quiet:
         console = _console(args)
@@ -376,8 +377,8 @@ num_heads: each "?" of the scaffold must be replaced) and its [weights] ("your n
 
 
 def cmd_layout(args) -> int:
-    from . import formats
-    from .layouts import user
+    from transformer_parity import formats
+    from transformer_parity.layouts import user
 
     path = formats.check_input(args.scaffold)
     if args.source is None:
@@ -389,8 +390,8 @@ def cmd_layout(args) -> int:
             raise UsageError(f"reading {path} needs {exc.name}, which is not installed") from None
         sys.stdout.write(text)
         return 0
-    from . import source as src
-    from .layouts import probe
+    from transformer_parity.verify import source as src
+    from transformer_parity.verify import probe
 
     fields = parse_fields(args.config, args.sets)
     fn = src.load_callable(args.source)
@@ -556,23 +557,43 @@ def _internal_error(exc: BaseException) -> str:
             "rerun with --debug for the traceback)")
 
 
+_SIGINT_SEEN: list[bool] = []
+
+
+def _on_sigint(signum, frame) -> None:
+    """Ctrl-C: remembered, then raised as usual. An interrupt that lands inside the interpreter's own machinery (a
+    warning being issued, a C extension's import) can surface as another exception; the memory says what it was."""
+    _SIGINT_SEEN.append(True)
+    raise KeyboardInterrupt
+
+
+def _interrupted(argv: Sequence[str]) -> int:
+    if "--debug" in argv:
+        raise
+    print(f"{PROG}: interrupted", file=sys.stderr)
+    return 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (the console script passes it to sys.exit)."""
-    from . import quiet
+    import signal
+
+    from transformer_parity import quiet
 
     argv = sys.argv[1:] if argv is None else list(argv)
     quiet.configure(debug="--debug" in argv)  # before anything imports a framework
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the caller ignores Ctrl-C
+        signal.signal(signal.SIGINT, _on_sigint)
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return exc.code if isinstance(exc.code, int) else 2
     except KeyboardInterrupt:  # Ctrl-C while the subcommands' modules load
-        if "--debug" in argv:
-            raise
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted(argv)
     except Exception as exc:
+        if _SIGINT_SEEN:
+            return _interrupted(argv)
         if "--debug" in argv:
             raise
         print(_internal_error(exc), file=sys.stderr)
@@ -583,16 +604,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
-        if args.debug:
-            raise
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted(argv)
     except (UsageError, ValueError, OSError, pickle.UnpicklingError, EOFError) as exc:
         if args.debug:
             raise
         print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:  # anything else is a bug: one line and its own status, never 1 ("the backends differ")
+        if _SIGINT_SEEN:
+            return _interrupted(argv)
         if args.debug:
             raise
         print(_internal_error(exc), file=sys.stderr)

@@ -14,8 +14,6 @@ that dtype at the output's largest magnitude, whichever is larger; the limit is 
 
 from __future__ import annotations
 
-import contextlib
-import os
 from typing import Mapping
 
 import numpy as np
@@ -23,8 +21,8 @@ import numpy as np
 import reference_numpy as rn
 from reference_numpy.lowp import DTYPES, Precision
 
-from .errors import UsageError
-from .tolerances import LOWP_PAIR_RATIO_LIMIT, LOWP_RATIO_LIMIT, REDUCED_EPS
+from transformer_parity.errors import UsageError
+from transformer_parity.verify.tolerances import LOWP_PAIR_RATIO_LIMIT, LOWP_RATIO_LIMIT, REDUCED_EPS
 
 EPS = REDUCED_EPS  # one rounding of the storage dtype
 RATIO_LIMIT = LOWP_RATIO_LIMIT  # K for reduced precision: calibrated, see `tolerances`
@@ -76,7 +74,7 @@ def trace(backend: str, config: rn.TransformerConfig, weights: Mapping[str, np.n
           src: np.ndarray, tgt: np.ndarray | None, src_type_ids: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Every sublayer output of `backend` run in reduced precision, as float32 NumPy arrays (values of `dtype`
     where the framework returns that dtype, float32 where autocast leaves float32)."""
-    from . import backends
+    from transformer_parity import backends
 
     if backend == "numpy":
         return reference(config, weights, dtype, autocast).trace(src, tgt, src_type_ids=src_type_ids)

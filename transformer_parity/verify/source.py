@@ -33,7 +33,7 @@ import numpy as np
 
 import reference_numpy as rn
 
-from .errors import UsageError
+from transformer_parity.errors import UsageError
 
 Batch = dict[str, np.ndarray]
 OUTPUT = "output"  # the key of the model's output in a source's dict or an --expect file
@@ -219,13 +219,13 @@ def _shapes(batch: Mapping[str, np.ndarray]) -> str:
 
 def write_probe(path: str | Path, batch: Batch, force: bool = False) -> Path:
     """Write the inputs (`src_ids`, `tgt_ids`, `src_type_ids` where the model takes them) to `path`, atomically."""
-    from . import formats
+    from transformer_parity.io import guards, outputs
 
     path = Path(path)
     if not path.name.endswith(".npz"):
         raise UsageError(f"--write-probe writes a NumPy .npz file; give a name ending in .npz, received {str(path)!r}")
-    formats.check_output(path, force)
-    with formats.atomic_path(path, force) as tmp:
+    guards.check_output(path, force)
+    with outputs.atomic_path(path, force) as tmp:
         with open(tmp, "wb") as f:
             np.savez(f, **batch)
     return path
@@ -361,7 +361,7 @@ def _hf_source(path: Path, fmt: str, config: rn.TransformerConfig) -> Source:
     """transformers' own model class on the directory, in float32 and float64. Its attention mask marks the probe's
     padding, as a tokenizer's would: the probe pads with the port's pad id only (none when the port has no pad token;
     GPT-2 derives no padding from ids even when config.json names a pad_token_id)."""
-    from .layouts import hf_dir
+    from transformer_parity.layouts import hf_dir
 
     hf_dir.read_config(path)  # the directory's config.json is checked as the port read it
     cls_name = HF_CLASSES[fmt][0 if config.output_projection else 1]
@@ -568,7 +568,7 @@ def _nn_model(path: Path, config: rn.TransformerConfig):
 
     from torch_impl import checkpoints as tc
 
-    from .layouts import nn_transformer as nnt
+    from transformer_parity.layouts import nn_transformer as nnt
 
     file_state, _ = tc.unwrap_state_dict(tc.read_torch_file(path), path)
     arrays = {k: v.detach().float().numpy() for k, v in file_state.items()}

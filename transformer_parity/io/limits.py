@@ -2,7 +2,7 @@
 
 Two checks, both made before anything large exists:
 
-- `check_config_against_file`: a config read from a file (or given with --set next to one) cannot name more layers
+- `reference_numpy.schema.check_config_against_file` (here as `check_config_against_file`): a config read from a file (or given with --set next to one) cannot name more layers
   than the file holds tensors, so a 200 KB file saying `num_encoder_layers=10**9` is refused instead of building a
   name table of ten billion entries;
 - `check_memory`: the bytes a run needs (`estimate_bytes`: weights, the activations of one batch, the position
@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import reference_numpy as rn
+from reference_numpy.schema import check_config_against_file  # noqa: F401 (one of the limits)
 
-from .errors import UsageError
+from transformer_parity.errors import UsageError
 
 
 def parameter_count(config: rn.TransformerConfig) -> int:
@@ -46,15 +47,6 @@ def parameter_count(config: rn.TransformerConfig) -> int:
     if d > 1:
         total += (d - 1) * (count(e0, 2) - count(e0, 1))
     return total
-
-
-def check_config_against_file(config: rn.TransformerConfig, n_tensors: int, source: str) -> None:
-    """Refuse a config naming more layers than the file holds tensors (each layer has several); `ValueError`."""
-    for name in ("num_encoder_layers", "num_decoder_layers"):
-        value = getattr(config, name)
-        if value > n_tensors:
-            raise ValueError(f"{source}: config field {name}={value} cannot match a file of {n_tensors} tensors "
-                             "(every layer has several); refusing before allocating anything")
 
 
 def available_bytes() -> int:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from .verify import Report
+    from transformer_parity.verify.results import Report
 
 
 def _num(x: float) -> str:
@@ -23,7 +23,7 @@ def _ratio(x: float) -> str:
 
 
 def pair_label(pair: tuple[str, str]) -> str:
-    from .verify import JUDGE
+    from transformer_parity.verify.results import JUDGE
 
     return pair[0] if pair[1] == JUDGE else f"{pair[0]} vs {pair[1]}"
 
@@ -63,7 +63,7 @@ def _table(report: "Report", compact: bool) -> "Table":
     from rich import box
     from rich.table import Table
 
-    from .verify import JUDGE
+    from transformer_parity.verify.results import JUDGE
 
     first = report.first_failure
     pairs = report.comparisons
@@ -102,7 +102,7 @@ def _table(report: "Report", compact: bool) -> "Table":
     if compact:
         t.caption += ";\nenc.N / dec.N = encoder.layers.N / decoder.layers.N; max rel error: --json"
     if report.sources:
-        from .tolerances import PAIR_RATIO_LIMIT, RATIO_LIMIT
+        from transformer_parity.verify.tolerances import PAIR_RATIO_LIMIT, RATIO_LIMIT
         t.caption += (f";\nthe source vs {JUDGE}: {RATIO_LIMIT:g} x the float32 floor (x eps64/eps32 when it returned "
                       f"float64); a backend vs the source: {PAIR_RATIO_LIMIT:g} x floor in one precision, "
                       f"{RATIO_LIMIT:g} x the coarser floor across two")
@@ -112,7 +112,7 @@ def _table(report: "Report", compact: bool) -> "Table":
 
 def _source_fit(report: "Report") -> str:
     """How close each source run's output came to the judge: "to 3.1e-07 (1.2 floors) in float32 and ..."."""
-    from .verify import JUDGE, output_name
+    from transformer_parity.verify.results import JUDGE, output_name
 
     output = output_name(report.sublayers)
     parts = []
@@ -127,9 +127,9 @@ def _source_fit(report: "Report") -> str:
 def verdict(report: "Report") -> str:
     """One line that says what was proven: PASS naming the source it matches (or "self-consistent only" and why),
     or the first differing weight, or the first divergent sublayer and by how much."""
-    from . import weight_diff
-    from .tolerances import RATIO_LIMIT
-    from .verify import JUDGE
+    from transformer_parity.verify import weights as weight_diff
+    from transformer_parity.verify.tolerances import RATIO_LIMIT
+    from transformer_parity.verify.results import JUDGE
 
     limit = min((r.limit for r in report.rows if r.kind != "source"), default=RATIO_LIMIT)  # the judge's K
     n = len(report.rows)
@@ -184,7 +184,7 @@ def weights_table(report: "Report") -> "Table | None":
     from rich import box
     from rich.table import Table
 
-    from . import weight_diff
+    from transformer_parity.verify import weights as weight_diff
 
     rows = [w for w in report.weights if not w.passed]
     if not rows:
@@ -218,4 +218,37 @@ def print_report(report: "Report", console: "Console") -> None:
 
 
 def to_json_text(report: "Report") -> str:
-    return json.dumps(report.to_json(), indent=2, allow_nan=False)
+    return json.dumps(to_json(report), indent=2, allow_nan=False)
+
+
+def to_json(report: "Report") -> dict[str, Any]:
+    """The report as the JSON `--json` writes (schema `transformer-parity/verify-report`)."""
+    from transformer_parity.verify import weights as weight_diff
+
+    first = report.first_failure
+    return {
+        "schema": "transformer-parity/verify-report", "schema_version": 1,
+        "passed": report.passed, "verdict": verdict(report),
+        "source": {"runs": report.sources, "self_consistent_only": report.self_consistent},
+        "first_divergence": report.first_divergence, "dropped": report.dropped,
+        "first_divergence_backends": list(first.backends) if first else None,
+        "judge": report.judge, "subjects": report.subjects, "dtype": report.dtype, "inputs": report.inputs,
+        "tolerance": _tolerance_json(report.dtype),
+        "config_differences": report.config_differences, "notes": report.notes, "problems": report.problems,
+        "weights": weight_diff.to_json(report.weights, report.weights_compared),
+        "seconds": {k: round(v, 3) for k, v in report.seconds.items()},
+        "rows": [r.to_json() for r in report.rows],
+    }
+
+
+def _tolerance_json(dtype: str) -> dict[str, Any]:
+    from transformer_parity.verify import lowp
+    from transformer_parity.verify.tolerances import PAIR_RATIO_LIMIT, RATIO_LIMIT
+
+    if lowp.is_reduced(dtype.split()[0]):
+        return {"rule": f"max_abs_err <= limit * floor; floor = max(max|numpy_{dtype.replace(' ', '_')} - "
+                        f"numpy_f64|, eps_{dtype.split()[0]} * max|numpy_f64|)",
+                "ratio_limit": lowp.RATIO_LIMIT, "pair_ratio_limit": lowp.PAIR_RATIO_LIMIT}
+    return {"rule": "max_abs_err <= limit * floor; floor = max(max|numpy_f32 - numpy_f64|, "
+                    "eps32 * max|numpy_f64|), times eps64/eps32 for float64",
+            "ratio_limit": RATIO_LIMIT, "pair_ratio_limit": PAIR_RATIO_LIMIT}

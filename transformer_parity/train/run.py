@@ -42,8 +42,8 @@ import numpy as np
 
 import reference_numpy as rn
 
-from .errors import UsageError
-from .outputs import sweep, temp_prefix
+from transformer_parity.errors import UsageError
+from transformer_parity.io.outputs import sweep, temp_prefix
 
 FRAMEWORKS = ("torch", "tf")
 CHECKPOINT, STATE, LOG = "checkpoint.safetensors", "train_state.safetensors", "log.json"
@@ -175,7 +175,7 @@ def _replace_with(source: Path, path: Path, data: bytes, mode: int) -> None:
 
 
 def _file_mode() -> int:
-    from .formats import _umask
+    from transformer_parity.io.guards import umask as _umask
 
     return 0o666 & ~_umask()
 
@@ -374,7 +374,7 @@ def load_run(out: Path) -> RunState:
     if step != manifest["step"] or framework != manifest["framework"]:
         raise UsageError(f"{save_dir / STATE} says step {step} ({framework}), {out / MANIFEST} step "
                          f"{manifest['step']} ({manifest['framework']}); they do not belong together")
-    from .formats import load as load_checkpoint
+    from transformer_parity.formats import load as load_checkpoint
 
     loaded = load_checkpoint(save_dir / CHECKPOINT, "canonical")
     config, weights = loaded.config, loaded.weights

@@ -28,7 +28,6 @@ import itertools
 import math
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -36,147 +35,13 @@ import numpy as np
 
 import reference_numpy as rn
 
-from .errors import UsageError
-from .tolerances import EPS32, EPS64, PAIR_RATIO_LIMIT, RATIO_LIMIT, compare, floors, max_abs  # noqa: F401 (the rule)
+from transformer_parity.errors import UsageError
+from transformer_parity.verify.tolerances import EPS32, EPS64, PAIR_RATIO_LIMIT, RATIO_LIMIT, compare, floors, max_abs  # noqa: F401 (the rule)
 
-JUDGE = "numpy-f64"
+from .results import JUDGE, Report, Row, Subject, output_name  # noqa: F401 (the verify API)
 DEFAULT_SHAPE = {"batch": 2, "src_len": 37, "tgt_len": 29}
 
 Progress = Callable[[str], None]
-
-
-@dataclass
-class Subject:
-    """One thing to check against the judge: a backend running some canonical weights under some config."""
-
-    label: str  # how the report names it: the backend ("torch"), numbered if two subjects share one ("torch#2")
-    backend: str  # numpy | torch | keras
-    config: rn.TransformerConfig
-    weights: Mapping[str, np.ndarray]
-    source: str = ""  # the checkpoint file (or preset) it was loaded from
-
-
-@dataclass
-class Row:
-    """One comparison of one sublayer: `backends[0]` (actual) against `backends[1]` (the judge or another backend)."""
-
-    sublayer: str
-    backends: tuple[str, str]
-    max_abs_err: float
-    max_rel_err: float  # max_abs_err / max|desired|
-    floor: float
-    ratio: float  # max_abs_err / floor
-    limit: float  # ratio allowed
-    passed: bool
-    kind: str = "port"  # port: a backend vs the judge; pair: two backends; source: the source vs the judge or a backend
-
-    @property
-    def against_judge(self) -> bool:
-        return self.backends[1] == JUDGE
-
-    @property
-    def judged(self) -> bool:
-        """A comparison with an authority (the judge, or the source), not between two ports."""
-        return self.kind != "pair"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"sublayer": self.sublayer, "backends": list(self.backends), "kind": self.kind,
-                "max_abs_err": _finite(self.max_abs_err), "max_rel_err": _finite(self.max_rel_err),
-                "floor": _finite(self.floor), "ratio": _finite(self.ratio),
-                "tolerance": _finite(self.limit * self.floor), "passed": self.passed}
-
-
-@dataclass
-class Report:
-    """Everything `verify` found; `passed`, `first_divergence` and `rows` are the verdict."""
-
-    sublayers: list[str]
-    floors: dict[str, float]
-    rows: list[Row]
-    subjects: list[dict[str, str]]  # label, backend, source
-    judge: str
-    dtype: str
-    inputs: dict[str, int]
-    config_differences: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)  # why the judge itself cannot be trusted (non-finite values)
-    weights: list[Any] = field(default_factory=list)  # weight_diff.WeightRow per tensor (two or more checkpoints)
-    weights_compared: bool = False  # False: one checkpoint or none, or --outputs-only
-    dropped: list[str] = field(default_factory=list)  # tensors left out by --allow-drop ("file: name")
-    sources: list[dict[str, str]] = field(default_factory=list)  # label, name, kind, dtype of each source run
-    self_consistent: str | None = "no source given"  # why no source judged the outputs (None: one did)
-
-    @property
-    def passed(self) -> bool:
-        return self.passed_outputs and all(w.passed for w in self.weights)
-
-    @property
-    def passed_outputs(self) -> bool:
-        """Every output within tolerance (whatever the weights comparison found)."""
-        return not self.problems and all(row.passed for row in self.rows)
-
-    @property
-    def source_rows(self) -> list[Row]:
-        return [r for r in self.rows if r.kind == "source"]
-
-    @property
-    def first_failure(self) -> Row | None:
-        """The failing comparison with the judge or the source at the earliest sublayer (the worst one there)."""
-        for name in self.sublayers:
-            failing = [r for r in self.rows if r.sublayer == name and not r.passed and r.judged]
-            if failing:  # against the judge first (a source that differs from it says so), then the worst
-                return max(failing, key=lambda r: (r.against_judge, r.ratio))
-        failing = [r for r in self.rows if not r.passed]
-        return failing[0] if failing else None
-
-    @property
-    def first_divergence(self) -> str | None:
-        row = self.first_failure
-        return None if row is None else row.sublayer
-
-    @property
-    def comparisons(self) -> list[tuple[str, str]]:
-        """The distinct backend pairs, in report order."""
-        return list(dict.fromkeys(r.backends for r in self.rows))
-
-    def max_ratio(self, pair: tuple[str, str] | None = None) -> float:
-        return max((r.ratio for r in self.rows if pair is None or r.backends == pair), default=0.0)
-
-    def to_json(self) -> dict[str, Any]:
-        from .report import verdict
-
-        first = self.first_failure
-        return {
-            "schema": "transformer-parity/verify-report", "schema_version": 1,
-            "passed": self.passed, "verdict": verdict(self),
-            "source": {"runs": self.sources, "self_consistent_only": self.self_consistent},
-            "first_divergence": self.first_divergence, "dropped": self.dropped,
-            "first_divergence_backends": list(first.backends) if first else None,
-            "judge": self.judge, "subjects": self.subjects, "dtype": self.dtype, "inputs": self.inputs,
-            "tolerance": self._tolerance_json(),
-            "config_differences": self.config_differences, "notes": self.notes, "problems": self.problems,
-            "weights": _weights_json(self.weights, self.weights_compared),
-            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
-            "rows": [r.to_json() for r in self.rows],
-        }
-
-
-    def _tolerance_json(self) -> dict[str, Any]:
-        from . import lowp
-
-        if lowp.is_reduced(self.dtype.split()[0]):
-            return {"rule": f"max_abs_err <= limit * floor; floor = max(max|numpy_{self.dtype.replace(' ', '_')} - "
-                            f"numpy_f64|, eps_{self.dtype.split()[0]} * max|numpy_f64|)",
-                    "ratio_limit": lowp.RATIO_LIMIT, "pair_ratio_limit": lowp.PAIR_RATIO_LIMIT}
-        return {"rule": "max_abs_err <= limit * floor; floor = max(max|numpy_f32 - numpy_f64|, "
-                        "eps32 * max|numpy_f64|), times eps64/eps32 for float64",
-                "ratio_limit": RATIO_LIMIT, "pair_ratio_limit": PAIR_RATIO_LIMIT}
-
-
-def _finite(x: float) -> float | None:
-    """JSON has no inf/NaN: a non-finite error (NaN or inf in an output) is written as null."""
-    return float(x) if math.isfinite(x) else None
 
 
 # --- weights and backends -------------------------------------------------------------------------------------------
@@ -196,7 +61,7 @@ def seeded_weights(config: rn.TransformerConfig, seed: int = 0, dtype=np.float32
 
 def available_backends() -> list[str]:
     """The framework backends whose packages are installed (`backends.available`)."""
-    from . import backends
+    from transformer_parity import backends
 
     return backends.available()
 
@@ -205,7 +70,7 @@ def trace(backend: str, config: rn.TransformerConfig, weights: Mapping[str, np.n
           src: np.ndarray, tgt: np.ndarray | None, src_type_ids: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Every sublayer output of `backend` on these inputs, as NumPy arrays, under canonical names (`src` alone for a
     one-sequence model; `src_type_ids` for a model with segment embeddings)."""
-    from . import backends
+    from transformer_parity import backends
 
     return backends.get(backend).trace(config, weights, dtype, src, tgt, src_type_ids)
 
@@ -223,7 +88,7 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
     `source` (a `source.Source`) is run once on the same inputs (an --expect file's own inputs, if it has them) and
     compared with the judge and every subject; `self_consistent` says why there is none.
     """
-    from . import lowp
+    from transformer_parity.verify import lowp
 
     if dtype not in ("float32", "float64") + lowp.DTYPES:
         raise UsageError(f"--dtype must be float32, float64, bfloat16 or float16, received {dtype!r}")
@@ -246,7 +111,7 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
     if given is not None:  # --expect: the inputs the expected outputs were computed on
         batch, src_len = given["src_ids"].shape
         tgt_len = given["tgt_ids"].shape[1] if "tgt_ids" in given else tgt_len
-    from . import limits
+    from transformer_parity.io import limits
     per_subject = 2 if dtype == "float64" else 1  # in float32 units: the judge is float64, the floor float32
     limits.check_run(config, "verify", batch=batch, src_len=src_len, tgt_len=tgt_len, itemsize=4,
                      weight_copies=3 + per_subject * len(subjects), traces=3 + per_subject * len(subjects))
@@ -310,14 +175,9 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
                   self_consistent=None if source is not None else self_consistent)
 
 
-def output_name(judge: Mapping[str, Any]) -> str:
-    """The model's output among the judge's sublayers: `logits`, or `last_hidden_state` for a bare backbone."""
-    return "logits" if "logits" in judge else "last_hidden_state"
-
-
 def _run_source(source, config, judge, inputs, seconds: dict[str, float], progress: Progress | None) -> list:
     """Run `source` once on the judge's inputs; its outputs checked against the judge's names and shapes."""
-    from . import source as sources
+    from transformer_parity.verify import source as sources
 
     if progress:
         progress(f"source {source.name}")
@@ -344,7 +204,7 @@ def _source_rows(judge, floor32, floor, dtype: str, runs, subjects: Sequence[Sub
     floors; one that returned float64, at the floor times eps64/eps32. A subject against the source: both of one
     precision may each sit K floors off (`PAIR_RATIO_LIMIT`); of two precisions, the coarser one's floor and K.
     """
-    from . import lowp
+    from transformer_parity.verify import lowp
 
     rows = []
     for name in judge:
@@ -425,11 +285,11 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
     The first checkpoint is also judged against its source (`source`): `source` (FILE.py:NAME), `expect` (an .npz
     of inputs and outputs computed elsewhere), or by default the built-in one for its kind (`builtin_source`).
     """
-    from . import formats as fmt
+    from transformer_parity import formats as fmt
 
     notes: list[str] = []
     if backends is not None:
-        from . import backends as registry
+        from transformer_parity import backends as registry
 
         backends = [registry.canonical_name(b) for b in backends]  # `tf` is `keras`; an unknown name is refused
     if len(checkpoints) >= 2:
@@ -464,7 +324,7 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
                 config = rn.TransformerConfig.preset(preset, **dict(fields or {}))
             except (TypeError, ValueError) as exc:
                 raise UsageError(f"invalid config: {exc}") from None
-            from . import limits
+            from transformer_parity.io import limits
             limits.check_run(config, f"verify --preset {preset}" + "".join(f" --set {k}={v}" for k, v in
                                                                          dict(fields or {}).items()),
                              itemsize=4, weight_copies=1)
@@ -548,7 +408,7 @@ def _kind(config: rn.TransformerConfig) -> str:
 
 def _choose_source(first, spec: str | None, expect, builtin: bool):
     """`(source.Source or None, why there is none)` for the reference checkpoint (`formats.Loaded`, None: a preset)."""
-    from . import source as sources
+    from transformer_parity.verify import source as sources
 
     if spec and expect:
         raise UsageError("give --source or --expect, not both: each is the source the outputs are judged against")
@@ -570,8 +430,8 @@ def write_probe(path: str | os.PathLike, checkpoints: Sequence[str | os.PathLike
                 allow_drop: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """`verify --write-probe`: the inputs verify would feed the first checkpoint's model (or the preset's), written to
     an .npz that `--expect` reads back once `output` is added to it. Returns the arrays written."""
-    from . import formats as fmt
-    from . import source as sources
+    from transformer_parity import formats as fmt
+    from transformer_parity.verify import source as sources
 
     if checkpoints:
         config = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop).config
@@ -584,7 +444,7 @@ def write_probe(path: str | os.PathLike, checkpoints: Sequence[str | os.PathLike
     for name, value in (("batch", batch), ("src-len", src_len), ("tgt-len", tgt_len)):
         if value < 1:
             raise UsageError(f"--{name} must be >= 1, received {value}")
-    from . import limits
+    from transformer_parity.io import limits
     limits.check_run(config, "verify --write-probe", batch=batch, src_len=src_len, tgt_len=tgt_len, itemsize=4,
                      weight_copies=0)
     try:
@@ -599,16 +459,10 @@ def write_probe(path: str | os.PathLike, checkpoints: Sequence[str | os.PathLike
 
 def _compare_weights(subjects: Sequence[Subject]) -> list[Any]:
     """Weights first (`weight_diff`): every checkpoint's canonical tensors against the first checkpoint's."""
-    from . import weight_diff
+    from transformer_parity.verify import weights as weight_diff
 
     return weight_diff.compare_checkpoints(subjects[0].weights, [s.weights for s in subjects[1:]],
                                            [s.source or s.label for s in subjects])
-
-
-def _weights_json(rows: Sequence[Any], compared: bool) -> dict[str, Any]:
-    from . import weight_diff
-
-    return weight_diff.to_json(rows, compared)
 
 
 def _labels(frameworks: Sequence[str]) -> list[str]:

@@ -22,8 +22,8 @@ import numpy as np
 import reference_numpy as rn
 from reference_numpy.io import FORMAT_TAG, FORMAT_VERSION
 
-from . import limits
-from .safe_text import printable, quoted
+from transformer_parity.io import limits
+from transformer_parity.io.safe_text import printable, quoted
 
 DTYPES = {"F16": np.dtype("<f2"), "F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "I64": np.dtype("<i8"),
           "I32": np.dtype("<i4"), "U8": np.dtype("u1"), "BOOL": np.dtype("?")}

@@ -28,22 +28,21 @@ one module each.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 import reference_numpy as rn
 
-from .errors import UsageError
-from .layouts import HF_LAYOUTS
-from .layouts.table import Drops
+from ..errors import UsageError
+from ..io.guards import check_output, deferred_signals
+from ..io.outputs import atomic_path
+from ..io.sniff import sniff
+from ..layouts import HF_LAYOUTS
+from ..layouts.table import Drops
 
 HF_FORMATS = ("hf", *HF_LAYOUTS)  # model directories
 FORMATS = ("canonical", "torch", "nn-transformer", "keras", *HF_FORMATS)
@@ -104,21 +103,6 @@ def _extension(path: str | os.PathLike) -> str:
     return next((ext for ext in sorted(EXTENSIONS, key=len, reverse=True) if name.endswith(ext)), "")
 
 
-def sniff(path: Path) -> str | None:
-    """The container the first bytes announce: safetensors, zip (torch.save), pickle (legacy torch.save), hdf5."""
-    with open(path, "rb") as f:
-        head = f.read(9)
-    if head.startswith(b"\x89HDF\r\n\x1a\n"):
-        return "hdf5"
-    if head.startswith(b"PK\x03\x04"):
-        return "zip"
-    if len(head) == 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") <= path.stat().st_size - 8:
-        return "safetensors"
-    if len(head) == 9 and head[:1] == b"\x80" and head[1] in (2, 3, 4, 5):  # PROTO opcode; a safetensors header
-        return "pickle"  # length can start with 0x80 too, hence the order
-    return None
-
-
 def check_input(path: str | os.PathLike) -> Path:
     path = Path(path)
     if not path.exists():
@@ -177,7 +161,7 @@ def load(path: str | os.PathLike, fmt: str | None = None, fields: Mapping[str, A
     path = Path(path)
     drops = Drops(tuple(allow_drop or ()))
     loaded = _load(path, fmt, fields, on_tensor, drops)
-    from . import limits
+    from transformer_parity.io import limits
     limits.check_positions(loaded.config, str(path), "--set/--config" if "max_len" in fields else "")
     loaded.dropped = list(drops.dropped)
     loaded.notes += drops.notes
@@ -212,7 +196,7 @@ def _load(path: Path, fmt: str | None, fields: dict[str, Any], on_tensor: OnTens
 
 def _load_with_layout(path: Path, layout: str, fields: Mapping[str, Any], drops: Drops) -> Loaded:
     """A state dict, safetensors or `.weights.h5` file described by a user's layout file (`layouts.user`)."""
-    from .layouts import user
+    from transformer_parity.layouts import user
 
     path = check_input(path)
     content = sniff(path)
@@ -230,7 +214,7 @@ def _load_with_layout(path: Path, layout: str, fields: Mapping[str, Any], drops:
 
 def _load_kerashub(path: Path, fmt: str, fields: Mapping[str, Any], drops: Drops) -> Loaded:
     """A KerasHub preset directory, or a bare .weights.h5 of a KerasHub backbone (--from kerashub-gpt2 ...)."""
-    from .layouts import kerashub_preset as kh
+    from transformer_parity.layouts import kerashub_preset as kh
 
     if path.is_dir():
         config, weights, notes, family = kh.load_preset(path, fmt, fields, drops)
@@ -260,7 +244,7 @@ def missing_config(path: Path, names: Sequence[str]) -> UsageError:
     head = f"{path} carries no config"
     sibling = path.parent / "config.json"
     if sibling.is_file():
-        from .layouts import hf_dir, kerashub_preset
+        from transformer_parity.layouts import hf_dir, kerashub_preset
 
         if kerashub_preset.is_preset(path.parent):
             return UsageError(f"{head}: it is the weights file of the KerasHub preset {path.parent}; give the preset "
@@ -288,12 +272,12 @@ def missing_config(path: Path, names: Sequence[str]) -> UsageError:
 
 
 def _load_canonical(path: Path, fields: Mapping[str, Any], on_tensor: OnTensor | None) -> Loaded:
-    from .safetensors_io import read_canonical
+    from transformer_parity.io.safetensors_io import read_canonical
 
     stored, tensors, _ = read_canonical(path, on_tensor)
     config = (stored.replace(**fields) if stored is not None and fields
               else stored or _config_from_fields(path, fields, list(tensors)))
-    from . import limits
+    from transformer_parity.io import limits
     limits.check_config_against_file(config, len(tensors), str(path))  # before listing the config's parameters
     try:
         rn.validate_weights(config, tensors)
@@ -304,7 +288,7 @@ def _load_canonical(path: Path, fields: Mapping[str, Any], on_tensor: OnTensor |
 
 def _widened_notes(files) -> list[str]:
     """bfloat16 / float16 safetensors tensors were read as float32: say so (`safetensors_io.widened_note`)."""
-    from .safetensors_io import widened_note
+    from transformer_parity.io.safetensors_io import widened_note
 
     note = widened_note(files)
     return [] if note is None else [note]
@@ -313,7 +297,7 @@ def _widened_notes(files) -> list[str]:
 def _load_torch(path: Path, fields: Mapping[str, Any]) -> Loaded:
     from torch_impl import checkpoints as tc
 
-    from .layouts import nn_transformer as nn
+    from transformer_parity.layouts import nn_transformer as nn
 
     obj = tc.read_torch_file(path)
     if tc.is_project_file(obj):
@@ -353,7 +337,7 @@ def _directory_format(path: Path, declared: str | None) -> str:
 
 
 def _load_hf(path: Path, fmt: str, fields: Mapping[str, Any], on_tensor: OnTensor | None, drops: Drops) -> Loaded:
-    from .layouts import hf, hf_dir
+    from transformer_parity.layouts import hf, hf_dir
 
     config, weights, notes, family = hf.load_dir(path, fmt, fields, on_tensor, drops)
     read = [f for f in hf_dir.weight_files(path) if f.suffix == ".safetensors"]  # the files read, not every one there
@@ -361,7 +345,7 @@ def _load_hf(path: Path, fmt: str, fields: Mapping[str, Any], on_tensor: OnTenso
 
 
 def _kerashub_preset(path: Path) -> bool:
-    from .layouts import kerashub_preset
+    from transformer_parity.layouts import kerashub_preset
 
     return kerashub_preset.is_preset(path)
 
@@ -377,7 +361,7 @@ def check_source(path: str | os.PathLike) -> Path:
 def source_size(path: Path) -> int:
     """Bytes to read: a file's size, or a model directory's weight files."""
     if path.is_dir():
-        from .layouts import hf_dir
+        from transformer_parity.layouts import hf_dir
         return hf_dir.nbytes(path)
     return path.stat().st_size
 
@@ -386,7 +370,7 @@ def check_destination(path: str | os.PathLike, fmt: str, force: bool) -> Path:
     """`check_output` for a file format; for a Hugging Face format, a directory to create (or, with --force,
     a model directory to replace)."""
     if fmt in HF_FORMATS or fmt in KERASHUB_DIRS:
-        from . import outputs
+        from transformer_parity.io import outputs
         return outputs.check_output_dir(path, force, dir_kind(fmt))
     return check_output(path, force)
 
@@ -394,9 +378,9 @@ def check_destination(path: str | os.PathLike, fmt: str, force: bool) -> Path:
 def dir_kind(fmt: str):
     """The `outputs.DirKind` of a directory format: what `--force` may replace and what it keeps."""
     if fmt in KERASHUB_DIRS:
-        from .layouts.kerashub_preset import PRESET_DIR
+        from transformer_parity.layouts.kerashub_preset import PRESET_DIR
         return PRESET_DIR
-    from .layouts.hf_dir import MODEL_DIR
+    from transformer_parity.layouts.hf_dir import MODEL_DIR
     return MODEL_DIR
 
 
@@ -439,162 +423,6 @@ def output_format(path: str | os.PathLike, declared: str | None = None) -> str:
     return by_ext
 
 
-def check_output(path: str | os.PathLike, force: bool) -> Path:
-    """Refuse a directory, a missing parent, anything but a regular file (a FIFO, a device, a socket, a symbolic
-    link: even with `force`), or an existing file without `force` — before any work is done."""
-    path = Path(path)
-    kind = special_kind(path)
-    if kind == "directory":
-        raise UsageError(f"{path} is a directory; give a file name to write")
-    if kind is not None:
-        raise UsageError(f"{path} is a {kind}; refusing to write to it or replace it (even with --force)")
-    if not path.parent.is_dir():
-        raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
-    if os.path.lexists(path) and not force:
-        raise UsageError(f"{path} exists; pass --force to overwrite it")
-    return path
-
-
-def special_kind(path: str | os.PathLike) -> str | None:
-    """What is at `path` if it is neither absent nor a regular file: 'directory', 'FIFO (named pipe)', ...; the
-    path itself is examined, not what a symbolic link points to."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISLNK(mode):
-        return f"symbolic link (to {os.readlink(path)})"
-    for test, kind in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO (named pipe)"),
-                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
-                       (stat.S_ISSOCK, "socket")):
-        if test(mode):
-            return kind
-    return "special file"
-
-
-_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-
-
-@contextlib.contextmanager
-def deferred_signals() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM until the block ends (they are delivered then): for steps that must not be cut in
-    half, such as creating or publishing a temporary file, or importing a framework (an interrupt inside PyTorch's
-    import aborts the process with a C++ trace)."""
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
-    except (AttributeError, OSError, ValueError):
-        old = None
-    try:
-        yield
-    finally:
-        if old is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def _umask() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)  # no way to read it without setting it
-    os.umask(mask)
-    return mask
-
-
-def _temp_suffix(path: Path) -> str:
-    """The final suffixes a temporary file beside `path` keeps (libraries check them)."""
-    return "".join(path.suffixes[-2:]) if path.name.endswith(".weights.h5") else path.suffix
-
-
-def publish(tmp: Path, path: Path, force: bool) -> None:
-    """Move the finished `tmp` onto `path`: with `force` an atomic replace (of a regular file only); without, an
-    atomic create that fails if `path` appeared meanwhile (a hard link, or an O_EXCL placeholder where the file
-    system has no hard links), so of two racing writers only one succeeds."""
-    kind = special_kind(path)
-    if kind is not None:
-        raise UsageError(f"{path} is a {kind}; refusing to write to it or replace it (even with --force)")
-    if force:
-        os.replace(tmp, path)
-        return
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        raise UsageError(f"{path} appeared while it was being written (another writer?); pass --force to "
-                         "overwrite it") from None
-    except OSError:  # no hard links here (some network or FUSE file systems): claim the name, then replace it
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        except FileExistsError:
-            raise UsageError(f"{path} appeared while it was being written (another writer?); pass --force to "
-                             "overwrite it") from None
-        os.replace(tmp, path)
-    else:
-        tmp.unlink()
-
-
-@contextlib.contextmanager
-def atomic_path(path: Path, force: bool = False, notes: list[str] | None = None) -> Iterator[Path]:
-    """A temporary path beside `path` (`.NAME.tp-tmp-<pid>-<random>` + the same suffixes, so libraries that check
-    them are content), published onto `path` when the block succeeds (see `publish`: without `force`, never over a
-    file that appeared meanwhile) and removed when it fails or is interrupted (Ctrl-C, SIGTERM). The file gets the
-    mode a new file would get under the umask, or, replacing a file with `force`, that file's mode. Temporary
-    files of earlier writes to `path` that were killed are removed first (`outputs.sweep`), and `notes` (or
-    stderr) says so."""
-    from . import outputs
-
-    path = Path(path)
-    suffix = _temp_suffix(path)
-    outputs.tell(notes, outputs.sweep(path, suffix))
-    with deferred_signals():  # the handler and the file appear together, or neither
-        previous = _raise_on_sigterm()
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=outputs.temp_prefix(path, "tmp", suffix), suffix=suffix,
-                                       dir=path.parent)
-        except BaseException:
-            _restore_sigterm(previous)
-            raise
-        os.close(fd)
-        tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        try:
-            mode = stat.S_IMODE(os.stat(path).st_mode) if force and os.path.isfile(path) else 0o666 & ~_umask()
-        except OSError:
-            mode = 0o666 & ~_umask()
-        with open(tmp_path, "rb+") as f:
-            os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
-        with deferred_signals():
-            publish(tmp_path, path, force)
-    finally:
-        with deferred_signals():
-            tmp_path.unlink(missing_ok=True)
-            _restore_sigterm(previous)
-
-
-def _restore_sigterm(previous) -> None:
-    if previous is not None:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _raise_on_sigterm():
-    """Turn SIGTERM into KeyboardInterrupt while a file is being written, so the temporary file is cleaned up."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    try:
-        return signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        return None
-
-
 def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
          fmt: str | None = None, force: bool = False, on_tensor: OnTensor | None = None,
          consume: bool = False, notes: list[str] | None = None) -> tuple[Path, str]:
@@ -615,7 +443,7 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
     try:
         with deferred_signals():  # import the writer's framework before any temporary file exists
             if fmt == "canonical":
-                from . import safetensors_io as writer
+                from transformer_parity.io import safetensors_io as writer
             elif fmt in ("torch", "nn-transformer"):
                 from torch_impl import checkpoints as writer
             else:
@@ -626,7 +454,7 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
             elif fmt == "torch":
                 writer.save_pt(tmp, config, weights, consume)
             elif fmt == "nn-transformer":
-                from .layouts import nn_transformer
+                from transformer_parity.layouts import nn_transformer
                 nn_transformer.save_nn_transformer(tmp, config, weights, consume)
             else:
                 writer.save_weights_h5(tmp, config, weights, on_tensor, consume)
@@ -638,7 +466,7 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
 def _save_kerashub(path: Path, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], fmt: str,
                    force: bool, consume: bool, notes: list[str] | None) -> tuple[Path, str]:
     """A KerasHub preset directory (`from_preset(path)` loads it), built beside `path` and renamed into place."""
-    from .layouts import kerashub_preset
+    from transformer_parity.layouts import kerashub_preset
 
     path = check_destination(path, fmt, force)
     if fmt not in KERASHUB_DIRS:  # a bare .weights.h5
@@ -652,7 +480,7 @@ def _save_kerashub(path: Path, config: rn.TransformerConfig, weights: Mapping[st
 def _save_hf(path: Path, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], fmt: str, force: bool,
              on_tensor: OnTensor | None, consume: bool, notes: list[str] | None) -> tuple[Path, str]:
     """A Hugging Face model directory, built beside `path` and renamed into place (see `outputs.atomic_dir`)."""
-    from .layouts import hf
+    from transformer_parity.layouts import hf
 
     path = check_destination(path, fmt, force)
     family = hf.save_dir(path, config, weights if consume else dict(weights), fmt, force, on_tensor, consume=True,

@@ -38,7 +38,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from .errors import UsageError
+from ..errors import UsageError
+from .guards import deferred_signals, raise_on_sigterm, restore_sigterm, special_kind, umask
 from .safe_text import names as name_list
 from .safe_text import printable
 
@@ -353,7 +354,7 @@ def _write_manifest(tmp: Path, replaced: list[str], kept: list[str], settings: d
         info = entry.stat(follow_symlinks=False)
         if stat.S_ISREG(info.st_mode):
             files[entry.name] = {"size": info.st_size, "mtime_ns": info.st_mtime_ns}
-    from . import __version__
+    from transformer_parity import __version__
 
     manifest = {"format": MANIFEST_FORMAT, "written_by": f"transformer-parity {__version__}", "files": files,
                 "kept": kept, "replaced": replaced, "settings": settings or {}}
@@ -407,29 +408,92 @@ def atomic_dir(path: str | os.PathLike, force: bool, kind: DirKind, notes: list[
     """A temporary directory beside `path` to build an output directory in, published onto `path` when the block
     succeeds (`publish_dir`) with a manifest of what it holds; removed when it fails or is interrupted (SIGINT,
     SIGTERM). Stale temporaries of earlier, killed writes are swept first (a note says so)."""
-    from .formats import _raise_on_sigterm, _restore_sigterm, deferred_signals
 
     path = named(path)
     tell(notes, sweep(path))
     with deferred_signals():  # the handler and the temporary directory appear together, or neither
-        previous = _raise_on_sigterm()
+        previous = raise_on_sigterm()
         try:
             tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(path, "tmp"), dir=path.parent))
         except BaseException:
-            _restore_sigterm(previous)
+            restore_sigterm(previous)
             raise
     try:
-        os.chmod(tmp, 0o777 & ~_umask())
+        os.chmod(tmp, 0o777 & ~umask())
         yield tmp
         with deferred_signals():
             publish_dir(tmp, path, force, kind, notes, settings)
     finally:
         with deferred_signals():
             shutil.rmtree(tmp, ignore_errors=True)
-            _restore_sigterm(previous)
+            restore_sigterm(previous)
 
 
-def _umask() -> int:
-    from .formats import _umask as umask
+def _temp_suffix(path: Path) -> str:
+    """The final suffixes a temporary file beside `path` keeps (libraries check them)."""
+    return "".join(path.suffixes[-2:]) if path.name.endswith(".weights.h5") else path.suffix
 
-    return umask()
+
+def publish(tmp: Path, path: Path, force: bool) -> None:
+    """Move the finished `tmp` onto `path`: with `force` an atomic replace (of a regular file only); without, an
+    atomic create that fails if `path` appeared meanwhile (a hard link, or an O_EXCL placeholder where the file
+    system has no hard links), so of two racing writers only one succeeds."""
+    kind = special_kind(path)
+    if kind is not None:
+        raise UsageError(f"{path} is a {kind}; refusing to write to it or replace it (even with --force)")
+    if force:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise UsageError(f"{path} appeared while it was being written (another writer?); pass --force to "
+                         "overwrite it") from None
+    except OSError:  # no hard links here (some network or FUSE file systems): claim the name, then replace it
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            raise UsageError(f"{path} appeared while it was being written (another writer?); pass --force to "
+                             "overwrite it") from None
+        os.replace(tmp, path)
+    else:
+        tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path, force: bool = False, notes: list[str] | None = None) -> Iterator[Path]:
+    """A temporary path beside `path` (`.NAME.tp-tmp-<pid>-<random>` + the same suffixes, so libraries that check
+    them are content), published onto `path` when the block succeeds (see `publish`: without `force`, never over a
+    file that appeared meanwhile) and removed when it fails or is interrupted (Ctrl-C, SIGTERM). The file gets the
+    mode a new file would get under the umask, or, replacing a file with `force`, that file's mode. Temporary
+    files of earlier writes to `path` that were killed are removed first (`sweep`), and `notes` (or
+    stderr) says so."""
+
+    path = Path(path)
+    suffix = _temp_suffix(path)
+    tell(notes, sweep(path, suffix))
+    with deferred_signals():  # the handler and the file appear together, or neither
+        previous = raise_on_sigterm()
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path, "tmp", suffix), suffix=suffix,
+                                       dir=path.parent)
+        except BaseException:
+            restore_sigterm(previous)
+            raise
+        os.close(fd)
+        tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode) if force and os.path.isfile(path) else 0o666 & ~umask()
+        except OSError:
+            mode = 0o666 & ~umask()
+        with open(tmp_path, "rb+") as f:
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        with deferred_signals():
+            publish(tmp_path, path, force)
+    finally:
+        with deferred_signals():
+            tmp_path.unlink(missing_ok=True)
+            restore_sigterm(previous)

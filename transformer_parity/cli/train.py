@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import UsageError
+from transformer_parity.errors import UsageError
 
 TRAIN_EXAMPLES = """\
 examples:
@@ -176,7 +176,7 @@ def settings_from_options(options: dict, model_fields: dict | None = None):
     """`TrainSettings` from CLI option values (missing ones take `TRAIN_DEFAULTS`)."""
     import reference_numpy as rn
 
-    from .training_run import TrainSettings
+    from transformer_parity.train.run import TrainSettings
 
     o = {**TRAIN_DEFAULTS, **options}
     try:
@@ -248,7 +248,7 @@ class _TrainProgress:
 def cmd_train(args) -> int:
     import reference_numpy as rn
 
-    from . import training_run
+    from transformer_parity.train import run as training_run
 
     args.framework = "tf" if args.framework == "keras" else args.framework  # one backend, two names
 
@@ -299,7 +299,7 @@ def cmd_train(args) -> int:
 
 def _check_train_memory(settings, framework: str) -> None:
     """Refuse sizes (--batch-size, --eval-size, --num-symbols, --max-len, the model's) that cannot fit in memory."""
-    from . import limits
+    from transformer_parity.io import limits
 
     task = settings.task
     config = settings.model_config()
@@ -357,7 +357,7 @@ def _options_of(settings) -> dict:
 
 def _read_checkpoint(path):
     """`(config, weights)` of a checkpoint, read as hostile (`formats.load`: config checked against the tensors)."""
-    from . import formats
+    from transformer_parity import formats
 
     loaded = formats.load(path)
     return loaded.config, loaded.weights
@@ -367,7 +367,7 @@ def _task_for(args, checkpoint: Path):
     """The task: explicit options over the run directory's stored task over the defaults."""
     import reference_numpy as rn
 
-    from . import training_run
+    from transformer_parity.train import run as training_run
 
     stored = {}
     if checkpoint.name == training_run.CHECKPOINT and (checkpoint.parent / training_run.MANIFEST).is_file():
@@ -421,7 +421,7 @@ def _sources(args, task):
         return src, labels
     if args.examples < 1:
         raise UsageError(f"--examples must be >= 1, received {args.examples}")
-    from . import limits
+    from transformer_parity.io import limits
     limits.check_memory(16 * args.examples * (task.max_len + task.target_len), f"--examples {args.examples}")
     batch = task.make_batch(args.examples, np.random.default_rng([args.seed, 7]))
     return batch.src, batch.labels
@@ -431,7 +431,7 @@ def stepper(framework: str, config, weights, src, dtype: str = "float32", cache:
     """A `next_logits` for `reference_numpy.generate` from canonical weights in any backend."""
     import reference_numpy as rn
 
-    from . import backends
+    from transformer_parity import backends
 
     backend = backends.get(framework)
     if backend.name == "numpy":
@@ -468,7 +468,7 @@ def cmd_generate(args) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     src, labels = _sources(args, task)
-    from . import limits
+    from transformer_parity.io import limits
     limits.check_run(config, f"generate --examples {src.shape[0]}", batch=src.shape[0], src_len=src.shape[1],
                      tgt_len=task.target_len, itemsize=4 if args.dtype == "float32" else 8, weight_copies=2)
     next_logits = stepper(args.framework, config, weights, src, args.dtype, cache=not args.no_cache)
@@ -494,7 +494,7 @@ def cmd_generate(args) -> int:
 # --- plot ----------------------------------------------------------------------------------------------------------
 
 def cmd_plot(args) -> int:
-    from . import plots
+    from transformer_parity import plots
 
     if args.plot_kind == "positional":
         path = plots.plot_positional(args.output, args.d_model, args.length, args.force)
@@ -532,7 +532,7 @@ def _plot_attention(args, plots):
 
 
 def _plot_loss(args, plots):
-    from .training_run import LOG, read_log
+    from transformer_parity.train.run import LOG, read_log
 
     plots.check_output(args.output, args.force)
     logs = []

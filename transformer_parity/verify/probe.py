@@ -16,7 +16,6 @@ with each candidate.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -25,9 +24,9 @@ import numpy as np
 
 import reference_numpy as rn
 
-from .. import tolerances
-from ..tolerances import RATIO_LIMIT  # K of verify
-from . import user
+from transformer_parity.verify import tolerances
+from transformer_parity.verify.tolerances import RATIO_LIMIT  # K of verify
+from transformer_parity.layouts import user
 
 Source = Callable[[dict[str, np.ndarray]], Any]
 
@@ -246,7 +245,7 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
     """Probe `source` to settle the layout of the checkpoint at `path` (see the module docstring)."""
     user_source = source
     source = lambda batch: call_source(user_source, batch, where)  # noqa: E731
-    from ..formats import sniff
+    from transformer_parity.io.sniff import sniff
 
     path = Path(path)
     fields = dict(fields or {})
