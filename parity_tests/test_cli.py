@@ -321,6 +321,6 @@ def test_other_modules_register_subcommands(monkeypatch, capsys):
 
 @pytest.mark.parametrize("text, value", [("false", False), ("True", True), ("none", None)])
 def test_set_parses_an_optional_switch(text, value):
-    from transformer_parity.cli import parse_fields
+    from transformer_parity.config_fields import parse_fields
 
     assert parse_fields(None, [f"output_bias={text}"]) == {"output_bias": value}

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transformer_parity import cli, verify
+from transformer_parity import verify
+from transformer_parity.cli import verify as cli_verify
 from transformer_parity.verify import lowp, tolerances
 from transformer_parity.verify import probe
 
@@ -23,7 +24,7 @@ LOWP_RESULTS = REPO / "benchmarks" / "results" / "verify-lowp"
 def test_k_is_the_documented_value_everywhere():
     assert tolerances.RATIO_LIMIT == 10 and tolerances.PAIR_RATIO_LIMIT == 2 * tolerances.RATIO_LIMIT
     assert "with **K = 10** against the judge, and 2K = 20 between two backends" in " ".join(VERIFY_MD.split())
-    assert "K = 10; see docs/verify.md" in cli.VERIFY_EXAMPLES
+    assert "K = 10; see docs/verify.md" in cli_verify.VERIFY_EXAMPLES
     # the product reads the one module: no copy of K anywhere else
     assert verify.RATIO_LIMIT is tolerances.RATIO_LIMIT and probe.RATIO_LIMIT is tolerances.RATIO_LIMIT
     assert lowp.RATIO_LIMIT is tolerances.LOWP_RATIO_LIMIT and lowp.EPS is tolerances.REDUCED_EPS
@@ -64,7 +65,7 @@ def test_reduced_precision_k_is_the_geometric_middle_of_the_bfloat16_calibration
     assert tolerances.LOWP_RATIO_LIMIT == 5.5 == pytest.approx(math.sqrt(correct * fault), abs=0.05)
     assert tolerances.LOWP_PAIR_RATIO_LIMIT == 2 * tolerances.LOWP_RATIO_LIMIT
     assert "`transformer_parity.verify.lowp.RATIO_LIMIT` = **5.5** (11 between two backends)" in " ".join(VERIFY_MD.split())
-    assert "K = 5.5" in cli.VERIFY_EXAMPLES
+    assert "K = 5.5" in cli_verify.VERIFY_EXAMPLES
 
 
 def test_reduced_precision_k_separates_the_float16_calibration():

@@ -1,0 +1,158 @@
+"""The `init` and `convert` commands: seeded weights of a preset, and a checkpoint in another format."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from transformer_parity.config_fields import parse_fields
+from transformer_parity.errors import UsageError
+from transformer_parity.io.safe_text import printable
+
+from .common import (FORMAT_CHOICES, BytesProgress, Formatter, add_allow_drop, add_config_options, input_format,
+                     make_console, print_note)
+
+
+INIT_EXAMPLES = """\
+examples:
+  transformer-parity init -o base.safetensors                     # the paper's base model, seeded
+  transformer-parity init --preset tiny --seed 3 -o tiny.pt        # straight to a PyTorch file
+  transformer-parity init --preset base --set num_heads=16 --set layer_norm_eps=1e-6 -o custom.safetensors
+  transformer-parity init --config my_config.json -o mine.weights.h5
+  transformer-parity init --exercise-all -o base.safetensors       # non-zero biases, non-unit gammas too
+"""
+
+
+def cmd_init(args) -> int:
+    import numpy as np
+
+    import reference_numpy as rn
+
+    from transformer_parity import formats
+    from transformer_parity.verify import seeded_weights
+
+    fields = parse_fields(args.config, args.sets)
+    out_format = formats.output_format(args.output, args.to)
+    formats.check_destination(args.output, out_format, args.force)  # a file, or a model directory (--to hf)
+    if args.seed < 0:
+        raise UsageError(f"--seed must be >= 0, received {args.seed}")
+    try:
+        config = rn.TransformerConfig.preset(args.preset, **fields)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"invalid config: {exc}") from None
+    start = time.perf_counter()
+    dtype = np.dtype(args.dtype)
+    from transformer_parity.io import limits
+    limits.check_memory(2 * dtype.itemsize * limits.parameter_count(config),  # each tensor drawn in float64, cast
+                        f"init --preset {args.preset}" + "".join(f" --set {s}" for s in args.sets))
+    weights = seeded_weights(config, args.seed, dtype) if args.exercise_all else rn.init_weights(config, args.seed,
+                                                                                                    dtype)
+    total = sum(w.nbytes for w in weights.values())
+    size_text = _size(weights)
+    notes: list[str] = []
+    with BytesProgress(args, f"writing {printable(Path(args.output).name)}", total) as bar:
+        path, fmt = formats.save(args.output, config, weights, out_format, args.force, bar.advance, consume=True,
+                                 notes=notes)
+    for note in notes:
+        print_note(args, note)
+    if not args.quiet:
+        make_console(args).print(f"wrote {printable(path)} ({fmt}, {args.preset} preset, {size_text}) in "
+                             f"{time.perf_counter() - start:.1f} s", markup=False)
+    return 0
+
+
+def _size(weights) -> str:
+    n = sum(int(v.size) for v in weights.values())
+    nbytes = sum(int(v.nbytes) for v in weights.values())
+    from transformer_parity.io.limits import human_bytes
+
+    return f"{n / 1e6:.1f} M parameters, {human_bytes(nbytes)}"
+
+
+# --- convert ---------------------------------------------------------------------------------------------------------
+
+CONVERT_EXAMPLES = """\
+examples:
+  transformer-parity convert base.safetensors base.pt                 # canonical -> PyTorch
+  transformer-parity convert base.pt base.weights.h5                   # PyTorch -> Keras weights
+  transformer-parity convert base.weights.h5 back.safetensors --force  # overwrite an existing file
+  # a model built around torch.nn.Transformer (e.g. PyTorch's translation tutorial): what its weights cannot tell
+  # (num_heads, activation, norm_first, layer_norm_eps, scale_embedding, pad_id) given in a JSON file:
+  transformer-parity convert seq2seq.pt seq2seq.safetensors --from nn-transformer --config tutorial.json
+  # canonical -> the tutorial's own state-dict layout (loads with model.load_state_dict):
+  transformer-parity convert model.safetensors tutorial.pt --to nn-transformer
+  # a Hugging Face model directory (save_pretrained's config.json + weights) to Keras, and back:
+  transformer-parity convert gpt2-dir gpt2.weights.h5
+  transformer-parity convert gpt2.weights.h5 gpt2-again --to hf
+
+formats: canonical (.safetensors), torch (.pt/.pth), nn-transformer (.pt/.pth/.bin, a torch.nn.Transformer
+model's state dict), keras (.weights.h5), hf (a Hugging Face model directory: GPT-2, BERT, Marian or BART;
+hf-gpt2, hf-bert, hf-marian, hf-bart name the family). Inferred from content and extension; --from/--to override.
+"""
+
+
+def cmd_convert(args) -> int:
+    from transformer_parity import formats
+    from transformer_parity.io import outputs
+
+    fields = parse_fields(args.config, args.sets)
+    in_path = formats.check_source(args.input)
+    out_format = formats.output_format(args.output, args.to)
+    outputs.check_apart(in_path, args.output)  # before anything is read or moved
+    out_path = formats.check_destination(args.output, out_format, args.force)
+    to_layout = None
+    if getattr(args, "to_layout", None):  # parsed (names checked as the output's keys) before the input is read
+        from transformer_parity.layouts import user
+        to_layout = user.load_for_writing(args.to_layout, out_path)
+    start = time.perf_counter()
+    size = formats.source_size(in_path)
+    notes: list[str] = []
+    with BytesProgress(args, f"reading {printable(in_path.name)}", size) as bar:
+        loaded = formats.load(in_path, input_format(args), fields, bar.advance, allow_drop=args.allow_drop)
+        bar.describe(f"writing {printable(out_path.name)}", loaded.nbytes)
+        size_text = _size(loaded.weights)
+        if to_layout is not None:
+            path, fmt = out_path, user.export_with_layout(out_path, loaded.config, loaded.weights, to_layout,
+                                                          args.force)
+        else:
+            path, fmt = formats.save(out_path, loaded.config, loaded.weights, out_format, args.force, bar.advance,
+                                     consume=True, notes=notes)
+    for note in loaded.notes + notes:
+        print_note(args, note)
+    if not args.quiet:
+        make_console(args).print(f"converted {printable(in_path)} ({loaded.format}) -> {printable(path)} ({fmt}), "
+                             f"{size_text}, in {time.perf_counter() - start:.1f} s", markup=False)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("init", help="write a seeded model of a preset or config", epilog=INIT_EXAMPLES,
+                       formatter_class=Formatter, description="Write seeded weights for a preset or config.")
+    p.add_argument("--preset", choices=("tiny", "base", "big"), default="base",
+                   help="starting config (default: base, the paper's)")
+    add_config_options(p)
+    p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="weight dtype")
+    p.add_argument("--exercise-all", action="store_true",
+                   help="draw biases and LayerNorm parameters at random too (better for verification)")
+    p.add_argument("--to", choices=FORMAT_CHOICES, help="output format (default: from the extension)")
+    p.add_argument("-o", "--output", required=True, metavar="PATH", help="file to write")
+    p.add_argument("--force", action="store_true", help="overwrite PATH if it exists")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("convert", help="convert a checkpoint to another format", epilog=CONVERT_EXAMPLES,
+                       formatter_class=Formatter,
+                       description="Read a checkpoint in any supported format and write it in another, atomically\n"
+                                   "(a temporary file renamed into place; nothing is left behind on error or Ctrl-C).")
+    p.add_argument("input", metavar="IN", help="checkpoint to read (a file, or a Hugging Face model directory)")
+    p.add_argument("output", metavar="OUT", help="file to write (a directory with --to hf)")
+    p.add_argument("--from", dest="from_", choices=FORMAT_CHOICES, help="input format (default: inferred)")
+    p.add_argument("--to", choices=FORMAT_CHOICES, help="output format (default: from OUT's extension)")
+    p.add_argument("--layout", metavar="FILE.toml", help="a layout file describing IN, a model this tool does not "
+                   "know (docs/layouts.md)")
+    p.add_argument("--to-layout", metavar="FILE.toml", help="write OUT under the names of a layout file, for your own "
+                   "model's load_state_dict / load_weights (.pt, .safetensors or .weights.h5)")
+    add_config_options(p)
+    add_allow_drop(p)
+    p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    p.set_defaults(func=cmd_convert)
