@@ -392,7 +392,7 @@ def _temps(folder: Path) -> list[str]:
 @pytest.mark.parametrize("out_name, to", [("o.weights.h5", None), ("o.safetensors", None), ("model", "hf")])
 def test_stale_temporaries_of_killed_runs_are_removed_with_a_note(tmp_path, gpt, capsys, out_name, to):
     out = tmp_path / out_name
-    suffix = "" if to else formats._temp_suffix(out)
+    suffix = "" if to else outputs.temp_suffix(out)
     ppid, started = os.getppid(), outputs.process_start(os.getppid())
     stale = [f".{out_name}{outputs.TAG}tmp-{_dead_pid()}-abcdefgh{suffix}",  # its process is gone
              f".{out_name}{outputs.TAG}tmp-{ppid}-reusedpd{suffix}"]  # its pid now names a younger process

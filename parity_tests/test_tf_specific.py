@@ -23,7 +23,7 @@ RNG = np.random.default_rng(123)
 
 @functools.lru_cache(maxsize=None)
 def built(config: rn.TransformerConfig, dtype: str):
-    """A model loaded through WEIGHT_TABLE and the float64 reference on the same weights (cached: read-only use)."""
+    """A model loaded through weight_table and the float64 reference on the same weights (cached: read-only use)."""
     weights = weights_for(config, dtype=dtype)
     return ti.Transformer.from_reference(config, weights), rn.Transformer(config, weights, np.float64)
 
@@ -85,7 +85,7 @@ def test_fully_masked_rows_have_finite_gradients():
     assert all(np.isfinite(g.numpy()).all() for g in tape.gradient(loss, [q, k, v]))
 
 
-# --- components, loaded through the model's WEIGHT_TABLE -------------------------------------------------------------
+# --- components, loaded through the model's weight_table -------------------------------------------------------------
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("tq, tk", [(4, 4), (3, 6)], ids=["self", "cross"])

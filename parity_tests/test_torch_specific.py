@@ -20,7 +20,7 @@ def t(x: np.ndarray) -> torch.Tensor:
 
 def load(module: torch.nn.Module, weights: dict, prefix: str, dtype) -> torch.nn.Module:
     """Load the canonical weights under `prefix` into one torch submodule through the model's weight table."""
-    state = rn.to_framework_state(TINY, weights, ti.WEIGHT_TABLE)
+    state = rn.to_framework_state(TINY, weights, ti.weight_table(TINY))
     own = {k[len(prefix) + 1:]: t(v) for k, v in state.items() if k.startswith(prefix + ".")}
     module.to(getattr(torch, dtype)).load_state_dict(own, strict=True)
     return module.eval()

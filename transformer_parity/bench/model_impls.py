@@ -4,7 +4,7 @@ An implementation turns a `Problem` (config, shapes, task, dtype), the canonical
 `Runner` (see `harness`): `fn` does one timed call of the task (a forward pass, one training step, or one greedy
 generation from the source), `to_numpy` turns its result into what is checked (logits, the loss before the update,
 or the generated ids and the last step's logits). Every implementation of a problem starts from
-the same canonical weights: torch_impl and tf_impl load them through their `WEIGHT_TABLE`s, `torch.nn.Transformer`
+the same canonical weights: torch_impl and tf_impl load them through their `weight_table`s, `torch.nn.Transformer`
 through the project's nn.Transformer layout export.
 
 Frameworks are imported inside the builders, so `--list` needs neither PyTorch nor TensorFlow.

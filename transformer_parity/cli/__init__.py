@@ -109,13 +109,24 @@ def _interrupted(argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (the console script passes it to sys.exit)."""
     import signal
+    import threading
 
     from transformer_parity import quiet
 
     argv = sys.argv[1:] if argv is None else list(argv)
     quiet.configure(debug="--debug" in argv)  # before anything imports a framework
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the caller ignores Ctrl-C
+    ours = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not where the caller ignores Ctrl-C
+    if ours:
         signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        return _main(argv)
+    finally:
+        if ours and signal.getsignal(signal.SIGINT) is _on_sigint:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _main(argv: list[str]) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)

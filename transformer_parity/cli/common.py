@@ -60,7 +60,7 @@ def make_console(args, stderr: bool = False):
 
 def print_note(args, message: str) -> None:
     if not getattr(args, "quiet", False):
-        make_console(args, stderr=True).print(f"note: {one_line(message)}", markup=False)
+        make_console(args, stderr=True).print(f"note: {one_line(message)}", markup=False, soft_wrap=True)  # one line
 
 
 class BytesProgress:

@@ -242,7 +242,7 @@ class _TrainProgress:
 
     def note(self, message: str) -> None:
         if not _quiet(self.args):
-            self.console.print(f"note: {message}", markup=False, highlight=False)
+            self.console.print(f"note: {message}", markup=False, highlight=False, soft_wrap=True)
 
 
 def cmd_train(args) -> int:

@@ -429,7 +429,7 @@ def atomic_dir(path: str | os.PathLike, force: bool, kind: DirKind, notes: list[
             restore_sigterm(previous)
 
 
-def _temp_suffix(path: Path) -> str:
+def temp_suffix(path: Path) -> str:
     """The final suffixes a temporary file beside `path` keeps (libraries check them)."""
     return "".join(path.suffixes[-2:]) if path.name.endswith(".weights.h5") else path.suffix
 
@@ -470,7 +470,7 @@ def atomic_path(path: Path, force: bool = False, notes: list[str] | None = None)
     stderr) says so."""
 
     path = Path(path)
-    suffix = _temp_suffix(path)
+    suffix = temp_suffix(path)
     tell(notes, sweep(path, suffix))
     with deferred_signals():  # the handler and the file appear together, or neither
         previous = raise_on_sigterm()

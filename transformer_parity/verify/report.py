@@ -211,10 +211,12 @@ def print_report(report: "Report", console: "Console") -> None:
         console.print(weights)
     if report.rows:
         console.print(table(report, console.width))
+    from rich.markup import escape
+
     for line in report.config_differences:
-        console.print(f"[yellow]config differs[/] {line}")
+        console.print(f"[yellow]config differs[/] {escape(line)}", soft_wrap=True)
     for line in report.notes:
-        console.print(f"note: {line}")
+        console.print(f"note: {line}", markup=False, soft_wrap=True)
 
 
 def to_json_text(report: "Report") -> str:
