@@ -45,7 +45,7 @@ def test_fused_qkv_split_and_join(transform, widths):  # grouped-query k/v are n
 
 
 def test_a_fused_array_of_the_wrong_width_is_refused():
-    with pytest.raises(ValueError, match="q, k and v need 6\\+2\\+2"):
+    with pytest.raises(ValueError, match="its parts need 6\\+2\\+2"):
         mapping.fused_part(np.zeros((5, 12)), "fused_qkv", 0, (6, 2, 2))
 
 

@@ -4,17 +4,19 @@
 Every external layout uses it: the twins' own state dicts and `.weights.h5` files, `torch.nn.Transformer`, every
 Hugging Face and KerasHub family, and a user's layout file (which is this table, read from TOML).
 
-- `canonical`: a canonical parameter name (`parameter_shapes`), in which `{i}` stands for a layer index and `{qkv}`
-  for one of the attention projections q, k, v;
-- `external`: the name in the other layout, with the same placeholders (`{qkv}` left out for a fused entry);
+- `canonical`: a canonical parameter name (`parameter_shapes`), in which `{i}` stands for a layer index, `{qkv}`
+  for one of the attention projections q, k, v, and `{gate_up}` for one of a gated feed-forward's input projections
+  (`gate`, `linear1`);
+- `external`: the name in the other layout, with the same placeholders (`{qkv}` / `{gate_up}` left out for a fused
+  entry: one external array holds all the parts);
 - `transform`, one of `TRANSFORMS`, each a named function pair below:
 
   | transform   | external array                                       | reading          | writing   |
   |-------------|------------------------------------------------------|------------------|-----------|
   | `identity`  | the canonical array                                  | required         | written   |
   | `transpose` | its 2-D transpose (`nn.Linear` weight `(out, in)`)   | required         | written   |
-  | `fused_qkv` | q, k, v concatenated along the last axis (`c_attn`; k and v may be narrower, as in grouped-query attention) | required | written |
-  | `fused_qkv_t` | the same stored `(q+k+v, in)`, as an `nn.Linear` holds it | required    | written   |
+  | `fused_qkv` | q, k, v (or gate, up) concatenated along the last axis (`c_attn`; k and v may be narrower, as in grouped-query attention) | required | written |
+  | `fused_qkv_t` | the same stored `(q+k+v, in)`, as an `nn.Linear` holds it (Phi-3's `qkv_proj`, `gate_up_proj`) | required | written |
   | `fused_qkv_heads` | q, k, v interleaved per head: last axis `(H, 3, dk)` | required     | written   |
   | `fused_qkv_heads_t` | the same stored `(3D, in)` (a Lightning `qkv_proj`) | required    | written   |
   | `heads_out` | output features split per head: `(in, H, dk)`, bias `(H, dk)` (Keras MHA q/k/v) | required | written |
@@ -32,9 +34,9 @@ missing, unused or of the wrong shape; writing produces exactly the entries a re
 the optional kinds check (`tied`, `sinusoid`, ...) and the messages a user sees are the product's
 (`transformer_parity.layouts.table`); this module is the language and the loop.
 
-Names are patterns: literal text with two placeholders, written exactly so: `{i}`, a layer index, written as Python
-writes an int (no sign, no leading zeros, so that filling a name back gives the key it was read from), and `{qkv}`,
-one of `q`, `k`, `v`. Anything else in braces is refused when the pattern is parsed. A placeholder used twice
+Names are patterns: literal text with three placeholders, written exactly so: `{i}`, a layer index, written as Python
+writes an int (no sign, no leading zeros, so that filling a name back gives the key it was read from), `{qkv}`, one
+of `q`, `k`, `v`, and `{gate_up}`, one of `gate`, `linear1`. Anything else in braces is refused when the pattern is parsed. A placeholder used twice
 matches the same text both times. Patterns are matched and filled by the small parser here, never by `str.format`.
 """
 
@@ -52,13 +54,17 @@ FUSED = ("fused_qkv", "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t")  # 
 HEADS = ("heads_out", "heads_in")  # einsum kernels of Keras MultiHeadAttention
 CHECKED = ("tied", "sinusoid", "causal_mask", "ignore")  # optional on reading, never written
 Entry = tuple[str, str, str]  # (canonical, external, transform)
-Plan = dict[str, tuple[str, str, int]]  # canonical name -> (external name, transform, part: 0/1/2 of a fused q/k/v)
+# canonical name -> (external name, transform, (part, parts)): which of how many parts of a fused external array
+Plan = dict[str, tuple[str, str, tuple[int, int]]]
 
 
 # --- name patterns -------------------------------------------------------------------------------------------------
 
-PLACEHOLDERS = {"i": "the layer index", "qkv": "q, k or v"}
-_GROUPS = {"i": "0|[1-9][0-9]{0,17}", "qkv": "[qkv]"}
+PLACEHOLDERS = {"i": "the layer index", "qkv": "q, k or v",
+                "gate_up": "gate or linear1 (a gated feed-forward's two input projections)"}
+_GROUPS = {"i": "0|[1-9][0-9]{0,17}", "qkv": "[qkv]", "gate_up": "gate|linear1"}
+# The placeholders a fused entry packs, and their parts in the order the external array holds them.
+PARTS = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "linear1")}
 _BRACES = re.compile(r"\{[^{}]*\}|[{}]")
 Part = str | tuple[str]  # literal text, or (placeholder name,)
 
@@ -75,7 +81,8 @@ def parse_pattern(pattern: str) -> tuple[Part, ...]:
         name = m.group()[1:-1]
         if name not in PLACEHOLDERS:
             raise ValueError(f"{pattern!r}: {m.group()!r} is not a placeholder; a name holds literal text, {{i}} (the "
-                             "layer index) and {qkv} (q, k or v) only, written exactly so (no format specs)")
+                             "layer index), {qkv} (q, k or v) and {gate_up} (gate or linear1) only, written exactly so "
+                             "(no format specs)")
         if m.start() > position:
             parts.append(pattern[position:m.start()])
         parts.append((name,))
@@ -150,8 +157,12 @@ def check_table(table: Sequence[Entry]) -> None:
             raise ValueError(f"a table entry is (canonical, external, transform), received {entry!r}")
         if entry[2] not in TRANSFORMS:
             raise ValueError(f"unknown transform {entry[2]!r} in {entry!r}; choose one of {', '.join(TRANSFORMS)}")
-        if entry[2] in FUSED and "qkv" not in placeholders(entry[0]):
-            raise ValueError(f"a fused_qkv entry needs {{qkv}} in its canonical pattern, received {entry!r}")
+        if entry[2] in FUSED and len(placeholders(entry[0]) & set(PARTS)) != 1:
+            raise ValueError(f"a fused entry needs {{qkv}} or {{gate_up}} (one of them) in its canonical pattern, "
+                             f"received {entry!r}")
+        if entry[2] in FUSED and "heads" in entry[2] and "qkv" not in placeholders(entry[0]):
+            raise ValueError(f"{entry[2]} interleaves q, k and v per head: its canonical pattern needs {{qkv}}, "
+                             f"received {entry!r}")
 
 
 def quoted(entry: Entry) -> str:
@@ -162,7 +173,8 @@ def quoted(entry: Entry) -> str:
 def plan(names: Iterable[str], table: Sequence[Entry], where: Callable[[Entry], str] = quoted,
          shared: bool = False) -> Plan:
     """canonical name -> (external name, transform, part) for every name in `names` (the canonical parameters of a
-    config, or of one block), `part` being 0/1/2 for q/k/v of a fused entry. A canonical name two entries target,
+    config, or of one block), `part` being `(index, count)` in a fused entry (q, k, v: 0..2 of 3; gate, linear1:
+    0..1 of 2) and `(0, 1)` otherwise. A canonical name two entries target,
     or an external name two canonical names would be written to, is refused (`where` describes an entry in the
     message: its pattern, or a layout file's line), unless `shared`: then canonical names may read one external
     array through the same transform (one position table both sides read), and writing checks they are equal."""
@@ -186,19 +198,24 @@ def plan(names: Iterable[str], table: Sequence[Entry], where: Callable[[Entry], 
             raise ValueError(f"{external!r} would hold both {previous[0]!r} ({where(previous[1])}) and {name!r} "
                              f"({where(entry)}); one name holds one tensor (a fused entry: q, k and v of one layer)")
         writers[external] = (name, entry)
-        out[name] = (external, transform, "qkv".index(groups["qkv"]) if transform in FUSED else 0)
+        part = (0, 1)
+        if transform in FUSED:
+            kind = next(k for k in PARTS if k in groups)
+            part = (PARTS[kind].index(groups[kind]), len(PARTS[kind]))
+        out[name] = (external, transform, part)
     return out
 
 
 def fused_groups(mapping: Plan) -> dict[str, list[str]]:
-    """external name -> its canonical q, k, v names, in that order, for every fused entry of a plan."""
+    """external name -> its canonical parts' names, in the order the external array holds them (q, k, v; gate,
+    linear1), for every fused entry of a plan."""
     groups: dict[str, list[str | None]] = {}
-    for name, (external, transform, part) in mapping.items():
+    for name, (external, transform, (part, count)) in mapping.items():
         if transform in FUSED:
-            groups.setdefault(external, [None, None, None])[part] = name
+            groups.setdefault(external, [None] * count)[part] = name
     missing = sorted(external for external, names in groups.items() if None in names)
     if missing:
-        raise ValueError(f"fused entries missing a part (q, k and v of one layer): {missing}")
+        raise ValueError(f"fused entries missing a part (q, k and v, or gate and linear1, of one layer): {missing}")
     return groups  # type: ignore[return-value]
 
 
@@ -212,7 +229,7 @@ def external_shape(transform: str, shape: tuple[int, ...], head_dim: int = 1,
     if transform == "transpose":
         return shape[::-1]
     if transform in FUSED:
-        parts = list(fused) or [shape] * 3
+        parts = list(fused) or [shape] * 3  # (canonical_shape's guess: three equal parts)
         whole = shape[:-1] + (sum(p[-1] for p in parts),)
         return whole[::-1] if transform.endswith("_t") else whole
     if transform == "heads_out":
@@ -226,10 +243,10 @@ def external_shape(transform: str, shape: tuple[int, ...], head_dim: int = 1,
     return shape
 
 
-def canonical_shape(transform: str, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+def canonical_shape(transform: str, shape: tuple[int, ...], parts: int = 3) -> tuple[int, ...] | None:
     """The canonical shape an external array of `shape` stands for under `transform` (one part of a fused array of
-    three equal parts); None when an array of that rank cannot be one (a 1-D `heads_in`, a fused axis not divisible
-    by 3)."""
+    `parts` equal parts); None when an array of that rank cannot be one (a 1-D `heads_in`, a fused axis not
+    divisible by `parts`)."""
     shape = tuple(shape)
     if transform == "transpose":
         return shape[::-1]
@@ -243,7 +260,7 @@ def canonical_shape(transform: str, shape: tuple[int, ...]) -> tuple[int, ...] |
         return (shape[0] * shape[1],) + shape[2:] if len(shape) >= 2 else None  # (H, dk, ..) -> (D, ..)
     if transform in FUSED:
         shape = shape[::-1] if transform.endswith("_t") else shape
-        return shape[:-1] + (shape[-1] // 3,) if shape and shape[-1] % 3 == 0 else None  # (.., 3D) -> (.., D)
+        return shape[:-1] + (shape[-1] // parts,) if shape and shape[-1] % parts == 0 else None  # (.., 3D) -> (.., D)
     return shape
 
 
@@ -268,16 +285,16 @@ def to_external(array: np.ndarray, transform: str, head_dim: int = 1) -> np.ndar
 
 
 def fused_part(array: np.ndarray, transform: str, part: int, widths: Sequence[int], head_dim: int = 1) -> np.ndarray:
-    """q, k or v (`part` 0/1/2) of a fused projection, in canonical orientation; `widths` are the three parts'
-    feature counts (equal, or k and v narrower under grouped-query attention). `_t`: stored `(q+k+v, in)` as an
-    `nn.Linear` holds it; `_heads`: the features are `(H, 3, dk)`, q/k/v interleaved per head (equal widths)."""
+    """Part `part` (q, k, v: 0/1/2; gate, linear1: 0/1) of a fused projection, in canonical orientation; `widths`
+    are the parts' feature counts (k and v narrower under grouped-query attention). `_t`: stored `(q+k+v, in)` as
+    an `nn.Linear` holds it; `_heads`: the features are `(H, 3, dk)`, q/k/v interleaved per head (equal widths)."""
     a = np.asarray(array)
     a = a.T if transform.endswith("_t") else a  # (3D, in) -> (in, 3D); a bias (3D,) stays
     if a.shape[-1] != sum(widths):
-        raise ValueError(f"a fused q/k/v array has {a.shape[-1]} features; q, k and v need {'+'.join(map(str, widths))}")
+        raise ValueError(f"a fused array has {a.shape[-1]} features; its parts need {'+'.join(map(str, widths))}")
     if "heads" in transform:
         width = widths[0]
-        if len(set(widths)) != 1 or width % head_dim:
+        if len(widths) != 3 or len(set(widths)) != 1 or width % head_dim:
             raise ValueError(f"a per-head fused q/k/v array of {sum(widths)} features does not split into heads of "
                              f"{head_dim} for q, k and v")
         a = a.reshape(a.shape[:-1] + (width // head_dim, 3, head_dim))  # (..., 3D) -> (..., H, 3, dk)
@@ -293,7 +310,7 @@ def fuse(parts: Sequence[np.ndarray], transform: str, head_dim: int = 1) -> np.n
         heads = [p.reshape(p.shape[:-1] + (width // head_dim, head_dim)) for p in parts]  # (..., D) -> (..., H, dk)
         fused = np.stack(heads, axis=-2).reshape(parts[0].shape[:-1] + (3 * width,))  # (..., H, 3, dk) -> (..., 3D)
     else:
-        fused = np.concatenate(parts, axis=-1)  # (..., q), (..., k), (..., v) -> (..., q+k+v)
+        fused = np.concatenate(parts, axis=-1)  # (..., q), (..., k), (..., v) -> (..., q+k+v); gate | up alike
     return np.ascontiguousarray(fused.T) if transform.endswith("_t") else fused  # (in, 3D) -> (3D, in)
 
 
@@ -350,7 +367,7 @@ def read(mapping: Plan, state: dict[str, np.ndarray], shapes: Mapping[str, tuple
     for external, _, _ in mapping.values():
         uses[external] = uses.get(external, 0) + 1
     weights = {}
-    for name, (external, transform, part) in mapping.items():
+    for name, (external, transform, (part, _)) in mapping.items():
         if transform in FUSED:
             widths = [shapes[n][-1] for n in groups[external]]
             weights[name] = fused_part(state[external], transform, part, widths, head_dim)
@@ -373,7 +390,7 @@ def write(mapping: Plan, weights: dict[str, np.ndarray], head_dim: int = 1, cons
         if transform in FUSED:
             parts = fused.setdefault(external, {})
             parts[name] = array
-            if len(parts) == 3:
+            if len(parts) == len(groups[external]):
                 out[external] = fuse([parts[n] for n in groups[external]], transform, head_dim)
                 del fused[external]
         elif external in out:  # a shared external array: every canonical copy must be the same

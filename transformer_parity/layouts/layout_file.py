@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import reference_numpy as rn
-from reference_numpy.mapping import (CHECKED, FUSED, TRANSFORMS, Entry, check_table, hits, index, parse_pattern,
-                                     placeholders)
+from reference_numpy.mapping import (CHECKED, FUSED, PARTS, TRANSFORMS, Entry, check_table, hits, index,
+                                     parse_pattern, placeholders)
 
 from . import hparams as hp
 
@@ -191,13 +191,13 @@ def check_name(name: str, writing: str | None = None) -> None:
 
 
 def _check_placeholders(canonical: str, external: str, transform: str) -> None:
-    needed = placeholders(canonical) - ({"qkv"} if transform in FUSED else set())
+    needed = placeholders(canonical) - (set(PARTS) if transform in FUSED else set())
     if transform not in OPTIONAL and not needed <= placeholders(external):
         raise ValueError(f"{external!r} = {canonical!r}: the canonical name uses "
                          f"{sorted(needed - placeholders(external))} which the key pattern does not")
-    if transform in FUSED and "qkv" in placeholders(external):
-        raise ValueError(f"{external!r}: a fused entry ({transform}) is one array holding q, k and v; its "
-                         "key pattern cannot contain {qkv}")
+    if transform in FUSED and placeholders(external) & set(PARTS):
+        raise ValueError(f"{external!r}: a fused entry ({transform}) is one array holding all its parts (q, k and "
+                         "v, or gate and linear1); its key pattern cannot contain {qkv} or {gate_up}")
 
 
 def _check_targets(layout: Layout) -> None:

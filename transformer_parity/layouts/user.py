@@ -46,7 +46,8 @@ from typing import Any, Mapping
 import numpy as np
 
 import reference_numpy as rn
-from reference_numpy.mapping import FUSED, Entry, canonical_shape, fill, hits, index, preview, regex
+from reference_numpy.mapping import (FUSED, PARTS, Entry, canonical_shape, fill, hits, index, placeholders, preview,
+                                     regex)
 
 from transformer_parity.io.safe_text import printable, toml_string
 from . import hparams as hp
@@ -103,19 +104,20 @@ def canonical_shapes(layout: Layout, state: Mapping[str, np.ndarray], matched: M
         if transform in OPTIONAL:
             continue
         groups = regex(external).fullmatch(key).groupdict()
-        shape = canonical_shape(transform, np.shape(state[key]))
+        kind = next((k for k in PARTS if k in placeholders(canonical)), None) if transform in FUSED else None
+        parts = PARTS[kind] if kind else [groups.get("qkv")]  # a fused entry holds all its parts
+        shape = canonical_shape(transform, np.shape(state[key]), len(parts))
         if shape is None and transform in FUSED:
             stored = tuple(np.shape(state[key]))
             axis = (stored[::-1] if transform.endswith("_t") else stored)[-1:] or ("none",)
-            raise ValueError(f"{layout.path}: {key!r} has shape {stored}; its fused q/k/v axis of {axis[0]} does not "
-                             f"divide by 3 ({transform})")
+            raise ValueError(f"{layout.path}: {key!r} has shape {stored}; its fused {'/'.join(parts)} axis of "
+                             f"{axis[0]} does not divide by {len(parts)} ({transform})")
         if shape is None:
             raise ValueError(f"{layout.path}: {key!r} has shape {tuple(np.shape(state[key]))}, which a {transform} "
                              f"entry cannot hold (it takes {_TRANSFORM_SHAPES.get(transform, 'another rank')}); "
                              f"{layout.where(entry)}")
-        parts = "qkv" if transform in FUSED else [groups.get("qkv")]  # a fused entry holds all three
         for part in parts:
-            name = fill(canonical, i=groups.get("i"), qkv=part)
+            name = fill(canonical, i=groups.get("i"), **{kind or "qkv": part})
             if name in filled_by and filled_by[name][0] != key:
                 other_key, other = filled_by[name]
                 raise ValueError(f"{layout.path}: canonical parameter {name!r} is filled twice, from {other_key!r} "
