@@ -21,6 +21,8 @@ MODEL_TYPE = "bart"
 ARCHITECTURES = ("BartForConditionalGeneration",)
 POSITION_OFFSET = 2  # BartLearnedPositionalEmbedding's fixed offset
 CONFIG_KEYS = hf_marian.CONFIG_KEYS
+TRANSFORMERS_CLASSES = ("BartForConditionalGeneration", "BartForConditionalGeneration")  # the source oracle
+HOOKS = hf_marian.HOOKS
 LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default; config.json has no field for it
 
 TABLE = [

@@ -22,6 +22,11 @@ BASE_PREFIX = "bert."  # where BertForMaskedLM keeps its BertModel
 CONFIG_KEYS = {"src_vocab_size": "vocab_size", "tgt_vocab_size": "vocab_size", "d_model": "hidden_size",
                "num_heads": "num_attention_heads", "num_encoder_layers": "num_hidden_layers",
                "d_ff": "intermediate_size", "max_len": "max_position_embeddings", "type_vocab_size": "type_vocab_size"}
+# The source oracle (`verify`): transformers' class with an output projection and without one, and the modules
+# whose outputs are canonical sublayers, under the base model.
+TRANSFORMERS_CLASSES = ("BertForMaskedLM", "BertModel")
+HOOKS = {"encoder.layers.{i}.self_attn": "encoder.layer.{i}.attention.output.dense",
+         "encoder.layers.{i}.ffn": "encoder.layer.{i}.output.dense", "encoder.layers.{i}": "encoder.layer.{i}"}
 
 
 _LAYER = "encoder.layer.{i}."

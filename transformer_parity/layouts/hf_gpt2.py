@@ -19,6 +19,11 @@ ARCHITECTURES = ("GPT2LMHeadModel", "GPT2Model")
 BASE_PREFIX = "transformer."  # where GPT2LMHeadModel keeps its GPT2Model
 CONFIG_KEYS = {"src_vocab_size": "vocab_size", "tgt_vocab_size": "vocab_size", "d_model": "n_embd",
                "num_heads": "n_head", "num_decoder_layers": "n_layer", "d_ff": "n_inner", "max_len": "n_positions"}
+# The source oracle (`verify`): transformers' class with an output projection and without one, and the modules
+# whose outputs are canonical sublayers, under the base model.
+TRANSFORMERS_CLASSES = ("GPT2LMHeadModel", "GPT2Model")
+HOOKS = {"decoder.layers.{i}.self_attn": "h.{i}.attn", "decoder.layers.{i}.ffn": "h.{i}.mlp",
+         "decoder.layers.{i}": "h.{i}", "decoder.final_norm": "ln_f"}
 
 
 BACKBONE = [

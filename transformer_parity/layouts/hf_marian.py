@@ -22,6 +22,14 @@ BASE_PREFIX = "model."
 CONFIG_KEYS = {"src_vocab_size": "vocab_size", "tgt_vocab_size": "vocab_size", "d_model": "d_model",
                "num_heads": "encoder_attention_heads", "num_encoder_layers": "encoder_layers",
                "num_decoder_layers": "decoder_layers", "d_ff": "encoder_ffn_dim", "max_len": "max_position_embeddings"}
+# The source oracle (`verify`): transformers' class with an output projection and without one, and the modules
+# whose outputs are canonical sublayers, under the base model.
+TRANSFORMERS_CLASSES = ("MarianMTModel", "MarianMTModel")
+HOOKS = {"encoder.layers.{i}.self_attn": "encoder.layers.{i}.self_attn",
+         "encoder.layers.{i}.ffn": "encoder.layers.{i}.fc2", "encoder.layers.{i}": "encoder.layers.{i}",
+         "decoder.layers.{i}.self_attn": "decoder.layers.{i}.self_attn",
+         "decoder.layers.{i}.cross_attn": "decoder.layers.{i}.encoder_attn",
+         "decoder.layers.{i}.ffn": "decoder.layers.{i}.fc2", "decoder.layers.{i}": "decoder.layers.{i}"}
 
 TO_HF_ACTIVATION = {**HF_NAMES, "silu": "swish"}  # Marian's own configs name SiLU "swish"
 LAYER_NORM_EPS = 1e-5  # Marian's nn.LayerNorm default; config.json has no field for it

@@ -34,6 +34,7 @@ import numpy as np
 import reference_numpy as rn
 
 from transformer_parity.errors import UsageError
+from transformer_parity.layouts import HF_LAYOUTS, hf_layout
 
 Batch = dict[str, np.ndarray]
 OUTPUT = "output"  # the key of the model's output in a source's dict or an --expect file
@@ -291,32 +292,13 @@ def from_expect(path: str | Path, config: rn.TransformerConfig) -> Source:
 
 # --- built-in sources -------------------------------------------------------------------------------------------------
 
-HF_CLASSES = {  # our family -> transformers class: with an output projection, without one
-    "hf-gpt2": ("GPT2LMHeadModel", "GPT2Model"),
-    "hf-bert": ("BertForMaskedLM", "BertModel"),
-    "hf-marian": ("MarianMTModel", "MarianMTModel"),
-    "hf-bart": ("BartForConditionalGeneration", "BartForConditionalGeneration"),
-}
-# Modules whose outputs are canonical sublayers, under the transformers model's base model ({i}: the layer).
-HF_HOOKS = {
-    "hf-gpt2": {"decoder.layers.{i}.self_attn": "h.{i}.attn", "decoder.layers.{i}.ffn": "h.{i}.mlp",
-                "decoder.layers.{i}": "h.{i}", "decoder.final_norm": "ln_f"},
-    "hf-bert": {"encoder.layers.{i}.self_attn": "encoder.layer.{i}.attention.output.dense",
-                "encoder.layers.{i}.ffn": "encoder.layer.{i}.output.dense", "encoder.layers.{i}": "encoder.layer.{i}"},
-    "hf-marian": {"encoder.layers.{i}.self_attn": "encoder.layers.{i}.self_attn",
-                  "encoder.layers.{i}.ffn": "encoder.layers.{i}.fc2", "encoder.layers.{i}": "encoder.layers.{i}",
-                  "decoder.layers.{i}.self_attn": "decoder.layers.{i}.self_attn",
-                  "decoder.layers.{i}.cross_attn": "decoder.layers.{i}.encoder_attn",
-                  "decoder.layers.{i}.ffn": "decoder.layers.{i}.fc2", "decoder.layers.{i}": "decoder.layers.{i}"},
-}
-HF_HOOKS["hf-bart"] = HF_HOOKS["hf-marian"]
 KERASHUB_DIRS = ("kerashub-gpt2", "kerashub-bert")
 
 
 def builtin(loaded) -> tuple[Source | None, str | None]:
     """The built-in source for a loaded checkpoint (`formats.Loaded`), or `(None, why there is none)`."""
     fmt, path = loaded.format, Path(loaded.path)
-    if fmt in HF_CLASSES:
+    if fmt in HF_LAYOUTS:
         missing = _missing("torch", "transformers")
         return (None, f"{missing} not installed") if missing else (_hf_source(path, fmt, loaded.config), None)
     if fmt in KERASHUB_DIRS and path.is_dir():
@@ -364,7 +346,8 @@ def _hf_source(path: Path, fmt: str, config: rn.TransformerConfig) -> Source:
     from transformer_parity.layouts import hf_dir
 
     hf_dir.read_config(path)  # the directory's config.json is checked as the port read it
-    cls_name = HF_CLASSES[fmt][0 if config.output_projection else 1]
+    family = hf_layout(fmt)
+    cls_name = family.TRANSFORMERS_CLASSES[0 if config.output_projection else 1]
     pad = config.pad_id
     notes = [f"transformers {cls_name}: attention mask " + (f"0 where the probe pads (pad id {pad})"
                                                             if pad is not None else "all ones (no pad token)")]
@@ -427,7 +410,7 @@ def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad
                       decoder_attention_mask=mask(batch["tgt_ids"]))
     base = model.base_model
     layers = {"encoder": config.num_encoder_layers, "decoder": config.num_decoder_layers}
-    wanted = _expand(HF_HOOKS[fmt], layers)
+    wanted = _expand(hf_layout(fmt).HOOKS, layers)
     if not config.final_norm:
         wanted.pop("decoder.final_norm", None)
     modules = {name: base.get_submodule(module) for name, module in wanted.items()}
