@@ -9,6 +9,9 @@ Adding a layout is adding one module and one line here.
 | `hf-bert`        | `hf_bert`        | Hugging Face `BertForMaskedLM` / `BertModel` directories           |
 | `hf-marian`      | `hf_marian`      | Hugging Face `MarianMTModel` directories                           |
 | `hf-bart`        | `hf_bart`        | Hugging Face `BartForConditionalGeneration` directories            |
+| `hf-llama`       | `hf_llama`       | Hugging Face `LlamaForCausalLM` / `LlamaModel` directories         |
+| `hf-mistral`, `hf-qwen2`, `hf-qwen3`, `hf-gemma` | `hf_mistral`, ... | Llama's table with their own config fields |
+| `hf-phi3`        | `hf_phi3`        | Hugging Face `Phi3ForCausalLM` (fused q/k/v and gate/up)           |
 | `nn-transformer` | `nn_transformer` | state dicts of models built around `torch.nn.Transformer`          |
 | `kerashub-gpt2`  | `kerashub_gpt2`  | KerasHub `GPT2Backbone` / `GPT2CausalLM` presets and weights       |
 | `kerashub-bert`  | `kerashub_bert`  | KerasHub `BertBackbone` presets and weights                        |
@@ -30,6 +33,12 @@ HF_LAYOUTS = {
     "hf-bert": "hf_bert",
     "hf-marian": "hf_marian",
     "hf-bart": "hf_bart",
+    "hf-llama": "hf_llama",
+    "hf-mistral": "hf_mistral",
+    "hf-qwen2": "hf_qwen2",
+    "hf-qwen3": "hf_qwen3",
+    "hf-gemma": "hf_gemma",
+    "hf-phi3": "hf_phi3",
 }
 # ... and the single-file layouts.
 FILE_LAYOUTS = {

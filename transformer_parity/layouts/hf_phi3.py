@@ -1,0 +1,31 @@
+"""Hugging Face Phi-3 (`Phi3ForCausalLM`, `Phi3Model`): Llama's blocks with q, k and v fused in one `qkv_proj`
+(`(q + k + v, hidden)`, k and v narrower under grouped-query attention) and the gate and up projections in one
+`gate_up_proj` (`(2 * intermediate, hidden)`, gate first); rotary scaling `longrope` and a partial rotary fraction
+where config.json says so, and a sliding window where it sets one."""
+
+from __future__ import annotations
+
+from . import hf_llama
+from .hf_llama import FamilySpec
+
+NAME = "hf-phi3"
+MODEL_TYPE = "phi3"
+ARCHITECTURES = ("Phi3ForCausalLM", "Phi3Model")
+BASE_PREFIX = hf_llama.BASE_PREFIX
+CONFIG_KEYS = hf_llama.CONFIG_KEYS
+TRANSFORMERS_CLASSES = ARCHITECTURES  # the source oracle: with an output projection, without one
+HOOKS = hf_llama.HOOKS
+SPEC = FamilySpec("phi3", ARCHITECTURES, attention_bias=None, mlp_bias=None, sliding=True)
+
+_L = "layers.{i}."
+ATTENTION = [
+    # canonical                                         Phi3Model                               transform
+    ("decoder.layers.{i}.self_attn.{qkv}.kernel",       _L + "self_attn.qkv_proj.weight",       "fused_qkv_t"),
+    ("decoder.layers.{i}.self_attn.o.kernel",           _L + "self_attn.o_proj.weight",         "transpose"),
+]
+MLP = [
+    ("decoder.layers.{i}.ffn.{gate_up}.kernel",         _L + "mlp.gate_up_proj.weight",         "fused_qkv_t"),
+    ("decoder.layers.{i}.ffn.linear2.kernel",           _L + "mlp.down_proj.weight",            "transpose"),
+]
+
+table, config_from_hf, export_problems, config_to_hf, prefix = hf_llama.functions(SPEC, ATTENTION, MLP)
