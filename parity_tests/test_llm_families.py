@@ -1,0 +1,178 @@
+"""The decoder-only families people port — Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3 — against transformers itself:
+tiny random models with odd sizes (6 query heads over 2 key/value heads, a head width that is not hidden / heads, an
+intermediate size of 37, a vocabulary of 53), every weight perturbed (norms away from their init), id 0 in the inputs,
+rope scalings and a window shorter than the input where the family has them. Each is saved with `save_pretrained`,
+imported, run by the float64 reference and both twins, verified by the CLI against transformers (the built-in source),
+exported back and reloaded by transformers, and decoded greedily."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import reference_numpy as rn
+from transformer_parity import formats
+from transformer_parity.cli import main
+
+from .tolerances import property_atol
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+VOCAB = 53
+COMMON = dict(vocab_size=VOCAB, hidden_size=48, num_attention_heads=6, num_key_value_heads=2, num_hidden_layers=2,
+              intermediate_size=37, max_position_embeddings=64, rms_norm_eps=1e-5, pad_token_id=None,
+              bos_token_id=None, eos_token_id=None, tie_word_embeddings=False)
+LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
+    "llama": ("LlamaForCausalLM", "LlamaConfig", dict(head_dim=16, attention_bias=True, rope_parameters=LLAMA3)),
+    "llama-linear": ("LlamaForCausalLM", "LlamaConfig",
+                     dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})),
+    "llama-yarn": ("LlamaForCausalLM", "LlamaConfig",
+                   dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                         "original_max_position_embeddings": 16})),
+    "mistral": ("MistralForCausalLM", "MistralConfig", dict(head_dim=16, sliding_window=5)),
+    "qwen2": ("Qwen2ForCausalLM", "Qwen2Config", dict(tie_word_embeddings=True)),
+    "qwen3": ("Qwen3ForCausalLM", "Qwen3Config", dict(head_dim=16)),
+    "gemma": ("GemmaForCausalLM", "GemmaConfig", dict(head_dim=16, hidden_act="gelu_pytorch_tanh",
+                                                      tie_word_embeddings=True)),
+    "phi3": ("Phi3ForCausalLM", "Phi3Config",
+             dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})),
+}
+_cache: dict = {}
+
+
+def hf_model(name: str, tmp_path_factory):
+    """`(transformers model in eval mode, its save_pretrained directory)`, built once per session; every parameter
+    perturbed, so that a norm read as `w` instead of `1 + w`, or a swapped bias, cannot hide behind init values."""
+    if name not in _cache:
+        cls_name, config_name, settings = MODELS[name]
+        torch.manual_seed(sum(map(ord, name)))
+        config = getattr(transformers, config_name)(**{**COMMON, **settings})
+        model = getattr(transformers, cls_name)(config).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.1 * torch.randn_like(p))
+        path = tmp_path_factory.mktemp(name) / "model"
+        model.save_pretrained(path)
+        _cache[name] = model, path
+    return _cache[name]
+
+
+def ids(seed: int = 0, length: int = 11) -> np.ndarray:
+    """`(2, length)` ids with 0 in them (every id is a real token: these models take padding as a mask)."""
+    out = np.random.default_rng(seed).integers(0, VOCAB, size=(2, length))
+    out[0, 3] = out[1, 0] = 0
+    return out
+
+
+def hf_logits(model, src: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return model(input_ids=torch.as_tensor(src)).logits.double().numpy()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_float64_reference_matches_transformers_in_float64(name, tmp_path_factory):
+    model, path = hf_model(name, tmp_path_factory)
+    loaded = formats.load(path)
+    src = ids()
+    desired = hf_logits(model.double(), src)
+    model.float()
+    actual = rn.Transformer(loaded.config, loaded.weights, np.float64)(src)
+    np.testing.assert_allclose(actual, desired, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("impl", ["transformers", "torch_impl", "tf_impl"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_float32_outputs_match_the_reference(name, impl, tmp_path_factory):
+    model, path = hf_model(name, tmp_path_factory)
+    loaded = formats.load(path)
+    src = ids()
+    desired = rn.Transformer(loaded.config, loaded.weights, np.float64)(src)
+    floor = np.max(np.abs(rn.Transformer(loaded.config, loaded.weights, np.float32)(src) - desired))
+    if impl == "transformers":
+        actual = hf_logits(model, src)
+    elif impl == "torch_impl":
+        import torch_impl
+
+        with torch.no_grad():
+            actual = torch_impl.Transformer.from_reference(loaded.config, loaded.weights)(src).double().numpy()
+    else:
+        import tf_impl
+
+        actual = np.asarray(tf_impl.Transformer.from_reference(loaded.config, loaded.weights, dtype="float32")(src),
+                            np.float64)
+    np.testing.assert_allclose(actual, desired, rtol=0, atol=property_atol("float32", floor))
+    assert np.max(np.abs(actual - desired)) <= 1e-4
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3"])
+def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
+    _, path = hf_model(name, tmp_path_factory)
+    report = tmp_path / "report.json"
+    assert main(["verify", str(path), "--src-len", "11", "--json", str(report)]) == 0, capsys.readouterr().err
+    verdict = json.loads(report.read_text())["verdict"]
+    assert verdict.startswith("PASS: matches the source (transformers"), verdict
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_export_reloads_in_transformers_with_the_same_logits(name, tmp_path_factory, tmp_path):
+    model, path = hf_model(name, tmp_path_factory)
+    loaded = formats.load(path)
+    out = tmp_path / "export"
+    formats.save(out, loaded.config, dict(loaded.weights), "hf")
+    written = json.loads((out / "config.json").read_text())
+    assert written["model_type"] == json.loads((path / "config.json").read_text())["model_type"]
+    again = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    src = ids(1)
+    np.testing.assert_array_equal(hf_logits(again, src), hf_logits(model, src))
+
+
+def _steppers(config, weights):
+    import tf_impl
+    import torch_impl
+    from tf_impl import decoding as tf_decoding
+    from torch_impl import decoding as torch_decoding
+
+    tm = torch_impl.Transformer.from_reference(config, weights)
+    km = tf_impl.Transformer.from_reference(config, weights, dtype="float32")
+    return {"torch cached": torch_decoding.cached_stepper(tm), "torch recompute": torch_decoding.recompute_stepper(tm),
+            "tf cached": tf_decoding.cached_stepper(km, compiled=False), "tf recompute": tf_decoding.recompute_stepper(km)}
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "qwen2", "gemma", "phi3"])
+def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
+    model, path = hf_model(name, tmp_path_factory)
+    loaded = formats.load(path)
+    prompt = ids(2, length=4)
+    with torch.no_grad():
+        expected = {cache: model.generate(torch.as_tensor(prompt), attention_mask=torch.ones(2, 4, dtype=torch.long),
+                                          do_sample=False, max_new_tokens=32, min_new_tokens=32, use_cache=cache,
+                                          pad_token_id=0).numpy() for cache in (True, False)}
+    np.testing.assert_array_equal(expected[True], expected[False])
+    for label, stepper in _steppers(loaded.config, loaded.weights).items():
+        ours = rn.generate(stepper, 2, prompt=prompt, eos_id=VOCAB, pad_id=None, max_new_tokens=32)  # no end token
+        np.testing.assert_array_equal(ours, expected[True], err_msg=label)
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("rope_parameters", {"rope_type": "su-scaled", "rope_theta": 10000.0}, "rope type 'su-scaled'"),
+    ("rope_parameters", {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0, "beta": 1}, "['beta']"),
+    ("layer_types", ["full_attention", "sliding_attention"], "layer_types mixes"),
+    ("pretraining_tp", 2, "pretraining_tp=2"),
+])
+def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
+    import shutil
+
+    _, path = hf_model("llama", tmp_path_factory)
+    copy = tmp_path / "edited"
+    shutil.copytree(path, copy)
+    config = json.loads((copy / "config.json").read_text())
+    config[field] = value
+    (copy / "config.json").write_text(json.dumps(config))
+    assert main(["convert", str(copy), str(tmp_path / "out.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err, err
