@@ -9,7 +9,18 @@ from dataclasses import dataclass
 from typing import Any
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
-POSITIONAL = ("sinusoidal", "learned")
+POSITIONAL = ("sinusoidal", "learned", "rope")
+NORMS = ("layer", "rms")
+# transformers' rope types (modeling_rope_utils) and the parameters each reads besides rope_type; `ops.rope_frequencies`
+# computes each exactly as transformers does.
+ROPE_TYPES = {
+    "linear": ("factor",),
+    "dynamic": ("factor", "original_max_position_embeddings"),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "yarn": ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
+             "mscale_all_dim", "truncate"),
+    "longrope": ("short_factor", "long_factor", "factor", "original_max_position_embeddings", "attention_factor"),
+}
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
 ATTENTION_SCALES = ("head", "model", "none")  # or a positive finite number
 HEAD_ORDERS = ("dense-activation-norm", "dense-norm-activation")
@@ -62,6 +73,22 @@ class TransformerConfig:
     attention_scale: str | float = "head"  # scores times: head 1/sqrt(d_head) (paper), model 1/sqrt(d_model), none 1
     embed_bias: bool = False  # a learned bias on the token embedding: one-hot ids through Linear(vocab, d, bias=True)
     head_order: str = "dense-activation-norm"  # the head transform's order (BERT); or dense-norm-activation
+    norm: str = "layer"  # layer (LayerNorm: gamma, beta) or rms (RMSNorm: x / rms(x) * gamma; Llama and kin)
+    norm_weight_offset: float = 0.0  # every norm multiplies by (offset + gamma); Gemma stores w and uses 1 + w
+    ffn_gated: bool = False  # gated feed-forward: linear2(act(gate(x)) * linear1(x)) (SwiGLU with silu, GeGLU)
+    num_kv_heads: int | None = None  # key/value heads (grouped-query attention; 1 = multi-query); None = num_heads
+    head_size: int | None = None  # per-head width when it is not d_model / num_heads (Gemma, Qwen3); None = that
+    attention_bias: bool | None = None  # biases on q, k, v and o; None = `bias`
+    qkv_bias: bool | None = None  # biases on q, k and v (Qwen2: yes, with o and the FFN without); None = attention's
+    ffn_bias: bool | None = None  # biases on the feed-forward's linears; None = `bias`
+    qk_norm: bool = False  # (Qwen3) a norm over each head of q and k, after projection, before the rotation
+    sliding_window: int | None = None  # a query at i attends keys j with i - j < window (and j <= i); None = all
+    rope_theta: float = 10000.0  # positional="rope": the base of the rotation frequencies
+    rope_scaling: dict | None = None  # transformers' rope parameters: {"rope_type": "llama3", "factor": 8.0, ...}
+    rotary_fraction: float = 1.0  # the share of each head's dims that rotate (transformers' partial_rotary_factor)
+
+    def __hash__(self) -> int:  # rope_scaling is a dict: hash the whole config through its JSON
+        return hash(self.to_json())
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff", "max_len"):
@@ -78,8 +105,9 @@ class TransformerConfig:
                 raise ValueError(f"{name} must be a bool, received {getattr(self, name)!r}")
         if self.output_bias is not None and not isinstance(self.output_bias, bool):
             raise ValueError(f"output_bias must be a bool or None (= same as bias), received {self.output_bias!r}")
-        if self.d_model % self.num_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
+        if self.d_model % self.num_heads and self.head_size is None:
+            raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads} (give head_size "
+                             "for heads of another width)")
         if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) or not 0 <= self.dropout < 1:
             raise ValueError(f"dropout must be a number in [0, 1), received {self.dropout!r}")
         if not isinstance(self.layer_norm_eps, (int, float)) or isinstance(self.layer_norm_eps, bool) \
@@ -101,11 +129,15 @@ class TransformerConfig:
         if self.head_order != HEAD_ORDERS[0] and not self.head_transform:
             raise ValueError(f"head_order={self.head_order!r} needs head_transform=True (it orders the head "
                              "transform)")
+        self._check_llm_fields()
         _check_attention_scale(self.attention_scale)
         if not isinstance(self.attention_scale, str):
             object.__setattr__(self, "attention_scale", float(self.attention_scale))  # JSON may give 1 for 1.0
         _check_choice("positional", self.positional, POSITIONAL)
         _check_choice("sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)
+        if self.positional == "rope" and self.rotary_dim % 2:
+            raise ValueError(f"rotary positions turn pairs of dims: rotary_fraction={self.rotary_fraction} of "
+                             f"head_dim={self.head_dim} gives {self.rotary_dim}, an odd number")
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"sinusoidal positions need an even d_model, received d_model={self.d_model}")
         if self.pad_id is not None and self.has_encoder and self.pad_id >= self.src_vocab_size:
@@ -134,8 +166,59 @@ class TransformerConfig:
 
     @property
     def head_dim(self) -> int:
-        """d_k = d_v = d_model / num_heads."""
-        return self.d_model // self.num_heads
+        """d_k = d_v: `head_size`, or d_model / num_heads."""
+        return self.head_size or self.d_model // self.num_heads
+
+    def _check_llm_fields(self) -> None:
+        _check_choice("norm", self.norm, NORMS)
+        _check_finite("norm_weight_offset", self.norm_weight_offset)
+        for name in ("ffn_gated", "qk_norm"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, received {getattr(self, name)!r}")
+        for name in ("attention_bias", "qkv_bias", "ffn_bias"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool or None (= the broader switch), received "
+                                 f"{getattr(self, name)!r}")
+        for name in ("num_kv_heads", "head_size", "sliding_window"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), minimum=1, or_none=True)
+        if self.num_kv_heads is not None and self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads} "
+                             "(each key/value head serves a whole group of query heads)")
+        _check_finite("rope_theta", self.rope_theta, positive=True)
+        _check_finite("rotary_fraction", self.rotary_fraction, positive=True)
+        if self.rotary_fraction > 1:
+            raise ValueError(f"rotary_fraction must be in (0, 1], received {self.rotary_fraction!r}")
+        if self.rope_scaling is not None:
+            _check_rope_scaling(self.rope_scaling)
+            object.__setattr__(self, "rope_scaling", dict(self.rope_scaling))  # a copy: the config stays its own
+        if self.positional != "rope" and (self.rope_scaling is not None or self.rotary_fraction != 1.0):
+            raise ValueError(f"rope_scaling and rotary_fraction need positional='rope', received positional="
+                             f"{self.positional!r}")
+        if self.qk_norm and not self.has_decoder and not self.has_encoder:
+            raise ValueError("qk_norm needs attention layers")
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: `num_kv_heads`, or `num_heads` (plain multi-head attention)."""
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many of each head's dims rotate (transformers: `int(head_dim * partial_rotary_factor)`)."""
+        return int(self.head_dim * self.rotary_fraction)
+
+    @property
+    def has_o_bias(self) -> bool:
+        return self.bias if self.attention_bias is None else self.attention_bias
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        return self.has_o_bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def has_ffn_bias(self) -> bool:
+        return self.bias if self.ffn_bias is None else self.ffn_bias
 
     @property
     def attention_scale_factor(self) -> float:
@@ -236,12 +319,14 @@ def field_type_problem(name: str, value: Any) -> str | None:
             return None
         if kind == "str" and isinstance(value, str):
             return None
+        if kind == "dict" and isinstance(value, dict):
+            return None
     return f"{name} must be {' or '.join(_KIND_TEXT[k] for k in kinds)}, received {value!r}"
 
 
 _FIELD_KINDS = {f.name: tuple(str(f.type).replace(" ", "").split("|")) for f in dataclasses.fields(TransformerConfig)}
 _KIND_TEXT = {"int": "an integer", "bool": "true or false", "float": "a finite number", "str": "a string",
-              "None": "none"}
+              "dict": "an object", "None": "none"}
 
 
 def _check_int(name: str, value: Any, minimum: int, or_none: bool = False) -> None:
@@ -258,6 +343,39 @@ def _check_attention_scale(value: Any) -> None:
         return
     raise ValueError(f"attention_scale must be one of {', '.join(ATTENTION_SCALES)} (1/sqrt(d_head), "
                      f"1/sqrt(d_model), 1) or a positive finite number, received {value!r}")
+
+
+def _check_finite(name: str, value: Any, positive: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or (positive and value <= 0):
+        raise ValueError(f"{name} must be a {'positive ' if positive else ''}finite number, received {value!r}")
+
+
+def _check_rope_scaling(value: Any) -> None:
+    """A rope type transformers ships and only the parameters it reads, each a finite number (a list of them for
+    longrope's factors, `truncate` a bool)."""
+    if not isinstance(value, dict) or not isinstance(value.get("rope_type"), str):
+        raise ValueError(f"rope_scaling must be an object with a rope_type, received {value!r}")
+    kind = value["rope_type"]
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"rope_scaling rope_type={kind!r} is not supported; supported: {', '.join(ROPE_TYPES)}")
+    unknown = sorted(set(value) - {"rope_type", *ROPE_TYPES[kind]})
+    if unknown:
+        raise ValueError(f"rope_scaling has parameter(s) {unknown} that rope_type={kind!r} does not read "
+                         f"(it reads {', '.join(ROPE_TYPES[kind])})")
+    for key, item in value.items():
+        if key == "rope_type":
+            continue
+        if key == "truncate":
+            if not isinstance(item, bool):
+                raise ValueError(f"rope_scaling truncate must be true or false, received {item!r}")
+        elif key in ("short_factor", "long_factor"):
+            if not isinstance(item, (list, tuple)) or not item:
+                raise ValueError(f"rope_scaling {key} must be a list of numbers, received {item!r}")
+            for x in item:
+                _check_finite(f"rope_scaling {key}", x, positive=True)
+        elif item is not None:
+            _check_finite(f"rope_scaling {key}", item)
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:

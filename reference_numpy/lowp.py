@@ -102,6 +102,14 @@ class Precision:
         residual with float32 weights stays float32)."""
         return self.store(ops.layer_norm(x, gamma, beta, eps))
 
+    def rms_norm(self, x: np.ndarray, gamma: np.ndarray, eps: float, offset: float = 0.0) -> np.ndarray:
+        """As `layer_norm`: statistics and scale in float32, the output rounded."""
+        return self.store(ops.rms_norm(x, gamma, eps, offset))
+
+    def apply_rope(self, x, positions, inv_freq, scaling, rotary_dim):
+        """Rotary positions in float32 from a rounded input, the output rounded once."""
+        return self.rounded(ops.apply_rope(x, positions, inv_freq, scaling, rotary_dim))
+
     def scaled_dot_product_attention(self, q, k, v, mask=None, scale=None):
         """torch's fused CPU attention (an online softmax): scores and their exponentials in float32 from rounded
         q, k, v; the exponentials rounded for the product with v (accumulated in float32), then divided by their

@@ -34,36 +34,65 @@ class _Module:
 
 
 class LayerNorm(_Module):
+    """The model's norm: LayerNorm (gamma, beta), or RMSNorm (gamma alone) under `norm="rms"`, multiplying by
+    `norm_weight_offset + gamma`."""
+
     def __init__(self, config: TransformerConfig, weights: Mapping[str, np.ndarray], name: str,
                  eps: float | None = None):
         super().__init__(config, weights, name)
         self.eps = config.layer_norm_eps if eps is None else eps  # the head's own epsilon, or the model's
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.config.norm == "rms":
+            return self.ops.rms_norm(x, self.param("gamma"), self.eps, self.config.norm_weight_offset)
         return self.ops.layer_norm(x, self.param("gamma"), self.param("beta"), self.eps)
 
 
 class MultiHeadAttention(_Module):
-    """Multi-head attention (section 3.2.2); self-attention when `x_q is x_kv`, else encoder-decoder attention."""
+    """Multi-head attention (section 3.2.2); self-attention when `x_q is x_kv`, else encoder-decoder attention.
+
+    Grouped-query attention reads `kv_heads` key/value heads, each serving `num_heads / kv_heads` query heads;
+    `qk_norm` normalizes each head of q and k; rotary positions (`positional="rope"`) turn q and k in
+    self-attention, the queries being the last `Tq` of `Tk` positions."""
+
+    def __init__(self, config, weights, name, rotary: bool = False):
+        super().__init__(config, weights, name)
+        self.rotary = rotary and config.positional == "rope"
+        self.q_norm = LayerNorm(config, weights, f"{name}.q_norm") if config.qk_norm else None
+        self.k_norm = LayerNorm(config, weights, f"{name}.k_norm") if config.qk_norm else None
 
     def __call__(self, x_q: np.ndarray, x_kv: np.ndarray, mask: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray]:
-        h, op = self.config.num_heads, self.ops
-        q = op.split_heads(op.linear(x_q, self.param("q.kernel"), self.param("q.bias")), h)  # (B, H, Tq, d_k)
-        k = op.split_heads(op.linear(x_kv, self.param("k.kernel"), self.param("k.bias")), h)  # (B, H, Tk, d_k)
-        v = op.split_heads(op.linear(x_kv, self.param("v.kernel"), self.param("v.bias")), h)  # (B, H, Tk, d_k)
-        out, weights = op.scaled_dot_product_attention(q, k, v, mask, scale=self.config.attention_scale_factor)
+        c, op = self.config, self.ops
+        q = op.split_heads(op.linear(x_q, self.param("q.kernel"), self.param("q.bias")), c.num_heads)  # (B,H,Tq,dk)
+        k = op.split_heads(op.linear(x_kv, self.param("k.kernel"), self.param("k.bias")), c.kv_heads)  # (B,KV,Tk,dk)
+        v = op.split_heads(op.linear(x_kv, self.param("v.kernel"), self.param("v.bias")), c.kv_heads)  # (B,KV,Tk,dk)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rotary:
+            tq, tk = q.shape[2], k.shape[2]
+            inv_freq, scaling = ops.rope_frequencies(c, tk)
+            q = op.apply_rope(q, np.arange(tk - tq, tk), inv_freq, scaling, c.rotary_dim)
+            k = op.apply_rope(k, np.arange(tk), inv_freq, scaling, c.rotary_dim)
+        groups = c.num_heads // c.kv_heads
+        k, v = ops.repeat_kv(k, groups), ops.repeat_kv(v, groups)  # (B, H, Tk, d_k)
+        out, weights = op.scaled_dot_product_attention(q, k, v, mask, scale=c.attention_scale_factor)
         out = op.merge_heads(out)  # (B, Tq, D)
         return op.linear(out, self.param("o.kernel"), self.param("o.bias")), weights
 
 
 class FeedForward(_Module):
-    """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3)."""
+    """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3); gated (`ffn_gated`, SwiGLU / GeGLU):
+    (act(x Wg + bg) * (x W1 + b1)) W2 + b2."""
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        hidden = self.ops.ACTIVATIONS[self.config.activation](
-            self.ops.linear(x, self.param("linear1.kernel"), self.param("linear1.bias")))
-        return self.ops.linear(hidden, self.param("linear2.kernel"), self.param("linear2.bias"))
+        act, op = self.ops.ACTIVATIONS[self.config.activation], self.ops
+        if self.config.ffn_gated:
+            hidden = self.store(act(op.linear(x, self.param("gate.kernel"), self.param("gate.bias")))
+                                * op.linear(x, self.param("linear1.kernel"), self.param("linear1.bias")))
+        else:
+            hidden = act(op.linear(x, self.param("linear1.kernel"), self.param("linear1.bias")))
+        return op.linear(hidden, self.param("linear2.kernel"), self.param("linear2.bias"))
 
 
 def _sublayer(x: np.ndarray, norm: LayerNorm, fn, config: TransformerConfig, record: Record | None, name: str,
@@ -82,7 +111,7 @@ def _sublayer(x: np.ndarray, norm: LayerNorm, fn, config: TransformerConfig, rec
 class EncoderLayer(_Module):
     def __init__(self, config, weights, name):
         super().__init__(config, weights, name)
-        self.self_attn = MultiHeadAttention(config, weights, f"{name}.self_attn")
+        self.self_attn = MultiHeadAttention(config, weights, f"{name}.self_attn", rotary=True)
         self.norm1 = LayerNorm(config, weights, f"{name}.norm1")
         self.ffn = FeedForward(config, weights, f"{name}.ffn")
         self.norm2 = LayerNorm(config, weights, f"{name}.norm2")
@@ -102,7 +131,7 @@ class DecoderLayer(_Module):
 
     def __init__(self, config, weights, name):
         super().__init__(config, weights, name)
-        self.self_attn = MultiHeadAttention(config, weights, f"{name}.self_attn")
+        self.self_attn = MultiHeadAttention(config, weights, f"{name}.self_attn", rotary=True)
         self.norm1 = LayerNorm(config, weights, f"{name}.norm1")
         if config.has_encoder:
             self.cross_attn = MultiHeadAttention(config, weights, f"{name}.cross_attn")
@@ -138,6 +167,8 @@ class Embedding(_Module):
         if config.positional == "sinusoidal":
             self.position_table = ops.sinusoidal_positions(config.max_len, config.d_model,
                                                            config.sinusoid_layout).astype(self.token_table.dtype)
+        elif config.positional == "rope":
+            self.position_table = None  # rotary positions turn q and k inside attention instead
         else:
             self.position_table = weights[f"{side}_pos.embedding"][config.position_offset:]
         self.type_table = weights["src_type.embedding"] if side == "src" and config.type_vocab_size else None
@@ -151,7 +182,8 @@ class Embedding(_Module):
             x = self.store(x * x.dtype.type(math.sqrt(self.config.d_model)))
         if self.type_table is not None:  # BERT's order: (token + segment) + position
             x = self.store(x + self.type_table[np.zeros_like(ids) if type_ids is None else type_ids])
-        x = self.store(x + self.store(self.position_table[offset:offset + ids.shape[1]]))  # a sinusoid table too
+        if self.position_table is not None:
+            x = self.store(x + self.store(self.position_table[offset:offset + ids.shape[1]]))  # a sinusoid table too
         return x if self.norm is None else self.norm(x)
 
 
@@ -289,8 +321,8 @@ class Transformer:
             record["decoder.embed"] = x
         t = tgt_ids.shape[1]
         cross_mask = None if memory is None else ops.attention_mask(np.asarray(src_mask), t)
-        x = self.decoder(x, memory, ops.attention_mask(tgt_mask, t, causal=True), cross_mask, record,
-                         attention_weights)
+        self_mask = ops.attention_mask(tgt_mask, t, causal=True, window=self.config.sliding_window)
+        x = self.decoder(x, memory, self_mask, cross_mask, record, attention_weights)
         return self._output(x[:, -1:] if last_only else x, record)
 
     def __call__(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, src_type_ids=None) -> np.ndarray:

@@ -26,6 +26,15 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -
     return (x - mean) / np.sqrt(var + x.dtype.type(eps)) * gamma + beta
 
 
+def rms_norm(x: np.ndarray, gamma: np.ndarray, eps: float, offset: float = 0.0) -> np.ndarray:
+    """RMSNorm over the last axis, x / sqrt(mean(x^2) + eps) * (offset + gamma): Llama's (offset 0) and Gemma's
+    (offset 1: it stores w and multiplies by 1 + w). No mean is subtracted and there is no beta."""
+    t = x.dtype.type
+    mean_square = np.square(x).mean(axis=-1, keepdims=True)
+    return x / np.sqrt(mean_square + t(eps)) * (gamma + t(offset)) if offset else \
+        x / np.sqrt(mean_square + t(eps)) * gamma
+
+
 def relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, x.dtype.type(0))
 
@@ -78,6 +87,88 @@ def sinusoidal_positions(length: int, d_model: int, layout: str = "interleaved")
     return table
 
 
+def rope_frequencies(config, length: int) -> tuple[np.ndarray, float]:
+    """`(inv_freq, attention_scaling)` of rotary positions (Su et al. 2021), float64: `inv_freq` `(rotary_dim / 2,)`
+    are the rotation speeds of the dim pairs, `attention_scaling` multiplies cos and sin. Each rope type is
+    transformers' formula (`modeling_rope_utils`) for a sequence of `length` positions: `linear` divides every
+    frequency by `factor`; `dynamic` (NTK) changes nothing up to `max_len`, the only lengths a model takes; `llama3`
+    divides the low frequencies by `factor` and blends the middle band; `yarn` blends interpolated and extrapolated
+    frequencies over a ramp of dims and scales the attention; `longrope` divides by per-dim `short_factor` (or
+    `long_factor` beyond `original_max_position_embeddings`) and scales the attention."""
+    dim, base = config.rotary_dim, float(config.rope_theta)
+    params = dict(config.rope_scaling or {})
+    kind = params.get("rope_type", "default")
+    pos_freqs = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)  # (dim/2,)
+    inv_freq, scaling = 1.0 / pos_freqs, 1.0
+    if kind == "linear":
+        inv_freq = inv_freq / params["factor"]
+    elif kind == "llama3":
+        factor, low, high = params["factor"], params["low_freq_factor"], params["high_freq_factor"]
+        old = params["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv_freq
+        scaled = np.where(wavelen > old / low, inv_freq / factor, inv_freq)
+        smooth = (old / wavelen - low) / (high - low)
+        medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+        inv_freq = np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+    elif kind == "yarn":
+        inv_freq, scaling = _yarn(params, dim, base, pos_freqs, config.max_len)
+    elif kind == "longrope":
+        old = params["original_max_position_embeddings"]
+        factor = params.get("factor") or config.max_len / old
+        scaling = params.get("attention_factor")
+        if scaling is None:
+            scaling = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(old))
+        ext = np.asarray(params["long_factor" if length > old else "short_factor"], dtype=np.float64)
+        if ext.shape != inv_freq.shape:
+            raise ValueError(f"rope_scaling longrope factors have {ext.size} entries, rotary_dim / 2 = {dim // 2}")
+        inv_freq = 1.0 / (ext * pos_freqs)
+    return inv_freq, float(scaling)
+
+
+def _yarn(params: dict, dim: int, base: float, pos_freqs: np.ndarray, max_len: int) -> tuple[np.ndarray, float]:
+    old = params["original_max_position_embeddings"]
+    factor = params.get("factor") or max_len / old
+    mscale, mscale_all_dim = params.get("mscale"), params.get("mscale_all_dim")
+
+    def get_mscale(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    scaling = params.get("attention_factor")
+    if scaling is None:
+        scaling = get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) if mscale and mscale_all_dim \
+            else get_mscale(factor)
+    beta_fast, beta_slow = params.get("beta_fast") or 32, params.get("beta_slow") or 1
+
+    def correction_dim(rotations):
+        return dim * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if params.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # as transformers: no zero-width ramp
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp
+    inv_freq = 1.0 / (factor * pos_freqs) * (1 - extrapolation) + 1.0 / pos_freqs * extrapolation
+    return inv_freq, float(scaling)
+
+
+def apply_rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, scaling: float,
+               rotary_dim: int) -> np.ndarray:
+    """Rotate `x` `(B, H, T, d_k)` at `positions` `(T,)`: its first `rotary_dim` dims, as two halves (transformers'
+    `rotate_half`: dim j pairs with dim j + rotary_dim / 2), angle `position * inv_freq`; the rest pass through.
+    The angles are computed in x's dtype."""
+    t = x.dtype.type
+    freqs = np.asarray(positions, dtype=x.dtype)[:, None] * inv_freq.astype(x.dtype)[None, :]  # (T, r/2)
+    angles = np.concatenate([freqs, freqs], axis=-1)  # (T, r)
+    cos, sin = np.cos(angles) * t(scaling), np.sin(angles) * t(scaling)
+    rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
+    half = rotary_dim // 2
+    rotated = np.concatenate([-rot[..., half:], rot[..., :half]], axis=-1)  # rotate_half
+    return np.concatenate([rot * cos + rotated * sin, rest], axis=-1)
+
+
 def padding_mask(ids: np.ndarray, pad_id: int | None) -> np.ndarray:
     """`(B, T)` token ids -> `(B, T)` bool, True where the token is real (not padding). `pad_id=None` (a model
     with no pad token): every token is real."""
@@ -87,16 +178,22 @@ def padding_mask(ids: np.ndarray, pad_id: int | None) -> np.ndarray:
     return ids != pad_id
 
 
-def causal_mask(query_len: int, key_len: int) -> np.ndarray:
-    """`(Tq, Tk)` bool: query i may see key j iff j <= i + (Tk - Tq) (queries are the last Tq positions)."""
-    return np.tril(np.ones((query_len, key_len), dtype=bool), k=key_len - query_len)
+def causal_mask(query_len: int, key_len: int, window: int | None = None) -> np.ndarray:
+    """`(Tq, Tk)` bool: query i may see key j iff j <= i + (Tk - Tq) (queries are the last Tq positions), and, with
+    a sliding `window`, only the `window` latest of those (i - j < window, as transformers' sliding-window mask)."""
+    mask = np.tril(np.ones((query_len, key_len), dtype=bool), k=key_len - query_len)
+    if window is not None:
+        mask &= np.triu(np.ones((query_len, key_len), dtype=bool), k=key_len - query_len - window + 1)
+    return mask
 
 
-def attention_mask(key_mask: np.ndarray, query_len: int, causal: bool = False) -> np.ndarray:
-    """Key padding mask `(B, Tk)` -> attention mask `(B, 1, Tq, Tk)` (True = may attend), optionally causal."""
+def attention_mask(key_mask: np.ndarray, query_len: int, causal: bool = False, window: int | None = None
+                   ) -> np.ndarray:
+    """Key padding mask `(B, Tk)` -> attention mask `(B, 1, Tq, Tk)` (True = may attend), optionally causal (and
+    windowed)."""
     mask = np.broadcast_to(key_mask[:, None, None, :], (key_mask.shape[0], 1, query_len, key_mask.shape[1]))
     if causal:
-        mask = mask & causal_mask(query_len, key_mask.shape[1])
+        mask = mask & causal_mask(query_len, key_mask.shape[1], window)
     return mask
 
 
@@ -126,6 +223,12 @@ def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, ma
         total = e.sum(axis=-1, keepdims=True)
         weights = e / np.where(total > 0, total, 1)
     return weights @ v, weights
+
+
+def repeat_kv(x: np.ndarray, groups: int) -> np.ndarray:
+    """`(B, KV, T, d)` -> `(B, KV * groups, T, d)`: query head h reads key/value head h // groups (grouped-query
+    attention, transformers' `repeat_kv`)."""
+    return x if groups == 1 else np.repeat(x, groups, axis=1)
 
 
 def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:

@@ -30,19 +30,32 @@ def _linear(prefix: str, d_in: int, d_out: int, bias: bool) -> dict[str, tuple[i
 
 
 def _attention(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
+    """q: `(d_model, num_heads * head_dim)`; k, v: `(d_model, kv_heads * head_dim)` (narrower under grouped-query
+    attention); o: `(num_heads * head_dim, d_model)`; the per-head norms of q and k under `qk_norm`."""
+    d, inner, kv = config.d_model, config.num_heads * config.head_dim, config.kv_heads * config.head_dim
     shapes: dict[str, tuple[int, ...]] = {}
-    for proj in ATTENTION_PROJECTIONS:
-        shapes.update(_linear(f"{prefix}.{proj}", config.d_model, config.d_model, config.bias))
+    for proj, width in (("q", inner), ("k", kv), ("v", kv)):
+        shapes.update(_linear(f"{prefix}.{proj}", d, width, config.has_qkv_bias))
+    shapes.update(_linear(f"{prefix}.o", inner, d, config.has_o_bias))
+    if config.qk_norm:
+        shapes.update(_norm(f"{prefix}.q_norm", config.head_dim, config))
+        shapes.update(_norm(f"{prefix}.k_norm", config.head_dim, config))
     return shapes
 
 
-def _norm(prefix: str, d_model: int) -> dict[str, tuple[int, ...]]:
-    return {f"{prefix}.gamma": (d_model,), f"{prefix}.beta": (d_model,)}
+def _norm(prefix: str, width: int, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
+    """A LayerNorm's gamma and beta, or an RMSNorm's gamma alone (`norm="rms"`)."""
+    if config.norm == "rms":
+        return {f"{prefix}.gamma": (width,)}
+    return {f"{prefix}.gamma": (width,), f"{prefix}.beta": (width,)}
 
 
 def _ffn(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
-    return {**_linear(f"{prefix}.linear1", config.d_model, config.d_ff, config.bias),
-            **_linear(f"{prefix}.linear2", config.d_ff, config.d_model, config.bias)}
+    """linear1 (up), linear2 (down) and, when `ffn_gated`, the gate beside linear1."""
+    bias = config.has_ffn_bias
+    gate = _linear(f"{prefix}.gate", config.d_model, config.d_ff, bias) if config.ffn_gated else {}
+    return {**gate, **_linear(f"{prefix}.linear1", config.d_model, config.d_ff, bias),
+            **_linear(f"{prefix}.linear2", config.d_ff, config.d_model, bias)}
 
 
 def _embedding(side: str, vocab_size: int, config: TransformerConfig, table: bool) -> dict[str, tuple[int, ...]]:
@@ -57,7 +70,7 @@ def _embedding(side: str, vocab_size: int, config: TransformerConfig, table: boo
     if side == "src" and config.type_vocab_size:
         shapes["src_type.embedding"] = (config.type_vocab_size, d)
     if config.embed_norm:
-        shapes.update(_norm(f"{side}_embed_norm", d))
+        shapes.update(_norm(f"{side}_embed_norm", d, config))
     return shapes
 
 
@@ -77,26 +90,26 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
         shapes.update(_embedding("tgt", config.tgt_vocab_size, config, table=not config.share_embeddings))
     for i in range(config.num_encoder_layers):
         shapes.update(_attention(f"encoder.layers.{i}.self_attn", config))
-        shapes.update(_norm(f"encoder.layers.{i}.norm1", d))
+        shapes.update(_norm(f"encoder.layers.{i}.norm1", d, config))
         shapes.update(_ffn(f"encoder.layers.{i}.ffn", config))
-        shapes.update(_norm(f"encoder.layers.{i}.norm2", d))
+        shapes.update(_norm(f"encoder.layers.{i}.norm2", d, config))
     if config.final_norm and config.has_encoder:
-        shapes.update(_norm("encoder.final_norm", d))
+        shapes.update(_norm("encoder.final_norm", d, config))
     for i in range(config.num_decoder_layers):
         shapes.update(_attention(f"decoder.layers.{i}.self_attn", config))
-        shapes.update(_norm(f"decoder.layers.{i}.norm1", d))
+        shapes.update(_norm(f"decoder.layers.{i}.norm1", d, config))
         if config.has_encoder:
             shapes.update(_attention(f"decoder.layers.{i}.cross_attn", config))
-            shapes.update(_norm(f"decoder.layers.{i}.norm2", d))
+            shapes.update(_norm(f"decoder.layers.{i}.norm2", d, config))
         shapes.update(_ffn(f"decoder.layers.{i}.ffn", config))
-        shapes.update(_norm(f"decoder.layers.{i}.norm3", d))
+        shapes.update(_norm(f"decoder.layers.{i}.norm3", d, config))
     if config.final_norm and config.has_decoder:
-        shapes.update(_norm("decoder.final_norm", d))
+        shapes.update(_norm("decoder.final_norm", d, config))
     if config.pooler:
         shapes.update(_linear("pooler", d, d, config.bias))
     if config.head_transform:
         shapes.update(_linear("head.dense", d, d, config.bias))
-        shapes.update(_norm("head.norm", d))
+        shapes.update(_norm("head.norm", d, config))
     if config.output_projection and not config.tie_embeddings:
         shapes["output.kernel"] = (d, config.tgt_vocab_size)
     if config.has_output_bias:
@@ -139,7 +152,7 @@ def init_weights(config: TransformerConfig, seed: int = 0, dtype: np.dtype | typ
             limit = np.sqrt(3.0 / config.d_model)
             value = rng.uniform(-limit, limit, size=shape)
         elif leaf == "gamma":
-            value = np.ones(shape)
+            value = np.full(shape, 1.0 - config.norm_weight_offset)  # the norm multiplies by 1 at init
         else:  # bias, beta
             value = np.zeros(shape)
         weights[name] = value.astype(dtype)

@@ -78,38 +78,96 @@ class KVCache:
         return 0 if self.key_mask is None else self.key_mask.shape[1]
 
 
-class MultiHeadAttention(nn.Module):
-    """Multi-head attention (section 3.2.2): self-attention when `x_q is x_kv`, else encoder-decoder attention."""
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * (offset + weight): Llama's RMSNorm (offset 0), Gemma's (offset 1)."""
 
-    def __init__(self, config: TransformerConfig, name: str):
+    def __init__(self, width: int, eps: float, offset: float = 0.0):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps, self.offset = eps, offset
+
+    def forward(self, x):
+        scale = self.weight + self.offset if self.offset else self.weight
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * scale
+
+
+def norm_layer(config: TransformerConfig, width: int, eps: float | None = None) -> nn.Module:
+    """The model's norm over `width` features: `nn.LayerNorm`, or `RMSNorm` under `norm="rms"`."""
+    eps = config.layer_norm_eps if eps is None else eps
+    if config.norm == "rms":
+        return RMSNorm(width, eps, config.norm_weight_offset)
+    return nn.LayerNorm(width, eps=eps)
+
+
+def rotate(x, start: int, config: TransformerConfig):
+    """Rotary positions on `x` `(B, H, T, d_k)` at positions `start .. start + T - 1`, for a sequence of
+    `start + T` positions (its length picks longrope's factors): the first `rotary_dim` dims turn as two halves
+    (transformers' `rotate_half`), the rest pass through. The angles are computed in float32 at least."""
+    t = x.shape[2]
+    inv_freq, scaling = rn.ops.rope_frequencies(config, start + t)
+    dtype = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+    positions = torch.arange(start, start + t, device=x.device, dtype=dtype)
+    freqs = positions[:, None] * torch.as_tensor(inv_freq, device=x.device).to(dtype)  # (T, r/2)
+    angles = torch.cat([freqs, freqs], dim=-1)  # (T, r)
+    cos, sin = (angles.cos() * scaling).to(x.dtype), (angles.sin() * scaling).to(x.dtype)
+    r = config.rotary_dim
+    rot, rest = x[..., :r], x[..., r:]
+    rotated = torch.cat([-rot[..., r // 2:], rot[..., :r // 2]], dim=-1)  # rotate_half
+    return torch.cat([rot * cos + rotated * sin, rest], dim=-1)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (section 3.2.2): self-attention when `x_q is x_kv`, else encoder-decoder attention.
+
+    Grouped-query attention reads `kv_heads` key/value heads, each serving `num_heads / kv_heads` query heads;
+    `qk_norm` normalizes each head of q and k; rotary positions turn q and k in self-attention (cached keys are
+    stored turned)."""
+
+    def __init__(self, config: TransformerConfig, name: str, rotary: bool = False):
         super().__init__()
         self.config, self.name = config, name
-        d = config.d_model
-        self.q = nn.Linear(d, d, bias=config.bias)
-        self.k = nn.Linear(d, d, bias=config.bias)
-        self.v = nn.Linear(d, d, bias=config.bias)
-        self.o = nn.Linear(d, d, bias=config.bias)
+        d, inner, kv = config.d_model, config.num_heads * config.head_dim, config.kv_heads * config.head_dim
+        self.q = nn.Linear(d, inner, bias=config.has_qkv_bias)
+        self.k = nn.Linear(d, kv, bias=config.has_qkv_bias)
+        self.v = nn.Linear(d, kv, bias=config.has_qkv_bias)
+        self.o = nn.Linear(inner, d, bias=config.has_o_bias)
+        self.q_norm = norm_layer(config, config.head_dim) if config.qk_norm else None
+        self.k_norm = norm_layer(config, config.head_dim) if config.qk_norm else None
+        self.rotary = rotary and config.positional == "rope"
         self.impl = "fused"  # "explicit" forces matmul-softmax-matmul even without weights being asked for
 
     def forward(self, x_q, x_kv, mask=None, need_weights: bool = False, cache: AttentionCache | None = None):
-        b, tq, d = x_q.shape
-        h, dk = self.config.num_heads, self.config.head_dim
+        b, tq, _ = x_q.shape
+        c = self.config
+        h, kvh, dk = c.num_heads, c.kv_heads, c.head_dim
         if cache is not None and cache.static and cache.k is not None:
             q, k, v = self.q(x_q), cache.k, cache.v  # the memory's keys and values, from the first decoding step
         else:
-            q, k, v = self._project(x_q, x_kv)  # (B, Tq, D), (B, Tk, D), (B, Tk, D)
-            k = k.view(b, -1, h, dk).transpose(1, 2)  # (B, H, Tk, d_k)
-            v = v.view(b, -1, h, dk).transpose(1, 2)  # (B, H, Tk, d_k)
+            q, k, v = self._project(x_q, x_kv)  # (B, Tq, H*d_k), (B, Tk, KV*d_k), (B, Tk, KV*d_k)
+            k = k.view(b, -1, kvh, dk).transpose(1, 2)  # (B, KV, Tk, d_k)
+            v = v.view(b, -1, kvh, dk).transpose(1, 2)  # (B, KV, Tk, d_k)
+            if self.k_norm is not None:
+                k = self.k_norm(k)
+            cached = 0 if cache is None or cache.k is None else cache.k.shape[2]
+            if self.rotary:
+                k = rotate(k, cached, c)
             if cache is not None:
                 if not cache.static and cache.k is not None:
-                    k = torch.cat([cache.k, k], dim=2)  # (B, H, T_cached + Tk, d_k)
-                    v = torch.cat([cache.v, v], dim=2)  # (B, H, T_cached + Tk, d_k)
+                    k = torch.cat([cache.k, k], dim=2)  # (B, KV, T_cached + Tk, d_k)
+                    v = torch.cat([cache.v, v], dim=2)  # (B, KV, T_cached + Tk, d_k)
                 cache.k, cache.v = k, v
         q = q.view(b, tq, h, dk).transpose(1, 2)  # (B, H, Tq, d_k)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        if self.rotary:
+            q = rotate(q, k.shape[2] - tq, c)  # the queries are the last Tq positions
+        if kvh != h:
+            k = k.repeat_interleave(h // kvh, dim=1)  # (B, H, Tk, d_k): query head i reads kv head i // groups
+            v = v.repeat_interleave(h // kvh, dim=1)
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, need_weights=need_weights, impl=self.impl,
-            dropout_p=self.config.dropout if self.training else 0.0, scale=self.config.attention_scale_factor)
-        out = out.transpose(1, 2).reshape(b, tq, d)  # (B, H, Tq, d_k) -> (B, Tq, D)
+            dropout_p=c.dropout if self.training else 0.0, scale=c.attention_scale_factor)
+        out = out.transpose(1, 2).reshape(b, tq, h * dk)  # (B, H, Tq, d_k) -> (B, Tq, H*d_k)
         return self.o(out), weights
 
     def _project(self, x_q, x_kv):
@@ -132,25 +190,30 @@ class MultiHeadAttention(nn.Module):
 
 
 def _packed_linear(x, linears) -> tuple[torch.Tensor, ...]:
-    """`tuple(linear(x) for linear in linears)` as one matmul over the concatenated weights (all `(D, D)`)."""
-    weight = torch.cat([linear.weight for linear in linears])  # (n D, D)
-    bias = None if linears[0].bias is None else torch.cat([linear.bias for linear in linears])  # (n D,)
-    return F.linear(x, weight, bias).chunk(len(linears), dim=-1)  # n x (B, T, D)
+    """`tuple(linear(x) for linear in linears)` as one matmul over the concatenated weights (k and v may be
+    narrower than q)."""
+    weight = torch.cat([linear.weight for linear in linears])  # (sum of widths, D)
+    bias = None if linears[0].bias is None else torch.cat([linear.bias for linear in linears])
+    return F.linear(x, weight, bias).split([linear.out_features for linear in linears], dim=-1)
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3)."""
+    """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3); gated (`ffn_gated`): (act(x Wg + bg) * (x W1 + b1)) W2 + b2."""
 
     def __init__(self, config: TransformerConfig, name: str):
         super().__init__()
         self.config, self.name = config, name
-        self.linear1 = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
-        self.linear2 = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
+        bias = config.has_ffn_bias
+        self.gate = nn.Linear(config.d_model, config.d_ff, bias=bias) if config.ffn_gated else None
+        self.linear1 = nn.Linear(config.d_model, config.d_ff, bias=bias)
+        self.linear2 = nn.Linear(config.d_ff, config.d_model, bias=bias)
         self.dropout = nn.Dropout(config.dropout)
         self.activation = ACTIVATIONS[config.activation]
 
     def forward(self, x):
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+        hidden = self.linear1(x)
+        hidden = self.activation(hidden) if self.gate is None else self.activation(self.gate(x)) * hidden
+        return self.linear2(self.dropout(hidden))
 
 
 class _ResidualLayer(nn.Module):
@@ -174,10 +237,10 @@ class EncoderLayer(_ResidualLayer):
         super().__init__()
         self.config, self.name = config, name
         eps = config.layer_norm_eps
-        self.self_attn = MultiHeadAttention(config, f"{name}.self_attn")
-        self.norm1 = nn.LayerNorm(config.d_model, eps=eps)
+        self.self_attn = MultiHeadAttention(config, f"{name}.self_attn", rotary=True)
+        self.norm1 = norm_layer(config, config.d_model, eps)
         self.ffn = FeedForward(config, f"{name}.ffn")
-        self.norm2 = nn.LayerNorm(config.d_model, eps=eps)
+        self.norm2 = norm_layer(config, config.d_model, eps)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False):
@@ -194,15 +257,15 @@ class DecoderLayer(_ResidualLayer):
         super().__init__()
         self.config, self.name = config, name
         eps = config.layer_norm_eps
-        self.self_attn = MultiHeadAttention(config, f"{name}.self_attn")
-        self.norm1 = nn.LayerNorm(config.d_model, eps=eps)
+        self.self_attn = MultiHeadAttention(config, f"{name}.self_attn", rotary=True)
+        self.norm1 = norm_layer(config, config.d_model, eps)
         if config.has_encoder:  # a decoder-only model has no encoder-decoder attention
             self.cross_attn = MultiHeadAttention(config, f"{name}.cross_attn")
-            self.norm2 = nn.LayerNorm(config.d_model, eps=eps)
+            self.norm2 = norm_layer(config, config.d_model, eps)
         else:
             self.cross_attn = self.norm2 = None
         self.ffn = FeedForward(config, f"{name}.ffn")
-        self.norm3 = nn.LayerNorm(config.d_model, eps=eps)
+        self.norm3 = norm_layer(config, config.d_model, eps)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False,
@@ -236,12 +299,12 @@ class Embedding(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.d_model)) if config.embed_bias else None
         self.segment = (nn.Embedding(config.type_vocab_size, config.d_model)
                         if side == "src" and config.type_vocab_size else None)
+        self.position = None  # neither table under rotary positions, which turn q and k inside attention
         if config.positional == "learned":
             self.position = nn.Embedding(config.position_rows, config.d_model)
-        else:
-            self.position = None
-            self.register_buffer("sinusoid", self._sinusoid_table(), persistent=False)  # (max_len, D)
-        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.embed_norm else None
+        sinusoid = self._sinusoid_table() if config.positional == "sinusoidal" else None
+        self.register_buffer("sinusoid", sinusoid, persistent=False)  # (max_len, D)
+        self.norm = norm_layer(config, config.d_model) if config.embed_norm else None
         self.dropout = nn.Dropout(config.dropout)
 
     def _sinusoid_table(self) -> torch.Tensor:
@@ -250,7 +313,7 @@ class Embedding(nn.Module):
         return torch.from_numpy(rn.sinusoidal_positions(c.max_len, c.d_model, c.sinusoid_layout))
 
     def reset_buffers(self) -> None:
-        if self.position is None:
+        if self.sinusoid is not None:
             self.sinusoid.copy_(self._sinusoid_table())
 
     def forward(self, ids, offset: int = 0, type_ids=None, token_table: torch.Tensor | None = None):
@@ -264,12 +327,11 @@ class Embedding(nn.Module):
         if self.segment is not None:  # BERT's order: (token + segment) + position
             x = x + self.segment(torch.zeros_like(ids) if type_ids is None else type_ids)
         t = ids.shape[1]
-        if self.position is None:
-            pos = self.sinusoid[offset:offset + t]
-        else:
+        if self.sinusoid is not None:
+            x = x + self.sinusoid[offset:offset + t]
+        elif self.position is not None:
             start = offset + self.config.position_offset
-            pos = self.position.weight[start:start + t]
-        x = x + pos
+            x = x + self.position.weight[start:start + t]
         return x if self.norm is None else self.norm(x)
 
 
@@ -278,7 +340,7 @@ class Encoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(EncoderLayer(config, f"{name}.layers.{i}")
                                     for i in range(config.num_encoder_layers))
-        self.final_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.final_norm else None
+        self.final_norm = norm_layer(config, config.d_model) if config.final_norm else None
         self.name = name
 
     def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False):
@@ -296,7 +358,7 @@ class Decoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(DecoderLayer(config, f"{name}.layers.{i}")
                                     for i in range(config.num_decoder_layers))
-        self.final_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.final_norm else None
+        self.final_norm = norm_layer(config, config.d_model) if config.final_norm else None
         self.name = name
 
     def forward(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False,
@@ -331,7 +393,7 @@ class HeadTransform(nn.Module):
         self.dense = nn.Linear(config.d_model, config.d_model, bias=config.bias)
         self.activation = ACTIVATIONS[config.head_activation or config.activation]
         eps = config.layer_norm_eps if config.head_layer_norm_eps is None else config.head_layer_norm_eps
-        self.norm = nn.LayerNorm(config.d_model, eps=eps)
+        self.norm = norm_layer(config, config.d_model, eps)
         self.norm_first = config.head_order == "dense-norm-activation"
 
     def forward(self, x):
@@ -447,8 +509,8 @@ class Transformer(nn.Module):
         cross_mask = None
         if memory is not None:
             cross_mask = attention_mask(torch.as_tensor(src_mask, device=memory.device), t)
-        x = self.decoder(x, memory, attention_mask(key_mask, t, causal=True), cross_mask, record, attention_weights,
-                         cache)
+        self_mask = attention_mask(key_mask, t, causal=True, window=self.config.sliding_window)
+        x = self.decoder(x, memory, self_mask, cross_mask, record, attention_weights, cache)
         if cache is not None:
             cache.key_mask = key_mask
         return self._output(x[:, -1:] if last_only else x, record)
@@ -540,10 +602,15 @@ def padding_mask(ids: torch.Tensor, pad_id: int | None) -> torch.Tensor:
     return torch.ones_like(ids, dtype=torch.bool) if pad_id is None else ids != pad_id
 
 
-def attention_mask(key_mask: torch.Tensor, query_len: int, causal: bool = False) -> torch.Tensor:
-    """Key padding mask `(B, Tk)` (True = real token) -> `(B, 1, Tq, Tk)` attention mask, True = may attend."""
+def attention_mask(key_mask: torch.Tensor, query_len: int, causal: bool = False, window: int | None = None
+                   ) -> torch.Tensor:
+    """Key padding mask `(B, Tk)` (True = real token) -> `(B, 1, Tq, Tk)` attention mask, True = may attend;
+    `causal` (the queries are the last Tq positions), within a sliding `window` if given (i - j < window)."""
     mask = key_mask[:, None, None, :].expand(-1, 1, query_len, -1)  # (B, 1, Tq, Tk)
     if causal:
         tk = key_mask.shape[1]
-        mask = mask & torch.ones(query_len, tk, dtype=torch.bool, device=key_mask.device).tril(tk - query_len)
+        ones = torch.ones(query_len, tk, dtype=torch.bool, device=key_mask.device)
+        mask = mask & ones.tril(tk - query_len)
+        if window is not None:
+            mask = mask & ones.triu(tk - query_len - window + 1)
     return mask
