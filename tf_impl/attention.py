@@ -16,17 +16,18 @@ from .blockwise_attention import blockwise_attention
 IMPLS = ("explicit", "keras", "blockwise")
 
 
-def causal_mask(query_len, key_len, first=None) -> tf.Tensor:
+def causal_mask(query_len, key_len, first=None, window: int | None = None) -> tf.Tensor:
     """`(Tq, Tk)` bool: query i may see key j iff j <= first + i, where `first` is the first query's position
     (default `Tk - Tq`: the queries are the last Tq positions; a fixed-size cache passes where it writes, its
-    unfilled tail then hidden).
+    unfilled tail then hidden), and with a sliding `window` only if first + i - j < window.
 
     Lengths and `first` may be Python ints or scalar tensors (dynamic shapes inside `tf.function`).
     """
     # Not tf.linalg.band_part: a negative band (Tq > Tk) means "keep everything" there, not "hide everything".
-    rows = tf.range(query_len)[:, None]  # (Tq, 1)
+    rows = tf.range(query_len)[:, None] + (key_len - query_len if first is None else first)  # (Tq, 1) positions
     cols = tf.range(key_len)[None, :]  # (1, Tk)
-    return cols <= rows + (key_len - query_len if first is None else first)
+    mask = cols <= rows
+    return mask if window is None else tf.logical_and(mask, rows - cols < window)
 
 
 def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask: tf.Tensor | None = None, *,

@@ -82,7 +82,7 @@ def _compiled_step(model: Transformer):
     decoder-only model has no memory, source mask or cross-attention cache."""
     if model not in _STEPS:
         c, dtype = model.config, model.compute_dtype
-        heads = tf.TensorSpec((None, c.num_heads, None, c.head_dim), dtype)  # (B, H, T, d_k)
+        heads = tf.TensorSpec((None, c.kv_heads, None, c.head_dim), dtype)  # (B, KV, T, d_k)
         per_layer = 4 if c.has_encoder else 2
         signature = [tf.TensorSpec((None, None), tf.int64), tf.TensorSpec((None, None), tf.bool),
                      [heads] * (per_layer * c.num_decoder_layers)]

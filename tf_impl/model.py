@@ -24,7 +24,9 @@ import reference_numpy as rn
 from reference_numpy import TransformerConfig
 from reference_numpy.schema import tied_output_embedding, token_embedding
 
-from .attention import IMPLS, causal_mask, scaled_dot_product_attention
+from .attention import causal_mask
+from .layers import (ACTIVATIONS, AttentionCache, ConfigSerializable, FeedForward, KVCache,  # noqa: F401 (the API)
+                     MultiHeadAttention, Record, check_features, norm_layer)
 
 # Canonical modules whose Keras layer is named differently; every other module carries its canonical name, with
 # `/` for `.` and a list's items as `layers_{i}`. Keras Dense kernels are already (in, out): every transform is the
@@ -53,209 +55,15 @@ def weight_table(config: TransformerConfig) -> list[tuple[str, str, str]]:
 DTYPES = ("float32", "float64")
 LOW_PRECISION = ("bfloat16", "float16", "mixed_bfloat16", "mixed_float16")  # dtype policies for `verify --dtype`
 
-Record = dict  # canonical sublayer name -> tensor, in execution order
 
-
-class AttentionCache:
-    """The keys and values one attention layer has computed so far, for incremental decoding.
-
-    `static` (encoder-decoder attention): computed from the memory on the first call, reused afterwards.
-    Otherwise (causal self-attention) each call adds the keys and values of its new positions: appended (the
-    growing form, eager or dynamic shapes), or, in the fixed-size form (`index` set), written into preallocated
-    `(B, H, T_max, d_k)` buffers at position `index`, so that shapes stay static under XLA.
-    """
-
-    def __init__(self, static: bool):
-        self.static = static
-        self.k: tf.Tensor | None = None  # (B, H, T_cached, d_k); fixed-size form: (B, H, T_max, d_k)
-        self.v: tf.Tensor | None = None  # (B, H, T_cached, d_k); fixed-size form: (B, H, T_max, d_k)
-        self.index: tf.Tensor | None = None  # fixed-size form: where this call's keys and values go (scalar int32)
-
-
-class KVCache:
-    """Incremental-decoding state of a decoder: per layer `(self_attn, cross_attn)` caches, plus the key mask of
-    the target positions processed so far. Make one per source batch with `Transformer.new_cache()`.
-
-    The fixed-size form (`new_cache(batch_size, length)`, for `tf.function(jit_compile=True)`): the self-attention
-    buffers and the key mask cover all `length` positions from the start, False where nothing is written yet, and
-    `index` counts the positions written.
-    """
-
-    def __init__(self, num_layers: int, cross_attention: bool = True):
-        self.layers = [(AttentionCache(static=False), AttentionCache(static=True) if cross_attention else None)
-                       for _ in range(num_layers)]
-        self.key_mask: tf.Tensor | None = None  # (B, T_done) bool, True = real token; fixed-size: (B, T_max)
-        self.index: tf.Tensor | None = None  # fixed-size form only: positions written so far (scalar int32)
-
-    @classmethod
-    def fixed(cls, num_layers: int, cross_attention: bool, batch_size: int, length: int, num_heads: int,
-              head_dim: int, dtype) -> "KVCache":
-        """Zeroed self-attention buffers `(B, H, length, d_k)`, an all-False key mask and `index` 0."""
-        cache = cls(num_layers, cross_attention)
-        for self_attn, _ in cache.layers:
-            self_attn.k = tf.zeros((batch_size, num_heads, length, head_dim), dtype)  # (B, H, T_max, d_k)
-            self_attn.v = tf.zeros((batch_size, num_heads, length, head_dim), dtype)  # (B, H, T_max, d_k)
-        cache.key_mask = tf.zeros((batch_size, length), tf.bool)  # (B, T_max)
-        cache.index = tf.constant(0, tf.int32)
-        return cache
-
-    @property
-    def length(self):
-        """Target positions already decoded (the position offset of the next call): an int, or a scalar tensor
-        inside `tf.function` when the cached length is dynamic (see `tf_impl.decoding.cached_stepper`) and in the
-        fixed-size form."""
-        if self.index is not None:
-            return self.index
-        if self.key_mask is None:
-            return 0
-        static = self.key_mask.shape[1]
-        return int(static) if static is not None else tf.shape(self.key_mask)[1]
-
-
-def _check_features(layer: str, arg: str, shape, d_model: int) -> None:
-    if shape is None or len(shape) != 3 or (shape[-1] is not None and shape[-1] != d_model):
-        raise ValueError(f"{layer}: {arg} must have shape (batch, length, d_model={d_model}), received shape "
-                         f"{None if shape is None else tuple(shape)}")
-
-
-def _gelu(x: tf.Tensor) -> tf.Tensor:
-    """The exact GELU, x * Phi(x) in the erf form.
-
-    Not `tf.nn.gelu(approximate=False)` (nor Keras's gelu, which calls it): it casts its Python constant 1/sqrt(2)
-    to float32 before the input's dtype, a 5e-9 error in float64, fifty times the float64 tolerance.
-    """
-    return 0.5 * x * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
-
-
-@tf.custom_gradient
-def _gelu_tanh(x: tf.Tensor):
-    """GELU's tanh approximation (GPT-2's `gelu_new`), written out for the same reason as `_gelu`: Python constants
-    here take the input's dtype, so float64 stays float64 throughout.
-
-    The derivative is written out too, from `x` and the tanh: autodiff of the written-out product keeps more
-    intermediates, which under XLA costs one more pass over the `(B, T, d_ff)` activations per layer (gpt2-256's
-    training step: 12 such fusions instead of 8, 1-2% of the step on CPU).
-    """
-    c = math.sqrt(2.0 / math.pi)
-    t = tf.math.tanh(c * (x + 0.044715 * x * x * x))
-
-    def grad(upstream):  # a sum of two products, as autodiff's: XLA then keeps the bias gradient a fast reduction
-        return upstream * (0.5 * (1.0 + t)) + upstream * (0.5 * x * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * x * x))
-
-    return 0.5 * x * (1.0 + t), grad
-
-
-ACTIVATIONS = {"relu": tf.nn.relu, "gelu": _gelu, "gelu_tanh": _gelu_tanh, "silu": tf.nn.silu}
-
-
-class _ConfigSerializable:
-    """`get_config`/`from_config` for a layer built from a `TransformerConfig` plus the constructor arguments named
-    in `_CONFIG_ARGS` (stored as attributes of the same names)."""
-
-    _CONFIG_ARGS: tuple[str, ...] = ()
-
-    def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict(),
-                **{arg: getattr(self, arg) for arg in self._CONFIG_ARGS}}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
-
-
-class MultiHeadAttention(_ConfigSerializable, keras.layers.Layer):
-    """Multi-head attention (section 3.2.2): self-attention when `x_q is x_kv`, else encoder-decoder attention.
-
-    Args:
-        config: the hyperparameters.
-        impl: attention path, `explicit` or `keras` (see `tf_impl.attention`). A plain attribute: set `layer.impl`
-            to switch; a `tf.function` keeps the value it was traced with.
-    """
-
-    _CONFIG_ARGS = ("impl",)
-
-    def __init__(self, config: TransformerConfig, impl: str = "explicit", **kwargs):
-        super().__init__(**kwargs)
-        if impl not in IMPLS:
-            raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
-        self.config, self.impl = config, impl
-        dense = dict(units=config.d_model, use_bias=config.bias, dtype=self.dtype_policy)
-        self.q = keras.layers.Dense(**dense, name="q")
-        self.k = keras.layers.Dense(**dense, name="k")
-        self.v = keras.layers.Dense(**dense, name="v")
-        self.o = keras.layers.Dense(**dense, name="o")
-        self.seed_generator = keras.random.SeedGenerator(name="attention_dropout") if config.dropout > 0 else None
-
-    def build(self, x_q_shape, x_kv_shape):
-        d = self.config.d_model
-        _check_features(self.name, "x_q", x_q_shape, d)
-        _check_features(self.name, "x_kv", x_kv_shape, d)
-        self.q.build(x_q_shape)
-        self.k.build(x_kv_shape)
-        self.v.build(x_kv_shape)
-        self.o.build(x_q_shape)
-
-    def call(self, x_q, x_kv, attention_mask=None, need_weights: bool = False, training: bool = False,
-             cache: AttentionCache | None = None):
-        """`(B, Tq, D)` queries, `(B, Tk, D)` keys/values, bool mask broadcastable to `(B, H, Tq, Tk)` ->
-        `(out, weights)`: `(B, Tq, D)` and `(B, H, Tq, Tk)` (None unless `need_weights`). `cache`: see
-        `AttentionCache`; the mask must then cover the cached keys too."""
-        b, tq = tf.shape(x_q)[0], tf.shape(x_q)[1]
-        h, dk = self.config.num_heads, self.config.head_dim
-        q = tf.transpose(tf.reshape(self.q(x_q), (b, tq, h, dk)), (0, 2, 1, 3))  # (B, H, Tq, d_k)
-        if cache is not None and cache.static and cache.k is not None:
-            k, v = cache.k, cache.v  # the memory's keys and values, from the first decoding step
-        else:
-            k = tf.transpose(tf.reshape(self.k(x_kv), (b, -1, h, dk)), (0, 2, 1, 3))  # (B, H, Tk, d_k)
-            v = tf.transpose(tf.reshape(self.v(x_kv), (b, -1, h, dk)), (0, 2, 1, 3))  # (B, H, Tk, d_k)
-            if cache is not None:
-                if cache.index is not None:  # fixed-size: a static-shape write (XLA's dynamic_update_slice)
-                    at = [0, 0, cache.index, 0]
-                    k = dynamic_update_slice(cache.k, k, at)  # (B, H, T_max, d_k)
-                    v = dynamic_update_slice(cache.v, v, at)  # (B, H, T_max, d_k)
-                elif not cache.static and cache.k is not None:
-                    k = tf.concat([cache.k, k], axis=2)  # (B, H, T_cached + Tk, d_k)
-                    v = tf.concat([cache.v, v], axis=2)  # (B, H, T_cached + Tk, d_k)
-                cache.k, cache.v = k, v
-        out, weights = scaled_dot_product_attention(
-            q, k, v, attention_mask, need_weights=need_weights, impl=self.impl, dropout_p=self.config.dropout,
-            training=training, seed=self.seed_generator, scale=self.config.attention_scale_factor)
-        out = tf.reshape(tf.transpose(out, (0, 2, 1, 3)), (b, tq, h * dk))  # (B, H, Tq, d_k) -> (B, Tq, D)
-        return self.o(out), (weights if need_weights else None)
-
-
-class FeedForward(_ConfigSerializable, keras.layers.Layer):
-    """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3)."""
-
-    def __init__(self, config: TransformerConfig, **kwargs):
-        super().__init__(**kwargs)
-        self.config = config
-        self.linear1 = keras.layers.Dense(config.d_ff, use_bias=config.bias, dtype=self.dtype_policy, name="linear1")
-        self.linear2 = keras.layers.Dense(config.d_model, use_bias=config.bias, dtype=self.dtype_policy,
-                                          name="linear2")
-        self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
-        self.activation = ACTIVATIONS[config.activation]
-
-    def build(self, x_shape):
-        _check_features(self.name, "x", x_shape, self.config.d_model)
-        self.linear1.build(x_shape)
-        self.linear2.build((*x_shape[:-1], self.config.d_ff))
-
-    def call(self, x, training: bool = False):
-        return self.linear2(self.dropout(self.activation(self.linear1(x)), training=training))
-
-
-class _ResidualLayer(_ConfigSerializable, keras.layers.Layer):
+class _ResidualLayer(ConfigSerializable, keras.layers.Layer):
     """Shared residual wiring of EncoderLayer and DecoderLayer: post-LN `norm(x + drop(f(x)))` (the paper) or
     pre-LN `x + drop(f(norm(x)))`."""
 
     _CONFIG_ARGS = ("impl",)
 
-    def _norm(self, name: str) -> keras.layers.LayerNormalization:
-        # Keras defaults to epsilon=1e-3; the config's (PyTorch's 1e-5 by default) is the one the reference uses.
-        return keras.layers.LayerNormalization(epsilon=self.config.layer_norm_eps, dtype=self.dtype_policy,
-                                               name=name)
+    def _norm(self, name: str) -> keras.layers.Layer:
+        return norm_layer(self.config, name, self.dtype_policy)
 
     def _sublayer(self, x, norm, fn, name, record, attention_weights, training):
         out = fn(norm(x) if self.config.norm_first else x)
@@ -275,14 +83,14 @@ class EncoderLayer(_ResidualLayer):
     def __init__(self, config: TransformerConfig, impl: str = "explicit", **kwargs):
         super().__init__(**kwargs)
         self.config, self.impl = config, impl
-        self.self_attn = MultiHeadAttention(config, impl, dtype=self.dtype_policy, name="self_attn")
+        self.self_attn = MultiHeadAttention(config, impl, rotary=True, dtype=self.dtype_policy, name="self_attn")
         self.norm1 = self._norm("norm1")
         self.ffn = FeedForward(config, dtype=self.dtype_policy, name="ffn")
         self.norm2 = self._norm("norm2")
         self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, x_shape):
-        _check_features(self.name, "x", x_shape, self.config.d_model)
+        check_features(self.name, "x", x_shape, self.config.d_model)
         self.self_attn.build(x_shape, x_shape)
         self.norm1.build(x_shape)
         self.ffn.build(x_shape)
@@ -306,7 +114,7 @@ class DecoderLayer(_ResidualLayer):
     def __init__(self, config: TransformerConfig, impl: str = "explicit", **kwargs):
         super().__init__(**kwargs)
         self.config, self.impl = config, impl
-        self.self_attn = MultiHeadAttention(config, impl, dtype=self.dtype_policy, name="self_attn")
+        self.self_attn = MultiHeadAttention(config, impl, rotary=True, dtype=self.dtype_policy, name="self_attn")
         self.norm1 = self._norm("norm1")
         if config.has_encoder:  # a decoder-only model has no encoder-decoder attention
             self.cross_attn = MultiHeadAttention(config, impl, dtype=self.dtype_policy, name="cross_attn")
@@ -319,11 +127,11 @@ class DecoderLayer(_ResidualLayer):
 
     def build(self, x_shape, memory_shape=None):
         d = self.config.d_model
-        _check_features(self.name, "x", x_shape, d)
+        check_features(self.name, "x", x_shape, d)
         self.self_attn.build(x_shape, x_shape)
         self.norm1.build(x_shape)
         if self.cross_attn is not None:
-            _check_features(self.name, "memory", memory_shape, d)
+            check_features(self.name, "memory", memory_shape, d)
             self.cross_attn.build(x_shape, memory_shape)
             self.norm2.build(x_shape)
         self.ffn.build(x_shape)
@@ -346,7 +154,7 @@ class DecoderLayer(_ResidualLayer):
         return x, record
 
 
-class Embedding(_ConfigSerializable, keras.layers.Layer):
+class Embedding(ConfigSerializable, keras.layers.Layer):
     """One side's (`src` or `tgt`) input embedding: token embedding (plus its bias if `embed_bias`: what one-hot ids
     through a `Linear(vocab, d_model)` compute), times sqrt(d_model) if `scale_embedding`,
     plus segment embeddings (source side, `type_vocab_size`), plus sinusoidal or learned positions, then a LayerNorm
@@ -365,17 +173,15 @@ class Embedding(_ConfigSerializable, keras.layers.Layer):
                       if own_table else None)
         self.segment = (keras.layers.Embedding(config.type_vocab_size, config.d_model, dtype=self.dtype_policy,
                                                name="segment") if side == "src" and config.type_vocab_size else None)
+        self.position = self.sinusoid = None  # neither under rotary positions, which turn q and k in attention
         if config.positional == "learned":
             self.position = keras.layers.Embedding(config.position_rows, config.d_model, dtype=self.dtype_policy,
                                                    name="position")
-            self.sinusoid = None
-        else:
-            self.position = None
+        elif config.positional == "sinusoidal":
             # A constant, not a weight: computed once in float64 by the reference, then cast to the compute dtype.
             self.sinusoid = rn.sinusoidal_positions(config.max_len, config.d_model, config.sinusoid_layout
                                                     ).astype(self.compute_dtype)  # (max_len, D)
-        self.norm = (keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, dtype=self.dtype_policy,
-                                                     name="norm") if config.embed_norm else None)
+        self.norm = (norm_layer(config, "norm", self.dtype_policy) if config.embed_norm else None)
         self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
         self.bias = None  # `embed_bias`: made in build()
 
@@ -405,9 +211,9 @@ class Embedding(_ConfigSerializable, keras.layers.Layer):
         # tf.slice with the size given: XLA compiles it for a tensor offset as a static-shape dynamic slice (a
         # `table[offset:offset + t]` slice there comes out of dynamic, padded size)
         size = (tf.shape(ids)[1], self.config.d_model)
-        if self.position is None:
+        if self.sinusoid is not None:
             x = x + tf.slice(tf.convert_to_tensor(self.sinusoid), (offset, 0), size)
-        else:
+        elif self.position is not None:
             start = offset + self.config.position_offset
             x = x + tf.slice(tf.convert_to_tensor(self.position.embeddings), (start, 0), size)
         if self.norm is not None:
@@ -415,7 +221,7 @@ class Embedding(_ConfigSerializable, keras.layers.Layer):
         return self.dropout(x, training=training)
 
 
-class Encoder(_ConfigSerializable, keras.layers.Layer):
+class Encoder(ConfigSerializable, keras.layers.Layer):
     """`num_encoder_layers` EncoderLayers (and a final LayerNorm if `final_norm`). `call(x, attention_mask)` ->
     `(x, record)` with canonical names (`encoder.layers.0.self_attn`, ...)."""
 
@@ -426,11 +232,10 @@ class Encoder(_ConfigSerializable, keras.layers.Layer):
         self.config, self.impl = config, impl
         self.layers = [EncoderLayer(config, impl, dtype=self.dtype_policy, name=f"layers_{i}")
                        for i in range(config.num_encoder_layers)]
-        self.final_norm = (keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, dtype=self.dtype_policy,
-                                                           name="final_norm") if config.final_norm else None)
+        self.final_norm = (norm_layer(config, "final_norm", self.dtype_policy) if config.final_norm else None)
 
     def build(self, x_shape):
-        _check_features(self.name, "x", x_shape, self.config.d_model)
+        check_features(self.name, "x", x_shape, self.config.d_model)
         for layer in self.layers:
             layer.build(x_shape)
         if self.final_norm is not None:
@@ -448,7 +253,7 @@ class Encoder(_ConfigSerializable, keras.layers.Layer):
         return x, record
 
 
-class Decoder(_ConfigSerializable, keras.layers.Layer):
+class Decoder(ConfigSerializable, keras.layers.Layer):
     """`num_decoder_layers` DecoderLayers (and a final LayerNorm if `final_norm`). `call(x, memory, self_mask,
     cross_mask)` -> `(x, record)` with canonical names (`decoder.layers.0.self_attn`, ...)."""
 
@@ -459,11 +264,10 @@ class Decoder(_ConfigSerializable, keras.layers.Layer):
         self.config, self.impl = config, impl
         self.layers = [DecoderLayer(config, impl, dtype=self.dtype_policy, name=f"layers_{i}")
                        for i in range(config.num_decoder_layers)]
-        self.final_norm = (keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, dtype=self.dtype_policy,
-                                                           name="final_norm") if config.final_norm else None)
+        self.final_norm = (norm_layer(config, "final_norm", self.dtype_policy) if config.final_norm else None)
 
     def build(self, x_shape, memory_shape=None):
-        _check_features(self.name, "x", x_shape, self.config.d_model)
+        check_features(self.name, "x", x_shape, self.config.d_model)
         for layer in self.layers:
             layer.build(x_shape, memory_shape)
         if self.final_norm is not None:
@@ -483,7 +287,7 @@ class Decoder(_ConfigSerializable, keras.layers.Layer):
         return x, record
 
 
-class Pooler(_ConfigSerializable, keras.layers.Layer):
+class Pooler(ConfigSerializable, keras.layers.Layer):
     """(BERT) tanh(dense(first position's final hidden state)): `(B, S, D)` -> `(B, D)`."""
 
     def __init__(self, config: TransformerConfig, name: str = "pooler", **kwargs):
@@ -492,14 +296,14 @@ class Pooler(_ConfigSerializable, keras.layers.Layer):
         self.dense = keras.layers.Dense(config.d_model, use_bias=config.bias, dtype=self.dtype_policy, name="dense")
 
     def build(self, x_shape):
-        _check_features(self.name, "x", x_shape, self.config.d_model)
+        check_features(self.name, "x", x_shape, self.config.d_model)
         self.dense.build((x_shape[0], x_shape[-1]))
 
     def call(self, x):
         return tf.math.tanh(self.dense(x[:, 0]))
 
 
-class HeadTransform(_ConfigSerializable, keras.layers.Layer):
+class HeadTransform(ConfigSerializable, keras.layers.Layer):
     """The head transform before the output projection: dense -> activation -> LayerNorm (BERT's masked-LM head), or
     dense -> LayerNorm -> activation (`head_order="dense-norm-activation"`)."""
 
@@ -509,10 +313,10 @@ class HeadTransform(_ConfigSerializable, keras.layers.Layer):
         self.dense = keras.layers.Dense(config.d_model, use_bias=config.bias, dtype=self.dtype_policy, name="dense")
         self.activation = ACTIVATIONS[config.head_activation or config.activation]
         eps = config.layer_norm_eps if config.head_layer_norm_eps is None else config.head_layer_norm_eps
-        self.norm = keras.layers.LayerNormalization(epsilon=eps, dtype=self.dtype_policy, name="norm")
+        self.norm = norm_layer(config, "norm", self.dtype_policy, eps)
 
     def build(self, x_shape):
-        _check_features(self.name, "x", x_shape, self.config.d_model)
+        check_features(self.name, "x", x_shape, self.config.d_model)
         self.dense.build(x_shape)
         self.norm.build(x_shape)
 
@@ -523,7 +327,7 @@ class HeadTransform(_ConfigSerializable, keras.layers.Layer):
         return self.norm(self.activation(x))
 
 
-class OutputProjection(_ConfigSerializable, keras.layers.Layer):
+class OutputProjection(ConfigSerializable, keras.layers.Layer):
     """Final states -> logits; with `tie_embeddings` the kernel is the embedding table."""
 
     def __init__(self, config: TransformerConfig, name: str = "output", **kwargs):
@@ -534,7 +338,7 @@ class OutputProjection(_ConfigSerializable, keras.layers.Layer):
 
     def build(self, x_shape):
         c = self.config
-        _check_features(self.name, "x", x_shape, c.d_model)
+        check_features(self.name, "x", x_shape, c.d_model)
         self.kernel = None if c.tie_embeddings else self.add_weight(
             shape=(c.d_model, c.tgt_vocab_size), initializer=self.kernel_initializer, name="kernel")  # (D, V)
         self.bias = (self.add_weight(shape=(c.tgt_vocab_size,), initializer=self.bias_initializer, name="bias")
@@ -554,7 +358,7 @@ class OutputProjection(_ConfigSerializable, keras.layers.Layer):
         return tf.reshape(logits, tf.concat([tf.shape(x)[:-1], tf.shape(logits)[-1:]], axis=0))  # (B, T, V)
 
 
-class Transformer(_ConfigSerializable, keras.Model):
+class Transformer(ConfigSerializable, keras.Model):
     """Embeddings -> encoder and/or decoder -> logits; the Keras twin of `reference_numpy.Transformer`.
 
     Args:
@@ -694,7 +498,7 @@ class Transformer(_ConfigSerializable, keras.Model):
             return KVCache(c.num_decoder_layers, cross_attention=c.has_encoder)
         if length > c.max_len:
             raise ValueError(f"a cache of length {length} exceeds max_len={c.max_len}")
-        return KVCache.fixed(c.num_decoder_layers, c.has_encoder, batch_size, length, c.num_heads, c.head_dim,
+        return KVCache.fixed(c.num_decoder_layers, c.has_encoder, batch_size, length, c.kv_heads, c.head_dim,
                              self.compute_dtype)
 
     def call(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, src_type_ids=None,
@@ -748,8 +552,9 @@ class Transformer(_ConfigSerializable, keras.Model):
         x = self.tgt_embed(tgt_ids, offset=offset, token_table=shared, training=training)
         record: Record = {"decoder.embed": x}
         cross_mask = None if memory is None else attention_mask(tf.convert_to_tensor(src_mask), t)
-        x, layers = self.decoder(x, memory, attention_mask(key_mask, t, causal=True, first=first), cross_mask,
-                                 attention_weights=attention_weights, training=training, cache=cache)
+        self_mask = attention_mask(key_mask, t, causal=True, first=first, window=self.config.sliding_window)
+        x, layers = self.decoder(x, memory, self_mask, cross_mask, attention_weights=attention_weights,
+                                 training=training, cache=cache)
         if cache is not None:
             cache.key_mask = key_mask
             if cache.index is not None:
@@ -875,11 +680,12 @@ def padding_mask(ids: tf.Tensor, pad_id: int | None) -> tf.Tensor:
     return tf.not_equal(ids, tf.constant(pad_id, ids.dtype))
 
 
-def attention_mask(key_mask: tf.Tensor, query_len, causal: bool = False, first=None) -> tf.Tensor:
+def attention_mask(key_mask: tf.Tensor, query_len, causal: bool = False, first=None, window: int | None = None
+                   ) -> tf.Tensor:
     """Key padding mask `(B, Tk)` (True = real token) -> `(B, 1, Tq, Tk)` attention mask, True = may attend.
-    `causal` with `first`: see `causal_mask`."""
+    `causal` with `first` and a sliding `window`: see `causal_mask`."""
     shape = tf.shape(key_mask)
     mask = tf.broadcast_to(key_mask[:, None, None, :], (shape[0], 1, query_len, shape[1]))  # (B, 1, Tq, Tk)
     if causal:
-        mask = tf.logical_and(mask, causal_mask(query_len, shape[1], first))
+        mask = tf.logical_and(mask, causal_mask(query_len, shape[1], first, window))
     return mask

@@ -1,0 +1,287 @@
+"""The Keras layers below the model: the attention layer with its key/value caches, the feed-forward, the norms and
+rotary positions, class for class as in `reference_numpy.model` and `torch_impl.model`; `tf_impl.model` builds the
+layers, the stacks and the model from them."""
+
+from __future__ import annotations
+
+import math
+
+from .startup import tf  # noqa: I001 (before keras: its import loads TensorFlow)
+import keras  # noqa: E402
+from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
+
+import reference_numpy as rn
+from reference_numpy import TransformerConfig
+
+from .attention import IMPLS, scaled_dot_product_attention
+
+
+Record = dict  # canonical sublayer name -> tensor, in execution order
+
+
+class AttentionCache:
+    """The keys and values one attention layer has computed so far, for incremental decoding.
+
+    `static` (encoder-decoder attention): computed from the memory on the first call, reused afterwards.
+    Otherwise (causal self-attention) each call adds the keys and values of its new positions: appended (the
+    growing form, eager or dynamic shapes), or, in the fixed-size form (`index` set), written into preallocated
+    `(B, H, T_max, d_k)` buffers at position `index`, so that shapes stay static under XLA.
+    """
+
+    def __init__(self, static: bool):
+        self.static = static
+        self.k: tf.Tensor | None = None  # (B, H, T_cached, d_k); fixed-size form: (B, H, T_max, d_k)
+        self.v: tf.Tensor | None = None  # (B, H, T_cached, d_k); fixed-size form: (B, H, T_max, d_k)
+        self.index: tf.Tensor | None = None  # fixed-size form: where this call's keys and values go (scalar int32)
+
+
+class KVCache:
+    """Incremental-decoding state of a decoder: per layer `(self_attn, cross_attn)` caches, plus the key mask of
+    the target positions processed so far. Make one per source batch with `Transformer.new_cache()`.
+
+    The fixed-size form (`new_cache(batch_size, length)`, for `tf.function(jit_compile=True)`): the self-attention
+    buffers and the key mask cover all `length` positions from the start, False where nothing is written yet, and
+    `index` counts the positions written.
+    """
+
+    def __init__(self, num_layers: int, cross_attention: bool = True):
+        self.layers = [(AttentionCache(static=False), AttentionCache(static=True) if cross_attention else None)
+                       for _ in range(num_layers)]
+        self.key_mask: tf.Tensor | None = None  # (B, T_done) bool, True = real token; fixed-size: (B, T_max)
+        self.index: tf.Tensor | None = None  # fixed-size form only: positions written so far (scalar int32)
+
+    @classmethod
+    def fixed(cls, num_layers: int, cross_attention: bool, batch_size: int, length: int, num_heads: int,
+              head_dim: int, dtype) -> "KVCache":
+        """Zeroed self-attention buffers `(B, H, length, d_k)` (`num_heads`: the key/value heads), an all-False key
+        mask and `index` 0."""
+        cache = cls(num_layers, cross_attention)
+        for self_attn, _ in cache.layers:
+            self_attn.k = tf.zeros((batch_size, num_heads, length, head_dim), dtype)  # (B, H, T_max, d_k)
+            self_attn.v = tf.zeros((batch_size, num_heads, length, head_dim), dtype)  # (B, H, T_max, d_k)
+        cache.key_mask = tf.zeros((batch_size, length), tf.bool)  # (B, T_max)
+        cache.index = tf.constant(0, tf.int32)
+        return cache
+
+    @property
+    def length(self):
+        """Target positions already decoded (the position offset of the next call): an int, or a scalar tensor
+        inside `tf.function` when the cached length is dynamic (see `tf_impl.decoding.cached_stepper`) and in the
+        fixed-size form."""
+        if self.index is not None:
+            return self.index
+        if self.key_mask is None:
+            return 0
+        static = self.key_mask.shape[1]
+        return int(static) if static is not None else tf.shape(self.key_mask)[1]
+
+
+def check_features(layer: str, arg: str, shape, d_model: int) -> None:
+    if shape is None or len(shape) != 3 or (shape[-1] is not None and shape[-1] != d_model):
+        raise ValueError(f"{layer}: {arg} must have shape (batch, length, d_model={d_model}), received shape "
+                         f"{None if shape is None else tuple(shape)}")
+
+
+def _gelu(x: tf.Tensor) -> tf.Tensor:
+    """The exact GELU, x * Phi(x) in the erf form.
+
+    Not `tf.nn.gelu(approximate=False)` (nor Keras's gelu, which calls it): it casts its Python constant 1/sqrt(2)
+    to float32 before the input's dtype, a 5e-9 error in float64, fifty times the float64 tolerance.
+    """
+    return 0.5 * x * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
+
+
+@tf.custom_gradient
+def _gelu_tanh(x: tf.Tensor):
+    """GELU's tanh approximation (GPT-2's `gelu_new`), written out for the same reason as `_gelu`: Python constants
+    here take the input's dtype, so float64 stays float64 throughout.
+
+    The derivative is written out too, from `x` and the tanh: autodiff of the written-out product keeps more
+    intermediates, which under XLA costs one more pass over the `(B, T, d_ff)` activations per layer (gpt2-256's
+    training step: 12 such fusions instead of 8, 1-2% of the step on CPU).
+    """
+    c = math.sqrt(2.0 / math.pi)
+    t = tf.math.tanh(c * (x + 0.044715 * x * x * x))
+
+    def grad(upstream):  # a sum of two products, as autodiff's: XLA then keeps the bias gradient a fast reduction
+        return upstream * (0.5 * (1.0 + t)) + upstream * (0.5 * x * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * x * x))
+
+    return 0.5 * x * (1.0 + t), grad
+
+
+ACTIVATIONS = {"relu": tf.nn.relu, "gelu": _gelu, "gelu_tanh": _gelu_tanh, "silu": tf.nn.silu}
+
+
+class ConfigSerializable:
+    """`get_config`/`from_config` for a layer built from a `TransformerConfig` plus the constructor arguments named
+    in `_CONFIG_ARGS` (stored as attributes of the same names)."""
+
+    _CONFIG_ARGS: tuple[str, ...] = ()
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict(),
+                **{arg: getattr(self, arg) for arg in self._CONFIG_ARGS}}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
+
+
+class RMSNorm(keras.layers.Layer):
+    """x / sqrt(mean(x^2) + eps) * (offset + gamma): Llama's RMSNorm (offset 0), Gemma's (offset 1)."""
+
+    def __init__(self, epsilon: float, offset: float = 0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.epsilon, self.offset = epsilon, offset
+
+    def build(self, x_shape):
+        self.gamma = self.add_weight(shape=(x_shape[-1],), initializer="ones", name="gamma")  # (D,)
+
+    def call(self, x):
+        scale = self.gamma + self.offset if self.offset else self.gamma
+        return x * tf.math.rsqrt(tf.reduce_mean(tf.square(x), axis=-1, keepdims=True) + self.epsilon) * scale
+
+    def get_config(self):
+        return {**super().get_config(), "epsilon": self.epsilon, "offset": self.offset}
+
+
+def norm_layer(config: TransformerConfig, name: str, dtype, eps: float | None = None) -> keras.layers.Layer:
+    """The model's norm: `LayerNormalization` with the config's epsilon (Keras defaults to 1e-3; the reference uses
+    the config's, PyTorch's 1e-5 by default), or `RMSNorm` under `norm="rms"`."""
+    eps = config.layer_norm_eps if eps is None else eps
+    if config.norm == "rms":
+        return RMSNorm(eps, config.norm_weight_offset, dtype=dtype, name=name)
+    return keras.layers.LayerNormalization(epsilon=eps, dtype=dtype, name=name)
+
+
+def rotate(x, start, config: TransformerConfig):
+    """Rotary positions on `x` `(B, H, T, d_k)` at positions `start .. start + T - 1` (`start` an int or a scalar
+    tensor), for a sequence of `start + T` positions (its length picks longrope's factors): the first
+    `rotary_dim` dims turn as two halves (transformers' `rotate_half`), the rest pass through. The angles are
+    computed in float32 at least."""
+    t = tf.shape(x)[2]
+    inv_freq, scaling = rn.ops.rope_frequencies(config, 0)
+    params = config.rope_scaling or {}
+    dtype = x.dtype if x.dtype in (tf.float32, tf.float64) else tf.float32
+    inv = tf.constant(inv_freq, dtype)  # (r/2,)
+    if params.get("rope_type") == "longrope":  # the long factors once the sequence passes the original length
+        threshold = params["original_max_position_embeddings"]
+        long_freq, _ = rn.ops.rope_frequencies(config, threshold + 1)
+        inv = tf.where(start + t > threshold, tf.constant(long_freq, dtype), inv)
+    positions = tf.cast(tf.range(t) + start, dtype)
+    freqs = positions[:, None] * inv[None, :]  # (T, r/2)
+    angles = tf.concat([freqs, freqs], axis=-1)  # (T, r)
+    cos = tf.cast(tf.cos(angles) * scaling, x.dtype)
+    sin = tf.cast(tf.sin(angles) * scaling, x.dtype)
+    r = config.rotary_dim
+    rot, rest = x[..., :r], x[..., r:]
+    rotated = tf.concat([-rot[..., r // 2:], rot[..., :r // 2]], axis=-1)  # rotate_half
+    return tf.concat([rot * cos + rotated * sin, rest], axis=-1)
+
+
+class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
+    """Multi-head attention (section 3.2.2): self-attention when `x_q is x_kv`, else encoder-decoder attention.
+
+    Args:
+        config: the hyperparameters.
+        impl: attention path, `explicit` or `keras` (see `tf_impl.attention`). A plain attribute: set `layer.impl`
+            to switch; a `tf.function` keeps the value it was traced with.
+    """
+
+    _CONFIG_ARGS = ("impl", "rotary")
+
+    def __init__(self, config: TransformerConfig, impl: str = "explicit", rotary: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
+        self.config, self.impl, self.rotary = config, impl, rotary and config.positional == "rope"
+        inner, kv = config.num_heads * config.head_dim, config.kv_heads * config.head_dim
+        qkv = dict(use_bias=config.has_qkv_bias, dtype=self.dtype_policy)
+        self.q = keras.layers.Dense(inner, **qkv, name="q")
+        self.k = keras.layers.Dense(kv, **qkv, name="k")
+        self.v = keras.layers.Dense(kv, **qkv, name="v")
+        self.o = keras.layers.Dense(config.d_model, use_bias=config.has_o_bias, dtype=self.dtype_policy, name="o")
+        self.q_norm = norm_layer(config, "q_norm", self.dtype_policy) if config.qk_norm else None
+        self.k_norm = norm_layer(config, "k_norm", self.dtype_policy) if config.qk_norm else None
+        self.seed_generator = keras.random.SeedGenerator(name="attention_dropout") if config.dropout > 0 else None
+
+    def build(self, x_q_shape, x_kv_shape):
+        d = self.config.d_model
+        check_features(self.name, "x_q", x_q_shape, d)
+        check_features(self.name, "x_kv", x_kv_shape, d)
+        self.q.build(x_q_shape)
+        self.k.build(x_kv_shape)
+        self.v.build(x_kv_shape)
+        self.o.build((*x_q_shape[:-1], self.config.num_heads * self.config.head_dim))
+        for norm in (self.q_norm, self.k_norm):
+            if norm is not None:
+                norm.build((None, None, None, self.config.head_dim))
+
+    def call(self, x_q, x_kv, attention_mask=None, need_weights: bool = False, training: bool = False,
+             cache: AttentionCache | None = None):
+        """`(B, Tq, D)` queries, `(B, Tk, D)` keys/values, bool mask broadcastable to `(B, H, Tq, Tk)` ->
+        `(out, weights)`: `(B, Tq, D)` and `(B, H, Tq, Tk)` (None unless `need_weights`). `cache`: see
+        `AttentionCache`; the mask must then cover the cached keys too."""
+        b, tq = tf.shape(x_q)[0], tf.shape(x_q)[1]
+        c = self.config
+        h, kvh, dk = c.num_heads, c.kv_heads, c.head_dim
+        q = tf.transpose(tf.reshape(self.q(x_q), (b, tq, h, dk)), (0, 2, 1, 3))  # (B, H, Tq, d_k)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        fixed = cache is not None and cache.index is not None
+        if cache is not None and cache.static and cache.k is not None:
+            k, v = cache.k, cache.v  # the memory's keys and values, from the first decoding step
+        else:
+            k = tf.transpose(tf.reshape(self.k(x_kv), (b, -1, kvh, dk)), (0, 2, 1, 3))  # (B, KV, Tk, d_k)
+            v = tf.transpose(tf.reshape(self.v(x_kv), (b, -1, kvh, dk)), (0, 2, 1, 3))  # (B, KV, Tk, d_k)
+            if self.k_norm is not None:
+                k = self.k_norm(k)
+            if self.rotary:  # the new keys' positions: after those cached (stored turned)
+                start = cache.index if fixed else (
+                    tf.shape(cache.k)[2] if cache is not None and cache.k is not None else 0)
+                k = rotate(k, start, c)
+            if cache is not None:
+                if cache.index is not None:  # fixed-size: a static-shape write (XLA's dynamic_update_slice)
+                    at = [0, 0, cache.index, 0]
+                    k = dynamic_update_slice(cache.k, k, at)  # (B, H, T_max, d_k)
+                    v = dynamic_update_slice(cache.v, v, at)  # (B, H, T_max, d_k)
+                elif not cache.static and cache.k is not None:
+                    k = tf.concat([cache.k, k], axis=2)  # (B, H, T_cached + Tk, d_k)
+                    v = tf.concat([cache.v, v], axis=2)  # (B, H, T_cached + Tk, d_k)
+                cache.k, cache.v = k, v
+        if self.rotary:  # the queries: at the cache's write position, else the last Tq of the keys
+            q = rotate(q, cache.index if fixed else tf.shape(k)[2] - tq, c)
+        if kvh != h:  # query head i reads key/value head i // groups
+            k, v = tf.repeat(k, h // kvh, axis=1), tf.repeat(v, h // kvh, axis=1)  # (B, H, Tk, d_k)
+        out, weights = scaled_dot_product_attention(
+            q, k, v, attention_mask, need_weights=need_weights, impl=self.impl, dropout_p=c.dropout,
+            training=training, seed=self.seed_generator, scale=c.attention_scale_factor)
+        out = tf.reshape(tf.transpose(out, (0, 2, 1, 3)), (b, tq, h * dk))  # (B, H, Tq, d_k) -> (B, Tq, D)
+        return self.o(out), (weights if need_weights else None)
+
+
+class FeedForward(ConfigSerializable, keras.layers.Layer):
+    """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3); gated (`ffn_gated`): (act(x Wg + bg) * (x W1 + b1)) W2 + b2."""
+
+    def __init__(self, config: TransformerConfig, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config
+        dense = dict(use_bias=config.has_ffn_bias, dtype=self.dtype_policy)
+        self.gate = keras.layers.Dense(config.d_ff, **dense, name="gate") if config.ffn_gated else None
+        self.linear1 = keras.layers.Dense(config.d_ff, **dense, name="linear1")
+        self.linear2 = keras.layers.Dense(config.d_model, **dense, name="linear2")
+        self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
+        self.activation = ACTIVATIONS[config.activation]
+
+    def build(self, x_shape):
+        check_features(self.name, "x", x_shape, self.config.d_model)
+        if self.gate is not None:
+            self.gate.build(x_shape)
+        self.linear1.build(x_shape)
+        self.linear2.build((*x_shape[:-1], self.config.d_ff))
+
+    def call(self, x, training: bool = False):
+        hidden = self.linear1(x)
+        hidden = self.activation(hidden) if self.gate is None else self.activation(self.gate(x)) * hidden
+        return self.linear2(self.dropout(hidden, training=training))
