@@ -15,6 +15,7 @@ import pytest
 import reference_numpy as rn
 from transformer_parity import formats
 from transformer_parity.cli import main
+from transformer_parity.verify.source import exact_float64
 
 from .tolerances import property_atol
 
@@ -76,13 +77,17 @@ def hf_logits(model, src: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_float64_reference_matches_transformers_in_float64(name, tmp_path_factory):
+    """transformers in float64, with the parts it keeps in float32 even then (rotary angles, RMSNorm, Gemma's
+    embedding scale) computed in float64 (`source.exact_float64`, as verify's built-in source does)."""
+    import copy
+
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
+    model64 = copy.deepcopy(model).double()
+    exact_float64(model64, loaded.config)
     src = ids()
-    desired = hf_logits(model.double(), src)
-    model.float()
     actual = rn.Transformer(loaded.config, loaded.weights, np.float64)(src)
-    np.testing.assert_allclose(actual, desired, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(actual, hf_logits(model64, src), rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("impl", ["transformers", "torch_impl", "tf_impl"])
@@ -123,7 +128,7 @@ def test_export_reloads_in_transformers_with_the_same_logits(name, tmp_path_fact
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
     out = tmp_path / "export"
-    formats.save(out, loaded.config, dict(loaded.weights), "hf")
+    formats.save(out, loaded.config, dict(loaded.weights), loaded.format)  # hf-llama, ...: the family it came as
     written = json.loads((out / "config.json").read_text())
     assert written["model_type"] == json.loads((path / "config.json").read_text())["model_type"]
     again = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
@@ -167,7 +172,7 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
 def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
     import shutil
 
-    _, path = hf_model("llama", tmp_path_factory)
+    _, path = hf_model("qwen2" if field == "layer_types" else "llama", tmp_path_factory)
     copy = tmp_path / "edited"
     shutil.copytree(path, copy)
     config = json.loads((copy / "config.json").read_text())

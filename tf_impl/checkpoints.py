@@ -91,7 +91,8 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
 
     def attention(path: str, name: str) -> None:
         groups[path] = name
-        groups.update({f"{path}/{p}": p for p in "qkvo"})
+        parts = ("q", "k", "v", "o") + (("q_norm", "k_norm") if config.qk_norm else ())
+        groups.update({f"{path}/{p}": p for p in parts})
 
     src, tgt = _embedding_paths(config)
     if config.has_encoder:
@@ -115,6 +116,8 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
             groups.update({path: f"layers_{i}", f"{path}/dropout": "dropout", f"{path}/ffn": "ffn",
                            f"{path}/ffn/dropout": "dropout", f"{path}/ffn/linear1": "linear1",
                            f"{path}/ffn/linear2": "linear2", f"{path}/norm1": "norm1"})
+            if config.ffn_gated:
+                groups[f"{path}/ffn/gate"] = "gate"
             attention(f"{path}/self_attn", "self_attn")
             if stack == "encoder":
                 groups[f"{path}/norm2"] = "norm2"

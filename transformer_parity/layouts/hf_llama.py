@@ -92,6 +92,7 @@ class FamilySpec:
     sliding: bool = False  # reads sliding_window (Mistral, Qwen2, Phi-3)
     norm_weight_offset: float = 0.0  # Gemma: x * (1 + w)
     scale_embedding: bool = False  # Gemma: embeddings times sqrt(hidden_size)
+    partial_rotary: bool = False  # rotates part of each head (Phi-3's partial_rotary_factor); others rotate it all
     supported: Mapping[str, Any] = field(default_factory=dict)  # other fields, and the only value each may take
 
 
@@ -131,6 +132,9 @@ def read_config(hf: Mapping[str, Any], keys: Collection[str], spec: FamilySpec, 
     lm = arch == spec.architectures[0]
     attention_bias = boolean(hf, spec.attention_bias, False) if spec.attention_bias else False
     theta, scaling, fraction = rope(hf)
+    if fraction != 1.0 and not spec.partial_rotary:
+        raise ValueError(f"config.json partial_rotary_factor={fraction!r} is not supported for {spec.model_type} "
+                         "(it rotates every dim of a head)")
     config = rn.TransformerConfig(
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=d, num_heads=heads,
         num_kv_heads=_kv_heads(hf, heads), head_size=None if head_dim * heads == d else head_dim,
@@ -243,6 +247,8 @@ def problems_for(config: rn.TransformerConfig, spec: FamilySpec) -> list[str]:
                         f"{'always' if spec.qkv_bias else 'with the output bias'})")
     if config.has_ffn_bias and not spec.mlp_bias:
         problems.append(f"feed-forward biases ({name} has none)")
+    if config.rotary_fraction != 1.0 and not spec.partial_rotary:
+        problems.append(f"rotary_fraction={config.rotary_fraction} ({name} rotates every dim of a head)")
     return problems
 
 

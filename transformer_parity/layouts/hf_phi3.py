@@ -15,7 +15,7 @@ BASE_PREFIX = hf_llama.BASE_PREFIX
 CONFIG_KEYS = hf_llama.CONFIG_KEYS
 TRANSFORMERS_CLASSES = ARCHITECTURES  # the source oracle: with an output projection, without one
 HOOKS = hf_llama.HOOKS
-SPEC = FamilySpec("phi3", ARCHITECTURES, attention_bias=None, mlp_bias=None, sliding=True)
+SPEC = FamilySpec("phi3", ARCHITECTURES, attention_bias=None, mlp_bias=None, sliding=True, partial_rotary=True)
 
 _L = "layers.{i}."
 ATTENTION = [

@@ -386,13 +386,49 @@ def _hf_source(path: Path, fmt: str, config: rn.TransformerConfig) -> Source:
                     table = stack.embed_positions.weight
                     table.copy_(torch.as_tensor(rn.sinusoidal_positions(table.shape[0], table.shape[1],
                                                                         config.sinusoid_layout)))
+        if config.positional == "rope" or config.norm == "rms":
+            exact_float64(model64, config)
         return [SourceRun("transformers-f32", _hf_forward(model, fmt, config, batch, pad)),
                 SourceRun("transformers-f64", _hf_forward(model64, fmt, config, batch, pad))]
 
     if fmt == "hf-marian":
         notes.append("transformers-f64: Marian's sinusoid tables, which transformers builds in float32, replaced by "
                      "the exact ones")
+    if config.positional == "rope" or config.norm == "rms":
+        notes.append("transformers-f64: the rotary angles and RMSNorms (and Gemma's embedding scale), which "
+                     "transformers computes in float32 even in a float64 model, computed in float64; the float32 run "
+                     "is transformers as it ships")
     return Source(f"transformers {cls_name}", "builtin", run, notes)
+
+
+def exact_float64(model64, config: rn.TransformerConfig) -> None:
+    """Make a float64 transformers model float64 throughout: its rotary embedding computes the angles in float32
+    from float32 frequencies, its RMSNorms upcast to float32 only, and Gemma's embedding scale is a float32 constant,
+    so the 'float64' model is float32 there. Each is replaced by the same formula in float64 (the frequencies by
+    the reference's, `ops.rope_frequencies`, which the float32 run checks against transformers' own)."""
+    import types
+
+    import torch
+
+    def rotary(self, x, position_ids, layer_type=None):
+        inv_freq, scaling = rn.ops.rope_frequencies(config, int(position_ids.max()) + 1)
+        freqs = position_ids[..., None].double() * torch.as_tensor(inv_freq)  # (B, T, r/2)
+        angles = torch.cat((freqs, freqs), dim=-1)
+        return (angles.cos() * scaling).to(x.dtype), (angles.sin() * scaling).to(x.dtype)
+
+    def rms(self, x):
+        eps = getattr(self, "variance_epsilon", getattr(self, "eps", None))
+        scale = self.weight + config.norm_weight_offset if config.norm_weight_offset else self.weight
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * scale
+
+    for module in model64.modules():
+        kind = type(module).__name__
+        if kind.endswith("RotaryEmbedding"):
+            module.forward = types.MethodType(rotary, module)
+        elif kind.endswith("RMSNorm"):
+            module.forward = types.MethodType(rms, module)
+        elif isinstance(getattr(module, "embed_scale", None), torch.Tensor):
+            module.embed_scale = torch.tensor(float(module.scalar_embed_scale), dtype=torch.float64)
 
 
 def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad: int | None) -> dict[str, Any]:
