@@ -7,13 +7,13 @@ import argparse
 import os
 
 from transformer_parity.errors import UsageError
-from transformer_parity.layouts import HF_LAYOUTS
+from transformer_parity.layouts import HF_LAYOUTS, KERASHUB_LAYOUTS
 from transformer_parity.io.safe_text import one_line
 
 
 PROG = "transformer-parity"
 FORMAT_CHOICES = ("canonical", "torch", "nn-transformer", "keras", "hf", *HF_LAYOUTS)
-FORMAT_CHOICES += ("kerashub", "kerashub-gpt2", "kerashub-bert", "kerashub-seq2seq")  # formats.KERASHUB_FORMATS
+FORMAT_CHOICES += ("kerashub", *KERASHUB_LAYOUTS)  # formats.KERASHUB_FORMATS
 
 
 class Parser(argparse.ArgumentParser):

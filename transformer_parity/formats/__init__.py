@@ -41,7 +41,7 @@ from ..errors import UsageError
 from ..io.guards import check_output, deferred_signals
 from ..io.outputs import atomic_path
 from ..io.sniff import sniff
-from ..layouts import HF_LAYOUTS
+from ..layouts import HF_LAYOUTS, KERASHUB_LAYOUTS, KERASHUB_PRESETS
 from ..layouts.table import Drops
 
 HF_FORMATS = ("hf", *HF_LAYOUTS)  # model directories
@@ -63,8 +63,8 @@ LAYOUT_FORMATS = {"zip": "torch-layout", "pickle": "torch-layout", "safetensors"
                   "hdf5": "keras-layout"}
 FRAMEWORK.update({"torch-layout": "torch", "safetensors-layout": "numpy", "keras-layout": "keras"})
 # KerasHub models (`layouts.kerashub_preset`): a preset directory, or a bare .weights.h5 with --from kerashub-gpt2 ...
-KERASHUB_DIRS = ("kerashub", "kerashub-gpt2", "kerashub-bert")  # preset directories
-KERASHUB_FORMATS = (*KERASHUB_DIRS, "kerashub-seq2seq")  # and keras.io's seq2seq model, a bare .weights.h5
+KERASHUB_DIRS = KERASHUB_PRESETS  # preset directories
+KERASHUB_FORMATS = ("kerashub", *KERASHUB_LAYOUTS)  # and keras.io's seq2seq model, a bare .weights.h5
 FORMATS += KERASHUB_FORMATS
 FRAMEWORK.update({name: "keras" for name in KERASHUB_FORMATS})
 CONTENT_FORMATS["hdf5"] += KERASHUB_FORMATS[1:]

@@ -40,6 +40,15 @@ HF_LAYOUTS = {
     "hf-gemma": "hf_gemma",
     "hf-phi3": "hf_phi3",
 }
+# ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them; kerashub-seq2seq is
+# keras.io's seq2seq model, a bare .weights.h5) ...
+KERASHUB_LAYOUTS = {
+    "kerashub-gpt2": "kerashub_gpt2",
+    "kerashub-bert": "kerashub_bert",
+    "kerashub-llama": "kerashub_llama",
+    "kerashub-seq2seq": "kerashub_seq2seq",
+}
+KERASHUB_PRESETS = ("kerashub", *(name for name in KERASHUB_LAYOUTS if name != "kerashub-seq2seq"))
 # ... and the single-file layouts.
 FILE_LAYOUTS = {
     "nn-transformer": "nn_transformer",

@@ -23,8 +23,8 @@ import reference_numpy as rn
 
 from .table import export_state, import_state
 
-FAMILIES = {"kerashub-gpt2": "kerashub_gpt2", "kerashub-bert": "kerashub_bert", "kerashub-seq2seq": "kerashub_seq2seq"}
-PRESETS = ("kerashub", "kerashub-gpt2", "kerashub-bert")  # directories; kerashub-seq2seq is a bare .weights.h5
+from . import KERASHUB_LAYOUTS as FAMILIES
+from . import KERASHUB_PRESETS as PRESETS
 FORMATS = ("kerashub", *FAMILIES)
 CONFIG, TASK_CONFIG, METADATA = "config.json", "task.json", "metadata.json"
 WEIGHTS, TASK_WEIGHTS = "model.weights.h5", "task.weights.h5"
@@ -88,7 +88,7 @@ def supported_classes() -> str:
 
 def family_for(backbone_class: str, path: Path, declared: str | None) -> ModuleType:
     modules = [family(name) for name in FAMILIES]
-    found = next((m for m in modules if m.BACKBONE == backbone_class), None)
+    found = next((m for m in modules if backbone_class in getattr(m, "BACKBONES", (m.BACKBONE,))), None)
     if found is None:
         raise ValueError(f"{path}: KerasHub class {backbone_class!r} is not supported; supported: "
                          + supported_classes())
@@ -153,6 +153,10 @@ def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Ma
         raise ValueError(f"{path}: {exc}") from None
     table = module.table(config)
     state = _read_weights(path, table, task is not None)
+    if hasattr(module, "settle_from_weights"):  # what config.json leaves out but the weights show
+        config, settled = module.settle_from_weights(config, state)
+        notes += settled
+        table = module.table(config)
     origins = {**{name: f"config.json {key}" for name, key in module.CONFIG_KEYS.items()},
                **{name: "--set/--config" for name in fields or {}}}
     weights = import_state(config, state, table, source=str(path), consume=True, drops=drops, origins=origins)

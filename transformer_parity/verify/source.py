@@ -34,7 +34,7 @@ import numpy as np
 import reference_numpy as rn
 
 from transformer_parity.errors import UsageError
-from transformer_parity.layouts import HF_LAYOUTS, hf_layout
+from transformer_parity.layouts import HF_LAYOUTS, KERASHUB_PRESETS, hf_layout
 
 Batch = dict[str, np.ndarray]
 OUTPUT = "output"  # the key of the model's output in a source's dict or an --expect file
@@ -292,7 +292,7 @@ def from_expect(path: str | Path, config: rn.TransformerConfig) -> Source:
 
 # --- built-in sources -------------------------------------------------------------------------------------------------
 
-KERASHUB_DIRS = ("kerashub-gpt2", "kerashub-bert")
+KERASHUB_DIRS = KERASHUB_PRESETS[1:]
 
 
 def builtin(loaded) -> tuple[Source | None, str | None]:

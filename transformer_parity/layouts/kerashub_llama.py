@@ -1,0 +1,130 @@
+"""KerasHub Llama (`keras_hub.models.LlamaBackbone`, `LlamaCausalLM`; `Llama3Backbone`, `Llama3CausalLM`, the same
+model): decoder-only, pre-norm, RMSNorm, rotary positions, grouped-query attention, a SwiGLU feed-forward.
+
+The math, read from keras-hub 0.32 (`keras_hub/src/models/llama/`): `LlamaLayerNorm` is an RMSNorm computed in
+float32; `LlamaRotaryEmbedding` rotates the two halves of each head, frequencies `1 / max_wavelength^(2i/d)`, divided by
+`rope_position_scaling_factor` (transformers' linear rope) and, with the four llama3 arguments, smoothed as
+transformers' llama3 rope; scores times 1/sqrt(head_dim); `silu(gate(x)) * intermediate(x)`; no biases anywhere.
+`LlamaCausalLM`'s logits are the reverse embedding (untied) or the embedding (tied). The model takes any length: it
+has no position table, so the canonical `max_len` (a bound on inputs that no weight or frequency here depends on)
+is `MAX_LEN`. The table is the layout file `kerashub_llama.toml` beside this module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import reference_numpy as rn
+
+NAME = "kerashub-llama"
+BACKBONE = "LlamaBackbone"
+TASKS = ("LlamaCausalLM", "Llama3CausalLM")
+BACKBONES = ("LlamaBackbone", "Llama3Backbone")  # the classes read as this family
+LAYOUT = Path(__file__).with_name("kerashub_llama.toml")
+SERIALIZED = {"LlamaBackbone": ("keras_hub.src.models.llama.llama_backbone", "llama_backbone"),
+              "LlamaCausalLM": ("keras_hub.src.models.llama.llama_causal_lm", "llama_causal_lm"),
+              "Llama3Backbone": ("keras_hub.src.models.llama3.llama3_backbone", "llama3_backbone"),
+              "Llama3CausalLM": ("keras_hub.src.models.llama3.llama3_causal_lm", "llama3_causal_lm")}
+MAX_LEN = 131072
+FIXED = {"num_encoder_layers": 0, "norm": "rms", "norm_first": True, "final_norm": True, "positional": "rope",
+         "ffn_gated": True, "activation": "silu", "scale_embedding": False, "bias": False, "embed_norm": False,
+         "head_transform": False, "type_vocab_size": 0, "pooler": False, "output_bias": False, "pad_id": None,
+         "qk_norm": False, "sliding_window": None, "norm_weight_offset": 0.0, "head_size": None,
+         "rotary_fraction": 1.0}  # no pad id: padding arrives as the backbone's padding_mask input
+CONFIG_KEYS = {"src_vocab_size": "vocabulary_size", "tgt_vocab_size": "vocabulary_size", "d_model": "hidden_dim",
+               "num_heads": "num_query_heads", "num_kv_heads": "num_key_value_heads",
+               "num_decoder_layers": "num_layers", "d_ff": "intermediate_dim", "layer_norm_eps": "layer_norm_epsilon",
+               "rope_theta": "rope_max_wavelength"}  # canonical field -> config.json key, for messages
+CAUSAL_LM = {"output_projection": True}
+TASK_FIELDS = {"LlamaCausalLM": CAUSAL_LM, "Llama3CausalLM": CAUSAL_LM}
+_LLAMA3 = ("rope_frequency_adjustment_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+           "rope_pretraining_sequence_length")
+
+
+def table(config: rn.TransformerConfig) -> list[tuple[str, str, str]]:
+    from . import user
+
+    untied = config.output_projection and not config.tie_embeddings  # the reverse embedding: (hidden, vocabulary)
+    return user.load(LAYOUT).table + ([("output.kernel", "layers/reversible_embedding/vars/1", "identity")]
+                                      if untied else [])
+
+
+def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn.TransformerConfig, list[str]]:
+    """`(config, notes)` from `LlamaBackbone.get_config()` (config.json) and the task class (task.json), if any."""
+    from .hf import boolean, integer, number
+
+    vocab, heads = integer(backbone, "vocabulary_size"), integer(backbone, "num_query_heads")
+    kv = integer(backbone, "num_key_value_heads", heads)
+    config = rn.TransformerConfig(
+        src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=integer(backbone, "hidden_dim"), num_heads=heads,
+        num_kv_heads=None if kv == heads else kv, num_decoder_layers=integer(backbone, "num_layers"),
+        d_ff=integer(backbone, "intermediate_dim"), max_len=MAX_LEN, dropout=number(backbone, "dropout", 0.0),
+        layer_norm_eps=number(backbone, "layer_norm_epsilon", 1e-6),
+        rope_theta=number(backbone, "rope_max_wavelength", 10000.0), rope_scaling=_rope_scaling(backbone),
+        tie_embeddings=boolean(backbone, "tie_word_embeddings", False) and task is not None,
+        output_projection=task is not None, **FIXED)
+    return config, []
+
+
+def _rope_scaling(backbone: dict[str, Any]) -> dict[str, Any] | None:
+    """transformers' rope parameters for KerasHub's: `rope_position_scaling_factor` divides every frequency (linear),
+    the four llama3 arguments smooth them (llama3); both at once is refused (no transformers rope type does both)."""
+    from .hf import number
+
+    factor = number(backbone, "rope_position_scaling_factor", 1.0)
+    given = [key for key in _LLAMA3 if backbone.get(key) is not None]
+    if given and len(given) != len(_LLAMA3):
+        raise ValueError(f"config.json sets {given} but not all of {list(_LLAMA3)} (KerasHub needs all four)")
+    if given and factor != 1.0:
+        raise ValueError(f"config.json rope_position_scaling_factor={factor} with the llama3 rope arguments is not "
+                         "supported (no transformers rope type scales both ways)")
+    if given:
+        return {"rope_type": "llama3", "factor": number(backbone, _LLAMA3[0], 1.0),
+                "low_freq_factor": number(backbone, _LLAMA3[1], 1.0),
+                "high_freq_factor": number(backbone, _LLAMA3[2], 1.0),
+                "original_max_position_embeddings": int(number(backbone, _LLAMA3[3], 1.0))}
+    return None if factor == 1.0 else {"rope_type": "linear", "factor": factor}
+
+
+def settle_from_weights(config: rn.TransformerConfig, state) -> tuple[rn.TransformerConfig, list[str]]:
+    """keras-hub 0.32's `LlamaBackbone.get_config()` leaves `tie_word_embeddings` out, so config.json cannot say
+    whether the head is tied: the weights do. A `LlamaCausalLM` without a reverse embedding (vars/1) is tied."""
+    if config.output_projection and not config.tie_embeddings and "layers/reversible_embedding/vars/1" not in state:
+        return config.replace(tie_embeddings=True), ["the head is tied to the token embedding: the preset holds no "
+                                                     "reverse embedding (layers/reversible_embedding/vars/1)"]
+    return config, []
+
+
+def export_problems(config: rn.TransformerConfig) -> list[str]:
+    """Why `config` is not a KerasHub Llama (empty if it is one)."""
+    problems = [f"{k}={getattr(config, k)!r} (KerasHub Llama has {v!r})" for k, v in FIXED.items()
+                if k not in ("output_bias", "pad_id") and getattr(config, k) != v]
+    if config.has_qkv_bias or config.has_o_bias or config.has_ffn_bias:
+        problems.append("biases on the attention or feed-forward (KerasHub Llama has none)")
+    kind = (config.rope_scaling or {}).get("rope_type")
+    if kind not in (None, "linear", "llama3"):
+        problems.append(f"rope_scaling rope_type={kind!r} (KerasHub Llama has linear and llama3)")
+    if config.has_output_bias:
+        problems.append("output_bias=True (LlamaCausalLM's logits have no bias)")
+    return problems
+
+
+def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], str | None]:
+    """`(LlamaBackbone config, task class or None)` for a config `export_problems` accepts."""
+    rope = config.rope_scaling or {}
+    backbone = {"vocabulary_size": config.tgt_vocab_size, "num_layers": config.num_decoder_layers,
+                "num_query_heads": config.num_heads, "hidden_dim": config.d_model, "intermediate_dim": config.d_ff,
+                "num_key_value_heads": config.kv_heads, "rope_max_wavelength": config.rope_theta,
+                "rope_position_scaling_factor": rope.get("factor", 1.0) if rope.get("rope_type") == "linear" else 1.0,
+                "layer_norm_epsilon": config.layer_norm_eps, "dropout": config.dropout,
+                "tie_word_embeddings": config.tie_embeddings}
+    if rope.get("rope_type") == "llama3":
+        backbone.update(zip(_LLAMA3, (rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"],
+                                      rope["original_max_position_embeddings"])))
+    return backbone, (TASKS[0] if config.output_projection else None)
+
+
+def task_config(backbone: dict[str, Any], task: str) -> dict[str, Any]:
+    """The task's own `get_config()` fields besides backbone and preprocessor."""
+    return {}
