@@ -144,8 +144,8 @@ def read_config(hf: Mapping[str, Any], keys: Collection[str], spec: FamilySpec, 
         norm_first=True, final_norm=True, norm="rms", norm_weight_offset=spec.norm_weight_offset,
         layer_norm_eps=number(hf, "rms_norm_eps", 1e-6), positional="rope", rope_theta=theta, rope_scaling=scaling,
         rotary_fraction=fraction, scale_embedding=spec.scale_embedding, bias=False,
-        attention_bias=attention_bias, qkv_bias=True if spec.qkv_bias else None,
-        ffn_bias=boolean(hf, spec.mlp_bias, False) if spec.mlp_bias else False, ffn_gated=True,
+        attention_bias=attention_bias or None, qkv_bias=True if spec.qkv_bias else None,  # None: as `bias`, off
+        ffn_bias=(boolean(hf, spec.mlp_bias, False) or None) if spec.mlp_bias else None, ffn_gated=True,
         qk_norm=spec.qk_norm, sliding_window=_sliding_window(hf, spec),
         tie_embeddings=boolean(hf, "tie_word_embeddings", spec.tie_default) if lm else False, pad_id=None,
         output_bias=False, output_projection=lm)

@@ -36,7 +36,8 @@ import numpy as np
 import reference_numpy as rn
 
 from transformer_parity.errors import UsageError
-from transformer_parity.verify.tolerances import EPS32, EPS64, PAIR_RATIO_LIMIT, RATIO_LIMIT, compare, floors, max_abs  # noqa: F401 (the rule)
+from .tolerances import (EPS32, EPS64, PAIR_RATIO_LIMIT, RATIO_LIMIT, compare, floors,  # noqa: F401 (the rule)
+                         max_abs)
 
 from .results import JUDGE, Report, Row, Subject, output_name  # noqa: F401 (the verify API)
 DEFAULT_SHAPE = {"batch": 2, "src_len": 37, "tgt_len": 29}
@@ -215,6 +216,12 @@ def _source_rows(judge, floor32, floor, dtype: str, runs, subjects: Sequence[Sub
             wide = actual.dtype == np.float64
             own = floor32[name] * (EPS64 / EPS32 if wide else 1.0)
             rows.append(_row(name, (r.label, JUDGE), actual, judge[name], own, RATIO_LIMIT, "source"))
+            for other in runs:  # two libraries: each float32 run against the other's, as two ports are
+                library, other_library = r.label.split("-")[0], other.label.split("-")[0]
+                if library < other_library and name in other.outputs and not wide \
+                        and other.outputs[name].dtype != np.float64:
+                    rows.append(_row(name, (r.label, other.label), actual, other.outputs[name], floor32[name],
+                                     PAIR_RATIO_LIMIT, "source"))
             for s in subjects:
                 if lowp.is_reduced(dtype):
                     tolerance = floor[name], lowp.RATIO_LIMIT
@@ -251,7 +258,8 @@ def _culprit(weights: Mapping[str, np.ndarray]) -> str:
             worst_name, worst = name, m
     if worst > top:
         return f"weight {worst_name} has magnitude {worst:.3g}, beyond float32's largest {top:.3g}"
-    return f"no weight is beyond float32's range; the largest is {worst_name} at {worst:.3g}, so an activation overflows"
+    return (f"no weight is beyond float32's range; the largest is {worst_name} at {worst:.3g}, so an activation "
+            "overflows")
 
 
 def _row(name: str, backends: tuple[str, str], actual, desired, floor: float, limit: float,
@@ -343,7 +351,8 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         reference = Subject(label, "numpy", config, weights, label)
         numpy_label = {"bfloat16": "numpy-bf16", "float16": "numpy-f16"}.get(dtype, f"numpy-f{dtype[5:]}")
         subjects = [Subject(b if b != "numpy" else numpy_label, b, config, weights, label) for b in chosen]
-    oracle, self_consistent = _choose_source(first, source, expect, builtin_source)
+    oracle, self_consistent = _choose_source(first, source, expect, builtin_source,
+                                             loaded[1:] if len(checkpoints) >= 2 else ())
     if oracle is None or oracle.inputs is None:
         src_len, tgt_len = default_lengths(reference.config, src_len, tgt_len, notes)
     else:  # --expect: the file's own inputs, whatever the lengths say
@@ -406,8 +415,10 @@ def _kind(config: rn.TransformerConfig) -> str:
     return "decoder-only" if config.is_decoder_only else "encoder-only"
 
 
-def _choose_source(first, spec: str | None, expect, builtin: bool):
-    """`(source.Source or None, why there is none)` for the reference checkpoint (`formats.Loaded`, None: a preset)."""
+def _choose_source(first, spec: str | None, expect, builtin: bool, others=()):
+    """`(source.Source or None, why there is none)` for the reference checkpoint (`formats.Loaded`, None: a preset).
+    The built-in source of every other checkpoint from another library joins it (`HF_DIR KERASHUB_PRESET`: transformers
+    and keras_hub, judged against each other too)."""
     from transformer_parity.verify import source as sources
 
     if spec and expect:
@@ -421,7 +432,12 @@ def _choose_source(first, spec: str | None, expect, builtin: bool):
         return None, "no source given (seeded weights have none)"
     if not builtin:
         return None, "--no-source"
-    return sources.builtin(first)
+    oracle, why = sources.builtin(first)
+    more = [found for found, _ in map(sources.builtin, others) if found is not None]
+    more = [s for s in more if oracle is None or s.name.split()[0] != oracle.name.split()[0]]  # one per library
+    if not more:
+        return oracle, why
+    return sources.combine(([oracle] if oracle is not None else []) + more), None
 
 
 def write_probe(path: str | os.PathLike, checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base",

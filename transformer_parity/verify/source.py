@@ -27,7 +27,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -312,6 +312,18 @@ def builtin(loaded) -> tuple[Source | None, str | None]:
     return None, "no source given"
 
 
+def combine(found: Sequence[Source]) -> Source:
+    """Several libraries as one source (`verify HF_DIR KERASHUB_PRESET`): every run of each, judged alike and against
+    each other, so the report names the first sublayer where the libraries part."""
+    if len(found) == 1:
+        return found[0]
+
+    def run(batch: Batch) -> list[SourceRun]:
+        return [r for s in found for r in s.run(batch)]
+
+    return Source(" and ".join(s.name for s in found), "builtin", run, [n for s in found for n in s.notes])
+
+
 def _missing(*packages: str) -> str | None:
     return next((p for p in packages if importlib.util.find_spec(p) is None), None)
 
@@ -495,7 +507,16 @@ def _kerashub_source(path: Path, config: rn.TransformerConfig) -> Source:
             inputs["segment_ids"] = batch["src_type_ids"]
         if cls_name == "BertMaskedLM":  # its head predicts mask_positions: every position, as the canonical head
             inputs["mask_positions"] = np.broadcast_to(np.arange(ids.shape[1]), ids.shape).astype(np.int32)
+        layers = _kerashub_layers(model, config)
         out = model(inputs)
+        if layers:
+            import keras
+
+            backbone = getattr(model, "backbone", model)
+            probe = keras.Model(backbone.inputs, {name: layer.output for name, layer in layers.items()})
+            values = probe({k: v for k, v in inputs.items() if k in ("token_ids", "padding_mask")})
+            return [SourceRun("keras_hub-f32", {OUTPUT: np.asarray(out),
+                                                **{k: np.asarray(v) for k, v in values.items()}})]
         if isinstance(out, Mapping):  # BertBackbone
             raw = {OUTPUT: np.asarray(out["sequence_output"])}
             if config.pooler:
@@ -505,6 +526,19 @@ def _kerashub_source(path: Path, config: rn.TransformerConfig) -> Source:
         return [SourceRun("keras_hub-f32", raw)]
 
     return Source(f"keras_hub {cls_name}", "builtin", run, notes)
+
+
+def _kerashub_layers(model, config: rn.TransformerConfig) -> dict[str, Any]:
+    """Canonical name -> the KerasHub layer whose output it is, for a decoder-only backbone with `transformer_layers`
+    (each decoder layer, and the final norm): what names the first layer where keras_hub and another library part."""
+    backbone = getattr(model, "backbone", model)
+    stack = getattr(backbone, "transformer_layers", None)
+    if not config.is_decoder_only or not stack or len(stack) != config.num_decoder_layers:
+        return {}
+    layers = {f"decoder.layers.{i}": layer for i, layer in enumerate(stack)}
+    if config.final_norm and getattr(backbone, "layer_norm", None) is not None:
+        layers["decoder.final_norm"] = backbone.layer_norm
+    return layers
 
 
 # What the torch.nn model takes from the config (the file cannot tell num_heads, activation, norm placement, eps, the
