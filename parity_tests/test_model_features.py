@@ -10,6 +10,7 @@ import pytest
 
 import reference_numpy as rn
 from transformer_parity import cli, formats
+from transformer_parity.config_fields import parse_fields
 
 from .conftest import weights_for
 from .test_model_parity import assert_traces_match, floor_trace, reference_trace
@@ -80,14 +81,14 @@ def test_config_json_round_trip(name):
 
 
 def test_set_gives_each_field_its_type():
-    fields = cli.parse_fields(None, ["attention_scale=model", "embed_bias=true", "head_order=dense-norm-activation",
+    fields = parse_fields(None, ["attention_scale=model", "embed_bias=true", "head_order=dense-norm-activation",
                                      "pad_id=none"])
     assert fields == {"attention_scale": "model", "embed_bias": True, "head_order": "dense-norm-activation",
                       "pad_id": None}
-    assert cli.parse_fields(None, ["attention_scale=0.125", "pad_id=3"]) == {"attention_scale": 0.125, "pad_id": 3}
-    assert cli.parse_fields(None, ["output_bias=none"]) == {"output_bias": None}  # the optional field before these
+    assert parse_fields(None, ["attention_scale=0.125", "pad_id=3"]) == {"attention_scale": 0.125, "pad_id": 3}
+    assert parse_fields(None, ["output_bias=none"]) == {"output_bias": None}  # the optional field before these
     with pytest.raises(cli.UsageError, match=r"--set pad_id=x: expected int or none"):
-        cli.parse_fields(None, ["pad_id=x"])
+        parse_fields(None, ["pad_id=x"])
 
 
 def test_schema_has_a_bias_per_embedding_side():
@@ -348,7 +349,7 @@ def test_exports_refuse_what_the_target_cannot_express(tmp_path, capsys, setting
     gpt = rn.TransformerConfig.preset("tiny").replace(num_encoder_layers=0, norm_first=True, final_norm=True,
                                                        positional="learned", scale_embedding=False,
                                                        output_bias=False)
-    config = gpt.replace(**cli.parse_fields(None, [setting]))
+    config = gpt.replace(**parse_fields(None, [setting]))
     formats.save(tmp_path / "m.safetensors", config, weights_for(config))
     for target in ("hf", "kerashub"):
         capsys.readouterr()

@@ -15,7 +15,7 @@ tf = pytest.importorskip("tensorflow")  # the frameworks may be absent; our own 
 keras = pytest.importorskip("keras")
 
 import tf_impl as ti  # noqa: E402
-import tf_impl.model as tm  # noqa: E402
+from tf_impl.layers import ACTIVATIONS  # noqa: E402
 from tf_impl.attention import IMPLS  # noqa: E402
 
 RNG = np.random.default_rng(123)
@@ -120,7 +120,7 @@ def test_tf_gelu_would_miss_the_float64_tolerance():
     """Why tf_impl has its own GELU: tf.nn.gelu rounds its 1/sqrt(2) through float32 even for float64 inputs."""
     x = 3 * RNG.standard_normal(10_000)
     desired = rn.ops.gelu(x)
-    np.testing.assert_allclose(tm._gelu(tf.constant(x)).numpy(), desired, rtol=0, atol=atol("float64"))
+    np.testing.assert_allclose(ACTIVATIONS["gelu"](tf.constant(x)).numpy(), desired, rtol=0, atol=atol("float64"))
     assert np.abs(tf.nn.gelu(x, approximate=False).numpy() - desired).max() > 10 * atol("float64")
 
 

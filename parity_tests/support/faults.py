@@ -125,7 +125,7 @@ def _attention_module(backend: str):
     if backend == "torch":
         import torch_impl.model as module
     elif backend == "keras":
-        import tf_impl.model as module
+        import tf_impl.layers as module
     else:
         raise ValueError(f"code faults are planted in torch or keras, received {backend!r}")
     return module
