@@ -115,3 +115,65 @@ def test_where_the_libraries_part_is_named(tmp_path_factory, tmp_path):
     rows = json.loads(report.read_text())["rows"]
     between = {r["sublayer"]: r["passed"] for r in rows if r["backends"] == ["keras_hub-f32", "transformers-f32"]}
     assert between["decoder.layers.0"] and not between["decoder.layers.1"]
+
+
+# --- the Llama-like families: Mistral (a window), Qwen (q/k/v biases, tied, a window), Qwen3 (QK-norm, head_dim) ------
+
+FAMILIES = {
+    "mistral": ("MistralBackbone", "MistralCausalLM", "hf-mistral", dict(sliding_window=5, head_dim=16)),
+    "qwen": ("QwenBackbone", "QwenCausalLM", "hf-qwen2", dict(use_sliding_window_attention=True,
+                                                                sliding_window_size=5, tie_word_embeddings=False)),
+    "qwen-tied": ("QwenBackbone", "QwenCausalLM", "hf-qwen2", dict(tie_word_embeddings=True)),
+    "qwen3": ("Qwen3Backbone", "Qwen3CausalLM", "hf-qwen3", dict(head_dim=16, sliding_window_size=5,
+                                                                  tie_word_embeddings=False)),
+}
+
+
+def family_preset(tmp_path_factory, name: str):
+    """`(CausalLM, its save_to_preset directory)` of a tiny random member of family `name`, built once."""
+    if name not in _cache:
+        backbone_name, task_name, _, extra = FAMILIES[name]
+        backbone = getattr(keras_hub.models, backbone_name)(
+            vocabulary_size=VOCAB, num_layers=2, num_query_heads=6, hidden_dim=48, intermediate_dim=37,
+            num_key_value_heads=2, layer_norm_epsilon=1e-5, **extra)
+        task = getattr(keras_hub.models, task_name)(backbone=backbone, preprocessor=None)
+        rng = np.random.default_rng(11)
+        for variable in task.weights:
+            variable.assign(variable.numpy() + 0.1 * rng.standard_normal(variable.shape).astype("float32"))
+        path = tmp_path_factory.mktemp(name) / "preset"
+        task.save_to_preset(str(path))
+        _cache[name] = task, path
+    return _cache[name]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_factory, tmp_path):
+    task, path = family_preset(tmp_path_factory, name)
+    hf_format = FAMILIES[name][2]
+    loaded = formats.load(path)
+    assert loaded.format == "kerashub-" + name.removesuffix("-tied")
+    window = FAMILIES[name][3].get("sliding_window", FAMILIES[name][3].get("sliding_window_size"))
+    assert loaded.config.sliding_window == window and loaded.config.tie_embeddings == (name == "qwen-tied")
+    src = ids()  # 11 tokens: longer than the window of 5
+    expected = logits(task, src)
+    assert np.max(np.abs(rn.Transformer(loaded.config, loaded.weights, np.float64)(src) - expected)) <= 1e-4
+    report = tmp_path / "r.json"
+    assert main(["verify", str(path), "--src-len", "11", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["verdict"].startswith(f"PASS: matches the source (keras_hub {FAMILIES[name][1]}")
+    formats.save(tmp_path / "again", loaded.config, dict(loaded.weights), loaded.format)
+    np.testing.assert_array_equal(logits(keras_hub.models.CausalLM.from_preset(str(tmp_path / "again")), src),
+                                  expected)
+    formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), hf_format)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    with torch.no_grad():
+        theirs = hf(input_ids=torch.as_tensor(src)).logits.double().numpy()
+    assert np.max(np.abs(theirs - expected)) <= 1e-4
+
+
+def test_a_tied_model_is_refused_as_a_mistral_preset(tmp_path_factory, tmp_path):
+    _, path = family_preset(tmp_path_factory, "qwen-tied")
+    loaded = formats.load(path)
+    config = loaded.config.replace(qkv_bias=None)
+    weights = {k: v for k, v in loaded.weights.items() if not k.endswith(("q.bias", "k.bias", "v.bias"))}
+    with pytest.raises(ValueError, match=r"tie_embeddings=True \(MistralCausalLM's head is never tied\)"):
+        formats.save(tmp_path / "m", config, weights, "kerashub-mistral")

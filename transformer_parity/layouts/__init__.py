@@ -46,6 +46,9 @@ KERASHUB_LAYOUTS = {
     "kerashub-gpt2": "kerashub_gpt2",
     "kerashub-bert": "kerashub_bert",
     "kerashub-llama": "kerashub_llama",
+    "kerashub-mistral": "kerashub_mistral",
+    "kerashub-qwen": "kerashub_qwen",
+    "kerashub-qwen3": "kerashub_qwen3",
     "kerashub-seq2seq": "kerashub_seq2seq",
 }
 KERASHUB_PRESETS = ("kerashub", *(name for name in KERASHUB_LAYOUTS if name != "kerashub-seq2seq"))

@@ -12,6 +12,7 @@ is `MAX_LEN`. The table is the layout file `kerashub_llama.toml` beside this mod
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,100 @@ def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], st
 def task_config(backbone: dict[str, Any], task: str) -> dict[str, Any]:
     """The task's own `get_config()` fields besides backbone and preprocessor."""
     return {}
+
+
+# --- the Llama-like KerasHub families (Mistral, Qwen, Qwen3): their own layout file and config keys ------------------
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """What a Llama-like KerasHub family's config.json says beyond Llama's."""
+
+    name: str  # kerashub-mistral
+    backbone: str  # MistralBackbone
+    task: str  # MistralCausalLM
+    module: str  # keras_hub.src.models.mistral (its backbone and causal-LM modules are <module>_backbone, ...)
+    layout: Path
+    tie_default: bool = False
+    can_tie: bool = True  # False: no tie_word_embeddings key, the head is always its own (Mistral)
+    qkv_bias: bool = False  # Qwen
+    qk_norm: bool = False  # Qwen3
+    head_dim: bool = False  # reads head_dim (Mistral, Qwen3)
+    window: str | None = None  # the config key of a window on every layer (Mistral: sliding_window)
+    window_flag: str | None = None  # the switch that turns it on (Qwen: use_sliding_window_attention)
+
+
+def functions(spec: FamilySpec):
+    """The module functions of a Llama-like family, in the order `table, config_from_kerashub, export_problems,
+    config_to_kerashub, settle_from_weights = functions(SPEC)` binds them."""
+    fixed = {**FIXED, "qk_norm": spec.qk_norm}
+    fixed.pop("head_size")
+    fixed.pop("sliding_window")
+    short = spec.backbone[:-len("Backbone")]
+
+    def table(config):
+        from . import user
+
+        untied = config.output_projection and not config.tie_embeddings
+        return user.load(spec.layout).table + ([("output.kernel", "layers/reversible_embedding/vars/1", "identity")]
+                                               if untied else [])
+
+    def config_from_kerashub(backbone, task):
+        from .hf import boolean, integer, number, optional_integer
+
+        vocab, heads = integer(backbone, "vocabulary_size"), integer(backbone, "num_query_heads")
+        kv, d = integer(backbone, "num_key_value_heads", heads), integer(backbone, "hidden_dim")
+        head_dim = optional_integer(backbone, "head_dim") if spec.head_dim else None
+        window = optional_integer(backbone, spec.window) if spec.window else None
+        if spec.window_flag and not boolean(backbone, spec.window_flag, False):
+            window = None
+        factor = number(backbone, "rope_scaling_factor", 1.0)
+        config = rn.TransformerConfig(
+            src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=d, num_heads=heads,
+            num_kv_heads=None if kv == heads else kv,
+            head_size=None if head_dim is None or head_dim * heads == d else head_dim,
+            num_decoder_layers=integer(backbone, "num_layers"), d_ff=integer(backbone, "intermediate_dim"),
+            max_len=MAX_LEN, dropout=number(backbone, "dropout", 0.0),
+            layer_norm_eps=number(backbone, "layer_norm_epsilon", 1e-6),
+            rope_theta=number(backbone, "rope_max_wavelength", 10000.0),
+            rope_scaling=None if factor == 1.0 else {"rope_type": "linear", "factor": factor},
+            qkv_bias=True if spec.qkv_bias else None, sliding_window=window,
+            tie_embeddings=spec.can_tie and boolean(backbone, "tie_word_embeddings", spec.tie_default) and task is not None,
+            output_projection=task is not None, **fixed)
+        return config, []
+
+    def export_problems(config):
+        problems = [f"{k}={getattr(config, k)!r} (KerasHub {short} has {v!r})" for k, v in fixed.items()
+                    if k not in ("output_bias", "pad_id") and getattr(config, k) != v]
+        if config.has_qkv_bias != spec.qkv_bias or config.has_o_bias or config.has_ffn_bias:
+            problems.append(f"biases other than {'on q, k and v' if spec.qkv_bias else 'none'} (KerasHub {short})")
+        if (config.rope_scaling or {}).get("rope_type") not in (None, "linear"):
+            problems.append(f"rope_scaling={config.rope_scaling!r} (KerasHub {short} scales linearly)")
+        if config.head_size is not None and not spec.head_dim:
+            problems.append(f"head_size={config.head_size} (KerasHub {short}: hidden_dim / heads)")
+        if config.sliding_window is not None and not spec.window:
+            problems.append(f"sliding_window={config.sliding_window} (KerasHub {short} has none)")
+        if config.has_output_bias:
+            problems.append(f"output_bias=True ({spec.task}'s logits have no bias)")
+        if config.tie_embeddings and not spec.can_tie:
+            problems.append(f"tie_embeddings=True ({spec.task}'s head is never tied)")
+        return problems
+
+    def config_to_kerashub(config):
+        rope = config.rope_scaling or {}
+        backbone = {"vocabulary_size": config.tgt_vocab_size, "num_layers": config.num_decoder_layers,
+                    "num_query_heads": config.num_heads, "hidden_dim": config.d_model,
+                    "intermediate_dim": config.d_ff, "num_key_value_heads": config.kv_heads,
+                    "rope_max_wavelength": config.rope_theta, "rope_scaling_factor": rope.get("factor", 1.0),
+                    "layer_norm_epsilon": config.layer_norm_eps, "dropout": config.dropout}
+        if spec.can_tie:
+            backbone["tie_word_embeddings"] = config.tie_embeddings
+        if spec.head_dim:
+            backbone["head_dim"] = config.head_dim
+        if spec.window:
+            backbone[spec.window] = config.sliding_window if config.sliding_window is not None else (
+                None if not spec.window_flag and spec.window == "sliding_window" else MAX_LEN)
+        if spec.window_flag:
+            backbone[spec.window_flag] = config.sliding_window is not None
+        return backbone, (spec.task if config.output_projection else None)
+
+    return table, config_from_kerashub, export_problems, config_to_kerashub, settle_from_weights

@@ -1,0 +1,27 @@
+"""KerasHub Mistral (`MistralBackbone`, `MistralCausalLM`): Llama's blocks with a sliding attention window on every
+layer (`sliding_window`; none when null) and an optional `head_dim`.
+
+The table is the layout file `kerashub_mistral.toml` beside this module; the rest is Llama's (`kerashub_llama`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import kerashub_llama
+from .kerashub_llama import FamilySpec
+
+NAME = "kerashub-mistral"
+BACKBONE = "MistralBackbone"
+TASKS = ("MistralCausalLM",)
+LAYOUT = Path(__file__).with_name("kerashub_mistral.toml")
+SERIALIZED = {"MistralBackbone": ("keras_hub.src.models.mistral.mistral_backbone", "mistral_backbone"),
+              "MistralCausalLM": ("keras_hub.src.models.mistral.mistral_causal_lm", "mistral_causal_lm")}
+CONFIG_KEYS = kerashub_llama.CONFIG_KEYS
+FIXED = kerashub_llama.FIXED
+TASK_FIELDS = {"MistralCausalLM": kerashub_llama.CAUSAL_LM}
+SPEC = FamilySpec(NAME, BACKBONE, TASKS[0], "keras_hub.src.models.mistral", LAYOUT, head_dim=True,
+                  window="sliding_window", can_tie=False)
+
+table, config_from_kerashub, export_problems, config_to_kerashub, settle_from_weights = kerashub_llama.functions(SPEC)
+task_config = kerashub_llama.task_config
