@@ -314,6 +314,46 @@ def fuse(parts: Sequence[np.ndarray], transform: str, head_dim: int = 1) -> np.n
     return np.ascontiguousarray(fused.T) if transform.endswith("_t") else fused  # (in, 3D) -> (3D, in)
 
 
+# --- lazy arrays: a model streamed tensor by tensor ------------------------------------------------------------------
+
+class LazyArray:
+    """An array not yet in memory: its shape and dtype now, its values when `np.asarray` asks (each time, nothing
+    kept). A checkpoint read lazily is a dict of these; the engine below maps them to more of them, so a writer that
+    takes one entry at a time holds a few tensors, never the model."""
+
+    __slots__ = ("shape", "dtype", "_compute")
+
+    def __init__(self, shape: tuple[int, ...], dtype, compute: Callable[[], np.ndarray]):
+        self.shape, self.dtype, self._compute = tuple(shape), np.dtype(dtype), compute
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        array = self._compute()
+        return array if dtype is None else array.astype(dtype, copy=False)
+
+    def astype(self, dtype) -> "LazyArray":
+        """The same array cast to `dtype` when it is read."""
+        return LazyArray(self.shape, dtype, lambda: np.asarray(self).astype(dtype))
+
+    def __repr__(self) -> str:
+        return f"LazyArray(shape={self.shape}, dtype={self.dtype})"
+
+
+def is_lazy(array: Any) -> bool:
+    return isinstance(array, LazyArray)
+
+
 # --- the engine: a whole table, both directions --------------------------------------------------------------------
 
 class ShapeMismatch(ValueError):
@@ -358,11 +398,16 @@ def check_shapes(mapping: Plan, state: Mapping[str, Any], shapes: Mapping[str, t
 
 
 def read(mapping: Plan, state: dict[str, np.ndarray], shapes: Mapping[str, tuple[int, ...]], head_dim: int = 1,
-         consume: bool = False) -> dict[str, np.ndarray]:
+         consume: bool = False, lazy: bool = False) -> dict[str, np.ndarray]:
     """{external name: array} -> canonical weights, after checking every array's shape (`ShapeMismatch`).
-    `consume=True` deletes each external entry once its last canonical part is read."""
+    `consume=True` deletes each external entry once its last canonical part is read. `lazy=True` gives
+    `LazyArray`s that read their external array when asked (and leaves `state` whole: it is read from)."""
     check_shapes(mapping, state, shapes, head_dim)
     groups = fused_groups(mapping)
+    if lazy:
+        return {name: _lazy_canonical(state, external, transform, part, shapes[name],
+                                      [shapes[n][-1] for n in groups.get(external, ())], head_dim)
+                for name, (external, transform, (part, _)) in mapping.items()}
     uses: dict[str, int] = {}
     for external, _, _ in mapping.values():
         uses[external] = uses.get(external, 0) + 1
@@ -379,10 +424,31 @@ def read(mapping: Plan, state: dict[str, np.ndarray], shapes: Mapping[str, tuple
     return weights
 
 
-def write(mapping: Plan, weights: dict[str, np.ndarray], head_dim: int = 1, consume: bool = False
-          ) -> dict[str, np.ndarray]:
-    """Canonical weights -> {external name: array}, in plan order. `consume=True` empties `weights` as it goes."""
+def _lazy_canonical(state, external: str, transform: str, part: int, shape: tuple[int, ...], widths: list[int],
+                    head_dim: int) -> LazyArray:
+    source = state[external]
+    if transform in FUSED:
+        return LazyArray(shape, source.dtype, lambda: fused_part(state[external], transform, part, widths, head_dim))
+    return LazyArray(shape, source.dtype, lambda: to_canonical(state[external], transform, shape))
+
+
+def write(mapping: Plan, weights: dict[str, np.ndarray], head_dim: int = 1, consume: bool = False,
+          lazy: bool = False) -> dict[str, np.ndarray]:
+    """Canonical weights -> {external name: array}, in plan order. `consume=True` empties `weights` as it goes.
+    `lazy=True` gives `LazyArray`s that read their canonical arrays when asked (a shared external array is then
+    the first canonical copy's: the twins never share one on writing)."""
     groups = fused_groups(mapping)
+    if lazy:
+        out = {}
+        for name, (external, transform, _) in mapping.items():
+            if external in out:
+                continue
+            names = groups[external] if transform in FUSED else [name]
+            shape = external_shape(transform, tuple(weights[name].shape), head_dim,
+                                   tuple(tuple(weights[n].shape) for n in names) if transform in FUSED else ())
+            out[external] = LazyArray(shape, weights[name].dtype, functools.partial(
+                _external_of, weights, names, transform, head_dim))
+        return out
     fused: dict[str, dict[str, np.ndarray]] = {}
     out = {}
     for name, (external, transform, _) in mapping.items():
@@ -399,6 +465,12 @@ def write(mapping: Plan, weights: dict[str, np.ndarray], head_dim: int = 1, cons
         else:
             out[external] = to_external(array, transform, head_dim)
     return out
+
+
+def _external_of(weights, names: list[str], transform: str, head_dim: int) -> np.ndarray:
+    if transform in FUSED:
+        return fuse([np.asarray(weights[n]) for n in names], transform, head_dim)
+    return to_external(weights[names[0]], transform, head_dim)
 
 
 def preview(names: list[str], limit: int = 6, sep: str = ", ") -> str:

@@ -175,8 +175,8 @@ def validate_weights(config: TransformerConfig, weights: Mapping[str, np.ndarray
             value = weights[name]
             if tuple(np.shape(value)) != shape:
                 misshaped.append(f"{name} has shape {tuple(np.shape(value))}, expected {shape}")
-            elif np.asarray(value).dtype not in (np.float16, np.float32, np.float64):
-                not_float.append(f"{name} has dtype {np.asarray(value).dtype}, expected a float dtype")
+            elif not is_float_dtype(_dtype(value)):
+                not_float.append(f"{name} has dtype {_dtype(value)}, expected a float dtype")
     if misshaped:  # a config that contradicts the file misshapes nearly every tensor: one line, not kilobytes
         problems.append(f"{len(misshaped)} with the wrong shape: {preview(misshaped, sep='; ')}")
     if not_float:
@@ -185,11 +185,21 @@ def validate_weights(config: TransformerConfig, weights: Mapping[str, np.ndarray
         raise ValueError("weights do not match the config: " + "; ".join(problems))
 
 
+def _dtype(value) -> np.dtype:
+    """An array's dtype without reading it (a lazily read tensor says its dtype up front)."""
+    return value.dtype if isinstance(getattr(value, "dtype", None), np.dtype) else np.asarray(value).dtype
+
+
+def is_float_dtype(dtype: np.dtype) -> bool:
+    """float16/32/64, or bfloat16 (ml_dtypes' NumPy type, which checkpoints are stored in and converted as)."""
+    return dtype in (np.float16, np.float32, np.float64) or dtype.name == "bfloat16"
+
+
 def weights_dtype(weights: Mapping[str, np.ndarray]) -> np.dtype:
-    """The single floating dtype of a weight dict (float32 or float64)."""
-    dtypes = {np.asarray(v).dtype for v in weights.values()}
-    if len(dtypes) != 1 or next(iter(dtypes)) not in (np.float32, np.float64):
-        raise ValueError(f"weights must all be float32 or all float64, received dtypes {sorted(map(str, dtypes))}")
+    """The single floating dtype of a weight dict (float32 or float64, or a checkpoint's bfloat16 or float16)."""
+    dtypes = {_dtype(v) for v in weights.values()}
+    if len(dtypes) != 1 or not is_float_dtype(next(iter(dtypes))):
+        raise ValueError(f"weights must all have one float dtype, received dtypes {sorted(map(str, dtypes))}")
     return next(iter(dtypes))
 
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
+
+import reference_numpy as rn
 from transformer_parity.config_fields import parse_fields
 from transformer_parity.errors import UsageError
+from transformer_parity.io.limits import check_streaming, parse_size
 from transformer_parity.io.safe_text import printable
 
 from .common import (FORMAT_CHOICES, BytesProgress, Formatter, add_allow_drop, add_config_options, input_format,
@@ -91,6 +95,35 @@ hf-gpt2, hf-bert, hf-marian, hf-bart name the family). Inferred from content and
 """
 
 
+# Where a checkpoint's bfloat16 / float16 is kept as it is; the other writers take float32 or float64.
+KEEPS_HALF = ("canonical", "hf")
+CAST = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": "bfloat16"}
+
+
+def _cast(loaded, dtype: str | None, out_format: str, notes: list[str]) -> None:
+    """Cast the weights to --dtype as they are written; without it keep their dtype, unless the output format cannot
+    hold half precision (then float32, exactly, and a note)."""
+    from transformer_parity.io.safetensors_io import bfloat16
+
+    current = rn.weights_dtype(loaded.weights)
+    keeps = out_format in KEEPS_HALF or out_format.startswith("hf-")
+    if dtype in ("bfloat16", "float16") and not keeps:
+        raise UsageError(f"--dtype {dtype}: {out_format} is written in float32 or float64 here; {dtype} is kept in "
+                         "canonical .safetensors and Hugging Face directories")
+    if dtype is None:
+        if current.itemsize >= 4 or keeps:
+            return
+        dtype = "float32"
+        notes.append(f"written as float32 (exactly): {out_format} is written in float32 or float64 here, the "
+                     f"checkpoint is {current}")
+    target = bfloat16() if dtype == "bfloat16" else np.dtype(CAST[dtype])
+    if target == current:
+        return
+    for name, value in loaded.weights.items():
+        loaded.weights[name] = (value.astype(target) if rn.mapping.is_lazy(value)
+                                else np.asarray(value).astype(target))
+
+
 def cmd_convert(args) -> int:
     from transformer_parity import formats
     from transformer_parity.io import outputs
@@ -107,16 +140,25 @@ def cmd_convert(args) -> int:
     start = time.perf_counter()
     size = formats.source_size(in_path)
     notes: list[str] = []
+    max_shard = parse_size(args.max_shard_size) if args.max_shard_size else None
     with BytesProgress(args, f"reading {printable(in_path.name)}", size) as bar:
-        loaded = formats.load(in_path, input_format(args), fields, bar.advance, allow_drop=args.allow_drop)
-        bar.describe(f"writing {printable(out_path.name)}", loaded.nbytes)
+        loaded = formats.load(in_path, input_format(args), fields, bar.advance, allow_drop=args.allow_drop,
+                              lazy=True)
+        streamed = any(rn.mapping.is_lazy(v) for v in loaded.weights.values())
+        _cast(loaded, args.dtype, out_format if to_layout is None else "layout", notes)
         size_text = _size(loaded.weights)
+        if streamed:  # read while written: the bar counts the bytes read
+            check_streaming(loaded.weights)
+            bar.describe(f"converting {printable(in_path.name)}", size)
+        else:
+            bar.describe(f"writing {printable(out_path.name)}", loaded.nbytes)
+        on_written = None if streamed else bar.advance
         if to_layout is not None:
             path, fmt = out_path, user.export_with_layout(out_path, loaded.config, loaded.weights, to_layout,
                                                           args.force)
         else:
-            path, fmt = formats.save(out_path, loaded.config, loaded.weights, out_format, args.force, bar.advance,
-                                     consume=True, notes=notes)
+            path, fmt = formats.save(out_path, loaded.config, loaded.weights, out_format, args.force, on_written,
+                                     consume=True, notes=notes, max_shard_size=max_shard)
     for note in loaded.notes + notes:
         print_note(args, note)
     if not args.quiet:
@@ -154,5 +196,9 @@ def register(sub) -> None:
                    "model's load_state_dict / load_weights (.pt, .safetensors or .weights.h5)")
     add_config_options(p)
     add_allow_drop(p)
+    p.add_argument("--dtype", choices=tuple(CAST), help="write the weights in this dtype (default: as stored; "
+                   "bfloat16 and float16 are kept in .safetensors and Hugging Face directories)")
+    p.add_argument("--max-shard-size", metavar="SIZE", help="split a Hugging Face directory's weights into shards "
+                   "of at most SIZE (e.g. 2GB, 500MB; default 5GB), with model.safetensors.index.json")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.set_defaults(func=cmd_convert)

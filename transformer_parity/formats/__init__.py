@@ -87,7 +87,7 @@ class Loaded:
 
     @property
     def nbytes(self) -> int:
-        return sum(np.asarray(v).nbytes for v in self.weights.values())
+        return sum(int(v.nbytes) for v in self.weights.values())
 
 
 def extension_format(path: str | os.PathLike) -> str | None:
@@ -150,17 +150,21 @@ def detect_format(path: str | os.PathLike, declared: str | None = None) -> str:
 
 
 def load(path: str | os.PathLike, fmt: str | None = None, fields: Mapping[str, Any] | None = None,
-         on_tensor: OnTensor | None = None, allow_drop: Sequence[str] | None = None) -> Loaded:
+         on_tensor: OnTensor | None = None, allow_drop: Sequence[str] | None = None, lazy: bool = False) -> Loaded:
     """Read any supported checkpoint into canonical weights.
 
     `fields` (the CLI's --config/--set) override the stored config, or supply what a file without one cannot tell;
     the weights are validated against the result. `allow_drop` names the float tensors with nonzero values that a
     table's `ignore` entry may leave out (a key, or a pattern with `{i}`); any other is refused.
+
+    `lazy=True` (for streaming conversions): a canonical `.safetensors` file or a Hugging Face directory of
+    safetensors gives `LazyArray`s in their stored dtype (bfloat16 kept), each read when asked; `on_tensor` then
+    reports each read. Every other format is read whole, as without it.
     """
     fields = dict(fields or {})
     path = Path(path)
     drops = Drops(tuple(allow_drop or ()))
-    loaded = _load(path, fmt, fields, on_tensor, drops)
+    loaded = _load(path, fmt, fields, on_tensor, drops, lazy)
     from transformer_parity.io import limits
     limits.check_positions(loaded.config, str(path), "--set/--config" if "max_len" in fields else "")
     loaded.dropped = list(drops.dropped)
@@ -170,7 +174,8 @@ def load(path: str | os.PathLike, fmt: str | None = None, fields: Mapping[str, A
     return loaded
 
 
-def _load(path: Path, fmt: str | None, fields: dict[str, Any], on_tensor: OnTensor | None, drops: Drops) -> Loaded:
+def _load(path: Path, fmt: str | None, fields: dict[str, Any], on_tensor: OnTensor | None, drops: Drops,
+          lazy: bool = False) -> Loaded:
     if fmt is not None and fmt.startswith(LAYOUT_PREFIX):
         return _load_with_layout(path, fmt[len(LAYOUT_PREFIX):], fields, drops)
     fmt = detect_format(path, fmt)
@@ -181,9 +186,9 @@ def _load(path: Path, fmt: str | None, fields: dict[str, Any], on_tensor: OnTens
         if fmt in KERASHUB_FORMATS:
             return _load_kerashub(path, fmt, fields, drops)
         if fmt in HF_FORMATS:
-            return _load_hf(path, fmt, fields, on_tensor, drops)
+            return _load_hf(path, fmt, fields, on_tensor, drops, lazy)
         if fmt == "canonical":
-            return _load_canonical(path, fields, on_tensor)
+            return _load_canonical(path, fields, on_tensor, lazy)
         if fmt in ("torch", "nn-transformer"):
             return _load_torch(path, fields)
         return _load_keras(path, fields)
@@ -271,10 +276,11 @@ def missing_config(path: Path, names: Sequence[str]) -> UsageError:
                       "layout.toml")
 
 
-def _load_canonical(path: Path, fields: Mapping[str, Any], on_tensor: OnTensor | None) -> Loaded:
+def _load_canonical(path: Path, fields: Mapping[str, Any], on_tensor: OnTensor | None, lazy: bool = False
+                    ) -> Loaded:
     from transformer_parity.io.safetensors_io import read_canonical
 
-    stored, tensors, _ = read_canonical(path, on_tensor)
+    stored, tensors, _ = read_canonical(path, on_tensor, lazy)
     config = (stored.replace(**fields) if stored is not None and fields
               else stored or _config_from_fields(path, fields, list(tensors)))
     from transformer_parity.io import limits
@@ -283,7 +289,7 @@ def _load_canonical(path: Path, fields: Mapping[str, Any], on_tensor: OnTensor |
         rn.validate_weights(config, tensors)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
-    return Loaded(path, "canonical", config, tensors, _widened_notes([path]))
+    return Loaded(path, "canonical", config, tensors, [] if lazy else _widened_notes([path]))
 
 
 def _widened_notes(files) -> list[str]:
@@ -336,12 +342,13 @@ def _directory_format(path: Path, declared: str | None) -> str:
     return declared or "hf"
 
 
-def _load_hf(path: Path, fmt: str, fields: Mapping[str, Any], on_tensor: OnTensor | None, drops: Drops) -> Loaded:
+def _load_hf(path: Path, fmt: str, fields: Mapping[str, Any], on_tensor: OnTensor | None, drops: Drops,
+             lazy: bool = False) -> Loaded:
     from transformer_parity.layouts import hf, hf_dir
 
-    config, weights, notes, family = hf.load_dir(path, fmt, fields, on_tensor, drops)
+    config, weights, notes, family = hf.load_dir(path, fmt, fields, on_tensor, drops, lazy)
     read = [f for f in hf_dir.weight_files(path) if f.suffix == ".safetensors"]  # the files read, not every one there
-    return Loaded(path, family, config, weights, notes + _widened_notes(read))
+    return Loaded(path, family, config, weights, notes + ([] if lazy else _widened_notes(read)))
 
 
 def _kerashub_preset(path: Path) -> bool:
@@ -425,8 +432,10 @@ def output_format(path: str | os.PathLike, declared: str | None = None) -> str:
 
 def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
          fmt: str | None = None, force: bool = False, on_tensor: OnTensor | None = None,
-         consume: bool = False, notes: list[str] | None = None) -> tuple[Path, str]:
+         consume: bool = False, notes: list[str] | None = None, max_shard_size: int | None = None
+         ) -> tuple[Path, str]:
     """Write canonical weights as `fmt` (default: from the extension), atomically; returns `(path, format)`.
+    `max_shard_size` (bytes) splits a Hugging Face directory's weights into shards (default 5 GB).
 
     `consume=True` lets the writer delete each entry of `weights` (a dict) once converted, so a conversion holds the
     checkpoint about once; the dict is left empty or partly emptied. `notes` collects what the user should hear
@@ -437,7 +446,7 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
     if fmt in KERASHUB_FORMATS:
         return _save_kerashub(path, config, weights, fmt, force, consume, notes)
     if fmt in HF_FORMATS:
-        return _save_hf(path, config, weights, fmt, force, on_tensor, consume, notes)
+        return _save_hf(path, config, weights, fmt, force, on_tensor, consume, notes, max_shard_size)
     check_output(path, force)
     rn.validate_weights(config, weights)
     try:
@@ -478,11 +487,12 @@ def _save_kerashub(path: Path, config: rn.TransformerConfig, weights: Mapping[st
 
 
 def _save_hf(path: Path, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], fmt: str, force: bool,
-             on_tensor: OnTensor | None, consume: bool, notes: list[str] | None) -> tuple[Path, str]:
+             on_tensor: OnTensor | None, consume: bool, notes: list[str] | None, max_shard_size: int | None = None
+             ) -> tuple[Path, str]:
     """A Hugging Face model directory, built beside `path` and renamed into place (see `outputs.atomic_dir`)."""
-    from transformer_parity.layouts import hf
+    from transformer_parity.layouts import hf, hf_dir
 
     path = check_destination(path, fmt, force)
     family = hf.save_dir(path, config, weights if consume else dict(weights), fmt, force, on_tensor, consume=True,
-                         notes=notes)
+                         notes=notes, max_shard_size=max_shard_size or hf_dir.MAX_SHARD_SIZE)
     return path, family

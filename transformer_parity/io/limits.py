@@ -162,6 +162,42 @@ def read_json_object(path: str | os.PathLike, what: str, cap: int = MAX_CONFIG_B
     return value
 
 
+STREAM_OVERHEAD = 3  # a streamed tensor is read, rearranged (a transpose copies) and cast or made contiguous
+
+
+def check_streaming(weights, out_itemsize: int | None = None, what: str = "convert") -> int:
+    """Refuse, in one line with the figures, a streamed conversion whose largest tensor cannot be held
+    `STREAM_OVERHEAD` times over in the memory available now; returns that estimate in bytes. (Fused outputs, such as
+    Phi-3's q/k/v, are counted as their parts' sum.)"""
+    if not weights:
+        return 0
+    name, array = max(weights.items(), key=lambda item: item[1].nbytes)
+    itemsize = max(array.dtype.itemsize, out_itemsize or 0)
+    need = STREAM_OVERHEAD * math.prod(array.shape) * itemsize
+    have = available_bytes()
+    if need > have:
+        raise UsageError(f"{what} needs about {human_bytes(need)} at once (its largest tensor, {name}, "
+                         f"{human_bytes(array.nbytes)}, read, rearranged and written) and {human_bytes(have)} is "
+                         "available")
+    return need
+
+
+SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20,
+              "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """`5GB`, `500MB`, `2GiB` or a number of bytes -> bytes (decimal units as transformers' max_shard_size)."""
+    import re
+
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).upper() if match else None
+    if match is None or unit not in SIZE_UNITS or float(match.group(1)) * SIZE_UNITS[unit] < 1:
+        raise UsageError(f"a size must be a positive number of bytes or end in KB, MB, GB, KiB, MiB or GiB, received "
+                         f"{text!r}")
+    return int(float(match.group(1)) * SIZE_UNITS[unit])
+
+
 def human_bytes(n: float) -> str:
     """A size as every command prints one: binary units, 1 MiB = 2**20 bytes."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):

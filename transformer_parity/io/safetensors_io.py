@@ -133,6 +133,47 @@ def read_tensors(header: SafetensorsHeader, names: Iterable[str] | None = None,
     return tensors
 
 
+def bfloat16() -> np.dtype:
+    """NumPy's bfloat16 (from ml_dtypes, the type JAX, TensorFlow and Keras share)."""
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def stored_dtype(header: SafetensorsHeader, name: str) -> np.dtype:
+    """The dtype tensor `name` is stored in (bfloat16 and float16 kept, not widened)."""
+    code = header.stored.get(name)
+    if code == "BF16":
+        return bfloat16()
+    return np.dtype(np.float16) if code == "F16" else header.entries[name][0].newbyteorder("=")
+
+
+def lazy_tensors(header: SafetensorsHeader, on_tensor: Callable[[str, int], None] | None = None,
+                 keep_dtype: bool = True) -> dict[str, rn.mapping.LazyArray]:
+    """{name: LazyArray} over a file's tensors: each read from disk when asked, in its stored dtype
+    (`keep_dtype=False`: bfloat16 and float16 widened to float32, as `read_tensors` does). Nothing is held."""
+    def reader(name: str, dtype: np.dtype):
+        def read() -> np.ndarray:
+            _, shape, begin, end = header.entries[name]
+            with open(header.path, "rb") as f:
+                f.seek(header.data_start + begin)
+                code = header.stored.get(name)
+                raw = np.fromfile(f, dtype=WIDENED[code] if code else header.entries[name][0],
+                                  count=math.prod(shape)).reshape(shape)
+            if on_tensor is not None:
+                on_tensor(name, end - begin)
+            if code == "BF16":
+                return raw.view(bfloat16()) if keep_dtype else (raw.astype(np.uint32) << 16).view(np.float32)
+            return raw.astype(dtype.newbyteorder("="), copy=False)
+        return read
+
+    out = {}
+    for name, (_, shape, _, _) in header.entries.items():
+        dtype = stored_dtype(header, name) if keep_dtype else header.entries[name][0].newbyteorder("=")
+        out[name] = rn.mapping.LazyArray(shape, dtype, reader(name, dtype))
+    return out
+
+
 def widened_note(files: Iterable[str | os.PathLike]) -> str | None:
     """A note for `Loaded.notes` when any of these safetensors files stores bfloat16 or float16 tensors (read as
     float32, exactly): which dtype, how many tensors; None when none does."""
@@ -148,9 +189,9 @@ def widened_note(files: Iterable[str | os.PathLike]) -> str | None:
             "the ports in that precision")
 
 
-def read_canonical(path: str | os.PathLike, on_tensor: Callable[[str, int], None] | None = None
+def read_canonical(path: str | os.PathLike, on_tensor: Callable[[str, int], None] | None = None, lazy: bool = False
                    ) -> tuple[rn.TransformerConfig | None, dict[str, np.ndarray], dict[str, str]]:
-    """`(stored config or None, tensors, metadata)` of a safetensors file."""
+    """`(stored config or None, tensors, metadata)` of a safetensors file (`lazy`: see `lazy_tensors`)."""
     header = read_header(path)
     config = None
     if "config" in header.metadata:
@@ -159,7 +200,8 @@ def read_canonical(path: str | os.PathLike, on_tensor: Callable[[str, int], None
         except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f"{path}: the config stored in its metadata is invalid: {exc}") from None
         limits.check_config_against_file(config, len(header.entries), str(path))
-    return config, read_tensors(header, on_tensor=on_tensor), header.metadata
+    tensors = lazy_tensors(header, on_tensor) if lazy else read_tensors(header, on_tensor=on_tensor)
+    return config, tensors, header.metadata
 
 
 def write_canonical(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
@@ -172,6 +214,16 @@ def write_canonical(path: str | os.PathLike, config: rn.TransformerConfig, weigh
     write_tensors(path, weights, list(rn.parameter_shapes(config)), metadata, on_tensor, consume)
 
 
+def dtype_code(dtype: np.dtype) -> str:
+    """The safetensors dtype code of a NumPy dtype (`BF16` for ml_dtypes' bfloat16)."""
+    if dtype.name == "bfloat16":
+        return "BF16"
+    code = _CODES.get(np.dtype(dtype).newbyteorder("<"))
+    if code is None:
+        raise ValueError(f"dtype {dtype} cannot be stored in safetensors here")
+    return code
+
+
 def write_tensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], names: list[str],
                   metadata: Mapping[str, str], on_tensor: Callable[[str, int], None] | None = None,
                   consume: bool = False) -> None:
@@ -180,13 +232,13 @@ def write_tensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], na
     header: dict = {"__metadata__": dict(metadata)}
     offset = 0
     for name in names:
-        array = np.asarray(tensors[name])
-        dtype = array.dtype.newbyteorder("<")
-        if dtype not in _CODES:
-            raise ValueError(f"{name} has dtype {array.dtype}, which safetensors cannot store here")
-        header[name] = {"dtype": _CODES[dtype], "shape": list(array.shape),
-                        "data_offsets": [offset, offset + array.nbytes]}
-        offset += array.nbytes
+        array = tensors[name]
+        if not hasattr(array, "dtype"):
+            array = np.asarray(array)
+        code = dtype_code(array.dtype)
+        nbytes = math.prod(array.shape) * array.dtype.itemsize
+        header[name] = {"dtype": code, "shape": list(array.shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # safetensors aligns the data section to 8 bytes
     with open(path, "wb") as f:
@@ -194,8 +246,10 @@ def write_tensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], na
         f.write(raw)
         for name in names:
             value = np.asarray(tensors.pop(name) if consume else tensors[name])
+            if value.dtype.name == "bfloat16":  # no byte order of its own: write its bits as little-endian uint16
+                value = value.view(np.uint16)
             array = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
-            f.write(memoryview(array).cast("B"))
+            f.write(array.data.cast("B") if array.size else b"")
             if on_tensor is not None:
                 on_tensor(name, array.nbytes)
         f.flush()

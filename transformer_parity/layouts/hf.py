@@ -135,15 +135,17 @@ def family_for(hf: Mapping[str, Any], path: str | os.PathLike, declared: str | N
 
 
 def load_dir(path: str | os.PathLike, declared: str | None = None, fields: Mapping[str, Any] | None = None,
-             on_tensor=None, drops=None) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str], str]:
+             on_tensor=None, drops=None, lazy: bool = False
+             ) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str], str]:
     """`(config, canonical weights, notes, format name)` of a model directory. `fields` (--set/--config) override
     the mapped config; the weights are checked against the result; `drops` (`table.Drops`) names the nonzero
-    tensors the table's `ignore` entries may leave out."""
+    tensors the table's `ignore` entries may leave out. `lazy=True`: the weights are `LazyArray`s in their stored
+    dtype, read from the shards when asked."""
     path = Path(path)
     hf = hf_dir.read_config(path)
     family = family_for(hf, path, declared)
     files = hf_dir.weight_files(path)  # fails on a missing shard or no weights before anything is read
-    state = hf_dir.read_state(path, on_tensor)
+    state = hf_dir.read_state(path, on_tensor, lazy)
     try:
         config, arch, notes = family.config_from_hf(hf, list(state))
         if fields:
@@ -157,7 +159,8 @@ def load_dir(path: str | os.PathLike, declared: str | None = None, fields: Mappi
     dropped = sorted(k for k in state if any(t == "ignore" and regex(e).fullmatch(k) for _, e, t in table))
     origins = {**{name: f"config.json {key}" for name, key in family.CONFIG_KEYS.items()},
                **{name: "--set/--config" for name in fields or {}}}
-    weights = import_state(config, state, table, source=str(path), consume=True, drops=drops, origins=origins)
+    weights = import_state(config, state, table, source=str(path), consume=True, drops=drops, origins=origins,
+                           lazy=lazy)
     notes.insert(0, f"read {arch} ({family.NAME}) from {', '.join(f.name for f in files)}")
     if dropped:
         notes.append(f"left out {len(dropped)} tensor(s) that are not parameters of {arch}: "
@@ -189,12 +192,14 @@ def family_for_export(config: rn.TransformerConfig, declared: str | None = None)
 
 def save_dir(path: str | os.PathLike, config: rn.TransformerConfig, weights: dict[str, np.ndarray],
              declared: str | None = None, force: bool = False, on_tensor=None, consume: bool = False,
-             notes: list[str] | None = None) -> str:
-    """Write canonical weights as a model directory `from_pretrained` loads; returns the format name."""
+             notes: list[str] | None = None, max_shard_size: int = hf_dir.MAX_SHARD_SIZE) -> str:
+    """Write canonical weights as a model directory `from_pretrained` loads; returns the format name. Lazily read
+    weights (`LazyArray`) are streamed: each external tensor is made and written in turn."""
     family = family_for_export(config, declared)
     hf, arch = family.config_to_hf(config)
     dtype = rn.weights_dtype(weights)
     hf["dtype"] = str(dtype)  # transformers loads the weights in this dtype
-    state = export_state(config, weights, family.table(config, family.prefix(arch)), consume=consume)
-    hf_dir.write_dir(path, hf, state, force, on_tensor, consume=True, notes=notes)
+    lazy = any(rn.mapping.is_lazy(v) for v in weights.values())
+    state = export_state(config, weights, family.table(config, family.prefix(arch)), consume=consume, lazy=lazy)
+    hf_dir.write_dir(path, hf, state, force, on_tensor, consume=True, notes=notes, max_shard_size=max_shard_size)
     return family.NAME

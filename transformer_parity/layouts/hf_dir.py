@@ -19,6 +19,7 @@ be a link (the user named it).
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -131,11 +132,14 @@ def weight_files(path: str | os.PathLike) -> list[Path]:
                      f"{BIN_INDEX})")
 
 
-def read_state(path: str | os.PathLike, on_tensor: OnTensor | None = None) -> dict[str, np.ndarray]:
-    """Every tensor of a model directory's weight files, as NumPy arrays under the names they are saved with."""
+def read_state(path: str | os.PathLike, on_tensor: OnTensor | None = None, lazy: bool = False
+               ) -> dict[str, np.ndarray]:
+    """Every tensor of a model directory's weight files, as NumPy arrays under the names they are saved with.
+    `lazy=True`: safetensors tensors as `LazyArray`s in their stored dtype, each read when asked (a streaming
+    conversion holds a few at a time); `.bin` files are read whole."""
     state: dict[str, np.ndarray] = {}
     for file in weight_files(path):
-        part = _read_safetensors(file, on_tensor) if file.suffix == ".safetensors" else _read_bin(file)
+        part = _read_safetensors(file, on_tensor, lazy) if file.suffix == ".safetensors" else _read_bin(file)
         twice = sorted(set(part) & set(state))
         if twice:
             raise ValueError(f"{file}: tensor(s) {twice[:4]} appear in more than one shard")
@@ -154,14 +158,14 @@ def _check_index(path: Path, state: Mapping[str, Any]) -> None:
             return
 
 
-def _read_safetensors(file: Path, on_tensor: OnTensor | None) -> dict[str, np.ndarray]:
-    from transformer_parity.io.safetensors_io import read_header, read_tensors
+def _read_safetensors(file: Path, on_tensor: OnTensor | None, lazy: bool = False) -> dict[str, np.ndarray]:
+    from transformer_parity.io.safetensors_io import lazy_tensors, read_header, read_tensors
 
     header = read_header(file)
     for name, (dtype, _, _, _) in header.entries.items():
         if dtype.kind != "f":
             raise ValueError(f"{file}: tensor {name!r} has dtype {dtype}, expected a floating dtype")
-    return read_tensors(header, on_tensor=on_tensor)
+    return lazy_tensors(header, on_tensor) if lazy else read_tensors(header, on_tensor=on_tensor)
 
 
 def _read_bin(file: Path) -> dict[str, np.ndarray]:
@@ -193,16 +197,48 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray], metadata: Mapp
     write_tensors(path, tensors, list(tensors), metadata, on_tensor, consume)
 
 
+MAX_SHARD_SIZE = 5 * 10**9  # bytes per weight file, as `save_pretrained`'s max_shard_size="5GB"
+
+
+def shards(sizes: Mapping[str, int], max_shard_size: int) -> list[list[str]]:
+    """Tensor names grouped into consecutive shards of at most `max_shard_size` bytes each (a larger tensor gets a
+    shard of its own), in the order given."""
+    groups: list[list[str]] = [[]]
+    total = 0
+    for name, size in sizes.items():
+        if groups[-1] and total + size > max_shard_size:
+            groups.append([])
+            total = 0
+        groups[-1].append(name)
+        total += size
+    return groups
+
+
 def write_dir(path: str | os.PathLike, hf_config: Mapping[str, Any], state: dict[str, np.ndarray], force: bool,
-              on_tensor: OnTensor | None = None, consume: bool = False, notes: list[str] | None = None) -> Path:
+              on_tensor: OnTensor | None = None, consume: bool = False, notes: list[str] | None = None,
+              max_shard_size: int = MAX_SHARD_SIZE) -> Path:
     """Write `config.json` + `model.safetensors` to the directory `path`, atomically (`outputs.atomic_dir`: with
-    `force`, only over a model directory, keeping the tokenizer and other files this tool does not write)."""
+    `force`, only over a model directory, keeping the tokenizer and other files this tool does not write). Over
+    `max_shard_size` bytes of weights, the files are `model-0000k-of-0000n.safetensors` plus
+    `model.safetensors.index.json`, as `save_pretrained` writes them; each is streamed tensor by tensor."""
     from transformer_parity.io import outputs
+    from transformer_parity.io.safetensors_io import write_tensors
 
     path = outputs.check_output_dir(path, force, MODEL_DIR)
+    sizes = {name: math.prod(a.shape) * a.dtype.itemsize for name, a in state.items()}
+    groups = shards(sizes, max_shard_size)
     with outputs.atomic_dir(path, force, MODEL_DIR, notes) as tmp:
         (tmp / CONFIG).write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
-        write_safetensors(tmp / SAFETENSORS, state, {"format": "pt"}, on_tensor, consume)
+        if len(groups) == 1:
+            write_safetensors(tmp / SAFETENSORS, state, {"format": "pt"}, on_tensor, consume)
+            return path
+        weight_map = {}
+        for k, members in enumerate(groups, 1):
+            file = f"model-{k:05d}-of-{len(groups):05d}.safetensors"
+            write_tensors(tmp / file, state, members, {"format": "pt"}, on_tensor, consume)
+            weight_map.update(dict.fromkeys(members, file))
+        index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
+        (tmp / SAFETENSORS_INDEX).write_text(json.dumps(index, indent=2) + "\n")
     return path
 
 

@@ -200,8 +200,8 @@ def check_drops(state: dict[str, np.ndarray], ignored: Iterable[str], drops: Dro
 
 def import_state(config: rn.TransformerConfig, state: dict[str, np.ndarray], table: Sequence[Entry],
                  source: str = "<state dict>", consume: bool = False, drops: Drops | None = None,
-                 where: Callable[[Entry], str] = quoted, origins: Mapping[str, str] | None = None
-                 ) -> dict[str, np.ndarray]:
+                 where: Callable[[Entry], str] = quoted, origins: Mapping[str, str] | None = None,
+                 lazy: bool = False) -> dict[str, np.ndarray]:
     """{external name: array} -> canonical weights. `consume=True` empties `state` as it goes. A float tensor
     with a nonzero value under an `ignore` entry is refused unless `drops` allows it (and then recorded there).
     The config's layer counts and sizes are checked against the tensors before anything of the config's size is
@@ -225,7 +225,7 @@ def import_state(config: rn.TransformerConfig, state: dict[str, np.ndarray], tab
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
     check_drops(state, [k for k, (t, _) in optional.items() if t == "ignore"], drops, source)
-    weights = rn.mapping.read(mapping, state, shapes, config.head_dim, consume=consume)
+    weights = rn.mapping.read(mapping, state, shapes, config.head_dim, consume=consume, lazy=lazy)
     for external, (transform, canonical) in optional.items():
         _check_optional(config, weights, state[external], external, transform, canonical, source)
         if consume:
@@ -322,8 +322,11 @@ def classify_sinusoid(rows: np.ndarray) -> str | None:
 
 
 def export_state(config: rn.TransformerConfig, weights: dict[str, np.ndarray], table: Sequence[Entry],
-                 consume: bool = False, where: Callable[[Entry], str] = quoted) -> dict[str, np.ndarray]:
-    """Canonical weights -> {external name: array}, in table order. `consume=True` empties `weights` as it goes."""
+                 consume: bool = False, where: Callable[[Entry], str] = quoted, lazy: bool = False
+                 ) -> dict[str, np.ndarray]:
+    """Canonical weights -> {external name: array}, in table order. `consume=True` empties `weights` as it goes;
+    `lazy=True` gives `LazyArray`s made when asked (see `mapping.write`)."""
     rn.validate_weights(config, weights)
     mapping = plan(rn.parameter_shapes(config), table, where)
-    return rn.mapping.write(mapping, weights if consume else dict(weights), config.head_dim, consume=consume)
+    return rn.mapping.write(mapping, weights if consume else dict(weights), config.head_dim,
+                            consume=consume and not lazy, lazy=lazy)

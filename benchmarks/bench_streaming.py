@@ -1,0 +1,196 @@
+"""Streaming conversion of Llama-shaped bfloat16 checkpoints, beside the libraries and the disk.
+
+    python benchmarks/bench_streaming.py --size 1b          # ~1.2 B parameters, 2.5 GB of bfloat16
+    python benchmarks/bench_streaming.py --size 8b --skip-libraries
+    python benchmarks/bench_streaming.py --size tiny        # seconds; what the test runs
+
+A synthetic Hugging Face directory (`LlamaForCausalLM`, bfloat16, sharded at 5 GB as `save_pretrained` shards it)
+is generated on demand under --dir and removed after. In the same run, each row is timed in a fresh process with its
+peak resident set size from the kernel's accounting for that one child (`os.wait4`):
+
+- `cp -r` of the directory (the disk's speed);
+- `transformer-parity convert` to a canonical `.safetensors`, to a Keras `.weights.h5` (float32: Keras files are
+  written in float32 here), and the canonical file back to a Hugging Face directory;
+- transformers `from_pretrained` + `save_pretrained` (`--skip-libraries` leaves it out);
+- KerasHub `LlamaCausalLM.from_preset` on the directory + `save_weights`, where it fits in memory.
+
+The weights are a fixed random block of bfloat16 values tiled over each tensor: the conversion's work and I/O do
+not depend on the values, and generating 8 B random normals would dominate the run. The source is read while
+it may still be in the page cache from being written, for every row alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+# Llama-3.2-1B and Llama-3.1-8B shapes (tied and untied heads), and a tiny one for the test.
+SIZES = {
+    "tiny": dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=1000, tie_word_embeddings=True),
+    "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+               num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True),
+    "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+               num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False),
+}
+TARGET_RSS_X, TARGET_TIME_X = 0.25, 2.0  # issue 25: peak RSS <= 0.25x the checkpoint, wall <= 2x cp -r
+
+
+def shapes(hf: dict) -> dict[str, tuple[int, ...]]:
+    """The tensors `LlamaForCausalLM` saves, in its order."""
+    d, f, v = hf["hidden_size"], hf["intermediate_size"], hf["vocab_size"]
+    kv = d // hf["num_attention_heads"] * hf["num_key_value_heads"]
+    out = {"model.embed_tokens.weight": (v, d)}
+    for i in range(hf["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out.update({p + "self_attn.q_proj.weight": (d, d), p + "self_attn.k_proj.weight": (kv, d),
+                    p + "self_attn.v_proj.weight": (kv, d), p + "self_attn.o_proj.weight": (d, d),
+                    p + "mlp.gate_proj.weight": (f, d), p + "mlp.up_proj.weight": (f, d),
+                    p + "mlp.down_proj.weight": (d, f), p + "input_layernorm.weight": (d,),
+                    p + "post_attention_layernorm.weight": (d,)})
+    out["model.norm.weight"] = (d,)
+    if not hf["tie_word_embeddings"]:
+        out["lm_head.weight"] = (v, d)
+    return out
+
+
+def generate(path: Path, size: str) -> int:
+    """Write the synthetic directory; returns its weight bytes."""
+    sys.path.insert(0, str(REPO))
+    from reference_numpy.mapping import LazyArray
+    from transformer_parity.io.safetensors_io import bfloat16
+    from transformer_parity.layouts.hf_dir import write_dir
+
+    hf = dict(SIZES[size], architectures=["LlamaForCausalLM"], model_type="llama", rms_norm_eps=1e-5,
+              rope_theta=500000.0, max_position_embeddings=8192, hidden_act="silu", dtype="bfloat16",
+              bos_token_id=1, eos_token_id=2)
+    block = (np.random.default_rng(0).standard_normal(1 << 20) * 0.02).astype(bfloat16())
+    state = {name: LazyArray(shape, block.dtype, functools.partial(np.resize, block, shape))
+             for name, shape in shapes(hf).items()}  # each made when written: generating 16 GB holds one tensor
+    total = sum(int(np.prod(s)) * 2 for s in shapes(hf).values())
+    write_dir(path, hf, state, force=False, consume=True)
+    return total
+
+
+def run(cmd: list[str], env_extra: dict | None = None) -> tuple[float, int]:
+    """(wall seconds, peak RSS bytes) of `cmd` in a fresh process."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TF_CPP_MIN_LOG_LEVEL="3", **(env_extra or {}))
+    start = time.perf_counter()
+    process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - start
+    stderr = process.stderr.read().decode()
+    process.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed: {stderr.strip()[-400:]}")
+    return seconds, usage.ru_maxrss * 1024
+
+
+TRANSFORMERS = """import sys, torch, transformers
+m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.bfloat16)
+m.save_pretrained(sys.argv[2])"""
+KERAS_HUB = """import os, sys
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+import keras_hub
+m = keras_hub.models.LlamaCausalLM.from_preset(sys.argv[1], dtype="bfloat16")
+m.save_weights(sys.argv[2])"""
+
+
+def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = True) -> dict:
+    from transformer_parity.io.limits import available_bytes
+
+    cli = [sys.executable, "-m", "transformer_parity"]
+    src = workdir / "src"
+    start = time.perf_counter()
+    nbytes = generate(src, size)
+    result = {"size": size, "checkpoint_bytes": nbytes, "parameters": nbytes // 2,
+              "generate_s": round(time.perf_counter() - start, 1), "rows": []}
+
+    def row(name, cmd, out, env=None, optional=False):
+        try:
+            seconds, rss = run(cmd, env)
+        except RuntimeError as exc:  # a library row that cannot run here is reported, not fatal
+            if not optional:
+                raise
+            result["rows"].append({"step": name, "skipped": str(exc).splitlines()[-1][:200]})
+            return
+        result["rows"].append({"step": name, "seconds": round(seconds, 2), "peak_rss_bytes": rss,
+                               "rss_x_checkpoint": round(rss / nbytes, 3)})
+        if out is not None:
+            (shutil.rmtree if out.is_dir() else os.remove)(out)
+
+    row("cp -r", ["cp", "-r", str(src), str(workdir / "copy")], workdir / "copy")
+    canon = workdir / "model.safetensors"
+    row("convert -> canonical .safetensors", [*cli, "convert", str(src), str(canon), "-q"], None)
+    row("convert -> Keras .weights.h5 (float32)", [*cli, "convert", str(src), str(workdir / "m.weights.h5"), "-q"],
+        workdir / "m.weights.h5")
+    row("export canonical -> HF directory", [*cli, "convert", str(canon), str(workdir / "hf"), "--to", "hf", "-q"],
+        workdir / "hf")
+    os.remove(canon)
+    if libraries:
+        row("transformers from_pretrained + save_pretrained",
+            [sys.executable, "-c", TRANSFORMERS, str(src), str(workdir / "tf-out")], workdir / "tf-out", optional=True)
+    if kerashub and 4 * nbytes < available_bytes():  # measured at 3.8x the checkpoint (issue 25)
+        row("KerasHub from_preset + save_weights",
+            [sys.executable, "-c", KERAS_HUB, str(src), str(workdir / "kh.weights.h5")], workdir / "kh.weights.h5",
+            optional=True)
+    shutil.rmtree(src)
+    copy = next(r for r in result["rows"] if r["step"] == "cp -r")["seconds"]
+    for r in result["rows"]:
+        if "seconds" in r:
+            r["time_x_cp"] = round(r["seconds"] / copy, 2)
+    return result
+
+
+def table(result: dict) -> str:
+    gb = result["checkpoint_bytes"] / 1e9
+    lines = [f"{result['size']}: {result['parameters'] / 1e9:.2f} B parameters, {gb:.2f} GB bfloat16",
+             "", "| step | wall (s) | x cp -r | peak RSS (GB) | x checkpoint |", "|---|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        if "skipped" in r:
+            lines.append(f"| {r['step']} | not run: {r['skipped']} | | | |")
+            continue
+        lines.append(f"| {r['step']} | {r['seconds']:.1f} | {r['time_x_cp']:.2f} | {r['peak_rss_bytes'] / 1e9:.2f} "
+                     f"| {r['rss_x_checkpoint']:.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", choices=tuple(SIZES), default="1b")
+    parser.add_argument("--dir", help="where to generate the checkpoint (default: a temporary directory)")
+    parser.add_argument("--skip-libraries", action="store_true", help="leave out transformers and KerasHub")
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        result = measure(args.size, Path(tmp), libraries=not args.skip_libraries,
+                         kerashub=not args.skip_libraries)
+    result["cpu"] = _cpu()
+    print(table(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
