@@ -65,6 +65,11 @@ def shapes(hf: dict) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def parameters(size: str) -> int:
+    hf = SIZES[size]
+    return sum(int(np.prod(s)) for s in shapes(hf).values())
+
+
 def generate(path: Path, size: str) -> int:
     """Write the synthetic directory; returns its weight bytes."""
     sys.path.insert(0, str(REPO))
@@ -113,9 +118,10 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
 
     cli = [sys.executable, "-m", "transformer_parity"]
     src = workdir / "src"
-    start = time.perf_counter()
-    nbytes = generate(src, size)
-    result = {"size": size, "checkpoint_bytes": nbytes, "parameters": nbytes // 2,
+    start = time.perf_counter()  # generated in a child: this process stays small, and its children start small
+    subprocess.run([sys.executable, __file__, "--generate", str(src), "--size", size], check=True)
+    nbytes = sum(f.stat().st_size for f in src.glob("*.safetensors"))
+    result = {"size": size, "checkpoint_bytes": nbytes, "parameters": parameters(size),
               "generate_s": round(time.perf_counter() - start, 1), "rows": []}
 
     def row(name, cmd, out, env=None, optional=False):
@@ -126,12 +132,14 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
                 raise
             result["rows"].append({"step": name, "skipped": str(exc).splitlines()[-1][:200]})
             return
-        result["rows"].append({"step": name, "seconds": round(seconds, 2), "peak_rss_bytes": rss,
+        result["rows"].append({"step": name, "seconds": round(seconds, 3), "peak_rss_bytes": rss,
                                "rss_x_checkpoint": round(rss / nbytes, 3)})
         if out is not None:
             (shutil.rmtree if out.is_dir() else os.remove)(out)
 
     row("cp -r", ["cp", "-r", str(src), str(workdir / "copy")], workdir / "copy")
+    row("cp -r + sync (written to disk, as convert's atomic output is)",
+        ["sh", "-c", f"cp -r '{src}' '{workdir / 'copy'}' && sync"], workdir / "copy")
     canon = workdir / "model.safetensors"
     row("convert -> canonical .safetensors", [*cli, "convert", str(src), str(canon), "-q"], None)
     row("convert -> Keras .weights.h5 (float32)", [*cli, "convert", str(src), str(workdir / "m.weights.h5"), "-q"],
@@ -147,23 +155,26 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
             [sys.executable, "-c", KERAS_HUB, str(src), str(workdir / "kh.weights.h5")], workdir / "kh.weights.h5",
             optional=True)
     shutil.rmtree(src)
-    copy = next(r for r in result["rows"] if r["step"] == "cp -r")["seconds"]
+    copy = max(next(r for r in result["rows"] if r["step"] == "cp -r")["seconds"], 1e-3)
+    synced = max(result["rows"][1]["seconds"], 1e-3)
     for r in result["rows"]:
         if "seconds" in r:
             r["time_x_cp"] = round(r["seconds"] / copy, 2)
+            r["time_x_cp_sync"] = round(r["seconds"] / synced, 2)
     return result
 
 
 def table(result: dict) -> str:
     gb = result["checkpoint_bytes"] / 1e9
     lines = [f"{result['size']}: {result['parameters'] / 1e9:.2f} B parameters, {gb:.2f} GB bfloat16",
-             "", "| step | wall (s) | x cp -r | peak RSS (GB) | x checkpoint |", "|---|---:|---:|---:|---:|"]
+             "", "| step | wall (s) | x cp -r | x cp -r + sync | peak RSS (GB) | x checkpoint |",
+             "|---|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         if "skipped" in r:
-            lines.append(f"| {r['step']} | not run: {r['skipped']} | | | |")
+            lines.append(f"| {r['step']} | not run: {r['skipped']} | | | | |")
             continue
-        lines.append(f"| {r['step']} | {r['seconds']:.1f} | {r['time_x_cp']:.2f} | {r['peak_rss_bytes'] / 1e9:.2f} "
-                     f"| {r['rss_x_checkpoint']:.3f} |")
+        lines.append(f"| {r['step']} | {r['seconds']:.1f} | {r['time_x_cp']:.2f} | {r['time_x_cp_sync']:.2f} "
+                     f"| {r['peak_rss_bytes'] / 1e9:.2f} | {r['rss_x_checkpoint']:.3f} |")
     return "\n".join(lines)
 
 
@@ -173,7 +184,11 @@ def main(argv=None) -> int:
     parser.add_argument("--dir", help="where to generate the checkpoint (default: a temporary directory)")
     parser.add_argument("--skip-libraries", action="store_true", help="leave out transformers and KerasHub")
     parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--generate", metavar="DIR", help=argparse.SUPPRESS)  # the child that writes the checkpoint
     args = parser.parse_args(argv)
+    if args.generate:
+        generate(Path(args.generate), args.size)
+        return 0
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         result = measure(args.size, Path(tmp), libraries=not args.skip_libraries,
                          kerashub=not args.skip_libraries)

@@ -494,3 +494,24 @@ def test_corrupt_result_files_are_one_line(result, corrupt, message, tmp_path, c
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, (argv, err)
     assert not (tmp_path / "out.png").exists()
+
+
+def test_streaming_bench_times_every_row_beside_the_disk(tmp_path):
+    """`benchmarks/bench_streaming.py --size tiny`: a generated bfloat16 Llama directory, each conversion and the
+    two copies timed in fresh processes, ratios against both copies computed, the directory removed after."""
+    spec = importlib.util.spec_from_file_location("bench_streaming", ROOT / "benchmarks" / "bench_streaming.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    report = tmp_path / "r.json"
+    assert bench.main(["--size", "tiny", "--skip-libraries", "--dir", str(tmp_path), "--json", str(report)]) == 0
+    result = json.loads(report.read_text())
+    steps = [r["step"] for r in result["rows"]]
+    assert steps[:2] == ["cp -r", "cp -r + sync (written to disk, as convert's atomic output is)"]
+    assert {"convert -> canonical .safetensors", "convert -> Keras .weights.h5 (float32)",
+            "export canonical -> HF directory"} <= set(steps)
+    assert result["parameters"] == sum(math.prod(s) for s in bench.shapes(bench.SIZES["tiny"]).values())
+    assert result["checkpoint_bytes"] > 2 * result["parameters"]  # bfloat16 tensors plus the headers
+    for r in result["rows"]:
+        assert r["seconds"] > 0 and r["peak_rss_bytes"] > 0
+        assert r["time_x_cp"] == pytest.approx(r["seconds"] / max(result["rows"][0]["seconds"], 1e-3), rel=0.01)
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]

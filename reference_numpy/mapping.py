@@ -53,6 +53,7 @@ TRANSFORMS = ("identity", "transpose", "fused_qkv", "row", "tied", "sinusoid", "
 FUSED = ("fused_qkv", "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t")  # one external array holds q, k, v
 HEADS = ("heads_out", "heads_in")  # einsum kernels of Keras MultiHeadAttention
 CHECKED = ("tied", "sinusoid", "causal_mask", "ignore")  # optional on reading, never written
+RESHAPES = ("identity", "row", "seq_first", "heads_out", "heads_in")  # the same bytes in C order, only reshaped
 Entry = tuple[str, str, str]  # (canonical, external, transform)
 # canonical name -> (external name, transform, (part, parts)): which of how many parts of a fused external array
 Plan = dict[str, tuple[str, str, tuple[int, int]]]
@@ -264,11 +265,24 @@ def canonical_shape(transform: str, shape: tuple[int, ...], parts: int = 3) -> t
     return shape
 
 
+def transposed(array: np.ndarray) -> np.ndarray:
+    """A fresh C-ordered transpose of a 2-D array (any other rank: `.T` copied). Copied in bands of 16 rows, on the
+    bits (an unsigned view of the same width), which keeps the reads and writes cache-friendly: about 3x NumPy's
+    plain strided copy on an (8192, 2048) matrix, and the same for bfloat16, whose own copy loop is slower still."""
+    if array.ndim != 2 or array.dtype.itemsize not in (1, 2, 4, 8) or not array.flags.c_contiguous:
+        return np.array(array.T, order="C")
+    bits = array.view(f"u{array.dtype.itemsize}")
+    out = np.empty(bits.shape[::-1], bits.dtype)
+    for start in range(0, bits.shape[0], 16):
+        out[:, start:start + 16] = bits[start:start + 16].T
+    return out.view(array.dtype)
+
+
 def to_canonical(array: np.ndarray, transform: str, shape: tuple[int, ...]) -> np.ndarray:
     """An external array (not fused) -> the canonical array of `shape`, as a fresh array."""
     array = np.asarray(array)
     if transform == "transpose":
-        return np.array(array.T, order="C")  # (out, in) -> (in, out), always a copy
+        return transposed(array)  # (out, in) -> (in, out), always a copy
     if transform in HEADS or transform in ("row", "seq_first"):
         return np.array(array.reshape(shape))  # per-head or unit axes merged: a C-order reshape, heads-major
     return np.array(array)
@@ -278,7 +292,7 @@ def to_external(array: np.ndarray, transform: str, head_dim: int = 1) -> np.ndar
     """A canonical array -> its external array (not fused), as a fresh array."""
     array = np.asarray(array)
     if transform == "transpose":
-        return np.array(array.T, order="C")  # (in, out) -> (out, in), always a copy
+        return transposed(array)  # (in, out) -> (out, in), always a copy
     if transform in HEADS or transform in ("row", "seq_first"):
         return np.array(array.reshape(external_shape(transform, array.shape, head_dim)))
     return np.array(array)
@@ -289,7 +303,7 @@ def fused_part(array: np.ndarray, transform: str, part: int, widths: Sequence[in
     are the parts' feature counts (k and v narrower under grouped-query attention). `_t`: stored `(q+k+v, in)` as
     an `nn.Linear` holds it; `_heads`: the features are `(H, 3, dk)`, q/k/v interleaved per head (equal widths)."""
     a = np.asarray(array)
-    a = a.T if transform.endswith("_t") else a  # (3D, in) -> (in, 3D); a bias (3D,) stays
+    a = transposed(a) if transform.endswith("_t") and a.ndim == 2 else a  # (3D, in) -> (in, 3D); a bias (3D,) stays
     if a.shape[-1] != sum(widths):
         raise ValueError(f"a fused array has {a.shape[-1]} features; its parts need {'+'.join(map(str, widths))}")
     if "heads" in transform:
@@ -311,7 +325,7 @@ def fuse(parts: Sequence[np.ndarray], transform: str, head_dim: int = 1) -> np.n
         fused = np.stack(heads, axis=-2).reshape(parts[0].shape[:-1] + (3 * width,))  # (..., H, 3, dk) -> (..., 3D)
     else:
         fused = np.concatenate(parts, axis=-1)  # (..., q), (..., k), (..., v) -> (..., q+k+v); gate | up alike
-    return np.ascontiguousarray(fused.T) if transform.endswith("_t") else fused  # (in, 3D) -> (3D, in)
+    return transposed(fused) if transform.endswith("_t") else fused  # (in, 3D) -> (3D, in)
 
 
 # --- lazy arrays: a model streamed tensor by tensor ------------------------------------------------------------------
@@ -321,10 +335,12 @@ class LazyArray:
     kept). A checkpoint read lazily is a dict of these; the engine below maps them to more of them, so a writer that
     takes one entry at a time holds a few tensors, never the model."""
 
-    __slots__ = ("shape", "dtype", "_compute")
+    __slots__ = ("shape", "dtype", "_compute", "span")
 
-    def __init__(self, shape: tuple[int, ...], dtype, compute: Callable[[], np.ndarray]):
+    def __init__(self, shape: tuple[int, ...], dtype, compute: Callable[[], np.ndarray],
+                 span: tuple[str, int, int] | None = None):
         self.shape, self.dtype, self._compute = tuple(shape), np.dtype(dtype), compute
+        self.span = span  # (file, offset, nbytes) when the values are those bytes of a file, C order, little-endian
 
     @property
     def ndim(self) -> int:
@@ -344,6 +360,8 @@ class LazyArray:
 
     def astype(self, dtype) -> "LazyArray":
         """The same array cast to `dtype` when it is read."""
+        if np.dtype(dtype) == self.dtype:
+            return self
         return LazyArray(self.shape, dtype, lambda: np.asarray(self).astype(dtype))
 
     def __repr__(self) -> str:
@@ -429,7 +447,8 @@ def _lazy_canonical(state, external: str, transform: str, part: int, shape: tupl
     source = state[external]
     if transform in FUSED:
         return LazyArray(shape, source.dtype, lambda: fused_part(state[external], transform, part, widths, head_dim))
-    return LazyArray(shape, source.dtype, lambda: to_canonical(state[external], transform, shape))
+    return LazyArray(shape, source.dtype, lambda: to_canonical(state[external], transform, shape),
+                     getattr(source, "span", None) if transform in RESHAPES else None)
 
 
 def write(mapping: Plan, weights: dict[str, np.ndarray], head_dim: int = 1, consume: bool = False,
@@ -447,7 +466,8 @@ def write(mapping: Plan, weights: dict[str, np.ndarray], head_dim: int = 1, cons
             shape = external_shape(transform, tuple(weights[name].shape), head_dim,
                                    tuple(tuple(weights[n].shape) for n in names) if transform in FUSED else ())
             out[external] = LazyArray(shape, weights[name].dtype, functools.partial(
-                _external_of, weights, names, transform, head_dim))
+                _external_of, weights, names, transform, head_dim),
+                getattr(weights[name], "span", None) if transform in RESHAPES else None)
         return out
     fused: dict[str, dict[str, np.ndarray]] = {}
     out = {}

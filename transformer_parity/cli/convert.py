@@ -142,17 +142,17 @@ def cmd_convert(args) -> int:
     notes: list[str] = []
     max_shard = parse_size(args.max_shard_size) if args.max_shard_size else None
     with BytesProgress(args, f"reading {printable(in_path.name)}", size) as bar:
-        loaded = formats.load(in_path, input_format(args), fields, bar.advance, allow_drop=args.allow_drop,
-                              lazy=True)
+        reading = [True]  # a streamed input is read while the output is written: the bar then counts the writes
+        loaded = formats.load(in_path, input_format(args), fields, lambda name, n: reading[0] and bar.advance(name, n),
+                              allow_drop=args.allow_drop, lazy=True)
+        reading[0] = False
         streamed = any(rn.mapping.is_lazy(v) for v in loaded.weights.values())
         _cast(loaded, args.dtype, out_format if to_layout is None else "layout", notes)
         size_text = _size(loaded.weights)
-        if streamed:  # read while written: the bar counts the bytes read
+        if streamed:
             check_streaming(loaded.weights)
-            bar.describe(f"converting {printable(in_path.name)}", size)
-        else:
-            bar.describe(f"writing {printable(out_path.name)}", loaded.nbytes)
-        on_written = None if streamed else bar.advance
+        bar.describe(f"{'converting' if streamed else 'writing'} {printable(out_path.name)}", loaded.nbytes)
+        on_written = bar.advance
         if to_layout is not None:
             path, fmt = out_path, user.export_with_layout(out_path, loaded.config, loaded.weights, to_layout,
                                                           args.force)

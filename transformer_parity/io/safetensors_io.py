@@ -168,9 +168,11 @@ def lazy_tensors(header: SafetensorsHeader, on_tensor: Callable[[str, int], None
         return read
 
     out = {}
-    for name, (_, shape, _, _) in header.entries.items():
+    for name, (_, shape, begin, end) in header.entries.items():
         dtype = stored_dtype(header, name) if keep_dtype else header.entries[name][0].newbyteorder("=")
-        out[name] = rn.mapping.LazyArray(shape, dtype, reader(name, dtype))
+        as_stored = keep_dtype or name not in header.stored
+        span = (str(header.path), header.data_start + begin, end - begin) if as_stored else None
+        out[name] = rn.mapping.LazyArray(shape, dtype, reader(name, dtype), span)
     return out
 
 
@@ -214,6 +216,33 @@ def write_canonical(path: str | os.PathLike, config: rn.TransformerConfig, weigh
     write_tensors(path, weights, list(rn.parameter_shapes(config)), metadata, on_tensor, consume)
 
 
+def _copy_span(span: tuple[str, int, int], out) -> None:
+    """Append `nbytes` bytes of `file` from `offset` to the open file `out` (copy_file_range where the system has
+    it, else 64 MiB reads)."""
+    file, offset, nbytes = span
+    out.flush()
+    with open(file, "rb") as f:
+        done = 0
+        if hasattr(os, "copy_file_range"):
+            try:
+                while done < nbytes:
+                    n = os.copy_file_range(f.fileno(), out.fileno(), nbytes - done, offset + done)
+                    if n == 0:
+                        raise ValueError(f"{file} ended inside a tensor (truncated while being read?)")
+                    done += n
+                out.seek(0, os.SEEK_END)
+                return
+            except OSError:  # a file system without it: fall back to reads
+                out.seek(0, os.SEEK_END)
+        f.seek(offset + done)
+        while done < nbytes:
+            chunk = f.read(min(1 << 26, nbytes - done))
+            if not chunk:
+                raise ValueError(f"{file} ended inside a tensor (truncated while being read?)")
+            out.write(chunk)
+            done += len(chunk)
+
+
 def dtype_code(dtype: np.dtype) -> str:
     """The safetensors dtype code of a NumPy dtype (`BF16` for ml_dtypes' bfloat16)."""
     if dtype.name == "bfloat16":
@@ -245,7 +274,14 @@ def write_tensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], na
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for name in names:
-            value = np.asarray(tensors.pop(name) if consume else tensors[name])
+            value = tensors.pop(name) if consume else tensors[name]
+            span = getattr(value, "span", None)
+            if span is not None:  # a file's bytes as they are: copied in the kernel, never held
+                _copy_span(span, f)
+                if on_tensor is not None:
+                    on_tensor(name, span[2])
+                continue
+            value = np.asarray(value)
             if value.dtype.name == "bfloat16":  # no byte order of its own: write its bits as little-endian uint16
                 value = value.view(np.uint16)
             array = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
