@@ -1,7 +1,8 @@
 """KerasHub Gemma and Phi3 against keras_hub itself and against transformers: tiny random presets with odd sizes
-(Gemma: 3 query heads over 1 key/value head of 16 dims on a hidden size of 36, two branches of 37; every weight
-perturbed) imported, verified against keras_hub (the built-in source), exported back to a preset keras_hub loads and
-to a Hugging Face directory transformers loads; and what neither family's canonical config can say, refused."""
+(Gemma: 3 query heads over 1 key/value head of 16 dims on a hidden size of 36, two branches of 37; Phi3: 6 query heads
+over 2 key/value heads, an intermediate size of 37, with and without "su" rope scaling; every weight perturbed)
+imported, verified against keras_hub (the built-in source), exported back to a preset keras_hub loads and to a
+Hugging Face directory transformers loads; and what neither family's canonical config can say, refused."""
 
 from __future__ import annotations
 
@@ -20,10 +21,18 @@ transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 VOCAB = 53
+_FACTORS = np.random.default_rng(5).random((2, 4))  # head_dim 8: 4 rotation speeds
+SU = dict(rope_scaling_type="su", rope_scaling_short_factor=[float(x) for x in 1 + _FACTORS[0]],
+          rope_scaling_long_factor=[float(x) for x in 1 + 3 * _FACTORS[1]], max_sequence_length=32,
+          pretraining_sequence_length=8)  # 11 tokens take the long factors, 6 the short ones; cos, sin x 1.29
+PHI3 = dict(num_layers=2, num_query_heads=6, num_key_value_heads=2, hidden_dim=48, intermediate_dim=37,
+            layer_norm_epsilon=1e-5)
 FAMILIES = {  # name: (backbone, task, Hugging Face format, backbone arguments)
     "gemma": ("GemmaBackbone", "GemmaCausalLM", "hf-gemma",
               dict(num_layers=2, num_query_heads=3, num_key_value_heads=1, head_dim=16, hidden_dim=36,
                    intermediate_dim=74)),
+    "phi3": ("Phi3Backbone", "Phi3CausalLM", "hf-phi3", PHI3),
+    "phi3-su": ("Phi3Backbone", "Phi3CausalLM", "hf-phi3", {**PHI3, **SU}),
 }
 _cache: dict = {}
 
@@ -125,3 +134,61 @@ def test_a_gemma_model_keras_hub_cannot_hold_is_refused(tmp_path_factory, tmp_pa
         with pytest.raises(ValueError, match=message):
             formats.save(tmp_path / "g", config, weights if not config.tie_embeddings else dict(loaded.weights),
                          "kerashub-gemma")
+
+
+def test_phi3_su_is_transformers_longrope(tmp_path_factory):
+    """"su" reads as longrope (original length = pretraining_sequence_length, max_len = max_sequence_length), and both
+    of its regimes matter on the test's inputs: with the factors swapped, or without the cos/sin scale, the reference
+    is far from keras_hub at 11 tokens (long factors) and at 6 (short ones)."""
+    task, path = family_preset(tmp_path_factory, "phi3-su")
+    loaded = formats.load(path)
+    rope = loaded.config.rope_scaling
+    assert rope == {"rope_type": "longrope", "short_factor": SU["rope_scaling_short_factor"],
+                    "long_factor": SU["rope_scaling_long_factor"], "original_max_position_embeddings": 8}
+    assert loaded.config.max_len == 32
+    swapped = {**rope, "short_factor": rope["long_factor"], "long_factor": rope["short_factor"]}
+    for length in (11, 6):
+        src = ids(length)
+        expected = logits(task, src)
+        for wrong in (swapped, {**rope, "attention_factor": 1.0}):
+            ours = rn.Transformer(loaded.config.replace(rope_scaling=wrong), loaded.weights, np.float64)(src)
+            assert np.max(np.abs(ours - expected)) > 1e-2
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(rope_scaling_type="yarn"), r"rope_scaling_type='yarn' is not supported"),
+    (dict(rope_scaling_long_factor=None), r"rope_scaling_long_factor must be a list of numbers"),
+    (dict(partial_rotary_factor=0.5), r"key\(s\) partial_rotary_factor are not supported"),
+], ids=["rope-type", "no-long-factor", "unknown-key"])
+def test_phi3_settings_the_canonical_model_cannot_compute_are_refused(changes, message, tmp_path_factory, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        formats.load(_edited(tmp_path_factory, tmp_path, "phi3-su", **changes))
+
+
+def test_a_phi3_model_keras_hub_cannot_hold_is_refused(tmp_path_factory, tmp_path):
+    _, path = family_preset(tmp_path_factory, "phi3-su")
+    loaded = formats.load(path)
+    rope = loaded.config.rope_scaling
+    for changes, message in [
+            (dict(rope_scaling={**rope, "attention_factor": 1.0}), r"attention_factor=1.0 \(KerasHub Phi3 derives"),
+            (dict(rope_scaling={**rope, "factor": 2.0}), r"factor=2.0 \(KerasHub Phi3 derives max_len"),
+            (dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), r"rope_type='linear' \(KerasHub Phi3 has"),
+            (dict(rope_scaling=None, rotary_fraction=0.5), r"rotary_fraction=0.5 \(KerasHub Phi3 has 1.0\)"),
+            (dict(sliding_window=5), r"sliding_window=5 \(KerasHub Phi3 has none\)"),
+            (dict(tie_embeddings=True), r"tie_embeddings=True \(Phi3CausalLM's head is never tied\)")]:
+        with pytest.raises(ValueError, match=message):
+            formats.save(tmp_path / "p", loaded.config.replace(**changes), dict(loaded.weights), "kerashub-phi3")
+
+
+def test_a_phi3_directory_whose_two_original_lengths_disagree_is_refused(tmp_path_factory, tmp_path):
+    """transformers 5's Phi3Config takes the top-level original_max_position_embeddings (4096 when absent) over the
+    rope parameters' own: the export writes both, and a directory where they differ is refused."""
+    _, path = family_preset(tmp_path_factory, "phi3-su")
+    loaded = formats.load(path)
+    formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), "hf-phi3")
+    data = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert data["original_max_position_embeddings"] == data["rope_parameters"]["original_max_position_embeddings"] == 8
+    data["original_max_position_embeddings"] = 16
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"original_max_position_embeddings=16 and the rope parameters' 8 disagree"):
+        formats.load(tmp_path / "hf")
