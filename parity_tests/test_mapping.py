@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import reference_numpy as rn
 from reference_numpy import mapping
 
-RESHAPING = ("identity", "transpose", "heads_out", "heads_in", "row", "seq_first")
+RESHAPING = ("identity", "transpose", "heads_out", "heads_in", "heads_first", "row", "seq_first")
 
 
 @settings(max_examples=60, deadline=None)
@@ -27,6 +27,21 @@ def test_every_transform_round_trips(transform, heads, head_dim, other, seed):
     back = mapping.to_canonical(external, transform, shape)
     np.testing.assert_array_equal(back, array)
     assert not np.shares_memory(back, array) and not np.shares_memory(external, array)
+
+
+def test_heads_first_puts_the_heads_before_the_input_features():
+    """KerasHub Gemma's q/k/v kernels `(H, in, dk)`: entry [h, i, d] is canonical [i, h * dk + d], the `heads_out`
+    array with its first two axes swapped; a bias `(H * dk,)` is `(H, dk)`, as under `heads_out`."""
+    rng = np.random.default_rng(3)
+    kernel, bias = rng.standard_normal((5, 3 * 4)), rng.standard_normal(3 * 4)
+    external = mapping.to_external(kernel, "heads_first", head_dim=4)
+    assert external.shape == (3, 5, 4) and external.flags.c_contiguous
+    assert external[2, 1, 3] == kernel[1, 2 * 4 + 3]
+    np.testing.assert_array_equal(external, mapping.to_external(kernel, "heads_out", 4).transpose(1, 0, 2))
+    np.testing.assert_array_equal(mapping.to_external(bias, "heads_first", 4), bias.reshape(3, 4))
+    assert mapping.canonical_shape("heads_first", (3, 5, 4)) == (5, 12)
+    assert mapping.canonical_shape("heads_first", (12,)) is None
+    np.testing.assert_array_equal(mapping.to_canonical(external, "heads_first", (5, 12)), kernel)
 
 
 FUSED_CASES = [(t, (6, 6, 6)) for t in mapping.FUSED] + [(t, (6, 2, 2)) for t in mapping.FUSED if "heads" not in t]

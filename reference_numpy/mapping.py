@@ -21,6 +21,7 @@ Hugging Face and KerasHub family, and a user's layout file (which is this table,
   | `fused_qkv_heads_t` | the same stored `(3D, in)` (a Lightning `qkv_proj`) | required    | written   |
   | `heads_out` | output features split per head: `(in, H, dk)`, bias `(H, dk)` (Keras MHA q/k/v) | required | written |
   | `heads_in`  | input features split per head: `(H, dk, out)` (Keras MHA output kernel) | required | written |
+  | `heads_first` | heads leading: `(H, in, dk)`, bias `(H, dk)` (KerasHub Gemma q/k/v) | required | written |
   | `row`       | a leading unit axis: `(1, n)` for a canonical `(n,)`, `(1, L, D)` for `(L, D)` | required | written |
   | `seq_first` | a unit middle axis: `(L, 1, D)` for a canonical `(L, D)` (PyTorch tutorials' buffers) | required | written |
   | `tied`      | a second copy of the canonical array (a tied head)   | optional, equal  | left out  |
@@ -49,9 +50,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 TRANSFORMS = ("identity", "transpose", "fused_qkv", "row", "tied", "sinusoid", "causal_mask", "ignore",
-              "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t", "heads_out", "heads_in", "seq_first")
+              "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t", "heads_out", "heads_in", "seq_first",
+              "heads_first")
 FUSED = ("fused_qkv", "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t")  # one external array holds q, k, v
-HEADS = ("heads_out", "heads_in")  # einsum kernels of Keras MultiHeadAttention
+HEADS = ("heads_out", "heads_in", "heads_first")  # einsum kernels (Keras MultiHeadAttention, KerasHub Gemma)
 CHECKED = ("tied", "sinusoid", "causal_mask", "ignore")  # optional on reading, never written
 RESHAPES = ("identity", "row", "seq_first", "heads_out", "heads_in")  # the same bytes in C order, only reshaped
 Entry = tuple[str, str, str]  # (canonical, external, transform)
@@ -237,6 +239,8 @@ def external_shape(transform: str, shape: tuple[int, ...], head_dim: int = 1,
         return shape[:-1] + (shape[-1] // head_dim, head_dim)
     if transform == "heads_in":
         return (shape[0] // head_dim, head_dim) + shape[1:]
+    if transform == "heads_first":
+        return (shape[-1] // head_dim,) + shape[:-1] + (head_dim,)
     if transform == "row":
         return (1,) + shape
     if transform == "seq_first":
@@ -259,6 +263,8 @@ def canonical_shape(transform: str, shape: tuple[int, ...], parts: int = 3) -> t
         return shape[:-2] + (shape[-2] * shape[-1],) if len(shape) >= 2 else None  # (.., H, dk) -> (.., D)
     if transform == "heads_in":
         return (shape[0] * shape[1],) + shape[2:] if len(shape) >= 2 else None  # (H, dk, ..) -> (D, ..)
+    if transform == "heads_first":
+        return shape[1:-1] + (shape[0] * shape[-1],) if len(shape) >= 2 else None  # (H, .., dk) -> (.., D)
     if transform in FUSED:
         shape = shape[::-1] if transform.endswith("_t") else shape
         return shape[:-1] + (shape[-1] // parts,) if shape and shape[-1] % parts == 0 else None  # (.., 3D) -> (.., D)
@@ -283,6 +289,8 @@ def to_canonical(array: np.ndarray, transform: str, shape: tuple[int, ...]) -> n
     array = np.asarray(array)
     if transform == "transpose":
         return transposed(array)  # (out, in) -> (in, out), always a copy
+    if transform == "heads_first":  # (H, .., dk) -> (.., H, dk) -> (.., D), heads-major
+        return np.array(np.moveaxis(array, 0, -2).reshape(shape), order="C")
     if transform in HEADS or transform in ("row", "seq_first"):
         return np.array(array.reshape(shape))  # per-head or unit axes merged: a C-order reshape, heads-major
     return np.array(array)
@@ -293,6 +301,9 @@ def to_external(array: np.ndarray, transform: str, head_dim: int = 1) -> np.ndar
     array = np.asarray(array)
     if transform == "transpose":
         return transposed(array)  # (in, out) -> (out, in), always a copy
+    if transform == "heads_first":  # (.., D) -> (.., H, dk) -> (H, .., dk)
+        split = array.reshape(array.shape[:-1] + (array.shape[-1] // head_dim, head_dim))
+        return np.array(np.moveaxis(split, -2, 0), order="C")
     if transform in HEADS or transform in ("row", "seq_first"):
         return np.array(array.reshape(external_shape(transform, array.shape, head_dim)))
     return np.array(array)

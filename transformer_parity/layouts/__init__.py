@@ -15,6 +15,7 @@ Adding a layout is adding one module and one line here.
 | `nn-transformer` | `nn_transformer` | state dicts of models built around `torch.nn.Transformer`          |
 | `kerashub-gpt2`  | `kerashub_gpt2`  | KerasHub `GPT2Backbone` / `GPT2CausalLM` presets and weights       |
 | `kerashub-bert`  | `kerashub_bert`  | KerasHub `BertBackbone` presets and weights                        |
+| `kerashub-llama`, `-mistral`, `-qwen`, `-qwen3`, `-gemma`, `-phi3` | `kerashub_llama`, ... | KerasHub causal LMs |
 | `kerashub-seq2seq` | `kerashub_seq2seq` | keras.io's English-to-Spanish KerasHub model's `.weights.h5`   |
 | `--layout FILE`  | `user`           | a layout file a user writes (TOML) for a model this tool never saw |
 
@@ -49,6 +50,8 @@ KERASHUB_LAYOUTS = {
     "kerashub-mistral": "kerashub_mistral",
     "kerashub-qwen": "kerashub_qwen",
     "kerashub-qwen3": "kerashub_qwen3",
+    "kerashub-gemma": "kerashub_gemma",
+    "kerashub-phi3": "kerashub_phi3",
     "kerashub-seq2seq": "kerashub_seq2seq",
 }
 KERASHUB_PRESETS = ("kerashub", *(name for name in KERASHUB_LAYOUTS if name != "kerashub-seq2seq"))

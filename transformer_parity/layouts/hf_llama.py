@@ -76,6 +76,10 @@ ROPE_PARAMETERS = {
     "longrope": ("short_factor", "long_factor", "factor", "original_max_position_embeddings", "attention_factor"),
 }
 
+# The rope types for which transformers 5 (`standardize_rope_params`) takes a top-level config.json
+# `original_max_position_embeddings` over the rope parameters' own (Phi3Config always has one, 4096 by default).
+TOP_LEVEL_ORIGINAL = ("llama3", "yarn", "longrope")
+
 
 @dataclass(frozen=True)
 class FamilySpec:
@@ -194,9 +198,14 @@ def rope(hf: Mapping[str, Any]) -> tuple[float, dict[str, Any] | None, float]:
                          f"(supported: {', '.join(ROPE_PARAMETERS[kind]) or 'none'})")
     if kind == "default":
         return theta, None, fraction
-    if kind in ("dynamic", "longrope", "yarn") and "original_max_position_embeddings" not in params \
-            and "original_max_position_embeddings" in hf:
-        params["original_max_position_embeddings"] = hf["original_max_position_embeddings"]
+    top = hf.get("original_max_position_embeddings")
+    if kind in TOP_LEVEL_ORIGINAL and top is not None and params.get("original_max_position_embeddings", top) != top:
+        raise ValueError(f"config.json original_max_position_embeddings={top!r} and the rope parameters' "
+                         f"{params['original_max_position_embeddings']!r} disagree (transformers 5 takes the first; "
+                         "which one the model was made with is not known)")
+    if kind in ("dynamic", *TOP_LEVEL_ORIGINAL) and "original_max_position_embeddings" not in params \
+            and top is not None:
+        params["original_max_position_embeddings"] = top
     return theta, {"rope_type": kind, **params}, fraction
 
 
@@ -272,6 +281,8 @@ def write_config(config: rn.TransformerConfig, spec: FamilySpec) -> tuple[dict[s
         "attention_dropout": config.dropout,
         "tie_word_embeddings": config.tie_embeddings if config.output_projection else spec.tie_default,
         "pad_token_id": config.pad_id, "bos_token_id": None, "eos_token_id": None}
+    if (config.rope_scaling or {}).get("rope_type") in TOP_LEVEL_ORIGINAL:  # the one transformers 5 reads
+        hf["original_max_position_embeddings"] = config.rope_scaling["original_max_position_embeddings"]
     if spec.attention_bias:
         hf[spec.attention_bias] = config.has_o_bias
     if spec.mlp_bias:

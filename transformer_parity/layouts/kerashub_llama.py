@@ -88,6 +88,18 @@ def _rope_scaling(backbone: dict[str, Any]) -> dict[str, Any] | None:
     return None if factor == 1.0 else {"rope_type": "linear", "factor": factor}
 
 
+BASE_KEYS = ("name", "trainable", "dtype")  # what every `Backbone.get_config()` holds
+
+
+def unknown_keys(backbone: dict[str, Any], known, backbone_class: str) -> None:
+    """Refuse, in one line, config.json keys the backbone's `get_config()` does not write (a newer keras-hub's
+    setting would otherwise be read as absent)."""
+    unknown = sorted(set(backbone) - set(known) - set(BASE_KEYS))
+    if unknown:
+        raise ValueError(f"config.json key(s) {', '.join(unknown)} are not supported (not in keras-hub 0.32's "
+                         f"{backbone_class}: what they change is not known here)")
+
+
 def settle_from_weights(config: rn.TransformerConfig, state) -> tuple[rn.TransformerConfig, list[str]]:
     """keras-hub 0.32's `LlamaBackbone.get_config()` leaves `tie_word_embeddings` out, so config.json cannot say
     whether the head is tied: the weights do. A `LlamaCausalLM` without a reverse embedding (vars/1) is tied."""
@@ -186,7 +198,8 @@ def functions(spec: FamilySpec):
             rope_theta=number(backbone, "rope_max_wavelength", 10000.0),
             rope_scaling=None if factor == 1.0 else {"rope_type": "linear", "factor": factor},
             qkv_bias=True if spec.qkv_bias else None, sliding_window=window,
-            tie_embeddings=spec.can_tie and boolean(backbone, "tie_word_embeddings", spec.tie_default) and task is not None,
+            tie_embeddings=spec.can_tie and boolean(backbone, "tie_word_embeddings", spec.tie_default)
+            and task is not None,
             output_projection=task is not None, **fixed)
         return config, []
 

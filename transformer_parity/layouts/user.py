@@ -127,13 +127,15 @@ def canonical_shapes(layout: Layout, state: Mapping[str, np.ndarray], matched: M
     return shapes
 
 
-_TRANSFORM_SHAPES = {"heads_out": "(in, H, dk), or (H, dk) for a bias", "heads_in": "(H, dk, out)", "row": "(1, n)"}
+_TRANSFORM_SHAPES = {"heads_out": "(in, H, dk), or (H, dk) for a bias", "heads_in": "(H, dk, out)",
+                     "heads_first": "(H, in, dk), or (H, dk) for a bias", "row": "(1, n)"}
 
 
 def heads_from(layout: Layout, state: Mapping[str, np.ndarray], matched: Mapping[str, Entry]) -> dict[str, int]:
-    """`{"num_heads": H}` when an einsum kernel (`heads_out`: `(D, H, dk)`) tells it, else `{}`."""
-    heads = {tuple(np.shape(state[key]))[-2] for key, (_, _, t) in matched.items()
-             if t == "heads_out" and np.ndim(state[key]) >= 2}
+    """`{"num_heads": H}` when the einsum kernels (`heads_out`: `(D, H, dk)`; `heads_first`: `(H, D, dk)`) agree on
+    it, else `{}`."""
+    heads = {tuple(np.shape(state[key]))[-2 if t == "heads_out" else 0] for key, (_, _, t) in matched.items()
+             if t in ("heads_out", "heads_first") and np.ndim(state[key]) >= 2}
     return {"num_heads": heads.pop()} if len(heads) == 1 else {}
 
 
