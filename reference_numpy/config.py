@@ -86,6 +86,9 @@ class TransformerConfig:
     rope_theta: float = 10000.0  # positional="rope": the base of the rotation frequencies
     rope_scaling: dict | None = None  # transformers' rope parameters: {"rope_type": "llama3", "factor": 8.0, ...}
     rotary_fraction: float = 1.0  # the share of each head's dims that rotate (transformers' partial_rotary_factor)
+    # (RoBERTa) learned positions count non-pad ids only: the k-th non-pad token of a row (k = 0, 1, ...) reads row
+    # position_offset + k, every pad_id token row position_offset - 1 (`ops.skip_pad_positions`)
+    positions_skip_pad: bool = False
 
     def __hash__(self) -> int:  # rope_scaling is a dict: hash the whole config through its JSON
         return hash(self.to_json())
@@ -100,7 +103,8 @@ class TransformerConfig:
         if self.num_encoder_layers == 0 and self.num_decoder_layers == 0:
             raise ValueError("a model needs at least one layer: num_encoder_layers and num_decoder_layers are both 0")
         for name in ("norm_first", "final_norm", "scale_embedding", "bias", "tie_embeddings", "output_projection",
-                     "share_embeddings", "embed_norm", "head_transform", "pooler", "embed_bias"):
+                     "share_embeddings", "embed_norm", "head_transform", "pooler", "embed_bias",
+                     "positions_skip_pad"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, received {getattr(self, name)!r}")
         if self.output_bias is not None and not isinstance(self.output_bias, bool):
@@ -157,6 +161,12 @@ class TransformerConfig:
         if self.position_offset and self.positional != "learned":
             raise ValueError(f"position_offset={self.position_offset} needs positional='learned', received "
                              f"positional={self.positional!r}")
+        if self.positions_skip_pad and not (self.positional == "learned" and self.pad_id is not None
+                                            and self.position_offset >= 1 and self.is_encoder_only):
+            raise ValueError("positions_skip_pad (RoBERTa's positions) needs an encoder-only model with positional="
+                             "'learned', a pad_id and position_offset >= 1 (pad tokens read row position_offset - 1), "
+                             f"received num_decoder_layers={self.num_decoder_layers}, positional={self.positional!r}, "
+                             f"pad_id={self.pad_id}, position_offset={self.position_offset}")
         if (self.type_vocab_size or self.pooler) and not self.has_encoder:
             raise ValueError("type_vocab_size and pooler belong to an encoder; this model has num_encoder_layers=0")
         if not self.output_projection and (self.tie_embeddings or self.head_transform or self.output_bias):

@@ -158,7 +158,8 @@ class Embedding(_Module):
     """One side's (`src` or `tgt`) input embedding: token embedding (plus its bias if `embed_bias`: what one-hot ids
     through a `Linear(vocab, d_model)` compute), times sqrt(d_model) if `scale_embedding`,
     plus segment embeddings (source side, `type_vocab_size`), plus sinusoidal or learned positions, then a LayerNorm
-    if `embed_norm`. Positions start at `offset`; learned ones read row `offset + position_offset` onwards."""
+    if `embed_norm`. Positions start at `offset`; learned ones read row `offset + position_offset` onwards (under
+    `positions_skip_pad`, the rows `ops.skip_pad_positions` picks from the ids)."""
 
     def __init__(self, config, weights, side: str):
         super().__init__(config, weights, f"{side}_embed")
@@ -171,6 +172,8 @@ class Embedding(_Module):
             self.position_table = None  # rotary positions turn q and k inside attention instead
         else:
             self.position_table = weights[f"{side}_pos.embedding"][config.position_offset:]
+        # positions_skip_pad: rows picked per token from the whole table (`ops.skip_pad_positions`)
+        self.whole_table = weights[f"{side}_pos.embedding"] if config.positions_skip_pad else None
         self.type_table = weights["src_type.embedding"] if side == "src" and config.type_vocab_size else None
         self.norm = LayerNorm(config, weights, f"{side}_embed_norm") if config.embed_norm else None
 
@@ -182,7 +185,10 @@ class Embedding(_Module):
             x = self.store(x * x.dtype.type(math.sqrt(self.config.d_model)))
         if self.type_table is not None:  # BERT's order: (token + segment) + position
             x = self.store(x + self.type_table[np.zeros_like(ids) if type_ids is None else type_ids])
-        if self.position_table is not None:
+        if self.whole_table is not None:
+            rows = ops.skip_pad_positions(ids, self.config.pad_id, self.config.position_offset)
+            x = self.store(x + self.whole_table[rows])
+        elif self.position_table is not None:
             x = self.store(x + self.store(self.position_table[offset:offset + ids.shape[1]]))  # a sinusoid table too
         return x if self.norm is None else self.norm(x)
 

@@ -159,8 +159,9 @@ class Embedding(ConfigSerializable, keras.layers.Layer):
     through a `Linear(vocab, d_model)` compute), times sqrt(d_model) if `scale_embedding`,
     plus segment embeddings (source side, `type_vocab_size`), plus sinusoidal or learned positions, then a LayerNorm
     if `embed_norm`, then dropout (torch_impl applies the same dropout just after its Embedding). Positions start at
-    `offset`; learned ones read row `offset + position_offset` onwards. Under `share_embeddings` the target side has
-    no token table of its own: the caller passes the source's."""
+    `offset`; learned ones read row `offset + position_offset` onwards (under `positions_skip_pad`, the rows
+    `rn.ops.skip_pad_positions` picks from the ids). Under `share_embeddings` the target side has no token table of
+    its own: the caller passes the source's."""
 
     _CONFIG_ARGS = ("side",)
 
@@ -213,6 +214,10 @@ class Embedding(ConfigSerializable, keras.layers.Layer):
         size = (tf.shape(ids)[1], self.config.d_model)
         if self.sinusoid is not None:
             x = x + tf.slice(tf.convert_to_tensor(self.sinusoid), (offset, 0), size)
+        elif self.position is not None and self.config.positions_skip_pad:  # RoBERTa: rows counted over non-pads
+            real = tf.cast(tf.not_equal(ids, tf.cast(self.config.pad_id, ids.dtype)), tf.int32)
+            rows = tf.cumsum(real, axis=1) * real + (self.config.position_offset - 1)
+            x = x + tf.gather(tf.convert_to_tensor(self.position.embeddings), rows)
         elif self.position is not None:
             start = offset + self.config.position_offset
             x = x + tf.slice(tf.convert_to_tensor(self.position.embeddings), (start, 0), size)

@@ -287,8 +287,9 @@ class Embedding(nn.Module):
     """One side's (`src` or `tgt`) input embedding: token embedding (plus its bias if `embed_bias`: what one-hot ids
     through a `Linear(vocab, d_model)` compute), times sqrt(d_model) if `scale_embedding`,
     plus segment embeddings (source side, `type_vocab_size`), plus sinusoidal or learned positions, then a LayerNorm
-    if `embed_norm`. Positions start at `offset`; learned ones read row `offset + position_offset` onwards. Under
-    `share_embeddings` the target side has no token table of its own: the caller passes the source's."""
+    if `embed_norm`. Positions start at `offset`; learned ones read row `offset + position_offset` onwards (under
+    `positions_skip_pad`, the rows `rn.ops.skip_pad_positions` picks from the ids). Under `share_embeddings` the
+    target side has no token table of its own: the caller passes the source's."""
 
     def __init__(self, config: TransformerConfig, side: str):
         super().__init__()
@@ -329,6 +330,10 @@ class Embedding(nn.Module):
         t = ids.shape[1]
         if self.sinusoid is not None:
             x = x + self.sinusoid[offset:offset + t]
+        elif self.position is not None and self.config.positions_skip_pad:  # RoBERTa: rows counted over non-pads
+            real = (ids != self.config.pad_id).long()
+            x = x + F.embedding(torch.cumsum(real, dim=1) * real + (self.config.position_offset - 1),
+                                self.position.weight)
         elif self.position is not None:
             start = offset + self.config.position_offset
             x = x + self.position.weight[start:start + t]

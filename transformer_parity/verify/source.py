@@ -462,8 +462,9 @@ def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad
     if not config.final_norm:
         wanted.pop("decoder.final_norm", None)
     modules = {name: base.get_submodule(module) for name, module in wanted.items()}
-    if fmt == "hf-bert" and config.head_transform:  # BertForMaskedLM's dense -> activation -> LayerNorm
-        modules["head"] = model.get_submodule("cls.predictions.transform")
+    head = getattr(hf_layout(fmt), "HEAD_HOOK", None)  # BertForMaskedLM's dense -> activation -> LayerNorm, ...
+    if head and config.head_transform:
+        modules["head"] = model.get_submodule(head)
     record: dict[str, Any] = {}
     handles = _hook_outputs(modules, record)
     try:
