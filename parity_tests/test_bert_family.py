@@ -1,4 +1,4 @@
-"""BERT's relatives — RoBERTa, XLM-RoBERTa — against transformers itself: tiny random models with odd
+"""BERT's relatives — RoBERTa, XLM-RoBERTa, DistilBERT — against transformers itself: tiny random models with odd
 sizes (36 wide, 3 heads, an intermediate size of 37, a vocabulary of 53, 2 layers), every weight perturbed (LayerNorm
 gammas away from 1, betas away from 0), ids holding token 0 and the pad id (at the end of a row and inside one, where
 RoBERTa's positions skip it). Each is saved with `save_pretrained`, imported, run by the float64 reference and both
@@ -26,12 +26,17 @@ torch = pytest.importorskip("torch")
 VOCAB = 53
 SIZES = dict(vocab_size=VOCAB, hidden_size=36, num_attention_heads=3, intermediate_size=37, num_hidden_layers=2,
              max_position_embeddings=40)
+DISTIL_SIZES = dict(vocab_size=VOCAB, dim=36, n_heads=3, hidden_dim=37, n_layers=2, max_position_embeddings=40)
 MODELS = {  # id -> (transformers class, config class, its settings, our format)
     # a tanh-GELU encoder: RobertaLMHead's exact GELU must come from the head, not hidden_act
     "roberta-mlm": ("RobertaForMaskedLM", "RobertaConfig", dict(SIZES, hidden_act="gelu_new"), "hf-roberta"),
     "roberta": ("RobertaModel", "RobertaConfig", dict(SIZES, pad_token_id=4), "hf-roberta"),
     "xlm-roberta-mlm": ("XLMRobertaForMaskedLM", "XLMRobertaConfig", dict(SIZES, type_vocab_size=1),
                         "hf-xlm-roberta"),
+    "distilbert-mlm": ("DistilBertForMaskedLM", "DistilBertConfig", dict(DISTIL_SIZES, pad_token_id=3),
+                       "hf-distilbert"),
+    "distilbert": ("DistilBertModel", "DistilBertConfig", dict(DISTIL_SIZES, pad_token_id=3, activation="relu"),
+                   "hf-distilbert"),
 }
 _cache: dict = {}
 
@@ -155,7 +160,7 @@ def test_export_reloads_in_transformers_with_the_same_outputs(name, tmp_path_fac
     np.testing.assert_array_equal(hf_output(again.eval(), hf_kwargs), hf_output(model, hf_kwargs))
 
 
-@pytest.mark.parametrize("name", ["roberta-mlm", "roberta"])
+@pytest.mark.parametrize("name", ["roberta-mlm", "distilbert"])
 def test_round_trip_through_keras_is_bit_identical(name, tmp_path_factory, tmp_path):
     _, path = hf_model(name, tmp_path_factory)
     for argv in ([str(path), str(tmp_path / "m.weights.h5")],
@@ -166,10 +171,12 @@ def test_round_trip_through_keras_is_bit_identical(name, tmp_path_factory, tmp_p
     assert all(np.array_equal(original[k], back[k]) for k in original)
 
 
-def test_a_roberta_model_has_no_bert_equivalent(tmp_path_factory, tmp_path, capsys):
+def test_a_roberta_model_has_no_bert_or_distilbert_equivalent(tmp_path_factory, tmp_path, capsys):
     loaded = formats.load(hf_model("roberta-mlm", tmp_path_factory)[1])
     with pytest.raises(ValueError, match=r"as hf-bert: positions_skip_pad=True \(RoBERTa's positions"):
         formats.save(tmp_path / "bert", loaded.config, dict(loaded.weights), "hf-bert")
+    with pytest.raises(ValueError, match="as hf-distilbert: positions_skip_pad=True"):
+        formats.save(tmp_path / "distil", loaded.config, dict(loaded.weights), "hf-distilbert")
     assert formats.save(tmp_path / "auto", loaded.config, dict(loaded.weights), "hf")[1] == "hf-roberta"
 
 
@@ -192,11 +199,13 @@ def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory
 # --- (4) what we do not implement is refused, with one line naming the field -----------------------------------------
 
 @pytest.mark.parametrize("name, field, value, named", [
+    ("distilbert-mlm", "sinusoidal_pos_embds", True, "config.json sinusoidal_pos_embds=True is not supported"),
     ("roberta-mlm", "position_embedding_type", "relative_key", "position_embedding_type='relative_key'"),
     ("roberta-mlm", "is_decoder", True, "config.json is_decoder=True is not supported"),
     ("roberta-mlm", "pad_token_id", None, "config.json pad_token_id=None is not supported"),
     ("xlm-roberta-mlm", "max_position_embeddings", 2, "max_position_embeddings=2 leaves no position"),
     ("roberta", "type_vocab_size", 0, "config.json type_vocab_size=0 is not supported"),
+    ("distilbert", "activation", "gelu_fast", "config.json activation='gelu_fast' is not supported"),
 ])
 def test_a_config_field_we_do_not_implement_is_refused(name, field, value, named, tmp_path_factory, tmp_path,
                                                        capsys):
@@ -210,3 +219,17 @@ def test_a_config_field_we_do_not_implement_is_refused(name, field, value, named
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and named in err, err
     assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_distilbert_export_refuses_what_it_cannot_hold(tmp_path_factory, tmp_path):
+    """DistilBERT's LayerNorms are fixed at 1e-12 and it has no segment embeddings or pooler: a config with any of
+    them is refused, naming each."""
+    loaded = formats.load(hf_model("distilbert", tmp_path_factory)[1])
+    config = loaded.config.replace(layer_norm_eps=1e-5, type_vocab_size=2, pooler=True)
+    weights = rn.init_weights(config)
+    with pytest.raises(ValueError) as info:
+        formats.save(tmp_path / "out", config, weights, "hf-distilbert")
+    for named in ("layer_norm_eps=1e-05 (DistilBERT needs 1e-12)", "type_vocab_size=2 (DistilBERT has no segment",
+                  "pooler=True (transformers' bare DistilBERT model never has a pooler)"):
+        assert named in str(info.value), str(info.value)
+    assert not (tmp_path / "out").exists()

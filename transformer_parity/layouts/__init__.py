@@ -9,6 +9,7 @@ Adding a layout is adding one module and one line here.
 | `hf-bert`        | `hf_bert`        | Hugging Face `BertForMaskedLM` / `BertModel` directories           |
 | `hf-roberta`     | `hf_roberta`     | Hugging Face `RobertaForMaskedLM` / `RobertaModel` directories     |
 | `hf-xlm-roberta` | `hf_xlm_roberta` | Hugging Face `XLMRobertaForMaskedLM` / `XLMRobertaModel` (RoBERTa's table) |
+| `hf-distilbert`  | `hf_distilbert`  | Hugging Face `DistilBertForMaskedLM` / `DistilBertModel` directories |
 | `hf-marian`      | `hf_marian`      | Hugging Face `MarianMTModel` directories                           |
 | `hf-bart`        | `hf_bart`        | Hugging Face `BartForConditionalGeneration` directories            |
 | `hf-llama`       | `hf_llama`       | Hugging Face `LlamaForCausalLM` / `LlamaModel` directories         |
@@ -35,6 +36,7 @@ HF_LAYOUTS = {
     "hf-bert": "hf_bert",
     "hf-roberta": "hf_roberta",
     "hf-xlm-roberta": "hf_xlm_roberta",
+    "hf-distilbert": "hf_distilbert",
     "hf-marian": "hf_marian",
     "hf-bart": "hf_bart",
     "hf-llama": "hf_llama",
