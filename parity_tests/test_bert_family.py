@@ -1,9 +1,10 @@
-"""BERT's relatives — RoBERTa, XLM-RoBERTa, DistilBERT — against transformers itself: tiny random models with odd
-sizes (36 wide, 3 heads, an intermediate size of 37, a vocabulary of 53, 2 layers), every weight perturbed (LayerNorm
-gammas away from 1, betas away from 0), ids holding token 0 and the pad id (at the end of a row and inside one, where
-RoBERTa's positions skip it). Each is saved with `save_pretrained`, imported, run by the float64 reference and both
-twins, compared with transformers in float32 and float64, exported back and reloaded by transformers, verified by the
-CLI against transformers (the built-in source), and the settings we do not implement are refused."""
+"""BERT's relatives (RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT) against transformers itself: tiny random models with
+odd sizes (36 wide, 3 heads, an intermediate size of 37, a vocabulary of 53, 2 layers; ALBERT 3 layers sharing one set
+of weights over 20-wide factorized embeddings), every weight perturbed (LayerNorm gammas away from 1, betas away from
+0), ids holding token 0 and the pad id (at the end of a row and inside one, where RoBERTa's positions skip it). Each is
+saved with `save_pretrained`, imported, run by the float64 reference and both twins, compared with transformers in
+float32 and float64, exported back and reloaded by transformers, verified by the CLI against transformers (the
+built-in source), and the settings we do not implement are refused."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ VOCAB = 53
 SIZES = dict(vocab_size=VOCAB, hidden_size=36, num_attention_heads=3, intermediate_size=37, num_hidden_layers=2,
              max_position_embeddings=40)
 DISTIL_SIZES = dict(vocab_size=VOCAB, dim=36, n_heads=3, hidden_dim=37, n_layers=2, max_position_embeddings=40)
+ALBERT_SIZES = dict(SIZES, num_hidden_layers=3, embedding_size=20, pad_token_id=3)
 MODELS = {  # id -> (transformers class, config class, its settings, our format)
     # a tanh-GELU encoder: RobertaLMHead's exact GELU must come from the head, not hidden_act
     "roberta-mlm": ("RobertaForMaskedLM", "RobertaConfig", dict(SIZES, hidden_act="gelu_new"), "hf-roberta"),
@@ -37,6 +39,8 @@ MODELS = {  # id -> (transformers class, config class, its settings, our format)
                        "hf-distilbert"),
     "distilbert": ("DistilBertModel", "DistilBertConfig", dict(DISTIL_SIZES, pad_token_id=3, activation="relu"),
                    "hf-distilbert"),
+    "albert-mlm": ("AlbertForMaskedLM", "AlbertConfig", ALBERT_SIZES, "hf-albert"),  # gelu_new, ALBERT's default
+    "albert": ("AlbertModel", "AlbertConfig", dict(ALBERT_SIZES, hidden_act="gelu"), "hf-albert"),
 }
 _cache: dict = {}
 
@@ -160,7 +164,7 @@ def test_export_reloads_in_transformers_with_the_same_outputs(name, tmp_path_fac
     np.testing.assert_array_equal(hf_output(again.eval(), hf_kwargs), hf_output(model, hf_kwargs))
 
 
-@pytest.mark.parametrize("name", ["roberta-mlm", "distilbert"])
+@pytest.mark.parametrize("name", ["roberta-mlm", "distilbert", "albert-mlm"])
 def test_round_trip_through_keras_is_bit_identical(name, tmp_path_factory, tmp_path):
     _, path = hf_model(name, tmp_path_factory)
     for argv in ([str(path), str(tmp_path / "m.weights.h5")],
@@ -206,6 +210,8 @@ def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory
     ("xlm-roberta-mlm", "max_position_embeddings", 2, "max_position_embeddings=2 leaves no position"),
     ("roberta", "type_vocab_size", 0, "config.json type_vocab_size=0 is not supported"),
     ("distilbert", "activation", "gelu_fast", "config.json activation='gelu_fast' is not supported"),
+    ("albert-mlm", "num_hidden_groups", 2, "config.json num_hidden_groups=2 is not supported (only 1)"),
+    ("albert", "inner_group_num", 2, "config.json inner_group_num=2 is not supported (only 1)"),
 ])
 def test_a_config_field_we_do_not_implement_is_refused(name, field, value, named, tmp_path_factory, tmp_path,
                                                        capsys):
@@ -233,3 +239,63 @@ def test_distilbert_export_refuses_what_it_cannot_hold(tmp_path_factory, tmp_pat
                   "pooler=True (transformers' bare DistilBERT model never has a pooler)"):
         assert named in str(info.value), str(info.value)
     assert not (tmp_path / "out").exists()
+
+
+# --- ALBERT: factorized embeddings and one set of layer weights, in all three implementations ------------------------
+
+def test_albert_reads_as_shared_layers_over_factorized_embeddings(tmp_path_factory):
+    """One layer's weights (`encoder.layers.0.*`) run three times, and 20-wide tables projected to 36; the same
+    weights copied into three unshared layers compute the same, so sharing is exactly a copy of the weights."""
+    loaded = formats.load(hf_model("albert-mlm", tmp_path_factory)[1])
+    config, weights = loaded.config, loaded.weights
+    assert (config.embedding_size, config.shared_layers, config.num_encoder_layers) == (20, True, 3)
+    assert weights["src_embed.embedding"].shape == (VOCAB, 20) and weights["src_embed_proj.kernel"].shape == (20, 36)
+    assert weights["head.dense.kernel"].shape == (36, 20) and not any(k.startswith("encoder.layers.1") for k in weights)
+    unshared = config.replace(shared_layers=False)
+    copied = dict(weights)
+    for i in (1, 2):
+        copied.update({k.replace("layers.0.", f"layers.{i}."): v for k, v in weights.items() if ".layers.0." in k})
+    ids, types, _ = inputs(config)
+    np.testing.assert_array_equal(ours(loaded, ids, types), rn.Transformer(unshared, copied)(ids, src_type_ids=types))
+    with pytest.raises(ValueError, match="as hf-albert: shared_layers=False"):
+        formats.save(tmp_path_factory.mktemp("unshared") / "out", unshared, copied, "hf-albert")
+
+
+def test_albert_and_roberta_models_have_no_bert_equivalent_and_back(tmp_path_factory, tmp_path):
+    albert = formats.load(hf_model("albert-mlm", tmp_path_factory)[1])
+    with pytest.raises(ValueError) as info:
+        formats.save(tmp_path / "bert", albert.config, dict(albert.weights), "hf-bert")
+    assert "embedding_size=20 (ALBERT's factorized embeddings; hf-bert has none)" in str(info.value)
+    assert "shared_layers=True (ALBERT's one set of layer weights; hf-bert has none)" in str(info.value)
+    bert = albert.config.replace(embedding_size=None, shared_layers=False)
+    with pytest.raises(ValueError, match=r"as hf-albert: embedding_size=None \(ALBERT's embeddings are factorized"):
+        formats.save(tmp_path / "albert", bert, rn.init_weights(bert), "hf-albert")
+    assert not (tmp_path / "bert").exists() and not (tmp_path / "albert").exists()
+
+
+def _h5_structure(path):
+    import h5py
+
+    out = {}
+    with h5py.File(path) as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, (getattr(obj, "shape", None), dict(obj.attrs))))
+    return out
+
+
+@pytest.mark.parametrize("name", ["albert-mlm", "albert", "roberta-mlm"])
+def test_keras_weights_h5_is_what_keras_writes_and_reads(name, tmp_path_factory, tmp_path):
+    """The `.weights.h5` layout of the new settings (the embedding projection, the one shared layer) is the one Keras
+    itself writes for tf_impl, and Keras reads ours back to the same weights."""
+    from tf_impl import checkpoints as kc
+    from tf_impl.model import Transformer
+
+    loaded = formats.load(hf_model(name, tmp_path_factory)[1])
+    model = Transformer.from_reference(loaded.config, loaded.weights)
+    model.save_weights(tmp_path / "keras.weights.h5")
+    kc.save_weights_h5(tmp_path / "ours.weights.h5", loaded.config, loaded.weights)
+    assert _h5_structure(tmp_path / "keras.weights.h5") == _h5_structure(tmp_path / "ours.weights.h5")
+    fresh = Transformer(loaded.config)
+    fresh.build()
+    fresh.load_weights(tmp_path / "ours.weights.h5")
+    back = fresh.to_reference()
+    assert sorted(back) == sorted(loaded.weights) and all(np.array_equal(back[k], v) for k, v in loaded.weights.items())

@@ -10,6 +10,7 @@ Adding a layout is adding one module and one line here.
 | `hf-roberta`     | `hf_roberta`     | Hugging Face `RobertaForMaskedLM` / `RobertaModel` directories     |
 | `hf-xlm-roberta` | `hf_xlm_roberta` | Hugging Face `XLMRobertaForMaskedLM` / `XLMRobertaModel` (RoBERTa's table) |
 | `hf-distilbert`  | `hf_distilbert`  | Hugging Face `DistilBertForMaskedLM` / `DistilBertModel` directories |
+| `hf-albert`      | `hf_albert`      | Hugging Face `AlbertForMaskedLM` / `AlbertModel` directories       |
 | `hf-marian`      | `hf_marian`      | Hugging Face `MarianMTModel` directories                           |
 | `hf-bart`        | `hf_bart`        | Hugging Face `BartForConditionalGeneration` directories            |
 | `hf-llama`       | `hf_llama`       | Hugging Face `LlamaForCausalLM` / `LlamaModel` directories         |
@@ -37,6 +38,7 @@ HF_LAYOUTS = {
     "hf-roberta": "hf_roberta",
     "hf-xlm-roberta": "hf_xlm_roberta",
     "hf-distilbert": "hf_distilbert",
+    "hf-albert": "hf_albert",
     "hf-marian": "hf_marian",
     "hf-bart": "hf_bart",
     "hf-llama": "hf_llama",
@@ -75,6 +77,8 @@ def hf_layout(name: str) -> ModuleType:
 # model that computes something else.
 FAMILY_ONLY = {
     "positions_skip_pad": "RoBERTa's positions, counted over non-pad ids",
+    "embedding_size": "ALBERT's factorized embeddings",
+    "shared_layers": "ALBERT's one set of layer weights",
 }
 
 
