@@ -86,6 +86,14 @@ class TransformerConfig:
     rope_theta: float = 10000.0  # positional="rope": the base of the rotation frequencies
     rope_scaling: dict | None = None  # transformers' rope parameters: {"rope_type": "llama3", "factor": 8.0, ...}
     rotary_fraction: float = 1.0  # the share of each head's dims that rotate (transformers' partial_rotary_factor)
+    # (RoBERTa) learned positions count non-pad ids only: the k-th non-pad token of a row (k = 0, 1, ...) reads row
+    # position_offset + k, every pad_id token row position_offset - 1 (`ops.skip_pad_positions`)
+    positions_skip_pad: bool = False
+    # (ALBERT) factorized embeddings: the token, position and segment tables and the embedding norm are this wide, a
+    # projection `src_embed_proj` (embedding_size -> d_model) follows them, and the head transform maps d_model back
+    # to this width for the output projection (tied: the token table). None = no factorization (d_model wide).
+    embedding_size: int | None = None
+    shared_layers: bool = False  # (ALBERT) every encoder layer applies one set of weights, `encoder.layers.0.*`
 
     def __hash__(self) -> int:  # rope_scaling is a dict: hash the whole config through its JSON
         return hash(self.to_json())
@@ -100,7 +108,8 @@ class TransformerConfig:
         if self.num_encoder_layers == 0 and self.num_decoder_layers == 0:
             raise ValueError("a model needs at least one layer: num_encoder_layers and num_decoder_layers are both 0")
         for name in ("norm_first", "final_norm", "scale_embedding", "bias", "tie_embeddings", "output_projection",
-                     "share_embeddings", "embed_norm", "head_transform", "pooler", "embed_bias"):
+                     "share_embeddings", "embed_norm", "head_transform", "pooler", "embed_bias",
+                     "positions_skip_pad", "shared_layers"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, received {getattr(self, name)!r}")
         if self.output_bias is not None and not isinstance(self.output_bias, bool):
@@ -157,6 +166,26 @@ class TransformerConfig:
         if self.position_offset and self.positional != "learned":
             raise ValueError(f"position_offset={self.position_offset} needs positional='learned', received "
                              f"positional={self.positional!r}")
+        if self.positions_skip_pad and not (self.positional == "learned" and self.pad_id is not None
+                                            and self.position_offset >= 1 and self.is_encoder_only):
+            raise ValueError("positions_skip_pad (RoBERTa's positions) needs an encoder-only model with positional="
+                             "'learned', a pad_id and position_offset >= 1 (pad tokens read row position_offset - 1), "
+                             f"received num_decoder_layers={self.num_decoder_layers}, positional={self.positional!r}, "
+                             f"pad_id={self.pad_id}, position_offset={self.position_offset}")
+        if self.embedding_size is not None:
+            _check_int("embedding_size", self.embedding_size, minimum=1, or_none=True)
+            if not (self.is_encoder_only and self.positional == "learned" and not self.embed_bias
+                    and not self.scale_embedding):
+                raise ValueError("embedding_size (ALBERT's factorized embeddings) needs an encoder-only model with "
+                                 "positional='learned', no embed_bias and no scale_embedding, received "
+                                 f"num_decoder_layers={self.num_decoder_layers}, positional={self.positional!r}, "
+                                 f"embed_bias={self.embed_bias}, scale_embedding={self.scale_embedding}")
+            if self.output_projection and not self.head_transform:
+                raise ValueError("embedding_size with an output projection needs head_transform (ALBERT's head maps "
+                                 "d_model back to embedding_size, which the output projection reads)")
+        if self.shared_layers and not self.is_encoder_only:
+            raise ValueError("shared_layers (ALBERT's one set of layer weights) needs an encoder-only model, received "
+                             f"num_decoder_layers={self.num_decoder_layers}")
         if (self.type_vocab_size or self.pooler) and not self.has_encoder:
             raise ValueError("type_vocab_size and pooler belong to an encoder; this model has num_encoder_layers=0")
         if not self.output_projection and (self.tie_embeddings or self.head_transform or self.output_bias):
@@ -197,6 +226,17 @@ class TransformerConfig:
                              f"{self.positional!r}")
         if self.qk_norm and not self.has_decoder and not self.has_encoder:
             raise ValueError("qk_norm needs attention layers")
+
+    @property
+    def embed_width(self) -> int:
+        """The width of the embedding tables, the head transform's output and the output projection's input:
+        `embedding_size`, or d_model."""
+        return self.embedding_size or self.d_model
+
+    @property
+    def encoder_weight_layers(self) -> int:
+        """How many encoder layers have weights of their own: 1 under `shared_layers` (and any layer at all)."""
+        return min(1, self.num_encoder_layers) if self.shared_layers else self.num_encoder_layers
 
     @property
     def kv_heads(self) -> int:

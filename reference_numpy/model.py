@@ -158,7 +158,9 @@ class Embedding(_Module):
     """One side's (`src` or `tgt`) input embedding: token embedding (plus its bias if `embed_bias`: what one-hot ids
     through a `Linear(vocab, d_model)` compute), times sqrt(d_model) if `scale_embedding`,
     plus segment embeddings (source side, `type_vocab_size`), plus sinusoidal or learned positions, then a LayerNorm
-    if `embed_norm`. Positions start at `offset`; learned ones read row `offset + position_offset` onwards."""
+    if `embed_norm`, then (ALBERT's `embedding_size`) a projection to d_model. Positions start at `offset`; learned
+    ones read row `offset + position_offset` onwards (under `positions_skip_pad`, the rows `ops.skip_pad_positions`
+    picks from the ids)."""
 
     def __init__(self, config, weights, side: str):
         super().__init__(config, weights, f"{side}_embed")
@@ -171,8 +173,11 @@ class Embedding(_Module):
             self.position_table = None  # rotary positions turn q and k inside attention instead
         else:
             self.position_table = weights[f"{side}_pos.embedding"][config.position_offset:]
+        # positions_skip_pad: rows picked per token from the whole table (`ops.skip_pad_positions`)
+        self.whole_table = weights[f"{side}_pos.embedding"] if config.positions_skip_pad else None
         self.type_table = weights["src_type.embedding"] if side == "src" and config.type_vocab_size else None
         self.norm = LayerNorm(config, weights, f"{side}_embed_norm") if config.embed_norm else None
+        self.proj = f"{side}_embed_proj" if config.embedding_size is not None else None  # ALBERT: E -> d_model
 
     def __call__(self, ids: np.ndarray, offset: int = 0, type_ids: np.ndarray | None = None) -> np.ndarray:
         x = self.token_table[ids]  # (B, T, D)
@@ -182,9 +187,15 @@ class Embedding(_Module):
             x = self.store(x * x.dtype.type(math.sqrt(self.config.d_model)))
         if self.type_table is not None:  # BERT's order: (token + segment) + position
             x = self.store(x + self.type_table[np.zeros_like(ids) if type_ids is None else type_ids])
-        if self.position_table is not None:
+        if self.whole_table is not None:
+            rows = ops.skip_pad_positions(ids, self.config.pad_id, self.config.position_offset)
+            x = self.store(x + self.whole_table[rows])
+        elif self.position_table is not None:
             x = self.store(x + self.store(self.position_table[offset:offset + ids.shape[1]]))  # a sinusoid table too
-        return x if self.norm is None else self.norm(x)
+        x = x if self.norm is None else self.norm(x)
+        if self.proj is not None:
+            x = self.ops.linear(x, self.weights[f"{self.proj}.kernel"], self.weights.get(f"{self.proj}.bias"))
+        return x
 
 
 class Encoder(_Module):
@@ -278,6 +289,11 @@ class Transformer:
         self.weights = {name: np.asarray(value, dtype=dtype) for name, value in weights.items()}
         if precision is not None:
             self.weights = {name: precision.weight(value) for name, value in self.weights.items()}
+        if config.shared_layers:  # ALBERT: every encoder layer reads layer 0's arrays
+            first = "encoder.layers.0."
+            self.weights.update({f"encoder.layers.{i}.{name[len(first):]}": value
+                                 for i in range(1, config.num_encoder_layers)
+                                 for name, value in list(self.weights.items()) if name.startswith(first)})
         if config.has_encoder:
             self.src_embed = Embedding(config, self.weights, "src")
             self.encoder = Encoder(config, self.weights)

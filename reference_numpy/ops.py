@@ -178,6 +178,14 @@ def padding_mask(ids: np.ndarray, pad_id: int | None) -> np.ndarray:
     return ids != pad_id
 
 
+def skip_pad_positions(ids: np.ndarray, pad_id: int, offset: int) -> np.ndarray:
+    """`(B, T)` token ids -> `(B, T)` rows of a learned position table as RoBERTa (fairseq's `make_positions`) reads
+    them: the k-th non-pad token of a row (k = 0, 1, ...) reads row `offset + k`, whatever padding comes before it,
+    and every `pad_id` token reads row `offset - 1` (RoBERTa's `padding_idx`, with `offset = padding_idx + 1`)."""
+    real = np.asarray(ids) != pad_id
+    return np.cumsum(real, axis=1) * real + (offset - 1)
+
+
 def causal_mask(query_len: int, key_len: int, window: int | None = None) -> np.ndarray:
     """`(Tq, Tk)` bool: query i may see key j iff j <= i + (Tk - Tq) (queries are the last Tq positions), and, with
     a sliding `window`, only the `window` latest of those (i - j < window, as transformers' sliding-window mask)."""

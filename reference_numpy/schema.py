@@ -61,7 +61,7 @@ def _ffn(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
 def _embedding(side: str, vocab_size: int, config: TransformerConfig, table: bool) -> dict[str, tuple[int, ...]]:
     """One side's input embeddings: token table (unless shared) and its bias, learned positions, segments (source),
     norm."""
-    d = config.d_model
+    d = config.embed_width
     shapes: dict[str, tuple[int, ...]] = {f"{side}_embed.embedding": (vocab_size, d)} if table else {}
     if config.embed_bias:  # each side's own, even when the table is shared
         shapes[f"{side}_embed.bias"] = (d,)
@@ -71,6 +71,8 @@ def _embedding(side: str, vocab_size: int, config: TransformerConfig, table: boo
         shapes["src_type.embedding"] = (config.type_vocab_size, d)
     if config.embed_norm:
         shapes.update(_norm(f"{side}_embed_norm", d, config))
+    if config.embedding_size is not None:  # ALBERT: the factorized embedding's projection to d_model
+        shapes.update(_linear(f"{side}_embed_proj", d, config.d_model, config.bias))
     return shapes
 
 
@@ -88,7 +90,7 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
         shapes.update(_embedding("src", config.src_vocab_size, config, table=True))
     if config.has_decoder:
         shapes.update(_embedding("tgt", config.tgt_vocab_size, config, table=not config.share_embeddings))
-    for i in range(config.num_encoder_layers):
+    for i in range(config.encoder_weight_layers):  # one under shared_layers
         shapes.update(_attention(f"encoder.layers.{i}.self_attn", config))
         shapes.update(_norm(f"encoder.layers.{i}.norm1", d, config))
         shapes.update(_ffn(f"encoder.layers.{i}.ffn", config))
@@ -107,11 +109,12 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
         shapes.update(_norm("decoder.final_norm", d, config))
     if config.pooler:
         shapes.update(_linear("pooler", d, d, config.bias))
+    e = config.embed_width  # ALBERT's head maps back to the embedding width
     if config.head_transform:
-        shapes.update(_linear("head.dense", d, d, config.bias))
-        shapes.update(_norm("head.norm", d, config))
+        shapes.update(_linear("head.dense", d, e, config.bias))
+        shapes.update(_norm("head.norm", e, config))
     if config.output_projection and not config.tie_embeddings:
-        shapes["output.kernel"] = (d, config.tgt_vocab_size)
+        shapes["output.kernel"] = (e, config.tgt_vocab_size)
     if config.has_output_bias:
         shapes["output.bias"] = (config.tgt_vocab_size,)
     return shapes

@@ -45,7 +45,8 @@ def weights_h5_table(config: TransformerConfig) -> list[tuple[str, str, str]]:
     src, tgt = _embedding_paths(config)
     groups = {"src_embed": f"{src}/token", "tgt_embed": f"{tgt}/token", "src_pos": f"{src}/position",
               "tgt_pos": f"{tgt}/position", "src_type": f"{src}/segment", "src_embed_norm": f"{src}/norm",
-              "tgt_embed_norm": f"{tgt}/norm", "pooler": "layers/pooler/dense", "output": "layers/output_projection"}
+              "tgt_embed_norm": f"{tgt}/norm", "pooler": "layers/pooler/dense", "output": "layers/output_projection",
+              "src_embed_proj": f"{src}/proj"}
     variables: dict[str, list[str]] = {}  # Keras layer path -> its canonical variables, in creation order
     for name in rn.parameter_shapes(config):
         module, leaf = name.rsplit(".", 1)
@@ -88,6 +89,8 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
             groups[f"{path}/segment"] = "segment"
         if config.embed_norm:
             groups[f"{path}/norm"] = "norm"
+        if config.embedding_size is not None:
+            groups[f"{path}/proj"] = "proj"
 
     def attention(path: str, name: str) -> None:
         groups[path] = name
@@ -105,7 +108,7 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
         groups.update({"head": "head", "head/dense": "dense", "head/norm": "norm"})
     if config.output_projection:
         groups["layers/output_projection"] = "output"
-    for stack, depth in (("encoder", config.num_encoder_layers), ("decoder", config.num_decoder_layers)):
+    for stack, depth in (("encoder", config.encoder_weight_layers), ("decoder", config.num_decoder_layers)):
         if depth == 0:
             continue
         groups[stack] = stack

@@ -33,7 +33,7 @@ from .layers import (ACTIVATIONS, AttentionCache, ConfigSerializable, FeedForwar
 # identity.
 _LAYERS = {"src_embed": "src_embed/token", "tgt_embed": "tgt_embed/token", "src_pos": "src_embed/position",
            "tgt_pos": "tgt_embed/position", "src_type": "src_embed/segment", "src_embed_norm": "src_embed/norm",
-           "tgt_embed_norm": "tgt_embed/norm", "pooler": "pooler/dense"}
+           "tgt_embed_norm": "tgt_embed/norm", "pooler": "pooler/dense", "src_embed_proj": "src_embed/proj"}
 _LAYER_ITEM = re.compile(r"\.layers\.(\d+)\.")
 
 
@@ -158,9 +158,10 @@ class Embedding(ConfigSerializable, keras.layers.Layer):
     """One side's (`src` or `tgt`) input embedding: token embedding (plus its bias if `embed_bias`: what one-hot ids
     through a `Linear(vocab, d_model)` compute), times sqrt(d_model) if `scale_embedding`,
     plus segment embeddings (source side, `type_vocab_size`), plus sinusoidal or learned positions, then a LayerNorm
-    if `embed_norm`, then dropout (torch_impl applies the same dropout just after its Embedding). Positions start at
-    `offset`; learned ones read row `offset + position_offset` onwards. Under `share_embeddings` the target side has
-    no token table of its own: the caller passes the source's."""
+    if `embed_norm`, then (ALBERT's `embedding_size`) a projection to d_model, then dropout (torch_impl applies the
+    same dropout just after its Embedding). Positions start at `offset`; learned ones read row `offset +
+    position_offset` onwards (under `positions_skip_pad`, the rows `rn.ops.skip_pad_positions` picks from the ids).
+    Under `share_embeddings` the target side has no token table of its own: the caller passes the source's."""
 
     _CONFIG_ARGS = ("side",)
 
@@ -169,19 +170,22 @@ class Embedding(ConfigSerializable, keras.layers.Layer):
         self.config, self.side = config, side
         own_table = token_embedding(config, side) == f"{side}_embed.embedding"
         vocab_size = config.src_vocab_size if side == "src" else config.tgt_vocab_size
-        self.token = (keras.layers.Embedding(vocab_size, config.d_model, dtype=self.dtype_policy, name="token")
+        e = config.embed_width  # d_model, or ALBERT's embedding_size
+        self.token = (keras.layers.Embedding(vocab_size, e, dtype=self.dtype_policy, name="token")
                       if own_table else None)
-        self.segment = (keras.layers.Embedding(config.type_vocab_size, config.d_model, dtype=self.dtype_policy,
+        self.segment = (keras.layers.Embedding(config.type_vocab_size, e, dtype=self.dtype_policy,
                                                name="segment") if side == "src" and config.type_vocab_size else None)
         self.position = self.sinusoid = None  # neither under rotary positions, which turn q and k in attention
         if config.positional == "learned":
-            self.position = keras.layers.Embedding(config.position_rows, config.d_model, dtype=self.dtype_policy,
+            self.position = keras.layers.Embedding(config.position_rows, e, dtype=self.dtype_policy,
                                                    name="position")
         elif config.positional == "sinusoidal":
             # A constant, not a weight: computed once in float64 by the reference, then cast to the compute dtype.
             self.sinusoid = rn.sinusoidal_positions(config.max_len, config.d_model, config.sinusoid_layout
                                                     ).astype(self.compute_dtype)  # (max_len, D)
         self.norm = (norm_layer(config, "norm", self.dtype_policy) if config.embed_norm else None)
+        self.proj = (keras.layers.Dense(config.d_model, use_bias=config.bias, dtype=self.dtype_policy, name="proj")
+                     if config.embedding_size is not None else None)  # ALBERT: E -> d_model
         self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
         self.bias = None  # `embed_bias`: made in build()
 
@@ -196,7 +200,9 @@ class Embedding(ConfigSerializable, keras.layers.Layer):
             if layer is not None:
                 layer.build(ids_shape)
         if self.norm is not None:
-            self.norm.build((*ids_shape, self.config.d_model))
+            self.norm.build((*ids_shape, self.config.embed_width))
+        if self.proj is not None:
+            self.proj.build((*ids_shape, self.config.embed_width))
 
     def call(self, ids, offset=0, type_ids=None, token_table=None, training: bool = False):
         """`(B, T)` int ids -> `(B, T, D)`; positions start at `offset`. `token_table` `(V, D)`: the shared table
@@ -210,20 +216,27 @@ class Embedding(ConfigSerializable, keras.layers.Layer):
             x = x + self.segment(tf.zeros_like(ids) if type_ids is None else type_ids)
         # tf.slice with the size given: XLA compiles it for a tensor offset as a static-shape dynamic slice (a
         # `table[offset:offset + t]` slice there comes out of dynamic, padded size)
-        size = (tf.shape(ids)[1], self.config.d_model)
+        size = (tf.shape(ids)[1], self.config.embed_width)
         if self.sinusoid is not None:
             x = x + tf.slice(tf.convert_to_tensor(self.sinusoid), (offset, 0), size)
+        elif self.position is not None and self.config.positions_skip_pad:  # RoBERTa: rows counted over non-pads
+            real = tf.cast(tf.not_equal(ids, tf.cast(self.config.pad_id, ids.dtype)), tf.int32)
+            rows = tf.cumsum(real, axis=1) * real + (self.config.position_offset - 1)
+            x = x + tf.gather(tf.convert_to_tensor(self.position.embeddings), rows)
         elif self.position is not None:
             start = offset + self.config.position_offset
             x = x + tf.slice(tf.convert_to_tensor(self.position.embeddings), (start, 0), size)
         if self.norm is not None:
             x = self.norm(x)
+        if self.proj is not None:
+            x = self.proj(x)
         return self.dropout(x, training=training)
 
 
 class Encoder(ConfigSerializable, keras.layers.Layer):
-    """`num_encoder_layers` EncoderLayers (and a final LayerNorm if `final_norm`). `call(x, attention_mask)` ->
-    `(x, record)` with canonical names (`encoder.layers.0.self_attn`, ...)."""
+    """`num_encoder_layers` EncoderLayers (under `shared_layers`, one applied that many times; and a final LayerNorm
+    if `final_norm`). `call(x, attention_mask)` -> `(x, record)` with canonical names (`encoder.layers.0.self_attn`,
+    ...)."""
 
     _CONFIG_ARGS = ("impl",)
 
@@ -231,7 +244,7 @@ class Encoder(ConfigSerializable, keras.layers.Layer):
         super().__init__(name=name, **kwargs)
         self.config, self.impl = config, impl
         self.layers = [EncoderLayer(config, impl, dtype=self.dtype_policy, name=f"layers_{i}")
-                       for i in range(config.num_encoder_layers)]
+                       for i in range(config.encoder_weight_layers)]
         self.final_norm = (norm_layer(config, "final_norm", self.dtype_policy) if config.final_norm else None)
 
     def build(self, x_shape):
@@ -243,7 +256,8 @@ class Encoder(ConfigSerializable, keras.layers.Layer):
 
     def call(self, x, attention_mask=None, attention_weights: bool = False, training: bool = False):
         record: Record = {}
-        for i, layer in enumerate(self.layers):
+        for i in range(self.config.num_encoder_layers):
+            layer = self.layers[min(i, len(self.layers) - 1)]  # shared_layers: the one layer, every time
             x, sublayers = layer(x, attention_mask, attention_weights=attention_weights, training=training)
             record.update({f"{self.name}.layers.{i}.{k}": v for k, v in sublayers.items()})
             record[f"{self.name}.layers.{i}"] = x
@@ -310,7 +324,8 @@ class HeadTransform(ConfigSerializable, keras.layers.Layer):
     def __init__(self, config: TransformerConfig, name: str = "head", **kwargs):
         super().__init__(name=name, **kwargs)
         self.config = config
-        self.dense = keras.layers.Dense(config.d_model, use_bias=config.bias, dtype=self.dtype_policy, name="dense")
+        self.dense = keras.layers.Dense(config.embed_width, use_bias=config.bias, dtype=self.dtype_policy,
+                                        name="dense")  # ALBERT: back to the embedding width
         self.activation = ACTIVATIONS[config.head_activation or config.activation]
         eps = config.layer_norm_eps if config.head_layer_norm_eps is None else config.head_layer_norm_eps
         self.norm = norm_layer(config, "norm", self.dtype_policy, eps)
@@ -318,7 +333,7 @@ class HeadTransform(ConfigSerializable, keras.layers.Layer):
     def build(self, x_shape):
         check_features(self.name, "x", x_shape, self.config.d_model)
         self.dense.build(x_shape)
-        self.norm.build(x_shape)
+        self.norm.build((*x_shape[:-1], self.config.embed_width))
 
     def call(self, x):
         x = self.dense(x)
@@ -338,9 +353,9 @@ class OutputProjection(ConfigSerializable, keras.layers.Layer):
 
     def build(self, x_shape):
         c = self.config
-        check_features(self.name, "x", x_shape, c.d_model)
+        check_features(self.name, "x", x_shape, c.embed_width)
         self.kernel = None if c.tie_embeddings else self.add_weight(
-            shape=(c.d_model, c.tgt_vocab_size), initializer=self.kernel_initializer, name="kernel")  # (D, V)
+            shape=(c.embed_width, c.tgt_vocab_size), initializer=self.kernel_initializer, name="kernel")  # (D, V)
         self.bias = (self.add_weight(shape=(c.tgt_vocab_size,), initializer=self.bias_initializer, name="bias")
                      if c.has_output_bias else None)
 
@@ -348,7 +363,7 @@ class OutputProjection(ConfigSerializable, keras.layers.Layer):
         """`(B, T, D)` -> `(B, T, V)`; `tied_embedding` `(V, D)` is the kernel, transposed, when tied."""
         # One (B*T, D) matmul, not a batched one against a broadcast table: the gradient of a broadcast table is a
         # (B, V, D) batched product summed over B, which under XLA costs more than the rest of the backward pass.
-        rows = tf.reshape(x, (-1, self.config.d_model))  # (B, T, D) -> (B*T, D)
+        rows = tf.reshape(x, (-1, self.config.embed_width))  # (B, T, D) -> (B*T, D); ALBERT: D = embedding_size
         if self.kernel is None:
             logits = tf.matmul(rows, tied_embedding, transpose_b=True)  # (B*T, V)
         else:
@@ -418,9 +433,11 @@ class Transformer(ConfigSerializable, keras.Model):
         if c.has_decoder:
             self.tgt_embed.build((None, None))
             self.decoder.build(states, states if c.has_encoder else None)
-        for layer in (self.pooler, self.head, self.output_projection):
+        for layer in (self.pooler, self.head):
             if layer is not None:
                 layer.build(states)
+        if self.output_projection is not None:  # after the head: ALBERT's logits come from the embedding width
+            self.output_projection.build((None, None, c.embed_width))
 
     def get_config(self):
         return {"name": self.name, "trainable": self.trainable, "dtype": self.compute_dtype,

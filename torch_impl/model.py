@@ -24,7 +24,7 @@ from .attention import scaled_dot_product_attention
 # Canonical modules whose torch module is named differently; every other module carries its canonical name.
 _MODULES = {"src_embed": "src_embed.token", "tgt_embed": "tgt_embed.token", "src_pos": "src_embed.position",
             "tgt_pos": "tgt_embed.position", "src_type": "src_embed.segment", "src_embed_norm": "src_embed.norm",
-            "tgt_embed_norm": "tgt_embed.norm", "pooler": "pooler.dense"}
+            "tgt_embed_norm": "tgt_embed.norm", "pooler": "pooler.dense", "src_embed_proj": "src_embed.proj"}
 _LEAVES = {"kernel": ("weight", "transpose"),  # (in, out) <-> nn.Linear's (out, in)
            "bias": ("bias", "identity"), "gamma": ("weight", "identity"), "beta": ("bias", "identity"),
            "embedding": ("weight", "identity")}
@@ -243,12 +243,14 @@ class EncoderLayer(_ResidualLayer):
         self.norm2 = norm_layer(config, config.d_model, eps)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False):
+    def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False, name: str | None = None):
+        """`name`: the layer this call records as (`shared_layers` runs one layer under every layer's name)."""
+        name = name or self.name
         x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, mask, attention_weights),
-                           self.self_attn.name, record, attention_weights)
-        x = self._sublayer(x, self.norm2, self.ffn, self.ffn.name, record, attention_weights)
+                           f"{name}.self_attn", record, attention_weights)
+        x = self._sublayer(x, self.norm2, self.ffn, f"{name}.ffn", record, attention_weights)
         if record is not None:
-            record[self.name] = x
+            record[name] = x
         return x
 
 
@@ -287,24 +289,29 @@ class Embedding(nn.Module):
     """One side's (`src` or `tgt`) input embedding: token embedding (plus its bias if `embed_bias`: what one-hot ids
     through a `Linear(vocab, d_model)` compute), times sqrt(d_model) if `scale_embedding`,
     plus segment embeddings (source side, `type_vocab_size`), plus sinusoidal or learned positions, then a LayerNorm
-    if `embed_norm`. Positions start at `offset`; learned ones read row `offset + position_offset` onwards. Under
-    `share_embeddings` the target side has no token table of its own: the caller passes the source's."""
+    if `embed_norm`, then (ALBERT's `embedding_size`) a projection to d_model. Positions start at `offset`; learned
+    ones read row `offset + position_offset` onwards (under `positions_skip_pad`, the rows
+    `rn.ops.skip_pad_positions` picks from the ids). Under `share_embeddings` the target side has no token table of
+    its own: the caller passes the source's."""
 
     def __init__(self, config: TransformerConfig, side: str):
         super().__init__()
         self.config = config
         own_table = token_embedding(config, side) == f"{side}_embed.embedding"
         vocab_size = config.src_vocab_size if side == "src" else config.tgt_vocab_size
-        self.token = nn.Embedding(vocab_size, config.d_model) if own_table else None
-        self.bias = nn.Parameter(torch.zeros(config.d_model)) if config.embed_bias else None
-        self.segment = (nn.Embedding(config.type_vocab_size, config.d_model)
+        e = config.embed_width  # d_model, or ALBERT's embedding_size
+        self.token = nn.Embedding(vocab_size, e) if own_table else None
+        self.bias = nn.Parameter(torch.zeros(e)) if config.embed_bias else None
+        self.segment = (nn.Embedding(config.type_vocab_size, e)
                         if side == "src" and config.type_vocab_size else None)
         self.position = None  # neither table under rotary positions, which turn q and k inside attention
         if config.positional == "learned":
-            self.position = nn.Embedding(config.position_rows, config.d_model)
+            self.position = nn.Embedding(config.position_rows, e)
         sinusoid = self._sinusoid_table() if config.positional == "sinusoidal" else None
         self.register_buffer("sinusoid", sinusoid, persistent=False)  # (max_len, D)
-        self.norm = norm_layer(config, config.d_model) if config.embed_norm else None
+        self.norm = norm_layer(config, e) if config.embed_norm else None
+        self.proj = (nn.Linear(e, config.d_model, bias=config.bias)  # ALBERT: E -> d_model
+                     if config.embedding_size is not None else None)
         self.dropout = nn.Dropout(config.dropout)
 
     def _sinusoid_table(self) -> torch.Tensor:
@@ -329,23 +336,32 @@ class Embedding(nn.Module):
         t = ids.shape[1]
         if self.sinusoid is not None:
             x = x + self.sinusoid[offset:offset + t]
+        elif self.position is not None and self.config.positions_skip_pad:  # RoBERTa: rows counted over non-pads
+            real = (ids != self.config.pad_id).long()
+            x = x + F.embedding(torch.cumsum(real, dim=1) * real + (self.config.position_offset - 1),
+                                self.position.weight)
         elif self.position is not None:
             start = offset + self.config.position_offset
             x = x + self.position.weight[start:start + t]
-        return x if self.norm is None else self.norm(x)
+        x = x if self.norm is None else self.norm(x)
+        return x if self.proj is None else self.proj(x)
 
 
 class Encoder(nn.Module):
+    """`num_encoder_layers` EncoderLayers (under `shared_layers`, one applied that many times), then a final norm if
+    `final_norm`."""
+
     def __init__(self, config: TransformerConfig, name: str = "encoder"):
         super().__init__()
         self.layers = nn.ModuleList(EncoderLayer(config, f"{name}.layers.{i}")
-                                    for i in range(config.num_encoder_layers))
+                                    for i in range(config.encoder_weight_layers))
         self.final_norm = norm_layer(config, config.d_model) if config.final_norm else None
-        self.name = name
+        self.name, self.depth = name, config.num_encoder_layers
 
     def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False):
-        for layer in self.layers:
-            x = layer(x, mask, record, attention_weights)
+        for i in range(self.depth):
+            layer = self.layers[min(i, len(self.layers) - 1)]  # shared_layers: the one layer, every time
+            x = layer(x, mask, record, attention_weights, name=f"{self.name}.layers.{i}")
         if self.final_norm is not None:
             x = self.final_norm(x)
             if record is not None:
@@ -390,10 +406,10 @@ class HeadTransform(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        self.dense = nn.Linear(config.d_model, config.embed_width, bias=config.bias)  # ALBERT: back to E
         self.activation = ACTIVATIONS[config.head_activation or config.activation]
         eps = config.layer_norm_eps if config.head_layer_norm_eps is None else config.head_layer_norm_eps
-        self.norm = norm_layer(config, config.d_model, eps)
+        self.norm = norm_layer(config, config.embed_width, eps)
         self.norm_first = config.head_order == "dense-norm-activation"
 
     def forward(self, x):
@@ -406,7 +422,7 @@ class OutputProjection(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        d, v = config.d_model, config.tgt_vocab_size
+        d, v = config.embed_width, config.tgt_vocab_size  # ALBERT: from the embedding width
         self.weight = None if config.tie_embeddings else nn.Parameter(torch.empty(v, d))
         self.bias = nn.Parameter(torch.zeros(v)) if config.has_output_bias else None
         if self.weight is not None:

@@ -7,6 +7,10 @@ Adding a layout is adding one module and one line here.
 |------------------|------------------|-------------------------------------------------------------------|
 | `hf-gpt2`        | `hf_gpt2`        | Hugging Face `GPT2LMHeadModel` / `GPT2Model` directories           |
 | `hf-bert`        | `hf_bert`        | Hugging Face `BertForMaskedLM` / `BertModel` directories           |
+| `hf-roberta`     | `hf_roberta`     | Hugging Face `RobertaForMaskedLM` / `RobertaModel` directories     |
+| `hf-xlm-roberta` | `hf_xlm_roberta` | Hugging Face `XLMRobertaForMaskedLM` / `XLMRobertaModel` (RoBERTa's table) |
+| `hf-distilbert`  | `hf_distilbert`  | Hugging Face `DistilBertForMaskedLM` / `DistilBertModel` directories |
+| `hf-albert`      | `hf_albert`      | Hugging Face `AlbertForMaskedLM` / `AlbertModel` directories       |
 | `hf-marian`      | `hf_marian`      | Hugging Face `MarianMTModel` directories                           |
 | `hf-bart`        | `hf_bart`        | Hugging Face `BartForConditionalGeneration` directories            |
 | `hf-llama`       | `hf_llama`       | Hugging Face `LlamaForCausalLM` / `LlamaModel` directories         |
@@ -32,6 +36,10 @@ from types import ModuleType
 HF_LAYOUTS = {
     "hf-gpt2": "hf_gpt2",
     "hf-bert": "hf_bert",
+    "hf-roberta": "hf_roberta",
+    "hf-xlm-roberta": "hf_xlm_roberta",
+    "hf-distilbert": "hf_distilbert",
+    "hf-albert": "hf_albert",
     "hf-marian": "hf_marian",
     "hf-bart": "hf_bart",
     "hf-llama": "hf_llama",
@@ -68,10 +76,22 @@ def hf_layout(name: str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{HF_LAYOUTS[name]}")
 
 
-def canonical_only(config) -> list[str]:
+# Settings only some families express (each names them in its module's `EXPRESSES`): any other exports them as a
+# model that computes something else.
+FAMILY_ONLY = {
+    "positions_skip_pad": "RoBERTa's positions, counted over non-pad ids",
+    "embedding_size": "ALBERT's factorized embeddings",
+    "shared_layers": "ALBERT's one set of layer weights",
+}
+
+
+def canonical_only(config, module: ModuleType | None = None) -> list[str]:
     """The settings of `config` that no built-in external family expresses (Hugging Face, KerasHub,
-    torch.nn.Transformer): each would export as a model that computes something else."""
-    problems = []
+    torch.nn.Transformer), and those of `FAMILY_ONLY` that `module` (None: any family without `EXPRESSES`) does
+    not: each would export as a model that computes something else."""
+    problems = [f"{field}={getattr(config, field)!r} ({what}; {getattr(module, 'NAME', 'this layout')} has none)"
+                for field, what in FAMILY_ONLY.items()
+                if getattr(config, field) and field not in getattr(module, "EXPRESSES", ())]
     if config.attention_scale != "head":
         problems.append(f"attention_scale={config.attention_scale!r} (scores scaled by 1/sqrt(d_head) there)")
     if config.embed_bias:
@@ -85,10 +105,9 @@ def first_exporter(names, load, config, what: str) -> ModuleType:
     """The first of the layout modules `load(name)` whose `export_problems(config)` is empty; otherwise a
     `ValueError` that says, for each, why this model has no `what` equivalent."""
     problems = {}
-    shared = canonical_only(config)
     for name in names:
         module = load(name)
-        problems[name] = shared + module.export_problems(config)
+        problems[name] = canonical_only(config, module) + module.export_problems(config)
         if not problems[name]:
             return module
     raise ValueError(f"this model has no {what} equivalent here: " + "; ".join(

@@ -27,6 +27,7 @@ CONFIG_KEYS = {"src_vocab_size": "vocab_size", "tgt_vocab_size": "vocab_size", "
 TRANSFORMERS_CLASSES = ("BertForMaskedLM", "BertModel")
 HOOKS = {"encoder.layers.{i}.self_attn": "encoder.layer.{i}.attention.output.dense",
          "encoder.layers.{i}.ffn": "encoder.layer.{i}.output.dense", "encoder.layers.{i}": "encoder.layer.{i}"}
+HEAD_HOOK = "cls.predictions.transform"  # the head transform's output (dense -> activation -> LayerNorm)
 
 
 _LAYER = "encoder.layer.{i}."
@@ -100,21 +101,35 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
 
 def export_problems(config: rn.TransformerConfig) -> list[str]:
     """Why `config` has no BERT equivalent (empty if it has one)."""
+    return encoder_problems(config, "BERT", {"position_offset": 0}, pooled_base=True, segments=True)
+
+
+def encoder_problems(config: rn.TransformerConfig, family: str, wanted: dict[str, Any], pooled_base: bool,
+                     segments: bool, head_activation: str | None = None) -> list[str]:
+    """Why `config` has no equivalent in a BERT-like encoder family (BERT, RoBERTa, DistilBERT): `wanted` holds the
+    family's own fixed settings, `pooled_base` whether its bare model always has a pooler (else never), `segments`
+    whether it has segment embeddings, `head_activation` its head's fixed activation (None: the encoder's)."""
     wanted = {"num_decoder_layers": 0, "norm_first": False, "final_norm": False, "positional": "learned",
-              "position_offset": 0, "scale_embedding": False, "bias": True, "embed_norm": True}
-    problems = [f"{k}={getattr(config, k)!r} (BERT needs {v!r})" for k, v in wanted.items()
+              "scale_embedding": False, "bias": True, "embed_norm": True, **wanted}
+    problems = [f"{k}={getattr(config, k)!r} ({family} needs {v!r})" for k, v in wanted.items()
                 if getattr(config, k) != v]
     if config.output_projection and not (config.head_transform and config.has_output_bias and not config.pooler):
-        problems.append("an output projection without head_transform and an output bias, or with a pooler (neither "
-                        "BertForMaskedLM nor BertModel)")
-    if not config.output_projection and not config.pooler:
-        problems.append("pooler=False (transformers' BertModel always has a pooler)")
-    for field, encoder in (("head_activation", "activation"), ("head_layer_norm_eps", "layer_norm_eps")):
-        if getattr(config, field) not in (None, getattr(config, encoder)):  # one hidden_act, one layer_norm_eps
-            problems.append(f"{field}={getattr(config, field)!r} (BERT's head uses the encoder's {encoder}="
-                            f"{getattr(config, encoder)!r})")
-    if config.type_vocab_size < 1:
-        problems.append("type_vocab_size=0 (BERT has segment embeddings)")
+        problems.append(f"an output projection without head_transform and an output bias, or with a pooler (not "
+                        f"{family}'s masked-LM model)")
+    if not config.output_projection and config.pooler != pooled_base:
+        always = "always" if pooled_base else "never"
+        problems.append(f"pooler={config.pooler} (transformers' bare {family} model {always} has a pooler)")
+    fixed = (("head_activation", config.activation if head_activation is None else head_activation, "activation"),
+             ("head_layer_norm_eps", config.layer_norm_eps, "layer_norm_eps"))
+    for field, value, encoder in fixed:
+        if config.head_transform and (getattr(config, field) or getattr(config, encoder)) != value:
+            problems.append(f"{field}={getattr(config, field) or getattr(config, encoder)!r} ({family}'s head uses "
+                            + (f"{value!r})" if field == "head_activation" and head_activation else
+                               f"the encoder's {encoder}={value!r})"))
+    if segments and config.type_vocab_size < 1:
+        problems.append(f"type_vocab_size=0 ({family} has segment embeddings)")
+    if not segments and config.type_vocab_size:
+        problems.append(f"type_vocab_size={config.type_vocab_size} ({family} has no segment embeddings)")
     if config.output_projection and config.tgt_vocab_size != config.src_vocab_size:
         problems.append(f"tgt_vocab_size={config.tgt_vocab_size} != src_vocab_size={config.src_vocab_size}")
     return problems

@@ -70,9 +70,11 @@ def check_layers(config: rn.TransformerConfig, table: Sequence[Entry], keys: Ite
     for stack in ("encoder", "decoder"):
         name = f"num_{stack}_layers"
         value, have = getattr(config, name), found[stack]
-        if len(have) != value or (have and (min(have) != 0 or max(have) != value - 1)):  # not 0 .. value-1
-            raise ValueError(f"{source}: config field {name}={value}{_origin(origins, name)} does not match the "
-                             f"weights, which hold {_held(stack, have)}; refusing before allocating anything")
+        weighted = config.encoder_weight_layers if stack == "encoder" else value  # 1 under shared_layers
+        if len(have) != weighted or (have and (min(have) != 0 or max(have) != weighted - 1)):  # not 0 .. weighted-1
+            shared = " with shared_layers (one set of layer weights)" if weighted != value else ""
+            raise ValueError(f"{source}: config field {name}={value}{_origin(origins, name)}{shared} does not match "
+                             f"the weights, which hold {_held(stack, have)}; refusing before allocating anything")
 
 
 def _origin(origins: Mapping[str, str] | None, name: str) -> str:
@@ -104,12 +106,13 @@ def size_mismatches(config: rn.TransformerConfig, mapping: Mapping[str, tuple[st
     for name, (external, transform, _) in mapping.items():
         actual = canonical_shape(transform, np.shape(state[external]))
         for pattern, axis, field in _SIZES:
+            # a tensor tells a field where the config sizes that axis by it (not ALBERT's embedding_size-wide tables)
             if actual is not None and re.fullmatch(pattern, name) and len(actual) > axis \
-                    and len(expected[name]) > axis:
+                    and len(expected[name]) > axis and expected[name][axis] == _wanted(config, field):
                 held.setdefault(field, {}).setdefault(actual[axis], external)
     out = []
     for field, values in held.items():
-        wanted = config.position_rows if field == "max_len" else getattr(config, field)
+        wanted = _wanted(config, field)
         if len(values) != 1 or wanted in values:
             continue
         (value, external), = values.items()
@@ -118,6 +121,11 @@ def size_mismatches(config: rn.TransformerConfig, mapping: Mapping[str, tuple[st
         out.append(f"{field}={getattr(config, field)}{_origin(origins, field)}, the weights hold {value}{offset} "
                    f"({external} has shape {tuple(np.shape(state[external]))})")
     return out
+
+
+def _wanted(config: rn.TransformerConfig, field: str) -> int:
+    """The size a field gives a tensor's axis (`max_len`: the position table's rows)."""
+    return config.position_rows if field == "max_len" else getattr(config, field)
 
 
 def _optional(config: rn.TransformerConfig, table: Sequence[Entry], state_keys: Iterable[str],

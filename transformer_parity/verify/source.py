@@ -329,14 +329,22 @@ def _missing(*packages: str) -> str | None:
 
 
 def _hook_outputs(modules: Mapping[str, Any], record: dict[str, Any], transpose: bool = False) -> list[Any]:
-    """Forward hooks that store each module's output (the first element of a tuple) under its canonical name."""
-    def hook(name):
+    """Forward hooks that store each module's output (the first element of a tuple) under its canonical name. A
+    module under several names (ALBERT's one layer, run once per layer) stores its k-th call under the k-th name."""
+    names: dict[int, tuple[Any, list[str]]] = {}  # id(module) -> (module, its canonical names in order)
+    for name, module in modules.items():
+        names.setdefault(id(module), (module, []))[1].append(name)
+
+    def hook(calls):
         def store(module, inputs, output):
+            name = next(calls, None)
+            if name is None:  # called more often than it has names: the first calls are the ones recorded
+                return
             out = output[0] if isinstance(output, tuple) else output
             record[name] = out.transpose(0, 1) if transpose else out  # (len, B, D) -> (B, len, D)
         return store
 
-    return [module.register_forward_hook(hook(name)) for name, module in modules.items()]
+    return [module.register_forward_hook(hook(iter(order))) for module, order in names.values()]
 
 
 def _expand(hooks: Mapping[str, str], layers: Mapping[str, int]) -> dict[str, str]:
@@ -462,8 +470,9 @@ def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad
     if not config.final_norm:
         wanted.pop("decoder.final_norm", None)
     modules = {name: base.get_submodule(module) for name, module in wanted.items()}
-    if fmt == "hf-bert" and config.head_transform:  # BertForMaskedLM's dense -> activation -> LayerNorm
-        modules["head"] = model.get_submodule("cls.predictions.transform")
+    head = getattr(hf_layout(fmt), "HEAD_HOOK", None)  # BertForMaskedLM's dense -> activation -> LayerNorm, ...
+    if head and config.head_transform:
+        modules["head"] = model.get_submodule(head)
     record: dict[str, Any] = {}
     handles = _hook_outputs(modules, record)
     try:
