@@ -515,3 +515,18 @@ def test_streaming_bench_times_every_row_beside_the_disk(tmp_path):
         assert r["seconds"] > 0 and r["peak_rss_bytes"] > 0
         assert r["time_x_cp"] == pytest.approx(r["seconds"] / max(result["rows"][0]["seconds"], 1e-3), rel=0.01)
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_model_bench_llama_rows_run_against_transformers_and_keras_hub():
+    """The Llama-shaped rows: our twin, transformers' LlamaForCausalLM (from the project's HF export) and KerasHub's
+    LlamaCausalLM (from the project's preset export) on the same weights, each checked against the reference."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("keras_hub")
+    pairs = model.plan("default", models=["llama-micro"], tasks=["forward"], dtypes=["float32"],
+                       impl_patterns=["torch_impl.eager", "transformers", "keras_hub.function"])
+    options = model.Options(threads=1, min_time=0.001, max_time=0.005, min_runs=1, rounds=1, peak_n=64,
+                            peak_time=0.001)
+    rows = {r.impl: r for r in model.run(pairs, options).rows}
+    assert set(rows) == {"torch_impl.eager", "transformers", "keras_hub.function"}
+    for r in rows.values():
+        assert r.status == "ok" and r.check == "ok" and r.max_abs_err <= r.tolerance, (r.impl, r.note)

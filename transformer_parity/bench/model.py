@@ -61,6 +61,8 @@ def _config(**fields):
 # Whole-model shapes (name -> config fields and default shape). final_norm=True: torch.nn.Transformer always ends
 # each stack with a LayerNorm, so the same weights run there too; dropout 0: training losses compare across
 # frameworks (dropout masks differ by framework).
+LLAMA = dict(num_encoder_layers=0, norm="rms", norm_first=True, final_norm=True, positional="rope", ffn_gated=True,
+             activation="silu", scale_embedding=False, output_bias=False, bias=False, dropout=0.0, layer_norm_eps=1e-5)
 MODELS: dict[str, dict[str, Any]] = {
     "tiny": {"config": dict(src_vocab_size=48, tgt_vocab_size=40, d_model=32, num_heads=4, num_encoder_layers=2,
                             num_decoder_layers=2, d_ff=64, max_len=64, dropout=0.0, final_norm=True),
@@ -86,6 +88,14 @@ MODELS: dict[str, dict[str, Any]] = {
                                   activation="silu", sinusoid_layout="concatenated", share_embeddings=True,
                                   tie_embeddings=True),
                    "shape": dict(batch=8, src_len=64, tgt_len=64, new_tokens=16)},
+    # Llama's architecture (RMSNorm, rotary positions, SwiGLU, grouped-query attention 8/2, untied head, no
+    # biases), decoder-only, the size of gpt2-256; against LlamaForCausalLM and KerasHub's LlamaCausalLM.
+    "llama-256": {"config": dict(LLAMA, src_vocab_size=8000, tgt_vocab_size=8000, d_model=256, num_heads=8,
+                                 num_kv_heads=2, num_decoder_layers=4, d_ff=688, max_len=256),
+                  "shape": dict(batch=8, src_len=16, tgt_len=128, new_tokens=16)},
+    "llama-micro": {"config": dict(LLAMA, src_vocab_size=24, tgt_vocab_size=24, d_model=16, num_heads=4,
+                                   num_kv_heads=2, num_decoder_layers=1, d_ff=24, max_len=16),
+                    "shape": dict(batch=2, src_len=4, tgt_len=5, new_tokens=3)},
     # Seconds: the smoke test's.
     "micro": {"config": dict(src_vocab_size=24, tgt_vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=1,
                              num_decoder_layers=1, d_ff=32, max_len=16, dropout=0.0, final_norm=True),
@@ -117,7 +127,12 @@ PRESETS: dict[str, list[tuple[list[str], list[str], list[str], list[str] | None]
         (["gpt2-256"], ["forward", "train"], ["bfloat16"], ["torch_impl.eager", "transformers",
                                                            "keras_hub.function"]),
         (["marian-256"], ["forward", "train", "generate"], ["float32"], ["torch_impl.eager", "transformers"]),
+        (["llama-256"], ["forward", "generate"], ["float32"], ["torch_impl.eager", "tf_impl.function", "tf_impl.xla",
+                                                             "transformers", "keras_hub.function", "keras_hub.xla"]),
     ],
+    "llama": [(["llama-256"], ["forward", "generate"], ["float32"], ["torch_impl.eager", "tf_impl.function",
+                                                                    "tf_impl.xla", "transformers",
+                                                                    "keras_hub.function", "keras_hub.xla"])],
     "paper-base": [(["base"], ["forward", "train"], ["float32"], None)],
     "smoke": [(["micro"], list(TASKS), ["float32", "bfloat16"], ["torch_impl.eager", "torch.nn.Transformer"]),
               (["micro"], ["forward"], ["float32"], ["tf_impl.eager"])],

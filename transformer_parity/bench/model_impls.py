@@ -358,30 +358,43 @@ def _tf_adam():
     return Adam.from_settings(AdamSettings(), Schedule())
 
 
+def _keras_hub_lm(problem, weights):
+    """KerasHub's causal LM of the same architecture. GPT-2: `GPT2CausalLM`, its weights ported from the Hugging
+    Face directory by KerasHub's own converter (`keras_hub.src.utils.transformers.convert_gpt2`; `from_preset` on a
+    Hugging Face directory imports every converter, one of which needs sentencepiece). The Llama-like families: the
+    project's KerasHub preset export (`kerashub_preset.save_preset`), loaded by `CausalLM.from_preset`."""
+    import keras_hub
+    from transformer_parity.layouts import kerashub_preset
+    c = problem.config
+    with tempfile.TemporaryDirectory() as tmp:
+        path, hf_config = _hf_directory(c, weights, tmp)
+        if hf_config.get("model_type") != "gpt2":
+            preset = os.path.join(tmp, "preset")
+            try:
+                kerashub_preset.save_preset(preset, c, dict(weights), "kerashub")
+            except ValueError as exc:
+                raise Unsupported(f"no KerasHub family holds this model: {exc}") from None
+            return keras_hub.models.CausalLM.from_preset(preset, dtype=problem.dtype)
+        if c.d_ff != 4 * c.d_model:
+            raise Unsupported(f"KerasHub's GPT-2 converter assumes d_ff = 4 d_model, received d_ff={c.d_ff}")
+        from keras_hub.src.utils.transformers import convert_gpt2
+        from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader
+        backbone = convert_gpt2.backbone_cls(**convert_gpt2.convert_backbone_config(hf_config), dtype=problem.dtype)
+        with SafetensorLoader(path) as loader:
+            convert_gpt2.convert_weights(backbone, loader, hf_config)
+    return keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+
+
 def _build_keras_hub(problem, weights, inputs, mode: str) -> Runner:
-    """KerasHub's GPT-2 (`GPT2CausalLM` around `GPT2Backbone`), its weights ported from the Hugging Face directory
-    by KerasHub's own converter (`keras_hub.src.utils.transformers.convert_gpt2`; `from_preset` would do the same
-    but imports every converter, one of which needs sentencepiece)."""
+    """KerasHub's causal LM of the model's family (`_keras_hub_lm`): forward, a training step, `generate()`."""
     tf = _tf()
     if importlib.util.find_spec("keras_hub") is None:
         raise NotInstalled("keras-hub is not installed")
     c = problem.config
     if not c.is_decoder_only:
-        raise Unsupported("only KerasHub's GPT-2 is wired here (decoder-only models)")
-    if c.d_ff != 4 * c.d_model:
-        raise Unsupported(f"KerasHub's GPT-2 converter assumes d_ff = 4 d_model, received d_ff={c.d_ff}")
+        raise Unsupported("only KerasHub's causal LMs are wired here (decoder-only models)")
     import tf_impl.startup  # noqa: F401 (TensorFlow's start-up notices kept off the terminal)
-    import keras_hub
-    from keras_hub.src.utils.transformers import convert_gpt2
-    from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader
-    with tempfile.TemporaryDirectory() as tmp:
-        path, hf_config = _hf_directory(c, weights, tmp)
-        if hf_config.get("model_type") != "gpt2":
-            raise Unsupported(f"not a GPT-2 model (model_type {hf_config.get('model_type')!r})")
-        backbone = convert_gpt2.backbone_cls(**convert_gpt2.convert_backbone_config(hf_config), dtype=problem.dtype)
-        with SafetensorLoader(path) as loader:
-            convert_gpt2.convert_weights(backbone, loader, hf_config)
-    lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+    lm = _keras_hub_lm(problem, weights)
     batch = {"token_ids": tf.constant(inputs.tgt), "padding_mask": tf.constant(inputs.tgt != c.pad_id)}
     labels = tf.constant(inputs.labels)
 
@@ -408,7 +421,7 @@ def _build_keras_hub(problem, weights, inputs, mode: str) -> Runner:
         run = compiled(step)
         return Runner(fn=lambda: float(run(batch, labels)), to_numpy=lambda loss: {"loss": np.float64(loss)})
     if problem.task == "generate-nocache" or mode == "eager":
-        raise Unsupported("GPT2CausalLM.generate always uses its cache and compiles its loop")
+        raise Unsupported("KerasHub's CausalLM.generate always uses its cache and compiles its loop")
     lm.compile(sampler="greedy", jit_compile=mode == "xla")
     p, n = inputs.start.shape[1], problem.new_tokens
     ids = np.concatenate([inputs.start, np.zeros((inputs.start.shape[0], n), np.int64)], axis=1)  # (B, P + N)
