@@ -165,32 +165,49 @@ def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Ma
 
 
 VOCABULARY = ("assets", "tokenizer", "vocabulary.txt")  # where KerasHub's WordPiece tokenizer keeps its vocabulary
+BPE_VOCABULARY = ("assets", "tokenizer", "vocabulary.json")  # a byte-pair tokenizer's (RoBERTa): token -> id
 MAX_VOCABULARY = 64 << 20
 
 
+def _vocabulary_id(path: Path, where: tuple[str, ...], token: str) -> int | None:
+    """The id of `token` in the vocabulary file at `where` (a line of vocabulary.txt, or vocabulary.json's value);
+    None if it has none."""
+    from .hf_dir import member
+
+    file = member(path, "/".join(where))
+    if file.stat().st_size > MAX_VOCABULARY:
+        raise ValueError(f"{'/'.join(where)} is over {MAX_VOCABULARY >> 20} MiB")
+    if where == BPE_VOCABULARY:
+        table = _json(file)
+        value = table.get(token)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ValueError(f"{'/'.join(where)} gives {token} the id {value!r}, not a token id")
+        return value
+    for index, line in enumerate(file.read_text(encoding="utf-8", errors="replace").splitlines()):
+        if line.strip() == token:
+            return index
+    return None
+
+
 def preset_pad_id(path: Path, token: str) -> tuple[int, str]:
-    """The pad id of a preset whose backbone takes a padding mask rather than a pad id (BERT): the line of `token` in
+    """The pad id of a preset whose backbone takes a padding mask rather than a pad id (BERT): the id of `token` in
     its tokenizer's vocabulary, or what this tool recorded when it wrote the preset; else a `ValueError` asking for
     it (never assumed)."""
     from transformer_parity.io import outputs
-    from .hf_dir import member
 
-    vocabulary = path.joinpath(*VOCABULARY)
-    if vocabulary.is_file():
-        file = member(path, "/".join(VOCABULARY))
-        if file.stat().st_size > MAX_VOCABULARY:
-            raise ValueError(f"{'/'.join(VOCABULARY)} is over {MAX_VOCABULARY >> 20} MiB")
-        for index, line in enumerate(file.read_text(encoding="utf-8", errors="replace").splitlines()):
-            if line.strip() == token:
-                return index, f"pad_id={index}: {token} in the preset's {'/'.join(VOCABULARY)}"
-        raise ValueError(f"its {'/'.join(VOCABULARY)} has no {token} token; give the pad id with --set pad_id=N "
-                         "(or --set pad_id=none)")
+    for where in (VOCABULARY, BPE_VOCABULARY):
+        if path.joinpath(*where).is_file():
+            index = _vocabulary_id(path, where, token)
+            if index is None:
+                raise ValueError(f"its {'/'.join(where)} has no {token} token; give the pad id with --set pad_id=N "
+                                 "(or --set pad_id=none)")
+            return index, f"pad_id={index}: {token} in the preset's {'/'.join(where)}"
     recorded = outputs.written_settings(path, [CONFIG, WEIGHTS]).get("pad_id", "absent")
     if recorded is None or (isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 0):
         return recorded, f"pad_id={recorded}: recorded by transformer-parity when it wrote this preset"
     raise ValueError(f"the backbone takes a padding mask, not a pad id, and the preset has no tokenizer vocabulary "
-                     f"({'/'.join(VOCABULARY)}) to tell which id pads: give --set pad_id=N ({token} is 0 in BERT's "
-                     "vocabularies) or --set pad_id=none")
+                     f"({'/'.join(VOCABULARY)} or vocabulary.json) to tell which id pads: give --set pad_id=N (the id "
+                     f"of {token}) or --set pad_id=none")
 
 
 def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[str, Any] | None = None,
@@ -213,7 +230,7 @@ def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[st
                 **(module.TASK_FIELDS[task] if task else {}), **dict(fields or {})}
     if getattr(module, "PAD_TOKEN", None) and "pad_id" not in inferred:
         raise ValueError(f"{path} ({declared}): a bare .weights.h5 does not tell which id pads (the backbone takes a "
-                         f"padding mask): give --set pad_id=N ({module.PAD_TOKEN} is 0 in BERT's vocabularies) or "
+                         f"padding mask): give --set pad_id=N (the id of {module.PAD_TOKEN}) or "
                          "--set pad_id=none")
     config, notes = user.infer_config(shapes, inferred, source=f"{path} ({declared})")
     origins = {"num_encoder_layers": "one more than the highest encoder layer index of the weights",
