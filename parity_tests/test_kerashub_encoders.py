@@ -21,9 +21,12 @@ keras_hub = pytest.importorskip("keras_hub")
 
 SIZES = dict(vocabulary_size=53, num_layers=2, num_heads=3, hidden_dim=36, intermediate_dim=37,
              max_sequence_length=16)
-# name: (backbone class, masked-LM class, format, pad id the tokenizer gives)
-FAMILIES = {"roberta": ("RobertaBackbone", "RobertaMaskedLM", "kerashub-roberta", 1),
-            "distilbert": ("DistilBertBackbone", "DistilBertMaskedLM", "kerashub-distilbert", 3)}
+# name: (backbone class, masked-LM class, format, pad id the tokenizer gives (ALBERT's: the user's), extra arguments)
+FAMILIES = {"roberta": ("RobertaBackbone", "RobertaMaskedLM", "kerashub-roberta", 1, {}),
+            "distilbert": ("DistilBertBackbone", "DistilBertMaskedLM", "kerashub-distilbert", 3, {}),
+            "albert": ("AlbertBackbone", "AlbertMaskedLM", "kerashub-albert", 3, {"embedding_dim": 10,
+                                                                                 "num_segments": 3})}
+ALBERT_PAD = {"pad_id": 3}  # ALBERT's vocabulary is a SentencePiece model: the pad id is given, not read
 CASES = [(name, task) for name in FAMILIES for task in (False, True)]
 TOLERANCE = 1e-4
 MEASURED: dict[str, float] = {}
@@ -35,12 +38,14 @@ def tokenizer(name: str):
     if name == "roberta":
         vocabulary = {"<s>": 0, "<pad>": 1, "</s>": 2, "<mask>": 3, "a": 4, "b": 5, "Ġ": 6, "Ġa": 7}
         return keras_hub.models.RobertaTokenizer(vocabulary=vocabulary, merges=["Ġ a"])
-    return keras_hub.models.DistilBertTokenizer(vocabulary=["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "a", "b"])
+    if name == "distilbert":
+        return keras_hub.models.DistilBertTokenizer(vocabulary=["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "a"])
+    return None  # AlbertTokenizer needs sentencepiece
 
 
 def build(name: str, task: bool, seed: int):
     backbone_cls, task_cls = FAMILIES[name][:2]
-    model = getattr(keras_hub.models, backbone_cls)(**SIZES, dropout=0.0)
+    model = getattr(keras_hub.models, backbone_cls)(**SIZES, **FAMILIES[name][4], dropout=0.0)
     if task:
         model = getattr(keras_hub.models, task_cls)(backbone=model, preprocessor=None)
     rng = np.random.default_rng(seed)
@@ -54,7 +59,8 @@ def preset(request, tmp_path_factory):
     model = build(name, task, seed=len(name) + task)
     path = tmp_path_factory.mktemp("kh") / f"{name}_{task}"
     model.save_to_preset(str(path))
-    tokenizer(name).save_to_preset(str(path))
+    if tokenizer(name) is not None:
+        tokenizer(name).save_to_preset(str(path))
     return name, task, model, path
 
 
@@ -68,15 +74,27 @@ def inputs(pad: int, seed: int = 4):
     return ids, positions
 
 
+def segments(ids) -> np.ndarray:
+    return (np.arange(ids.shape[1]) * 3 // ids.shape[1])[None].repeat(len(ids), 0).astype(np.int32)  # 0, 1, 2
+
+
 def keras_output(model, ids, positions, pad) -> np.ndarray:
     feed = {"token_ids": ids, "padding_mask": ids != pad}
+    if "segment_ids" in {i.name for i in getattr(model, "backbone", model).inputs}:
+        feed["segment_ids"] = segments(ids)
     if hasattr(model, "backbone"):
         feed["mask_positions"] = positions
-    return np.asarray(model(feed), np.float64)
+    out = model(feed)
+    return np.asarray(out["sequence_output"] if isinstance(out, dict) else out, np.float64)
+
+
+def load(name, path):
+    return formats.load(path, fields=ALBERT_PAD if name == "albert" else None)
 
 
 def reference_output(loaded, ids, positions) -> np.ndarray:
-    out = rn.Transformer(loaded.config, loaded.weights, np.float64)(ids.astype(np.int64))
+    types = segments(ids).astype(np.int64) if loaded.config.type_vocab_size else None
+    out = rn.Transformer(loaded.config, loaded.weights, np.float64)(ids.astype(np.int64), src_type_ids=types)
     if loaded.config.output_projection:  # KerasHub predicts only its mask positions
         out = np.take_along_axis(out, positions[..., None].astype(np.int64), axis=1)
     return out
@@ -84,12 +102,16 @@ def reference_output(loaded, ids, positions) -> np.ndarray:
 
 def test_the_preset_reads_as_keras_hub_computes(preset):
     name, task, model, path = preset
-    loaded = formats.load(path)
+    loaded = load(name, path)
     config = loaded.config
     assert loaded.format == FAMILIES[name][2] and config.pad_id == FAMILIES[name][3]
-    assert config.activation == "gelu" and not config.pooler and config.type_vocab_size == 0
     assert (config.position_offset, config.positions_skip_pad) == (0, False)  # KerasHub's positions: 0..T-1
     assert config.layer_norm_eps == (1e-5 if name == "roberta" else 1e-12)
+    if name == "albert":
+        assert config.activation == "gelu_tanh" and config.pooler and config.type_vocab_size == 3
+        assert config.embedding_size == 10 and config.shared_layers
+    else:
+        assert config.activation == "gelu" and not config.pooler and config.type_vocab_size == 0
     if task:
         assert config.head_transform and config.tie_embeddings and config.has_output_bias
         assert (config.head_layer_norm_eps or config.layer_norm_eps) == 1e-5
@@ -108,14 +130,15 @@ def test_the_preset_reads_as_keras_hub_computes(preset):
 def test_verify_passes_against_keras_hub(preset, tmp_path):
     name, task, _, path = preset
     report = tmp_path / "report.json"
-    assert main(["verify", str(path), "--src-len", "13", "--json", str(report)]) == 0
+    given = ["--set", f"pad_id={ALBERT_PAD['pad_id']}"] if name == "albert" else []
+    assert main(["verify", str(path), "--src-len", "13", "--json", str(report), *given]) == 0
     cls = FAMILIES[name][1 if task else 0]
     assert json.loads(report.read_text())["verdict"].startswith(f"PASS: matches the source (keras_hub {cls})")
 
 
 def test_written_back_keras_hub_loads_it_and_computes_the_same(preset, tmp_path):
     name, task, model, path = preset
-    loaded = formats.load(path)
+    loaded = load(name, path)
     assert formats.save(tmp_path / "again", loaded.config, dict(loaded.weights), loaded.format)[1] == loaded.format
     cls = FAMILIES[name][1 if task else 0]
     again = getattr(keras_hub.models, cls).from_preset(str(tmp_path / "again"))
@@ -130,32 +153,35 @@ def test_written_back_keras_hub_loads_it_and_computes_the_same(preset, tmp_path)
 
 def test_hugging_face_export_matches_transformers_or_is_refused(preset, tmp_path):
     name, task, model, path = preset
-    loaded = formats.load(path)
+    loaded = load(name, path)
     out = tmp_path / "hf"
     if name == "roberta":  # transformers' RoBERTa numbers positions from pad_token_id + 1, skipping pads
         with pytest.raises(ValueError, match=r"as hf-roberta: .*positions_skip_pad=False \(roberta needs True\)"):
             formats.save(out, loaded.config, dict(loaded.weights), "hf-roberta")
         assert not out.exists()
         return
-    if task:  # DistilBertForMaskedLM normalizes its head at the encoder's 1e-12
-        with pytest.raises(ValueError, match=r"head_layer_norm_eps=1e-05 \(DistilBERT's head uses the encoder's "
+    hf_format, hf_name = {"distilbert": ("hf-distilbert", "DistilBERT"), "albert": ("hf-albert", "ALBERT")}[name]
+    if task:  # transformers' masked-LM heads normalize at the encoder's 1e-12
+        with pytest.raises(ValueError, match=rf"head_layer_norm_eps=1e-05 \({hf_name}'s head uses the encoder's "
                                              r"layer_norm_eps=1e-12\)"):
-            formats.save(out, loaded.config, dict(loaded.weights), "hf-distilbert")
+            formats.save(out, loaded.config, dict(loaded.weights), hf_format)
         assert not out.exists()
         return
     import torch
     import transformers
 
-    assert formats.save(out, loaded.config, dict(loaded.weights), "hf")[1] == "hf-distilbert"
+    assert formats.save(out, loaded.config, dict(loaded.weights), "hf")[1] == hf_format
     hf = transformers.AutoModel.from_pretrained(out, dtype=torch.float32).eval()
-    assert type(hf).__name__ == "DistilBertModel"
+    assert type(hf).__name__ == FAMILIES[name][0].replace("Backbone", "Model")
     ids, positions = inputs(loaded.config.pad_id)
+    kwargs = {"input_ids": torch.as_tensor(ids, dtype=torch.long),
+              "attention_mask": torch.as_tensor(ids != loaded.config.pad_id, dtype=torch.long)}
+    if loaded.config.type_vocab_size:
+        kwargs["token_type_ids"] = torch.as_tensor(segments(ids), dtype=torch.long)
     with torch.no_grad():
-        theirs = hf(input_ids=torch.as_tensor(ids, dtype=torch.long),
-                    attention_mask=torch.as_tensor(ids != loaded.config.pad_id, dtype=torch.long))
-    theirs = theirs.last_hidden_state.double().numpy()
+        theirs = hf(**kwargs).last_hidden_state.double().numpy()
     worst = float(np.max(np.abs(theirs - keras_output(model, ids, positions, loaded.config.pad_id))))
-    print(f"distilbert backbone: max |transformers - keras_hub| = {worst:.2e}")
+    print(f"{name} backbone: max |transformers - keras_hub| = {worst:.2e}")
     assert worst <= TOLERANCE
 
 
@@ -164,8 +190,25 @@ def test_hugging_face_roberta_positions_have_no_kerashub_equivalent(preset, tmp_
     name, task, _, path = preset
     if name != "roberta":
         pytest.skip("RoBERTa's positions only")
-    loaded = formats.load(path)
+    loaded = load(name, path)
     skipping = loaded.config.replace(positions_skip_pad=True, position_offset=2)
     with pytest.raises(ValueError, match=r"positions_skip_pad=True \(RoBERTa's positions"):
         formats.save(tmp_path / "kh", skipping, dict(loaded.weights), "kerashub-roberta")
     assert not (tmp_path / "kh").exists()
+
+
+@pytest.mark.parametrize("key", ["num_groups", "num_inner_repetitions"])
+def test_albert_groupings_other_than_one_shared_layer_are_refused(key, tmp_path):
+    backbone = keras_hub.models.AlbertBackbone(**{**SIZES, "num_layers": 4}, embedding_dim=10, **{key: 2})
+    backbone.save_to_preset(str(tmp_path / "grouped"))
+    with pytest.raises(ValueError, match=rf"config.json {key}=2 is not supported"):
+        formats.load(tmp_path / "grouped", fields=ALBERT_PAD)
+
+
+def test_albert_preset_without_a_readable_vocabulary_asks_for_the_pad_id(preset, tmp_path, capsys):
+    name, task, _, path = preset
+    if name != "albert":
+        pytest.skip("ALBERT's SentencePiece vocabulary only")
+    assert main(["convert", str(path), str(tmp_path / "out.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "give --set pad_id=N (the id of <pad>)" in err, err

@@ -301,12 +301,21 @@ def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: 
         files[TASK_CONFIG] = _serialized(module, task, {"backbone": files[CONFIG], "preprocessor": None,
                                                         **module.task_config(backbone, task)}, None)
     path = outputs.check_output_dir(path, force, PRESET_DIR)
-    _write_dir(path, files, {WEIGHTS: {_keras_path(k, repeated): v for k, v in state.items()
-                                       if not k.startswith(TASK_PREFIX)},
-                             TASK_WEIGHTS: {_keras_path(k[len(TASK_PREFIX):], repeated): v for k, v in state.items()
-                                            if k.startswith(TASK_PREFIX)}}, force, notes,
+    _write_dir(path, files, {WEIGHTS: _keras_file({k: v for k, v in state.items() if not k.startswith(TASK_PREFIX)},
+                                              repeated),
+                             TASK_WEIGHTS: _keras_file({k[len(TASK_PREFIX):]: v for k, v in state.items()
+                                                        if k.startswith(TASK_PREFIX)}, repeated)}, force, notes,
                {"pad_id": config.pad_id} if getattr(module, "PAD_TOKEN", None) else None)
     return module.NAME
+
+
+def _keras_file(state: dict[str, np.ndarray], repeated: list[str]) -> dict[str, np.ndarray]:
+    """One file's datasets under Keras's paths: `X_0` back to `X` for a repeated layer or where an `X_1` sibling
+    exists (ALBERT's `dense`, `dense_1`), as `user.keras_names` read them."""
+    from .user import keras_paths
+
+    paths = keras_paths(list(state), repeated)
+    return {paths[k]: v for k, v in state.items()}
 
 
 def save_weights_file(path: str | os.PathLike, config: rn.TransformerConfig, weights: dict[str, np.ndarray],
