@@ -212,3 +212,18 @@ def test_albert_preset_without_a_readable_vocabulary_asks_for_the_pad_id(preset,
     assert main(["convert", str(path), str(tmp_path / "out.safetensors")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "give --set pad_id=N (the id of <pad>)" in err, err
+
+
+def test_bare_weights_file_reads_as_the_preset(preset, tmp_path):
+    """`save_weights` of a RoBERTa or DistilBERT backbone or masked LM, read with --from and the fields the weights
+    cannot tell (dropout, the pad id), gives the preset's config and weights."""
+    name, task, model, path = preset
+    if name == "albert":
+        pytest.skip("a bare ALBERT file does not tell d_model from embedding_dim: read its preset")
+    bare, fields, out = tmp_path / "m.weights.h5", tmp_path / "fields.json", tmp_path / "m.safetensors"
+    model.save_weights(str(bare))
+    fields.write_text(json.dumps({"dropout": 0.0, "pad_id": FAMILIES[name][3]}))
+    assert main(["--quiet", "convert", str(bare), str(out), "--from", FAMILIES[name][2], "--config", str(fields)]) == 0
+    preset_model, loaded = load(name, path), formats.load(out)
+    assert loaded.config == preset_model.config and sorted(loaded.weights) == sorted(preset_model.weights)
+    assert all(np.array_equal(loaded.weights[k], preset_model.weights[k]) for k in preset_model.weights)
