@@ -11,9 +11,8 @@ canonical `shared_layers` (weights `encoder.layers.0.*`); other groupings are re
 `head_layer_norm_eps=1e-5`), the tied token embedding plus its own bias; the backbone's pooler weights are kept.
 
 transformers' `AlbertModel` (hf-albert) computes the backbone; its `AlbertForMaskedLM` normalizes the head at the
-encoder's epsilon and has no pooler, so that task is refused there. The pad id: ALBERT's vocabulary is a
-SentencePiece model this tool does not parse, so a preset's pad id comes from `--set pad_id=N` (`<pad>` is 0 in
-ALBERT's vocabularies) or from what this tool recorded when it wrote the preset.
+encoder's epsilon and has no pooler, so that task is refused there. The pad id: the index of `<pad>` among the
+pieces of the preset's SentencePiece model (`assets/tokenizer/vocabulary.spm`), else `--set pad_id=N`.
 """
 
 from __future__ import annotations

@@ -166,17 +166,21 @@ def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Ma
 
 VOCABULARY = ("assets", "tokenizer", "vocabulary.txt")  # where KerasHub's WordPiece tokenizer keeps its vocabulary
 BPE_VOCABULARY = ("assets", "tokenizer", "vocabulary.json")  # a byte-pair tokenizer's (RoBERTa): token -> id
+SPM_VOCABULARY = ("assets", "tokenizer", "vocabulary.spm")  # a SentencePiece model (ALBERT): its pieces, in id order
 MAX_VOCABULARY = 64 << 20
 
 
 def _vocabulary_id(path: Path, where: tuple[str, ...], token: str) -> int | None:
-    """The id of `token` in the vocabulary file at `where` (a line of vocabulary.txt, or vocabulary.json's value);
+    """The id of `token` in the vocabulary file at `where` (a line of vocabulary.txt, vocabulary.json's value,
+    vocabulary.spm's piece index);
     None if it has none."""
     from .hf_dir import member
 
     file = member(path, "/".join(where))
     if file.stat().st_size > MAX_VOCABULARY:
         raise ValueError(f"{'/'.join(where)} is over {MAX_VOCABULARY >> 20} MiB")
+    if where == SPM_VOCABULARY:
+        return next((i for i, piece in enumerate(_spm_pieces(file.read_bytes())) if piece == token), None)
     if where == BPE_VOCABULARY:
         table = _json(file)
         value = table.get(token)
@@ -189,13 +193,54 @@ def _vocabulary_id(path: Path, where: tuple[str, ...], token: str) -> int | None
     return None
 
 
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise ValueError("vocabulary.spm is not a SentencePiece model (a truncated varint)")
+        byte = data[at]
+        value, shift, at = value | (byte & 0x7F) << shift, shift + 7, at + 1
+        if not byte & 0x80:
+            return value, at
+
+
+def _fields(data: bytes):
+    """(field number, wire type, value: int or bytes) of a protobuf message."""
+    at = 0
+    while at < len(data):
+        key, at = _varint(data, at)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, at = _varint(data, at)
+        elif wire in (1, 5):
+            value, at = data[at:at + (8 if wire == 1 else 4)], at + (8 if wire == 1 else 4)
+        elif wire == 2:
+            size, at = _varint(data, at)
+            value, at = data[at:at + size], at + size
+        else:
+            raise ValueError(f"vocabulary.spm is not a SentencePiece model (wire type {wire})")
+        if at > len(data):
+            raise ValueError("vocabulary.spm is not a SentencePiece model (a field runs past the end)")
+        yield number, wire, value
+
+
+def _spm_pieces(data: bytes) -> list[str]:
+    """The pieces of a SentencePiece `ModelProto` (field 1, each a `SentencePiece` whose field 1 is the piece), in
+    id order."""
+    pieces = []
+    for number, wire, value in _fields(data):
+        if number == 1 and wire == 2:
+            pieces.append(next((v.decode("utf-8", "replace") for n, w, v in _fields(value) if n == 1 and w == 2), ""))
+    return pieces
+
+
 def preset_pad_id(path: Path, token: str) -> tuple[int, str]:
     """The pad id of a preset whose backbone takes a padding mask rather than a pad id (BERT): the id of `token` in
     its tokenizer's vocabulary, or what this tool recorded when it wrote the preset; else a `ValueError` asking for
     it (never assumed)."""
     from transformer_parity.io import outputs
 
-    for where in (VOCABULARY, BPE_VOCABULARY):
+    for where in (VOCABULARY, BPE_VOCABULARY, SPM_VOCABULARY):
         if path.joinpath(*where).is_file():
             index = _vocabulary_id(path, where, token)
             if index is None:
@@ -206,8 +251,8 @@ def preset_pad_id(path: Path, token: str) -> tuple[int, str]:
     if recorded is None or (isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 0):
         return recorded, f"pad_id={recorded}: recorded by transformer-parity when it wrote this preset"
     raise ValueError(f"the backbone takes a padding mask, not a pad id, and the preset has no tokenizer vocabulary "
-                     f"({'/'.join(VOCABULARY)} or vocabulary.json) to tell which id pads: give --set pad_id=N (the id "
-                     f"of {token}) or --set pad_id=none")
+                     f"(vocabulary.txt, .json or .spm in assets/tokenizer) to tell which id pads: give --set pad_id=N "
+                     f"(the id of {token}) or --set pad_id=none")
 
 
 def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[str, Any] | None = None,
