@@ -19,6 +19,7 @@ Adding a layout is adding one module and one line here.
 | `nn-transformer` | `nn_transformer` | state dicts of models built around `torch.nn.Transformer`          |
 | `kerashub-gpt2`  | `kerashub_gpt2`  | KerasHub `GPT2Backbone` / `GPT2CausalLM` presets and weights       |
 | `kerashub-bert`  | `kerashub_bert`  | KerasHub `BertBackbone` presets and weights                        |
+| `kerashub-roberta`, `-distilbert`, `-albert` | `kerashub_roberta`, ... | KerasHub RoBERTa, DistilBERT, ALBERT |
 | `kerashub-llama`, `-mistral`, `-qwen`, `-qwen3`, `-gemma`, `-phi3` | `kerashub_llama`, ... | KerasHub causal LMs |
 | `kerashub-seq2seq` | `kerashub_seq2seq` | keras.io's English-to-Spanish KerasHub model's `.weights.h5`   |
 | `--layout FILE`  | `user`           | a layout file a user writes (TOML) for a model this tool never saw |
@@ -54,6 +55,9 @@ HF_LAYOUTS = {
 KERASHUB_LAYOUTS = {
     "kerashub-gpt2": "kerashub_gpt2",
     "kerashub-bert": "kerashub_bert",
+    "kerashub-roberta": "kerashub_roberta",
+    "kerashub-distilbert": "kerashub_distilbert",
+    "kerashub-albert": "kerashub_albert",
     "kerashub-llama": "kerashub_llama",
     "kerashub-mistral": "kerashub_mistral",
     "kerashub-qwen": "kerashub_qwen",

@@ -165,32 +165,94 @@ def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Ma
 
 
 VOCABULARY = ("assets", "tokenizer", "vocabulary.txt")  # where KerasHub's WordPiece tokenizer keeps its vocabulary
+BPE_VOCABULARY = ("assets", "tokenizer", "vocabulary.json")  # a byte-pair tokenizer's (RoBERTa): token -> id
+SPM_VOCABULARY = ("assets", "tokenizer", "vocabulary.spm")  # a SentencePiece model (ALBERT): its pieces, in id order
 MAX_VOCABULARY = 64 << 20
 
 
+def _vocabulary_id(path: Path, where: tuple[str, ...], token: str) -> int | None:
+    """The id of `token` in the vocabulary file at `where` (a line of vocabulary.txt, vocabulary.json's value,
+    vocabulary.spm's piece index);
+    None if it has none."""
+    from .hf_dir import member
+
+    file = member(path, "/".join(where))
+    if file.stat().st_size > MAX_VOCABULARY:
+        raise ValueError(f"{'/'.join(where)} is over {MAX_VOCABULARY >> 20} MiB")
+    if where == SPM_VOCABULARY:
+        return next((i for i, piece in enumerate(_spm_pieces(file.read_bytes())) if piece == token), None)
+    if where == BPE_VOCABULARY:
+        table = _json(file)
+        value = table.get(token)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ValueError(f"{'/'.join(where)} gives {token} the id {value!r}, not a token id")
+        return value
+    for index, line in enumerate(file.read_text(encoding="utf-8", errors="replace").splitlines()):
+        if line.strip() == token:
+            return index
+    return None
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise ValueError("vocabulary.spm is not a SentencePiece model (a truncated varint)")
+        byte = data[at]
+        value, shift, at = value | (byte & 0x7F) << shift, shift + 7, at + 1
+        if not byte & 0x80:
+            return value, at
+
+
+def _fields(data: bytes):
+    """(field number, wire type, value: int or bytes) of a protobuf message."""
+    at = 0
+    while at < len(data):
+        key, at = _varint(data, at)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, at = _varint(data, at)
+        elif wire in (1, 5):
+            value, at = data[at:at + (8 if wire == 1 else 4)], at + (8 if wire == 1 else 4)
+        elif wire == 2:
+            size, at = _varint(data, at)
+            value, at = data[at:at + size], at + size
+        else:
+            raise ValueError(f"vocabulary.spm is not a SentencePiece model (wire type {wire})")
+        if at > len(data):
+            raise ValueError("vocabulary.spm is not a SentencePiece model (a field runs past the end)")
+        yield number, wire, value
+
+
+def _spm_pieces(data: bytes) -> list[str]:
+    """The pieces of a SentencePiece `ModelProto` (field 1, each a `SentencePiece` whose field 1 is the piece), in
+    id order."""
+    pieces = []
+    for number, wire, value in _fields(data):
+        if number == 1 and wire == 2:
+            pieces.append(next((v.decode("utf-8", "replace") for n, w, v in _fields(value) if n == 1 and w == 2), ""))
+    return pieces
+
+
 def preset_pad_id(path: Path, token: str) -> tuple[int, str]:
-    """The pad id of a preset whose backbone takes a padding mask rather than a pad id (BERT): the line of `token` in
+    """The pad id of a preset whose backbone takes a padding mask rather than a pad id (BERT): the id of `token` in
     its tokenizer's vocabulary, or what this tool recorded when it wrote the preset; else a `ValueError` asking for
     it (never assumed)."""
     from transformer_parity.io import outputs
-    from .hf_dir import member
 
-    vocabulary = path.joinpath(*VOCABULARY)
-    if vocabulary.is_file():
-        file = member(path, "/".join(VOCABULARY))
-        if file.stat().st_size > MAX_VOCABULARY:
-            raise ValueError(f"{'/'.join(VOCABULARY)} is over {MAX_VOCABULARY >> 20} MiB")
-        for index, line in enumerate(file.read_text(encoding="utf-8", errors="replace").splitlines()):
-            if line.strip() == token:
-                return index, f"pad_id={index}: {token} in the preset's {'/'.join(VOCABULARY)}"
-        raise ValueError(f"its {'/'.join(VOCABULARY)} has no {token} token; give the pad id with --set pad_id=N "
-                         "(or --set pad_id=none)")
+    for where in (VOCABULARY, BPE_VOCABULARY, SPM_VOCABULARY):
+        if path.joinpath(*where).is_file():
+            index = _vocabulary_id(path, where, token)
+            if index is None:
+                raise ValueError(f"its {'/'.join(where)} has no {token} token; give the pad id with --set pad_id=N "
+                                 "(or --set pad_id=none)")
+            return index, f"pad_id={index}: {token} in the preset's {'/'.join(where)}"
     recorded = outputs.written_settings(path, [CONFIG, WEIGHTS]).get("pad_id", "absent")
     if recorded is None or (isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 0):
         return recorded, f"pad_id={recorded}: recorded by transformer-parity when it wrote this preset"
     raise ValueError(f"the backbone takes a padding mask, not a pad id, and the preset has no tokenizer vocabulary "
-                     f"({'/'.join(VOCABULARY)}) to tell which id pads: give --set pad_id=N ({token} is 0 in BERT's "
-                     "vocabularies) or --set pad_id=none")
+                     f"(vocabulary.txt, .json or .spm in assets/tokenizer) to tell which id pads: give --set pad_id=N "
+                     f"(the id of {token}) or --set pad_id=none")
 
 
 def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[str, Any] | None = None,
@@ -213,7 +275,7 @@ def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[st
                 **(module.TASK_FIELDS[task] if task else {}), **dict(fields or {})}
     if getattr(module, "PAD_TOKEN", None) and "pad_id" not in inferred:
         raise ValueError(f"{path} ({declared}): a bare .weights.h5 does not tell which id pads (the backbone takes a "
-                         f"padding mask): give --set pad_id=N ({module.PAD_TOKEN} is 0 in BERT's vocabularies) or "
+                         f"padding mask): give --set pad_id=N (the id of {module.PAD_TOKEN}) or "
                          "--set pad_id=none")
     config, notes = user.infer_config(shapes, inferred, source=f"{path} ({declared})")
     origins = {"num_encoder_layers": "one more than the highest encoder layer index of the weights",
@@ -284,12 +346,21 @@ def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: 
         files[TASK_CONFIG] = _serialized(module, task, {"backbone": files[CONFIG], "preprocessor": None,
                                                         **module.task_config(backbone, task)}, None)
     path = outputs.check_output_dir(path, force, PRESET_DIR)
-    _write_dir(path, files, {WEIGHTS: {_keras_path(k, repeated): v for k, v in state.items()
-                                       if not k.startswith(TASK_PREFIX)},
-                             TASK_WEIGHTS: {_keras_path(k[len(TASK_PREFIX):], repeated): v for k, v in state.items()
-                                            if k.startswith(TASK_PREFIX)}}, force, notes,
+    _write_dir(path, files, {WEIGHTS: _keras_file({k: v for k, v in state.items() if not k.startswith(TASK_PREFIX)},
+                                              repeated),
+                             TASK_WEIGHTS: _keras_file({k[len(TASK_PREFIX):]: v for k, v in state.items()
+                                                        if k.startswith(TASK_PREFIX)}, repeated)}, force, notes,
                {"pad_id": config.pad_id} if getattr(module, "PAD_TOKEN", None) else None)
     return module.NAME
+
+
+def _keras_file(state: dict[str, np.ndarray], repeated: list[str]) -> dict[str, np.ndarray]:
+    """One file's datasets under Keras's paths: `X_0` back to `X` for a repeated layer or where an `X_1` sibling
+    exists (ALBERT's `dense`, `dense_1`), as `user.keras_names` read them."""
+    from .user import keras_paths
+
+    paths = keras_paths(list(state), repeated)
+    return {paths[k]: v for k, v in state.items()}
 
 
 def save_weights_file(path: str | os.PathLike, config: rn.TransformerConfig, weights: dict[str, np.ndarray],

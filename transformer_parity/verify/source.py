@@ -514,7 +514,7 @@ def _kerashub_source(path: Path, config: rn.TransformerConfig) -> Source:
         inputs = {"token_ids": ids, "padding_mask": ids != pad if pad is not None else np.ones(ids.shape, bool)}
         if "src_type_ids" in batch:
             inputs["segment_ids"] = batch["src_type_ids"]
-        if cls_name == "BertMaskedLM":  # its head predicts mask_positions: every position, as the canonical head
+        if cls_name.endswith("MaskedLM"):  # its head predicts mask_positions: every position, as the canonical head
             inputs["mask_positions"] = np.broadcast_to(np.arange(ids.shape[1]), ids.shape).astype(np.int32)
         layers = _kerashub_layers(model, config)
         out = model(inputs)
