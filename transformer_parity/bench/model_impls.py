@@ -363,6 +363,7 @@ def _keras_hub_lm(problem, weights):
     Face directory by KerasHub's own converter (`keras_hub.src.utils.transformers.convert_gpt2`; `from_preset` on a
     Hugging Face directory imports every converter, one of which needs sentencepiece). The Llama-like families: the
     project's KerasHub preset export (`kerashub_preset.save_preset`), loaded by `CausalLM.from_preset`."""
+    import tf_impl.startup  # noqa: F401 (TensorFlow's start-up notices kept off the terminal)
     import keras_hub
     from transformer_parity.layouts import kerashub_preset
     c = problem.config
@@ -393,7 +394,6 @@ def _build_keras_hub(problem, weights, inputs, mode: str) -> Runner:
     c = problem.config
     if not c.is_decoder_only:
         raise Unsupported("only KerasHub's causal LMs are wired here (decoder-only models)")
-    import tf_impl.startup  # noqa: F401 (TensorFlow's start-up notices kept off the terminal)
     lm = _keras_hub_lm(problem, weights)
     batch = {"token_ids": tf.constant(inputs.tgt), "padding_mask": tf.constant(inputs.tgt != c.pad_id)}
     labels = tf.constant(inputs.labels)
