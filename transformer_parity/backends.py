@@ -86,6 +86,18 @@ class Backend:
                         for k, v in model.trace(src, tgt, **kwargs).items()}
         return {k: np.asarray(v) for k, v in model.trace(src, tgt, **kwargs).items()}
 
+    def run_block(self, config: rn.TransformerConfig, block, weights: Mapping[str, np.ndarray], dtype: str,
+                  state: dict) -> dict[str, np.ndarray]:
+        """One block of the model (`reference_numpy.blocks`) built from its canonical weights and run on `state`
+        (float32 or float64), for a layer-streamed verify: what it records, as NumPy arrays."""
+        if self.name == "numpy":
+            from reference_numpy import blocks
+        elif self.name == "torch":
+            from torch_impl import blocks
+        else:
+            from tf_impl import blocks
+        return blocks.run_block(config, block, weights, dtype, state)
+
 
 def get(name: str) -> Backend:
     """The backend called `name` (`tf` is `keras`)."""

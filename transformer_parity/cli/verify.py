@@ -110,7 +110,7 @@ def cmd_verify(args) -> int:
                             formats=declared or None,
                             dtype=args.dtype, **shape, progress=progress, outputs_only=args.outputs_only,
                             autocast=args.autocast, source=args.source, expect=args.expect,
-                            builtin_source=not args.no_source, allow_drop=args.allow_drop)
+                            builtin_source=not args.no_source, allow_drop=args.allow_drop, stream=args.stream)
     finally:
         if status is not None:
             status.stop()
@@ -176,6 +176,9 @@ def register(sub) -> None:
                         "preset, torch.nn for an nn-transformer file): the verdict is then self-consistent only")
     p.add_argument("--write-probe", metavar="FILE.npz",
                    help="write the inputs verify would use (src_ids, tgt_ids, src_type_ids) to FILE.npz and exit")
+    p.add_argument("--stream", choices=("auto", "on", "off"), default="auto",
+                   help="run one block at a time (a layer-streamed verify: a model larger than memory; the source "
+                        "library is not run): on, off, or auto (default: when the whole model would not fit)")
     p.add_argument("--json", metavar="PATH", help="also write a machine-readable report ('-': stdout only)")
     p.add_argument("--force", action="store_true", help="overwrite the --json or --write-probe file if it exists")
     p.set_defaults(func=cmd_verify)

@@ -39,7 +39,8 @@ from transformer_parity.errors import UsageError
 from .tolerances import (EPS32, EPS64, PAIR_RATIO_LIMIT, RATIO_LIMIT, compare, floors,  # noqa: F401 (the rule)
                          max_abs)
 
-from .results import JUDGE, Report, Row, Subject, output_name  # noqa: F401 (the verify API)
+from .results import (JUDGE, Report, Row, Subject, nonfinite_problems, output_name,  # noqa: F401 (the verify API)
+                      recorded_inputs, row)
 DEFAULT_SHAPE = {"batch": 2, "src_len": 37, "tgt_len": 29}
 
 Progress = Callable[[str], None]
@@ -156,9 +157,9 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
     rows = []
     for name in judge:
         for s in subjects:
-            rows.append(_row(name, (s.label, JUDGE), outputs[s.label].get(name), judge[name], floor[name], limit))
+            rows.append(row(name, (s.label, JUDGE), outputs[s.label].get(name), judge[name], floor[name], limit))
         for a, b in itertools.combinations([s.label for s in subjects], 2):
-            rows.append(_row(name, (a, b), outputs[a].get(name), outputs[b].get(name), floor[name], pair_limit,
+            rows.append(row(name, (a, b), outputs[a].get(name), outputs[b].get(name), floor[name], pair_limit,
                              "pair"))
     runs = []
     if source is not None:
@@ -215,12 +216,12 @@ def _source_rows(judge, floor32, floor, dtype: str, runs, subjects: Sequence[Sub
             actual = r.outputs[name]
             wide = actual.dtype == np.float64
             own = floor32[name] * (EPS64 / EPS32 if wide else 1.0)
-            rows.append(_row(name, (r.label, JUDGE), actual, judge[name], own, RATIO_LIMIT, "source"))
+            rows.append(row(name, (r.label, JUDGE), actual, judge[name], own, RATIO_LIMIT, "source"))
             for other in runs:  # two libraries: each float32 run against the other's, as two ports are
                 library, other_library = r.label.split("-")[0], other.label.split("-")[0]
                 if library < other_library and name in other.outputs and not wide \
                         and other.outputs[name].dtype != np.float64:
-                    rows.append(_row(name, (r.label, other.label), actual, other.outputs[name], floor32[name],
+                    rows.append(row(name, (r.label, other.label), actual, other.outputs[name], floor32[name],
                                      PAIR_RATIO_LIMIT, "source"))
             for s in subjects:
                 if lowp.is_reduced(dtype):
@@ -229,47 +230,8 @@ def _source_rows(judge, floor32, floor, dtype: str, runs, subjects: Sequence[Sub
                     tolerance = own, PAIR_RATIO_LIMIT
                 else:
                     tolerance = max(own, floor[name]), RATIO_LIMIT
-                rows.append(_row(name, (s.label, r.label), outputs[s.label].get(name), actual, *tolerance, "source"))
+                rows.append(row(name, (s.label, r.label), outputs[s.label].get(name), actual, *tolerance, "source"))
     return rows
-
-
-def nonfinite_problems(judge: Mapping[str, np.ndarray], floor_run: Mapping[str, np.ndarray],
-                       weights: Mapping[str, np.ndarray]) -> list[str]:
-    """A judge or floor that is not finite cannot judge anything (an infinite floor would pass any error): name the
-    first sublayer where it happens and the weight behind it."""
-    for name, desired in judge.items():
-        for label, values in ((JUDGE, desired), ("the float32 floor run", floor_run.get(name))):
-            if values is not None and not np.all(np.isfinite(values)):
-                return [f"{label} is not finite at sublayer {name} ({_culprit(weights)}); no tolerance can be "
-                        "derived, so nothing can pass"]
-    return []
-
-
-def _culprit(weights: Mapping[str, np.ndarray]) -> str:
-    """The weight that makes the reference overflow: a NaN/inf one, else the largest beyond float32's range."""
-    top = float(np.finfo(np.float32).max)
-    worst_name, worst = None, 0.0
-    for name, value in weights.items():
-        value = np.asarray(value)
-        if not np.all(np.isfinite(value)):
-            return f"weight {name} holds NaN or inf"
-        m = max_abs(value)
-        if m > worst:
-            worst_name, worst = name, m
-    if worst > top:
-        return f"weight {worst_name} has magnitude {worst:.3g}, beyond float32's largest {top:.3g}"
-    return (f"no weight is beyond float32's range; the largest is {worst_name} at {worst:.3g}, so an activation "
-            "overflows")
-
-
-def _row(name: str, backends: tuple[str, str], actual, desired, floor: float, limit: float,
-         kind: str = "port") -> Row:
-    if actual is None or desired is None:
-        err = rel = math.inf
-    else:
-        err, rel = compare(actual, desired)
-    ratio = err / floor if math.isfinite(floor) else math.inf  # an infinite floor must not excuse any error
-    return Row(name, backends, err, rel, floor, ratio, limit, bool(ratio <= limit), kind)
 
 
 # --- entry point: checkpoints or a preset ---------------------------------------------------------------------------
@@ -279,7 +241,7 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         batch: int = 2, src_len: int | None = None, tgt_len: int | None = None, seed: int = 0,
         progress: Progress | None = None, outputs_only: bool = False, autocast: bool = False,
         source: str | None = None, expect: str | os.PathLike | None = None, builtin_source: bool = True,
-        allow_drop: Sequence[str] = ()) -> Report:
+        allow_drop: Sequence[str] = (), stream: str = "auto") -> Report:
     """Verify checkpoints (or, with none, the `preset` with seeded weights).
 
     - no checkpoint: seeded weights for `preset` (with `fields` applied) in every backend;
@@ -292,6 +254,8 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
     `src_len` / `tgt_len` left out: 37 and 29, clipped to a model whose `max_len` is shorter (a note says so).
     The first checkpoint is also judged against its source (`source`): `source` (FILE.py:NAME), `expect` (an .npz
     of inputs and outputs computed elsewhere), or by default the built-in one for its kind (`builtin_source`).
+    `stream`: `on` runs one block at a time (`verify.streamed`: a model larger than memory, no source run), `off`
+    the whole model, `auto` (the default) streams one checkpoint whose whole-model run would not fit in memory.
     """
     from transformer_parity import formats as fmt
 
@@ -321,10 +285,21 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
             notes.append("weights not compared (--outputs-only)")
     else:
         first = None
+        if stream not in STREAM_MODES:
+            raise UsageError(f"--stream must be one of {', '.join(STREAM_MODES)}, received {stream!r}")
         if checkpoints:
             if progress:
                 progress(f"reading {Path(checkpoints[0]).name}")
-            item = first = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop)
+            item = first = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop,
+                                    lazy=stream != "off")
+            if _streams(stream, item.config, item.weights, batch, src_len, tgt_len, backends):
+                if source or expect:
+                    raise UsageError("a layer-streamed verify does not run a source; give --source/--expect with "
+                                     "--stream off on a machine where the whole model fits")
+                return _streamed(item, backends, dtype, batch, src_len, tgt_len, seed, progress, notes,
+                                 "--no-source" if not builtin_source else None)
+            if any(rn.mapping.is_lazy(v) for v in item.weights.values()):  # whole model: read it whole
+                item = first = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop)
             notes += [f"{item.path.name}: {n}" for n in item.notes]
             config, weights, label = item.config, item.weights, item.path.name
         else:
@@ -351,6 +326,12 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         reference = Subject(label, "numpy", config, weights, label)
         numpy_label = {"bfloat16": "numpy-bf16", "float16": "numpy-f16"}.get(dtype, f"numpy-f{dtype[5:]}")
         subjects = [Subject(b if b != "numpy" else numpy_label, b, config, weights, label) for b in chosen]
+        if not checkpoints and stream == "on":
+            from transformer_parity.verify import streamed
+
+            src_len, tgt_len = default_lengths(config, src_len, tgt_len, notes)
+            return streamed.report(reference, subjects, dtype, batch, src_len, tgt_len, seed, progress, notes,
+                                   "no source given (seeded weights have none)")
     oracle, self_consistent = _choose_source(first, source, expect, builtin_source,
                                              loaded[1:] if len(checkpoints) >= 2 else ())
     if oracle is None or oracle.inputs is None:
@@ -381,6 +362,46 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
     return report
 
 
+STREAM_MODES = ("auto", "on", "off")
+
+
+def _streams(stream: str, config: rn.TransformerConfig, weights, batch: int, src_len: int | None,
+             tgt_len: int | None, backends: Sequence[str] | None) -> bool:
+    """Whether one checkpoint is verified layer by layer: asked for (`on`), or (`auto`) read lazily and too large
+    for the whole-model run's estimate (the judge, the floor and every backend's model at once)."""
+    if stream != "auto":
+        return stream == "on"
+    if not any(rn.mapping.is_lazy(v) for v in weights.values()):
+        return False
+    from transformer_parity.io import limits
+
+    s, t = default_lengths(config, src_len, tgt_len, [])
+    runs = len(backends) if backends is not None else len(available_backends()) + 1
+    need = limits.estimate_bytes(config, batch, s, t, itemsize=4, weight_copies=3 + runs, traces=3 + runs)
+    return need > limits.available_bytes()
+
+
+def _streamed(item, backends: Sequence[str] | None, dtype: str, batch: int, src_len: int | None,
+              tgt_len: int | None, seed: int, progress, notes: list[str], self_consistent: str | None) -> Report:
+    """`run` for one checkpoint, one block at a time (`verify.streamed`)."""
+    from transformer_parity.verify import streamed
+
+    chosen = list(backends) if backends is not None else available_backends()
+    missing = [b for b in chosen if b != "numpy" and b not in available_backends()]
+    if missing:
+        raise UsageError(f"backend(s) {missing} not installed (pip install 'transformer-parity[torch,tf]')")
+    label = item.path.name
+    notes = notes + [f"{label}: {n}" for n in item.notes]
+    reference = Subject(label, "numpy", item.config, item.weights, label)
+    numpy_label = f"numpy-f{dtype[5:]}"
+    subjects = [Subject(b if b != "numpy" else numpy_label, b, item.config, item.weights, label) for b in chosen]
+    src_len, tgt_len = default_lengths(item.config, src_len, tgt_len, notes)
+    result = streamed.report(reference, subjects, dtype, batch, src_len, tgt_len, seed, progress, notes,
+                             self_consistent)
+    result.dropped = [f"{label}: {name}" for name in item.dropped]
+    return result
+
+
 def default_lengths(config: rn.TransformerConfig, src_len: int | None, tgt_len: int | None,
                     notes: list[str]) -> tuple[int, int]:
     """The lengths given, or the defaults (37, 29) clipped to the model's `max_len`, with a note saying so; a
@@ -400,15 +421,6 @@ def default_lengths(config: rn.TransformerConfig, src_len: int | None, tgt_len: 
         else:
             lengths.append(default)
     return lengths[0], lengths[1]
-
-
-def recorded_inputs(config: rn.TransformerConfig, batch: int, src_len: int, tgt_len: int, seed: int | None
-                    ) -> dict[str, int | None]:
-    """The inputs as the report records them: no target length for a model that reads one sequence."""
-    inputs = {"batch": batch, "src_len": src_len, "tgt_len": tgt_len, "seed": seed}
-    if not config.is_encoder_decoder:
-        del inputs["tgt_len"]
-    return inputs
 
 
 def _kind(config: rn.TransformerConfig) -> str:

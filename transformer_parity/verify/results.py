@@ -11,6 +11,8 @@ import numpy as np
 
 import reference_numpy as rn
 
+from .tolerances import compare, max_abs
+
 JUDGE = "numpy-f64"
 
 
@@ -72,6 +74,7 @@ class Report:
     problems: list[str] = field(default_factory=list)  # why the judge itself cannot be trusted (non-finite values)
     weights: list[Any] = field(default_factory=list)  # weight_diff.WeightRow per tensor (two or more checkpoints)
     weights_compared: bool = False  # False: one checkpoint or none, or --outputs-only
+    mode: str = "whole model"  # or "layer-streamed" (`verify.streamed`): one block at a time
     dropped: list[str] = field(default_factory=list)  # tensors left out by --allow-drop ("file: name")
     sources: list[dict[str, str]] = field(default_factory=list)  # label, name, kind, dtype of each source run
     self_consistent: str | None = "no source given"  # why no source judged the outputs (None: one did)
@@ -121,3 +124,51 @@ def finite(x: float) -> float | None:
 def output_name(judge: Mapping[str, Any]) -> str:
     """The model's output among the judge's sublayers: `logits`, or `last_hidden_state` for a bare backbone."""
     return "logits" if "logits" in judge else "last_hidden_state"
+
+
+def nonfinite_problems(judge: Mapping[str, np.ndarray], floor_run: Mapping[str, np.ndarray],
+                       weights: Mapping[str, np.ndarray]) -> list[str]:
+    """A judge or floor that is not finite cannot judge anything (an infinite floor would pass any error): name the
+    first sublayer where it happens and the weight behind it."""
+    for name, desired in judge.items():
+        for label, values in ((JUDGE, desired), ("the float32 floor run", floor_run.get(name))):
+            if values is not None and not np.all(np.isfinite(values)):
+                return [f"{label} is not finite at sublayer {name} ({_culprit(weights)}); no tolerance can be "
+                        "derived, so nothing can pass"]
+    return []
+
+
+def _culprit(weights: Mapping[str, np.ndarray]) -> str:
+    """The weight that makes the reference overflow: a NaN/inf one, else the largest beyond float32's range."""
+    top = float(np.finfo(np.float32).max)
+    worst_name, worst = None, 0.0
+    for name, value in weights.items():
+        value = np.asarray(value)
+        if not np.all(np.isfinite(value)):
+            return f"weight {name} holds NaN or inf"
+        m = max_abs(value)
+        if m > worst:
+            worst_name, worst = name, m
+    if worst > top:
+        return f"weight {worst_name} has magnitude {worst:.3g}, beyond float32's largest {top:.3g}"
+    return (f"no weight is beyond float32's range; the largest is {worst_name} at {worst:.3g}, so an activation "
+            "overflows")
+
+
+def row(name: str, backends: tuple[str, str], actual, desired, floor: float, limit: float,
+         kind: str = "port") -> Row:
+    if actual is None or desired is None:
+        err = rel = math.inf
+    else:
+        err, rel = compare(actual, desired)
+    ratio = err / floor if math.isfinite(floor) else math.inf  # an infinite floor must not excuse any error
+    return Row(name, backends, err, rel, floor, ratio, limit, bool(ratio <= limit), kind)
+
+
+def recorded_inputs(config: rn.TransformerConfig, batch: int, src_len: int, tgt_len: int, seed: int | None
+                    ) -> dict[str, int | None]:
+    """The inputs as the report records them: no target length for a model that reads one sequence."""
+    inputs = {"batch": batch, "src_len": src_len, "tgt_len": tgt_len, "seed": seed}
+    if not config.is_encoder_decoder:
+        del inputs["tgt_len"]
+    return inputs

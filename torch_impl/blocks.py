@@ -1,0 +1,91 @@
+"""One block of the model at a time (`reference_numpy.blocks`), in PyTorch: each block's modules are built on the
+meta device, take that block's canonical weights through `weight_table` and run on the hidden states the previous
+block left in `state` (NumPy arrays, which float32 and float64 tensors round-trip exactly)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+import reference_numpy as rn
+from reference_numpy.blocks import Block, weight_layer
+from reference_numpy.schema import tied_output_embedding
+
+from .model import (DecoderLayer, Embedding, EncoderLayer, HeadTransform, OutputProjection, Pooler, attention_mask,
+                    norm_layer, padding_mask, weight_table)
+
+# The module a block's weights sit under in the whole model's state dict (`weight_table`).
+_PREFIX = {"embed": "{side}_embed.", "layer": "{stack}.layers.{index}.", "final_norm": "{stack}.final_norm.",
+           "pooler": "pooler.", "head": "head.", "output": "output."}
+
+
+def _module(config, block: Block) -> nn.Module:
+    if block.kind == "embed":
+        return Embedding(config, block.side)
+    if block.kind == "layer":
+        cls = EncoderLayer if block.stack == "encoder" else DecoderLayer
+        return cls(config, f"{block.stack}.layers.{weight_layer(config, block)}")
+    if block.kind == "final_norm":
+        return norm_layer(config, config.d_model)
+    return {"pooler": Pooler, "head": HeadTransform, "output": OutputProjection}[block.kind](config)
+
+
+def build_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, np.ndarray], dtype: torch.dtype
+                ) -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    """The block's module on its weights (strictly: every parameter filled, none left over), and the whole model's
+    state entries the block reads but does not own (a tied output table, a shared token table)."""
+    state = rn.mapping.write(rn.mapping.plan(list(weights), weight_table(config)), dict(weights), config.head_dim)
+    prefix = _PREFIX[block.kind].format(side=block.side, stack=block.stack, index=weight_layer(config, block))
+    own = {k[len(prefix):]: torch.from_numpy(np.ascontiguousarray(v)).to(dtype)
+           for k, v in state.items() if k.startswith(prefix)}
+    other = {k: torch.from_numpy(np.ascontiguousarray(v)).to(dtype) for k, v in state.items()
+             if not k.startswith(prefix)}
+    with torch.device("meta"):
+        module = _module(config, block).to(dtype)
+    module = module.to_empty(device="cpu")
+    module.load_state_dict(own, strict=True, assign=True)
+    if isinstance(module, Embedding):
+        module.reset_buffers()
+    return module.eval(), other
+
+
+def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, np.ndarray], dtype, state: dict
+              ) -> dict[str, np.ndarray]:
+    """`reference_numpy.blocks.run_block` in PyTorch at `dtype` (float32 or float64)."""
+    dtype = getattr(torch, np.dtype(dtype).name)
+    module, other = build_block(config, block, weights, dtype)
+    record: dict[str, torch.Tensor] = {}
+    ids = {side: torch.as_tensor(state[f"{side}_ids"]) for side in ("src", "tgt") if f"{side}_ids" in state}
+    x = None if state.get("x") is None else torch.from_numpy(state["x"])
+    with torch.no_grad():
+        if block.kind == "embed":
+            types = state.get("src_type_ids") if block.side == "src" else None
+            shared = other.get("src_embed.token.weight") if config.share_embeddings and block.side == "tgt" else None
+            x = record[f"{block.stack}.embed"] = module(
+                ids[block.side], type_ids=None if types is None else torch.as_tensor(types), token_table=shared)
+        elif block.kind == "layer":
+            t = x.shape[1]
+            if block.stack == "encoder":
+                mask = attention_mask(padding_mask(ids["src"], config.pad_id), t)
+                x = module(x, mask, record, name=block.name)
+            else:
+                self_mask = attention_mask(padding_mask(ids["tgt"], config.pad_id), t, causal=True,
+                                           window=config.sliding_window)
+                memory = state.get("memory")
+                cross = None if memory is None else attention_mask(padding_mask(ids["src"], config.pad_id), t)
+                x = module(x, None if memory is None else torch.from_numpy(memory), self_mask, cross, record)
+        elif block.kind == "pooler":
+            record["pooler"] = module(x)
+        elif block.kind == "output":
+            tied = None
+            if config.tie_embeddings:
+                side = tied_output_embedding(config).split("_", 1)[0]
+                tied = other[f"{side}_embed.token.weight"]
+            x = record["logits"] = module(x, tied)
+        else:
+            x = record[block.name] = module(x)
+    state["x"] = x.numpy()
+    return {name: value.numpy() for name, value in record.items()}

@@ -1,0 +1,150 @@
+"""Layer-streamed verify: the judge, the floor and every backend run one block at a time (`reference_numpy.blocks`),
+so that a model larger than memory can be judged.
+
+For each block (an embedding, one layer, a final norm, the head, the output projection) its weights are read from
+the checkpoint (lazily, where the format allows: canonical safetensors, Hugging Face safetensors), the float64
+reference, the float32 floor and each backend run it on the hidden states *they* produced from the previous block,
+the block's sublayers are compared by the same rule as a whole-model verify (`tolerances`), and everything of the
+block is freed before the next is read. What crosses from block to block is one `(B, T, D)` array per run; so
+the peak is one block's weights in a few copies, never the model.
+
+This is the same computation as the whole model, cut at the layer boundaries: each run carries its own rounding
+through, and the rows (names, errors, floors) are those `verify` reports in one piece; `parity_tests/
+test_streamed_verify.py` checks both that the rows agree and that a planted fault is found in the same place.
+The source library (transformers, keras_hub) loads a whole model, so a layer-streamed run is judged by our
+reference alone and its verdict says so.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from typing import Mapping, Sequence
+
+import numpy as np
+
+import reference_numpy as rn
+from reference_numpy import blocks as rb
+
+from transformer_parity.errors import UsageError
+from .results import JUDGE, Report, Subject, nonfinite_problems, recorded_inputs, row
+from .tolerances import PAIR_RATIO_LIMIT, RATIO_LIMIT, floors
+
+MODE = "layer-streamed"
+FLOOR = "numpy-f32 (floor)"
+
+
+def block_bytes(config: rn.TransformerConfig, weights: Mapping[str, np.ndarray]) -> tuple[rb.Block, int]:
+    """The block with the most weight bytes as stored, and that figure."""
+    sizes = [(block, sum(int(np.prod(weights[n].shape)) * np.dtype(weights[n].dtype).itemsize
+                         for n in rb.block_parameters(config, block))) for block in rb.blocks(config)]
+    return max(sizes, key=lambda item: item[1])
+
+
+def peak_bytes(config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], dtype: str) -> int:
+    """Rough peak of a layer-streamed run: the largest block as stored, in float64 for the judge, and one more copy
+    at the run's precision for the run being built (the runs of a block go one after another); activations are
+    small beside them."""
+    block, stored = block_bytes(config, weights)
+    elements = sum(int(np.prod(weights[n].shape)) for n in rb.block_parameters(config, block))
+    return stored + elements * (8 + 2 * np.dtype(dtype).itemsize)
+
+
+def judge(reference: Subject, subjects: Sequence[Subject], dtype: str, src: np.ndarray, tgt: np.ndarray | None,
+          types: np.ndarray | None, progress=None) -> tuple[list[str], dict[str, float], list, dict[str, float],
+                                                            list[str]]:
+    """Run every block in the judge, the floor and each subject; returns `(sublayers, floors, rows, seconds,
+    problems)` as `verify.judge_subjects` computes them for the whole model."""
+    from transformer_parity import backends
+
+    if dtype not in ("float32", "float64"):
+        raise UsageError(f"a layer-streamed verify runs float32 or float64, received --dtype {dtype}")
+    config = reference.config
+    for s in subjects:
+        if s.config != config or s.weights is not reference.weights:
+            raise UsageError("a layer-streamed verify runs one checkpoint in every backend; several checkpoints are "
+                             "compared whole (drop --stream on)")
+    inputs = _inputs(config, src, tgt, types)
+    runs = [(JUDGE, "numpy", "float64"), (FLOOR, "numpy", "float32")] + [(s.label, s.backend, dtype) for s in subjects]
+    states = {label: dict(inputs) for label, _, _ in runs}
+    seconds = {label: 0.0 for label, _, _ in runs}
+    sublayers, floor, rows, problems = [], {}, [], []
+    every = rb.blocks(config)
+    previous = None
+    for n, block in enumerate(every):
+        if progress:
+            progress(f"{block.name} ({n + 1} of {len(every)} blocks, {MODE})")
+        weights = {name: np.asarray(reference.weights[name]) for name in rb.block_parameters(config, block)}
+        records = {}
+        for label, backend, run_dtype in runs:
+            state = states[label]
+            if previous is not None and previous.stack == "encoder" and block.stack == "decoder":
+                state["memory"] = state["x"]  # the encoder's output, read by every decoder layer
+            start = time.perf_counter()
+            if backend == "numpy":
+                with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported, not warned about
+                    records[label] = rb.run_block(config, block, weights, run_dtype, state)
+            else:
+                records[label] = backends.get(backend).run_block(config, block, weights, run_dtype, state)
+            seconds[label] += time.perf_counter() - start
+        if block == every[-1] and not config.output_projection:  # a bare backbone's output
+            for label, _, _ in runs:
+                records[label]["last_hidden_state"] = states[label]["x"]
+        previous = block
+        problems = problems or nonfinite_problems(records[JUDGE], records[FLOOR], weights)
+        block_floor = floors(records[JUDGE], records[FLOOR], dtype)
+        for name, desired in records[JUDGE].items():
+            sublayers.append(name)
+            floor[name] = block_floor[name]
+            for s in subjects:
+                rows.append(row(name, (s.label, JUDGE), records[s.label].get(name), desired, floor[name],
+                                 RATIO_LIMIT))
+            for a, b in itertools.combinations([s.label for s in subjects], 2):
+                rows.append(row(name, (a, b), records[a].get(name), records[b].get(name), floor[name],
+                                 PAIR_RATIO_LIMIT, "pair"))
+        del weights, records
+    return sublayers, floor, rows, {k: v for k, v in seconds.items() if math.isfinite(v)}, problems
+
+
+def _inputs(config: rn.TransformerConfig, src: np.ndarray, tgt: np.ndarray | None, types: np.ndarray | None
+            ) -> dict[str, np.ndarray]:
+    """What the first block reads: a decoder-only model's one sequence is its target side."""
+    if config.is_decoder_only:
+        return {"tgt_ids": src}
+    inputs = {"src_ids": src}
+    if types is not None:
+        inputs["src_type_ids"] = types
+    if config.has_decoder:
+        inputs["tgt_ids"] = tgt
+    return inputs
+
+
+def report(reference: Subject, subjects: Sequence[Subject], dtype: str, batch: int, src_len: int, tgt_len: int,
+           seed: int, progress=None, notes: Sequence[str] = (), self_consistent: str | None = None) -> Report:
+    """The layer-streamed counterpart of `verify.judge_subjects` (float32 or float64, no source run)."""
+    from transformer_parity.io import limits
+
+    config = reference.config
+    for name, value in (("batch", batch), ("src-len", src_len), ("tgt-len", tgt_len)):
+        if value < 1:
+            raise UsageError(f"--{name} must be >= 1, received {value}")
+    block, stored = block_bytes(config, reference.weights)
+    limits.check_memory(peak_bytes(config, reference.weights, dtype),
+                        f"a layer-streamed verify (its largest block, {block.name}, holds "
+                        f"{limits.human_bytes(stored)} of weights)")
+    try:
+        src, tgt = rn.sample_batch(config, batch, src_len, tgt_len, seed)
+        types = rn.sample_type_ids(config, src, seed)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    sublayers, floor, rows, seconds, problems = judge(reference, subjects, dtype, src, tgt, types, progress)
+    return Report(sublayers=sublayers, floors=floor, rows=rows,
+                  subjects=[{"label": s.label, "backend": s.backend, "source": s.source} for s in subjects],
+                  judge=f"{JUDGE} on {reference.source or reference.label}", dtype=dtype,
+                  inputs=recorded_inputs(config, batch, src_len, tgt_len, seed),
+                  notes=[f"{MODE}: {len(rb.blocks(config))} blocks run one at a time (largest {block.name}, "
+                         f"{limits.human_bytes(stored)} of weights)"] + list(notes),
+                  seconds=seconds, problems=problems, mode=MODE,
+                  self_consistent=self_consistent or "a layer-streamed run does not load the source library, which "
+                                                     "would hold the whole model")
