@@ -84,9 +84,9 @@ def to_canonical_state(config: rn.TransformerConfig, state: dict[str, Any]) -> N
         if key in state and np.shape(state[key]) == (config.max_len, config.d_model):  # else the shape check says
             rows = np.asarray(state[key])
             state[key] = np.concatenate([np.zeros((POSITION_OFFSET, rows.shape[1]), rows.dtype), rows])
-    if config.has_output_bias:
-        dtype = np.asarray(state.get("layers/reversible_embedding/vars/0", np.zeros(0, np.float32))).dtype
-        state[ZERO_BIAS] = np.zeros(config.tgt_vocab_size, dtype)
+    if config.has_output_bias:  # in the token table's dtype (a missing table is refused by the import)
+        tokens = state.get("layers/reversible_embedding/vars/0")
+        state[ZERO_BIAS] = np.zeros(config.tgt_vocab_size, np.float32 if tokens is None else tokens.dtype)
 
 
 def from_canonical_state(config: rn.TransformerConfig, state: dict[str, Any]) -> None:
