@@ -21,6 +21,7 @@ Adding a layout is adding one module and one line here.
 | `kerashub-bert`  | `kerashub_bert`  | KerasHub `BertBackbone` presets and weights                        |
 | `kerashub-roberta`, `-distilbert`, `-albert` | `kerashub_roberta`, ... | KerasHub RoBERTa, DistilBERT, ALBERT |
 | `kerashub-llama`, `-mistral`, `-qwen`, `-qwen3`, `-gemma`, `-phi3` | `kerashub_llama`, ... | KerasHub causal LMs |
+| `kerashub-bart`  | `kerashub_bart`  | KerasHub `BartBackbone` / `BartSeq2SeqLM` presets                  |
 | `kerashub-seq2seq` | `kerashub_seq2seq` | keras.io's English-to-Spanish KerasHub model's `.weights.h5`   |
 | `--layout FILE`  | `user`           | a layout file a user writes (TOML) for a model this tool never saw |
 
@@ -64,6 +65,7 @@ KERASHUB_LAYOUTS = {
     "kerashub-qwen3": "kerashub_qwen3",
     "kerashub-gemma": "kerashub_gemma",
     "kerashub-phi3": "kerashub_phi3",
+    "kerashub-bart": "kerashub_bart",
     "kerashub-seq2seq": "kerashub_seq2seq",
 }
 KERASHUB_PRESETS = ("kerashub", *(name for name in KERASHUB_LAYOUTS if name != "kerashub-seq2seq"))

@@ -157,6 +157,8 @@ def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Ma
         config, settled = module.settle_from_weights(config, state)
         notes += settled
         table = module.table(config)
+    if hasattr(module, "to_canonical_state"):  # arrays whose form differs from the canonical ones (BART's positions)
+        module.to_canonical_state(config, state)
     origins = {**{name: f"config.json {key}" for name, key in module.CONFIG_KEYS.items()},
                **{name: "--set/--config" for name in fields or {}}}
     weights = import_state(config, state, table, source=str(path), consume=True, drops=drops, origins=origins)
@@ -265,6 +267,9 @@ def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[st
         raise ValueError(f"{path}: a bare KerasHub .weights.h5 needs its family: --from "
                          f"{' or --from '.join(FAMILIES)}")
     module = family(declared)
+    if hasattr(module, "to_canonical_state"):  # its arrays are read in the form its preset's config.json says
+        raise ValueError(f"{path}: a bare {declared} .weights.h5 is not read here (its arrays are reshaped by what "
+                         "the preset's config.json says): give the preset directory")
     layout = user.load(module.LAYOUT)
     state = user.keras_names(user.read_keras_h5(path), _repeated(layout.table))
     state, task = _split_task(module, state)
@@ -337,6 +342,8 @@ def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: 
     dtype = str(rn.weights_dtype(weights))
     table = module.table(config)
     state = export_state(config, weights, table, consume=consume)
+    if hasattr(module, "from_canonical_state"):  # refused here, before anything is written
+        module.from_canonical_state(config, state)
     repeated = _repeated(table)
     files: dict[str, Any] = {CONFIG: _serialized(module, module.BACKBONE, backbone, dtype),
                              METADATA: {"keras_version": _version("keras"), "keras_hub_version": _version("keras-hub"),

@@ -511,7 +511,14 @@ def _kerashub_source(path: Path, config: rn.TransformerConfig) -> Source:
 
         model = getattr(keras_hub.models, cls_name).from_preset(str(path))
         ids = batch["src_ids"]
-        inputs = {"token_ids": ids, "padding_mask": ids != pad if pad is not None else np.ones(ids.shape, bool)}
+
+        def padding(x):
+            return x != pad if pad is not None else np.ones(x.shape, bool)
+
+        inputs = {"token_ids": ids, "padding_mask": padding(ids)}
+        if "tgt_ids" in batch:  # an encoder-decoder (BART)
+            inputs = {"encoder_token_ids": ids, "encoder_padding_mask": padding(ids),
+                      "decoder_token_ids": batch["tgt_ids"], "decoder_padding_mask": padding(batch["tgt_ids"])}
         if "src_type_ids" in batch:
             inputs["segment_ids"] = batch["src_type_ids"]
         if cls_name.endswith("MaskedLM"):  # its head predicts mask_positions: every position, as the canonical head
@@ -526,8 +533,8 @@ def _kerashub_source(path: Path, config: rn.TransformerConfig) -> Source:
             values = probe({k: v for k, v in inputs.items() if k in ("token_ids", "padding_mask")})
             return [SourceRun("keras_hub-f32", {OUTPUT: np.asarray(out),
                                                 **{k: np.asarray(v) for k, v in values.items()}})]
-        if isinstance(out, Mapping):  # BertBackbone
-            raw = {OUTPUT: np.asarray(out["sequence_output"])}
+        if isinstance(out, Mapping):  # BertBackbone, BartBackbone
+            raw = {OUTPUT: np.asarray(out["decoder_sequence_output" if "tgt_ids" in batch else "sequence_output"])}
             if config.pooler:
                 raw["pooler"] = np.asarray(out["pooled_output"])
         else:
