@@ -148,7 +148,8 @@ def _steppers(config, weights):
             "tf cached": tf_decoding.cached_stepper(km, compiled=False), "tf recompute": tf_decoding.recompute_stepper(km)}
 
 
-@pytest.mark.parametrize("name", ["llama", "mistral", "qwen2", "gemma", "phi3"])
+@pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
+                                  "phi3"])
 def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
