@@ -41,6 +41,10 @@ MODELS = {  # id -> (transformers class, config class, its settings, our format)
                    "hf-distilbert"),
     "albert-mlm": ("AlbertForMaskedLM", "AlbertConfig", ALBERT_SIZES, "hf-albert"),  # gelu_new, ALBERT's default
     "albert": ("AlbertModel", "AlbertConfig", dict(ALBERT_SIZES, hidden_act="gelu"), "hf-albert"),
+    # the backbones KerasHub holds (test_hf_to_kerashub.py): BERT and ALBERT with tanh GELU, DistilBERT with GELU
+    "bert-tanh-gelu": ("BertModel", "BertConfig", dict(SIZES, hidden_act="gelu_new", pad_token_id=3), "hf-bert"),
+    "distilbert-gelu": ("DistilBertModel", "DistilBertConfig", dict(DISTIL_SIZES, pad_token_id=3), "hf-distilbert"),
+    "albert-tanh-gelu": ("AlbertModel", "AlbertConfig", ALBERT_SIZES, "hf-albert"),
 }
 _cache: dict = {}
 

@@ -42,6 +42,14 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
                                                       tie_word_embeddings=True)),
     "phi3": ("Phi3ForCausalLM", "Phi3Config",
              dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})),
+    # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
+    # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
+    "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
+    "gemma-eps-1e-6": ("GemmaForCausalLM", "GemmaConfig", dict(head_dim=16, hidden_act="gelu_pytorch_tanh",
+                                                               rms_norm_eps=1e-6, tie_word_embeddings=True)),
+    "phi3-longrope": ("Phi3ForCausalLM", "Phi3Config", dict(original_max_position_embeddings=8, rope_parameters={
+        "rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0, 1.2, 1.5, 1.9],
+        "long_factor": [1.1, 2.0, 3.1, 3.9], "original_max_position_embeddings": 8})),
 }
 _cache: dict = {}
 
@@ -148,7 +156,8 @@ def _steppers(config, weights):
             "tf cached": tf_decoding.cached_stepper(km, compiled=False), "tf recompute": tf_decoding.recompute_stepper(km)}
 
 
-@pytest.mark.parametrize("name", ["llama", "mistral", "qwen2", "gemma", "phi3"])
+@pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
+                                  "phi3"])
 def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)

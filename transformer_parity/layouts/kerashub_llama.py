@@ -2,12 +2,14 @@
 model): decoder-only, pre-norm, RMSNorm, rotary positions, grouped-query attention, a SwiGLU feed-forward.
 
 The math, read from keras-hub 0.32 (`keras_hub/src/models/llama/`): `LlamaLayerNorm` is an RMSNorm computed in
-float32; `LlamaRotaryEmbedding` rotates the two halves of each head, frequencies `1 / max_wavelength^(2i/d)`, divided by
-`rope_position_scaling_factor` (transformers' linear rope) and, with the four llama3 arguments, smoothed as
-transformers' llama3 rope; scores times 1/sqrt(head_dim); `silu(gate(x)) * intermediate(x)`; no biases anywhere.
-`LlamaCausalLM`'s logits are the reverse embedding (untied) or the embedding (tied). The model takes any length: it
-has no position table, so the canonical `max_len` (a bound on inputs that no weight or frequency here depends on)
-is `MAX_LEN`. The table is the layout file `kerashub_llama.toml` beside this module.
+float32; `LlamaRotaryEmbedding` rotates the two halves of each head, frequencies `1 / max_wavelength^(2i/d)`, with the
+four llama3 arguments smoothed as transformers' llama3 rope. Its `_get_inverse_freq` replaces the base class's and never
+applies `rope_position_scaling_factor`: keras_hub computes unscaled positions whatever that key says, so a preset
+that sets it is refused and transformers' linear rope has no KerasHub Llama equivalent. Scores times 1/sqrt(head_dim);
+`silu(gate(x)) * intermediate(x)`; no biases anywhere. `LlamaCausalLM`'s logits are the reverse embedding (untied) or
+the embedding (tied). The model takes any length: it has no position table, so the canonical `max_len` (a bound on
+inputs that no weight or frequency here depends on) is `MAX_LEN`. The table is the layout file `kerashub_llama.toml`
+beside this module.
 """
 
 from __future__ import annotations
@@ -68,24 +70,27 @@ def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn
     return config, []
 
 
+IGNORED_FACTOR = ("keras-hub 0.32's LlamaRotaryEmbedding never applies rope_position_scaling_factor: keras_hub "
+                  "computes unscaled positions")
+
+
 def _rope_scaling(backbone: dict[str, Any]) -> dict[str, Any] | None:
-    """transformers' rope parameters for KerasHub's: `rope_position_scaling_factor` divides every frequency (linear),
-    the four llama3 arguments smooth them (llama3); both at once is refused (no transformers rope type does both)."""
+    """transformers' rope parameters for KerasHub's: the four llama3 arguments smooth the frequencies (llama3).
+    A `rope_position_scaling_factor` other than 1 is refused: keras_hub does not apply it (`IGNORED_FACTOR`)."""
     from .hf import number
 
     factor = number(backbone, "rope_position_scaling_factor", 1.0)
     given = [key for key in _LLAMA3 if backbone.get(key) is not None]
     if given and len(given) != len(_LLAMA3):
         raise ValueError(f"config.json sets {given} but not all of {list(_LLAMA3)} (KerasHub needs all four)")
-    if given and factor != 1.0:
-        raise ValueError(f"config.json rope_position_scaling_factor={factor} with the llama3 rope arguments is not "
-                         "supported (no transformers rope type scales both ways)")
+    if factor != 1.0:
+        raise ValueError(f"config.json rope_position_scaling_factor={factor} is not supported ({IGNORED_FACTOR})")
     if given:
         return {"rope_type": "llama3", "factor": number(backbone, _LLAMA3[0], 1.0),
                 "low_freq_factor": number(backbone, _LLAMA3[1], 1.0),
                 "high_freq_factor": number(backbone, _LLAMA3[2], 1.0),
                 "original_max_position_embeddings": int(number(backbone, _LLAMA3[3], 1.0))}
-    return None if factor == 1.0 else {"rope_type": "linear", "factor": factor}
+    return None
 
 
 BASE_KEYS = ("name", "trainable", "dtype")  # what every `Backbone.get_config()` holds
@@ -116,8 +121,10 @@ def export_problems(config: rn.TransformerConfig) -> list[str]:
     if config.has_qkv_bias or config.has_o_bias or config.has_ffn_bias:
         problems.append("biases on the attention or feed-forward (KerasHub Llama has none)")
     kind = (config.rope_scaling or {}).get("rope_type")
-    if kind not in (None, "linear", "llama3"):
-        problems.append(f"rope_scaling rope_type={kind!r} (KerasHub Llama has linear and llama3)")
+    if kind == "linear":
+        problems.append(f"rope_scaling rope_type='linear' ({IGNORED_FACTOR})")
+    elif kind not in (None, "llama3"):
+        problems.append(f"rope_scaling rope_type={kind!r} (KerasHub Llama has llama3 only)")
     if config.has_output_bias:
         problems.append("output_bias=True (LlamaCausalLM's logits have no bias)")
     return problems
@@ -129,7 +136,7 @@ def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], st
     backbone = {"vocabulary_size": config.tgt_vocab_size, "num_layers": config.num_decoder_layers,
                 "num_query_heads": config.num_heads, "hidden_dim": config.d_model, "intermediate_dim": config.d_ff,
                 "num_key_value_heads": config.kv_heads, "rope_max_wavelength": config.rope_theta,
-                "rope_position_scaling_factor": rope.get("factor", 1.0) if rope.get("rope_type") == "linear" else 1.0,
+                "rope_position_scaling_factor": 1.0,
                 "layer_norm_epsilon": config.layer_norm_eps, "dropout": config.dropout,
                 "tie_word_embeddings": config.tie_embeddings}
     if rope.get("rope_type") == "llama3":
