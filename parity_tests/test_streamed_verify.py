@@ -114,16 +114,19 @@ def test_a_fault_in_a_backends_code_is_named_where_it_starts(fault, backend):
 
 
 def test_a_lazy_checkpoint_is_read_block_by_block(tmp_path):
-    """Each tensor is read when its block runs (the tied table twice: embedding and output), in block order."""
+    """Each tensor of a bfloat16 checkpoint is read when its block runs (the tied table twice: embedding and output),
+    in block order, and every backend runs it."""
+    from transformer_parity.io.safetensors_io import bfloat16
+
     config = LLM["qwen3-qk-norm-tied"]
     path = tmp_path / "qwen3.safetensors"
-    formats.save(path, config, seeded_weights(config, 2), "canonical")
+    formats.save(path, config, {k: v.astype(bfloat16()) for k, v in seeded_weights(config, 2).items()}, "canonical")
     reads = []
     loaded = formats.load(path, on_tensor=lambda name, n: reads.append(name), lazy=True)
     assert reads == []
     reference = Subject("qwen3", "numpy", loaded.config, loaded.weights)
-    report = streamed.report(reference, [Subject("torch", "torch", loaded.config, loaded.weights)], "float32", 2, 9,
-                             9, 0)
+    subjects = [Subject(b, b, loaded.config, loaded.weights) for b in ("torch", "keras")]
+    report = streamed.report(reference, subjects, "float32", 2, 9, 9, 0)
     assert report.passed
     expected = [n for block in rb.blocks(config) for n in rb.block_parameters(config, block)]
     assert reads == expected

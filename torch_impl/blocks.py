@@ -39,9 +39,10 @@ def build_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str
     state entries the block reads but does not own (a tied output table, a shared token table)."""
     state = rn.mapping.write(rn.mapping.plan(list(weights), weight_table(config)), dict(weights), config.head_dim)
     prefix = _PREFIX[block.kind].format(side=block.side, stack=block.stack, index=weight_layer(config, block))
-    own = {k[len(prefix):]: torch.from_numpy(np.ascontiguousarray(v)).to(dtype)
+    numpy_dtype = np.dtype(str(dtype).removeprefix("torch."))  # cast in NumPy: torch takes no ml_dtypes bfloat16
+    own = {k[len(prefix):]: torch.from_numpy(np.ascontiguousarray(v, dtype=numpy_dtype))
            for k, v in state.items() if k.startswith(prefix)}
-    other = {k: torch.from_numpy(np.ascontiguousarray(v)).to(dtype) for k, v in state.items()
+    other = {k: torch.from_numpy(np.ascontiguousarray(v, dtype=numpy_dtype)) for k, v in state.items()
              if not k.startswith(prefix)}
     with torch.device("meta"):
         module = _module(config, block).to(dtype)

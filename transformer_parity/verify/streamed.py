@@ -17,6 +17,7 @@ reference alone and its verdict says so.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import time
@@ -104,6 +105,7 @@ def judge(reference: Subject, subjects: Sequence[Subject], dtype: str, src: np.n
                 rows.append(row(name, (a, b), records[a].get(name), records[b].get(name), floor[name],
                                  PAIR_RATIO_LIMIT, "pair"))
         del weights, records
+        gc.collect()  # a Keras layer sits in reference cycles: free the block's weights now, not at some later collection
     return sublayers, floor, rows, {k: v for k, v in seconds.items() if math.isfinite(v)}, problems
 
 
