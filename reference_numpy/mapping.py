@@ -44,6 +44,7 @@ matches the same text both times. Patterns are matched and filled by the small p
 from __future__ import annotations
 
 import functools
+import os
 import re
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -443,10 +444,31 @@ def _transposed_bands(source) -> Bands:
     """The bands of a 2-D `source`'s transpose: the source read once (in its own dtype), the transpose copied a band
     of its rows (the source's columns) at a time, so a transposed tensor is never held twice."""
     def bands(rows: int):
-        whole = np.asarray(source)  # (out, in)
+        whole = mapped(source)  # (out, in)
         for a in range(0, whole.shape[1], rows):
             yield a, min(a + rows, whole.shape[1]), transposed(whole[:, a:a + rows])  # (in[a:b], out)
     return bands
+
+
+def mapped(array) -> np.ndarray:
+    """The values of `array`: for a `LazyArray` whose values are a file's bytes (`span`), a read-only view of the
+    file mapped into memory (the pages the page cache already holds, with no copy into a fresh buffer, which for a
+    large tensor costs a page fault per page); otherwise `np.asarray`. The mapping closes with the last view."""
+    span = getattr(array, "span", None)
+    dtype = getattr(array, "dtype", None)
+    if span is None or dtype is None or dtype.hasobject:
+        return np.asarray(array)
+    import mmap
+    file, offset, nbytes = span
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY
+    with open(file, "rb") as f:
+        if os.fstat(f.fileno()).st_size < offset + nbytes:
+            raise ValueError(f"{file} ended inside a tensor (truncated while being read?)")
+        if nbytes == 0:
+            return np.asarray(array)
+        region = mmap.mmap(f.fileno(), offset + nbytes - start, access=mmap.ACCESS_READ, offset=start)
+    flat = np.frombuffer(region, dtype=np.uint8, count=nbytes, offset=offset - start)
+    return flat.view(_little(np.dtype(dtype))).reshape(array.shape)
 
 
 def _reshaped_bands(source, shape: tuple[int, ...]) -> Bands | None:
