@@ -343,7 +343,10 @@ def fuse(parts: Sequence[np.ndarray], transform: str, head_dim: int = 1) -> np.n
 
 # --- lazy arrays: a model streamed tensor by tensor ------------------------------------------------------------------
 
-BAND_BYTES = 64 << 20  # a streamed tensor is rearranged, cast and written this many bytes at a time, at most
+# A streamed tensor is rearranged, cast and written this many bytes at a time, at most: under glibc's largest mmap
+# threshold (32 MiB, with room for a widened copy), so each band's buffer is reused from the heap instead of mapped
+# fresh and faulted in page by page.
+BAND_BYTES = 8 << 20
 
 Bands = Callable[[int], Iterator[tuple[int, int, np.ndarray]]]  # rows per band -> (start, stop, rows[start:stop])
 
@@ -394,7 +397,9 @@ def cast(array: np.ndarray, dtype) -> np.ndarray:
     several times faster than the element-wise conversion)."""
     dtype = np.dtype(dtype)
     if array.dtype.name == "bfloat16" and dtype == np.float32:
-        return (array.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        wide = array.view(np.uint16).astype(np.uint32)
+        wide <<= 16  # in place: one buffer per band
+        return wide.view(np.float32)
     return array.astype(dtype)
 
 

@@ -32,9 +32,6 @@ _CODES = {v: k for k, v in DTYPES.items()}
 # a bfloat16 is the top 16 bits of a float32, a float16 widens without rounding.
 WIDENED = {"BF16": np.dtype("<u2"), "F16": np.dtype("<f2")}
 MAX_HEADER = 100_000_000  # safetensors' own limit on the JSON header
-# A streamed tensor is written this much at a time: under glibc's largest mmap threshold (32 MiB), so each band's
-# buffer is reused from the heap instead of mapped fresh and faulted in page by page.
-WRITE_BAND = 8 << 20
 
 
 class SafetensorsHeader:
@@ -284,8 +281,8 @@ def write_tensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], na
                 if on_tensor is not None:
                     on_tensor(name, span[2])
                 continue
-            # a band of rows at a time (a lazy transpose, a cast), into buffers the allocator reuses; else whole
-            bands = rn.mapping.row_bands(value, WRITE_BAND) if rn.mapping.is_lazy(value) else [(0, 0, value)]
+            # a band of rows at a time (a lazy transpose, a cast: `mapping.BAND_BYTES`), else whole
+            bands = rn.mapping.row_bands(value) if rn.mapping.is_lazy(value) else [(0, 0, value)]
             nbytes = 0
             for _, _, band in bands:
                 band = np.asarray(band)

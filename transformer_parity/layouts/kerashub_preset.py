@@ -403,6 +403,8 @@ def _write_h5(file: Path, datasets: Mapping[str, np.ndarray], on_tensor=None) ->
             write_dataset(f, name, array)
             if on_tensor is not None:
                 on_tensor(name, int(array.nbytes))
+    with open(file, "rb+") as f:  # on the disk before the preset is renamed into place
+        os.fsync(f.fileno())
 
 
 def _write_dir(path: Path, files: Mapping[str, Any], h5_files: Mapping[str, Mapping[str, np.ndarray]],
