@@ -118,3 +118,74 @@ def test_bad_sizes_are_refused_naming_the_value(text):
 def test_shards_never_split_a_tensor_and_respect_the_limit():
     groups = hf_dir.shards({"a": 40, "b": 70, "c": 30, "d": 200, "e": 10}, 100)
     assert groups == [["a"], ["b", "c"], ["d"], ["e"]]
+
+
+def test_a_streamed_tensor_is_written_a_band_at_a_time(bf16_llama, tmp_path):
+    """Writing a `.weights.h5` never asks a lazy tensor for its whole value: a file's bytes, a transpose and a
+    widening are each made a band of rows at a time (here 1 KiB, so every large tensor takes several bands)."""
+    h5py = pytest.importorskip("h5py")
+    from tf_impl import checkpoints as kc
+
+    _, path = bf16_llama
+    loaded = formats.load(path, lazy=True)
+    eager = formats.load(path)
+    whole = []
+    for name, value in loaded.weights.items():  # a whole read would be recorded
+        value._compute = lambda name=name: whole.append(name)
+    with h5py.File(tmp_path / "banded.h5", "w") as f:
+        for name, value in loaded.weights.items():
+            kc.write_dataset(f, name, value.astype(np.float32), max_bytes=1024)
+    assert whole == []
+    with h5py.File(tmp_path / "banded.h5") as f:
+        for name, value in eager.weights.items():
+            np.testing.assert_array_equal(f[name][()], value, err_msg=name)
+
+
+def test_keras_weights_streamed_equal_the_whole_tensor_write_bit_for_bit(bf16_llama, tmp_path):
+    _, path = bf16_llama
+    assert main(["convert", str(path), str(tmp_path / "streamed.weights.h5"), "-q"]) == 0
+    eager = formats.load(path)  # read whole, widened to float32
+    formats.save(tmp_path / "whole.weights.h5", eager.config, eager.weights)
+    assert (tmp_path / "streamed.weights.h5").read_bytes() == (tmp_path / "whole.weights.h5").read_bytes()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"], ids=["as-stored", "--dtype-float32"])
+def test_a_bfloat16_llama_streams_to_a_kerashub_preset_keras_hub_loads(bf16_llama, tmp_path, dtype):
+    """HF directory (bfloat16, sharded) -> KerasHub preset, streamed: bfloat16 kept as KerasHub stores it (or cast by
+    --dtype); keras_hub's loaded weights are the source tensors, bit for bit; the preset reads back the same."""
+    keras_hub = pytest.importorskip("keras_hub")
+    model, path = bf16_llama
+    out = tmp_path / "preset"
+    extra = ["--dtype", dtype] if dtype == "float32" else []
+    assert main(["convert", str(path), str(out), "--to", "kerashub-llama", "-q", *extra]) == 0
+    assert json.loads((out / "config.json").read_text())["config"]["dtype"]["config"]["name"] == dtype
+    backbone = keras_hub.models.LlamaBackbone.from_preset(str(out), dtype=dtype)
+    src = {k: v.float().numpy() for k, v in model.state_dict().items()}
+    d, heads, kv_heads = 48, 6, 2
+    dk = d // heads
+    expected = {"token_embedding/embeddings": src["model.embed_tokens.weight"],
+                "token_embedding/reverse_embeddings": src["lm_head.weight"].T,
+                "sequence_output_layernorm/scale": src["model.norm.weight"]}
+    for i in range(2):
+        p, layer = f"model.layers.{i}.", f"transformer_layer_{i}/"
+        expected.update({
+            layer + "self_attention/query/kernel": src[p + "self_attn.q_proj.weight"].T.reshape(d, heads, dk),
+            layer + "self_attention/key/kernel": src[p + "self_attn.k_proj.weight"].T.reshape(d, kv_heads, dk),
+            layer + "self_attention/value/kernel": src[p + "self_attn.v_proj.weight"].T.reshape(d, kv_heads, dk),
+            layer + "self_attention/attention_output/kernel": src[p + "self_attn.o_proj.weight"].T.reshape(heads, dk,
+                                                                                                             d),
+            layer + "self_attention_layernorm/scale": src[p + "input_layernorm.weight"],
+            layer + "feedforward_gate_dense/kernel": src[p + "mlp.gate_proj.weight"].T,
+            layer + "feedforward_intermediate_dense/kernel": src[p + "mlp.up_proj.weight"].T,
+            layer + "feedforward_output_dense/kernel": src[p + "mlp.down_proj.weight"].T,
+            layer + "feedforward_layernorm/scale": src[p + "post_attention_layernorm.weight"]})
+    theirs = {w.path: w for w in backbone.weights}
+    assert theirs.keys() == expected.keys()
+    for key, want in expected.items():
+        assert theirs[key].dtype == dtype, key
+        np.testing.assert_array_equal(np.asarray(theirs[key].numpy()).astype(np.float32), want, err_msg=key)
+    back = formats.load(out)
+    eager = formats.load(path)
+    assert back.config.replace(max_len=eager.config.max_len) == eager.config  # a preset does not store max_len
+    for name, value in eager.weights.items():
+        np.testing.assert_array_equal(back.weights[name], value, err_msg=name)

@@ -44,8 +44,9 @@ matches the same text both times. Patterns are matched and filled by the small p
 from __future__ import annotations
 
 import functools
+import os
 import re
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -274,8 +275,9 @@ def canonical_shape(transform: str, shape: tuple[int, ...], parts: int = 3) -> t
 def transposed(array: np.ndarray) -> np.ndarray:
     """A fresh C-ordered transpose of a 2-D array (any other rank: `.T` copied). Copied in bands of 16 rows, on the
     bits (an unsigned view of the same width), which keeps the reads and writes cache-friendly: about 3x NumPy's
-    plain strided copy on an (8192, 2048) matrix, and the same for bfloat16, whose own copy loop is slower still."""
-    if array.ndim != 2 or array.dtype.itemsize not in (1, 2, 4, 8) or not array.flags.c_contiguous:
+    plain strided copy on an (8192, 2048) matrix, and the same for bfloat16, whose own copy loop is slower still.
+    A column slice of a larger matrix (`m[:, a:b]`) is copied the same way."""
+    if array.ndim != 2 or array.dtype.itemsize not in (1, 2, 4, 8) or array.strides[1] != array.dtype.itemsize:
         return np.array(array.T, order="C")
     bits = array.view(f"u{array.dtype.itemsize}")
     out = np.empty(bits.shape[::-1], bits.dtype)
@@ -341,17 +343,27 @@ def fuse(parts: Sequence[np.ndarray], transform: str, head_dim: int = 1) -> np.n
 
 # --- lazy arrays: a model streamed tensor by tensor ------------------------------------------------------------------
 
+# A streamed tensor is rearranged, cast and written this many bytes at a time, at most: under glibc's largest mmap
+# threshold (32 MiB, with room for a widened copy), so each band's buffer is reused from the heap instead of mapped
+# fresh and faulted in page by page.
+BAND_BYTES = 8 << 20
+
+Bands = Callable[[int], Iterator[tuple[int, int, np.ndarray]]]  # rows per band -> (start, stop, rows[start:stop])
+
+
 class LazyArray:
     """An array not yet in memory: its shape and dtype now, its values when `np.asarray` asks (each time, nothing
     kept). A checkpoint read lazily is a dict of these; the engine below maps them to more of them, so a writer that
-    takes one entry at a time holds a few tensors, never the model."""
+    takes one entry at a time holds a few tensors, never the model. `row_bands` gives the values a band of rows at a
+    time: from the file's bytes (`span`), or from `bands`, which a transpose or a cast defines over its source."""
 
-    __slots__ = ("shape", "dtype", "_compute", "span")
+    __slots__ = ("shape", "dtype", "_compute", "span", "bands")
 
     def __init__(self, shape: tuple[int, ...], dtype, compute: Callable[[], np.ndarray],
-                 span: tuple[str, int, int] | None = None):
+                 span: tuple[str, int, int] | None = None, bands: Bands | None = None):
         self.shape, self.dtype, self._compute = tuple(shape), np.dtype(dtype), compute
         self.span = span  # (file, offset, nbytes) when the values are those bytes of a file, C order, little-endian
+        self.bands = bands  # rows per band -> its bands, without the whole array where the source allows
 
     @property
     def ndim(self) -> int:
@@ -370,13 +382,114 @@ class LazyArray:
         return array if dtype is None else array.astype(dtype, copy=False)
 
     def astype(self, dtype) -> "LazyArray":
-        """The same array cast to `dtype` when it is read."""
+        """The same array cast to `dtype` when it is read (a band at a time by `row_bands`)."""
         if np.dtype(dtype) == self.dtype:
             return self
-        return LazyArray(self.shape, dtype, lambda: np.asarray(self).astype(dtype))
+        return LazyArray(self.shape, dtype, lambda: cast(np.asarray(self), dtype),
+                         bands=lambda rows: ((a, b, cast(x, dtype)) for a, b, x in _bands(self, rows)))
 
     def __repr__(self) -> str:
         return f"LazyArray(shape={self.shape}, dtype={self.dtype})"
+
+
+def cast(array: np.ndarray, dtype) -> np.ndarray:
+    """`array.astype(dtype)`; bfloat16 -> float32 on the bits (a bfloat16 is the top half of a float32: exact, and
+    several times faster than the element-wise conversion)."""
+    dtype = np.dtype(dtype)
+    if array.dtype.name == "bfloat16" and dtype == np.float32:
+        wide = array.view(np.uint16).astype(np.uint32)
+        wide <<= 16  # in place: one buffer per band
+        return wide.view(np.float32)
+    return array.astype(dtype)
+
+
+def row_bands(array, max_bytes: int = BAND_BYTES, itemsize: int = 0) -> Iterator[tuple[int, int, np.ndarray]]:
+    """`(start, stop, array[start:stop])` along axis 0, in order, each band at most `max_bytes` (counted at the wider
+    of the array's itemsize and `itemsize`, the dtype the caller makes of it; at least one row). A `LazyArray` is
+    read a band at a time where it can be (a file's bytes, a transpose, a cast of either); otherwise it is read
+    whole and sliced. A 0-d array is one band."""
+    shape = tuple(array.shape)
+    if not shape:
+        yield 0, 1, np.asarray(array)
+        return
+    row = int(np.prod(shape[1:], dtype=np.int64)) * max(itemsize, array.dtype.itemsize)
+    yield from _bands(array, max(1, max_bytes // max(row, 1)))
+
+
+def _bands(array, rows: int) -> Iterator[tuple[int, int, np.ndarray]]:
+    """`row_bands` with the rows per band given."""
+    shape = tuple(array.shape)
+    if getattr(array, "bands", None) is not None:
+        yield from array.bands(rows)
+        return
+    span = getattr(array, "span", None)
+    if span is not None and shape:
+        file, offset, _ = span
+        row = int(np.prod(shape[1:], dtype=np.int64)) * array.dtype.itemsize
+        with open(file, "rb") as f:
+            f.seek(offset)
+            for a in range(0, shape[0], rows):
+                b = min(a + rows, shape[0])
+                raw = np.fromfile(f, dtype=np.uint8, count=(b - a) * row)  # the next rows, in order
+                if raw.size != (b - a) * row:
+                    raise ValueError(f"{file} ended inside a tensor (truncated while being read?)")
+                yield a, b, raw.view(_little(array.dtype)).reshape((b - a,) + shape[1:]).astype(array.dtype,
+                                                                                                  copy=False)
+        return
+    whole = np.asarray(array)
+    for a in range(0, shape[0], rows):
+        yield a, min(a + rows, shape[0]), whole[a:a + rows]
+
+
+def _little(dtype: np.dtype) -> np.dtype:
+    return dtype if dtype.byteorder in ("|", "<") or dtype.kind == "V" else dtype.newbyteorder("<")
+
+
+def _transposed_bands(source) -> Bands:
+    """The bands of a 2-D `source`'s transpose: the source read once (in its own dtype), the transpose copied a band
+    of its rows (the source's columns) at a time, so a transposed tensor is never held twice."""
+    def bands(rows: int):
+        whole = mapped(source)  # (out, in)
+        for a in range(0, whole.shape[1], rows):
+            yield a, min(a + rows, whole.shape[1]), transposed(whole[:, a:a + rows])  # (in[a:b], out)
+    return bands
+
+
+def mapped(array) -> np.ndarray:
+    """The values of `array`: for a `LazyArray` whose values are a file's bytes (`span`), a read-only view of the
+    file mapped into memory (the pages the page cache already holds, with no copy into a fresh buffer, which for a
+    large tensor costs a page fault per page); otherwise `np.asarray`. The mapping closes with the last view."""
+    span = getattr(array, "span", None)
+    dtype = getattr(array, "dtype", None)
+    if span is None or dtype is None or dtype.hasobject:
+        return np.asarray(array)
+    import mmap
+    file, offset, nbytes = span
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY
+    with open(file, "rb") as f:
+        if os.fstat(f.fileno()).st_size < offset + nbytes:
+            raise ValueError(f"{file} ended inside a tensor (truncated while being read?)")
+        if nbytes == 0:
+            return np.asarray(array)
+        region = mmap.mmap(f.fileno(), offset + nbytes - start, access=mmap.ACCESS_READ, offset=start)
+    flat = np.frombuffer(region, dtype=np.uint8, count=nbytes, offset=offset - start)
+    return flat.view(_little(np.dtype(dtype))).reshape(array.shape)
+
+
+def _reshaped_bands(source, shape: tuple[int, ...]) -> Bands | None:
+    """The bands of `source` reshaped (C order) to `shape`, where a row of `shape` is whole rows of the source
+    (identity, a split last axis, a leading unit axis, heads split off the first axis); else None."""
+    if not shape or not source.shape:
+        return None
+    inner, source_inner = int(np.prod(shape[1:], dtype=np.int64)), int(np.prod(source.shape[1:], dtype=np.int64))
+    if source_inner == 0 or inner % source_inner:
+        return None
+    k = inner // source_inner  # source rows per row of `shape`
+
+    def bands(rows: int):
+        for a, b, band in _bands(source, rows * k):
+            yield a // k, -(-b // k), band.reshape((-1,) + shape[1:])
+    return bands
 
 
 def is_lazy(array: Any) -> bool:
@@ -459,7 +572,17 @@ def _lazy_canonical(state, external: str, transform: str, part: int, shape: tupl
     if transform in FUSED:
         return LazyArray(shape, source.dtype, lambda: fused_part(state[external], transform, part, widths, head_dim))
     return LazyArray(shape, source.dtype, lambda: to_canonical(state[external], transform, shape),
-                     getattr(source, "span", None) if transform in RESHAPES else None)
+                     getattr(source, "span", None) if transform in RESHAPES else None, _lazy_bands(source, transform,
+                                                                                                   shape))
+
+
+def _lazy_bands(source, transform: str, shape: tuple[int, ...]) -> Bands | None:
+    """The bands of `source` under `transform` (to `shape`), where they can be made band by band."""
+    if transform == "transpose" and len(source.shape) == 2:
+        return _transposed_bands(source)
+    if transform in RESHAPES:
+        return _reshaped_bands(source, shape)
+    return None
 
 
 def write(mapping: Plan, weights: dict[str, np.ndarray], head_dim: int = 1, consume: bool = False,
@@ -478,7 +601,8 @@ def write(mapping: Plan, weights: dict[str, np.ndarray], head_dim: int = 1, cons
                                    tuple(tuple(weights[n].shape) for n in names) if transform in FUSED else ())
             out[external] = LazyArray(shape, weights[name].dtype, functools.partial(
                 _external_of, weights, names, transform, head_dim),
-                getattr(weights[name], "span", None) if transform in RESHAPES else None)
+                getattr(weights[name], "span", None) if transform in RESHAPES else None,
+                None if transform in FUSED else _lazy_bands(weights[name], transform, shape))
         return out
     fused: dict[str, dict[str, np.ndarray]] = {}
     out = {}

@@ -149,10 +149,38 @@ def save_weights_h5(path: str | os.PathLike, config: TransformerConfig, weights:
             vars_group = f.require_group(f"{group}/vars" if group else "vars")
             vars_group.attrs["name"] = name
         for name, (fw_name, _, _) in plan.items():  # every transform is the identity
-            array = np.asarray(weights.pop(name) if consume else weights[name])
-            f.create_dataset(keras_path(fw_name), data=np.ascontiguousarray(array))
+            array = weights.pop(name) if consume else weights[name]
+            write_dataset(f, keras_path(fw_name), array)
             if on_tensor is not None:
-                on_tensor(name, array.nbytes)
+                on_tensor(name, int(np.prod(array.shape, dtype=np.int64)) * array.dtype.itemsize)
+
+
+def write_dataset(group: Any, name: str, array: Any, max_bytes: int = mapping.BAND_BYTES) -> None:
+    """Dataset `name` of `group` holding `array` (an array, or a `mapping.LazyArray` read a band of rows at a time:
+    the peak is a band, never a second copy of the tensor), in its dtype. bfloat16 is stored as Keras stores it: a
+    2-byte opaque type with the attribute `dtype="bfloat16"`."""
+    dataset = group.create_dataset(name, shape=tuple(array.shape), dtype=np.dtype(array.dtype))
+    if np.dtype(array.dtype).name == "bfloat16":
+        dataset.attrs["dtype"] = "bfloat16"
+    for start, stop, band in mapping.row_bands(array, max_bytes):
+        if dataset.ndim == 0:
+            dataset[()] = band
+        else:
+            dataset[start:stop] = np.ascontiguousarray(band)
+
+
+def read_dataset(dataset: Any) -> np.ndarray:
+    """The values of a checked dataset (`_check_h5_layout`); Keras's bfloat16 (2-byte opaque, `dtype="bfloat16"`)
+    read as float32, exactly."""
+    value = dataset[()]
+    if _is_bfloat16(dataset):
+        return (np.asarray(value).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return value
+
+
+def _is_bfloat16(dataset: Any) -> bool:
+    return dataset.dtype.kind == "V" and dataset.dtype.itemsize == 2 and dataset.attrs.get("dtype") in (
+        "bfloat16", b"bfloat16")
 
 
 def read_h5_file(path: str | os.PathLike, fields: Mapping[str, Any] | None = None
@@ -182,7 +210,7 @@ def read_h5_file(path: str | os.PathLike, fields: Mapping[str, Any] | None = Non
                     if shape != expected[name]:
                         raise ValueError(f"{path}: dataset {name!r} has shape {shape}, the config expects "
                                          f"{expected[name]}")
-                datasets[table_path(name)] = f[name][()]
+                datasets[table_path(name)] = read_dataset(f[name])
     except (OSError, KeyError, RuntimeError) as exc:
         raise ValueError(f"{path} is not a readable HDF5 file (truncated or corrupt?): {exc}") from None
     return config, datasets
@@ -238,8 +266,9 @@ def _check_h5_layout(path: Path, f: Any, file_size: int) -> dict[str, tuple[int,
                        for i in range(plist.get_nfilters())]
             raise ValueError(f"{path}: dataset {name!r} uses HDF5 filters {filters}; weights files are written "
                              "without compression or filters")
-        if obj.dtype.kind != "f" or obj.dtype.itemsize not in (2, 4, 8):
-            raise ValueError(f"{path}: dataset {name!r} has dtype {obj.dtype}, expected float16/32/64 weights")
+        if (obj.dtype.kind != "f" or obj.dtype.itemsize not in (2, 4, 8)) and not _is_bfloat16(obj):
+            raise ValueError(f"{path}: dataset {name!r} has dtype {obj.dtype}, expected bfloat16 or float16/32/64 "
+                             "weights")
         if obj.shape is None:
             raise ValueError(f"{path}: dataset {name!r} has no dataspace (an empty dataset)")
         nbytes = int(np.prod(obj.shape, dtype=object)) * obj.dtype.itemsize

@@ -95,21 +95,23 @@ hf-gpt2, hf-bert, hf-marian, hf-bart name the family). Inferred from content and
 """
 
 
-# Where a checkpoint's bfloat16 / float16 is kept as it is; the other writers take float32 or float64.
-KEEPS_HALF = ("canonical", "hf")
+# Where a checkpoint's bfloat16 / float16 is kept as it is (a KerasHub preset as KerasHub's own bfloat16 presets);
+# the other writers take float32 or float64.
+KEEPS_HALF = ("canonical",)  # and every Hugging Face directory and KerasHub preset
 CAST = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": "bfloat16"}
 
 
 def _cast(loaded, dtype: str | None, out_format: str, notes: list[str]) -> None:
     """Cast the weights to --dtype as they are written; without it keep their dtype, unless the output format cannot
     hold half precision (then float32, exactly, and a note)."""
+    from transformer_parity.formats import HF_FORMATS, KERASHUB_DIRS
     from transformer_parity.io.safetensors_io import bfloat16
 
     current = rn.weights_dtype(loaded.weights)
-    keeps = out_format in KEEPS_HALF or out_format.startswith("hf-")
+    keeps = out_format in KEEPS_HALF or out_format in HF_FORMATS or out_format in KERASHUB_DIRS
     if dtype in ("bfloat16", "float16") and not keeps:
         raise UsageError(f"--dtype {dtype}: {out_format} is written in float32 or float64 here; {dtype} is kept in "
-                         "canonical .safetensors and Hugging Face directories")
+                         "canonical .safetensors, Hugging Face directories and KerasHub presets")
     if dtype is None:
         if current.itemsize >= 4 or keeps:
             return
@@ -197,7 +199,7 @@ def register(sub) -> None:
     add_config_options(p)
     add_allow_drop(p)
     p.add_argument("--dtype", choices=tuple(CAST), help="write the weights in this dtype (default: as stored; "
-                   "bfloat16 and float16 are kept in .safetensors and Hugging Face directories)")
+                   "bfloat16 and float16 are kept in .safetensors, Hugging Face directories and KerasHub presets)")
     p.add_argument("--max-shard-size", metavar="SIZE", help="split a Hugging Face directory's weights into shards "
                    "of at most SIZE (e.g. 2GB, 500MB; default 5GB), with model.safetensors.index.json")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")

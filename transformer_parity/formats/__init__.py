@@ -444,7 +444,7 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
     path = Path(path)
     fmt = output_format(path, fmt)
     if fmt in KERASHUB_FORMATS:
-        return _save_kerashub(path, config, weights, fmt, force, consume, notes)
+        return _save_kerashub(path, config, weights, fmt, force, consume, notes, on_tensor)
     if fmt in HF_FORMATS:
         return _save_hf(path, config, weights, fmt, force, on_tensor, consume, notes, max_shard_size)
     check_output(path, force)
@@ -473,7 +473,8 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
 
 
 def _save_kerashub(path: Path, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], fmt: str,
-                   force: bool, consume: bool, notes: list[str] | None) -> tuple[Path, str]:
+                   force: bool, consume: bool, notes: list[str] | None, on_tensor: OnTensor | None = None
+                   ) -> tuple[Path, str]:
     """A KerasHub preset directory (`from_preset(path)` loads it), built beside `path` and renamed into place."""
     from transformer_parity.layouts import kerashub_preset
 
@@ -482,7 +483,7 @@ def _save_kerashub(path: Path, config: rn.TransformerConfig, weights: Mapping[st
         return path, kerashub_preset.save_weights_file(path, config, weights if consume else dict(weights), fmt,
                                                        force, consume=True, notes=notes)
     family = kerashub_preset.save_preset(path, config, weights if consume else dict(weights), fmt, force,
-                                         consume=True, notes=notes)
+                                         consume=True, notes=notes, on_tensor=on_tensor)
     return path, family
 
 

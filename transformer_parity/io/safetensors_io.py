@@ -243,6 +243,34 @@ def _copy_span(span: tuple[str, int, int], out) -> None:
             done += len(chunk)
 
 
+class _BackgroundWrites:
+    """Arrays written to `f` in order by one worker thread, so that the next band is made (a transpose, in NumPy,
+    which releases the GIL) while the kernel copies the last one into the page cache. At most `depth` arrays wait:
+    memory stays a few bands. `wait()` before anything else touches `f`; an error in a write is raised there."""
+
+    def __init__(self, f, depth: int = 2):
+        self.f, self.depth, self.pending = f, depth, []
+
+    def __enter__(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(max_workers=1)
+        return self
+
+    def submit(self, array: np.ndarray) -> None:
+        while len(self.pending) >= self.depth:
+            self.pending.pop(0).result()
+        self.pending.append(self.pool.submit(self.f.write, array.data.cast("B") if array.size else b""))
+
+    def wait(self) -> None:
+        while self.pending:
+            self.pending.pop(0).result()
+
+    def __exit__(self, *exc):
+        self.pool.shutdown(wait=True)
+        return False
+
+
 def dtype_code(dtype: np.dtype) -> str:
     """The safetensors dtype code of a NumPy dtype (`BF16` for ml_dtypes' bfloat16)."""
     if dtype.name == "bfloat16":
@@ -270,23 +298,30 @@ def write_tensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], na
         offset += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # safetensors aligns the data section to 8 bytes
-    with open(path, "wb") as f:
+    with open(path, "wb") as f, _BackgroundWrites(f) as writes:
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for name in names:
             value = tensors.pop(name) if consume else tensors[name]
             span = getattr(value, "span", None)
             if span is not None:  # a file's bytes as they are: copied in the kernel, never held
+                writes.wait()
                 _copy_span(span, f)
                 if on_tensor is not None:
                     on_tensor(name, span[2])
                 continue
-            value = np.asarray(value)
-            if value.dtype.name == "bfloat16":  # no byte order of its own: write its bits as little-endian uint16
-                value = value.view(np.uint16)
-            array = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
-            f.write(array.data.cast("B") if array.size else b"")
+            # a band of rows at a time (a lazy transpose, a cast: `mapping.BAND_BYTES`), else whole
+            bands = rn.mapping.row_bands(value) if rn.mapping.is_lazy(value) else [(0, 0, value)]
+            nbytes = 0
+            for _, _, band in bands:
+                band = np.asarray(band)
+                if band.dtype.name == "bfloat16":  # no byte order of its own: write its bits as little-endian uint16
+                    band = band.view(np.uint16)
+                array = np.ascontiguousarray(band, dtype=band.dtype.newbyteorder("<"))
+                writes.submit(array)
+                nbytes += array.nbytes
             if on_tensor is not None:
-                on_tensor(name, array.nbytes)
+                on_tensor(name, nbytes)
+        writes.wait()
         f.flush()
         os.fsync(f.fileno())

@@ -331,17 +331,19 @@ def _keras_path(name: str, repeated: list[str]) -> str:
 
 def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: dict[str, np.ndarray],
                 declared: str | None = None, force: bool = False, consume: bool = False,
-                notes: list[str] | None = None) -> str:
+                notes: list[str] | None = None, on_tensor=None) -> str:
     """Write a preset directory `keras_hub.models.<Backbone or task>.from_preset(path)` loads; returns the format.
     With `force`, only over a preset directory (`PRESET_DIR`), keeping its tokenizer and other files this tool does
-    not write."""
+    not write. The weights are written dataset by dataset, each made from the canonical weights as it is written
+    (`LazyArray`s are read a band at a time), in their dtype: bfloat16 as Keras stores it, with the backbone's
+    dtype policy `bfloat16`, as KerasHub's own presets are; `on_tensor(name, bytes)` after each."""
     from transformer_parity.io import outputs
 
     module = family_for_export(config, declared)
     backbone, task = module.config_to_kerashub(config)
     dtype = str(rn.weights_dtype(weights))
     table = module.table(config)
-    state = export_state(config, weights, table, consume=consume)
+    state = export_state(config, weights, table, lazy=True)
     if hasattr(module, "from_canonical_state"):  # refused here, before anything is written
         module.from_canonical_state(config, state)
     repeated = _repeated(table)
@@ -357,7 +359,7 @@ def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: 
                                               repeated),
                              TASK_WEIGHTS: _keras_file({k[len(TASK_PREFIX):]: v for k, v in state.items()
                                                         if k.startswith(TASK_PREFIX)}, repeated)}, force, notes,
-               {"pad_id": config.pad_id} if getattr(module, "PAD_TOKEN", None) else None)
+               {"pad_id": config.pad_id} if getattr(module, "PAD_TOKEN", None) else None, on_tensor)
     return module.NAME
 
 
@@ -382,7 +384,7 @@ def save_weights_file(path: str | os.PathLike, config: rn.TransformerConfig, wei
     if problems:
         raise ValueError(f"this model has no {declared} equivalent: {', '.join(problems)}")
     table = module.table(config)
-    state = export_state(config, weights, table, consume=consume)
+    state = export_state(config, weights, table, lazy=True)
     with atomic_path(Path(path), force, notes) as tmp:
         _write_h5(tmp, {_keras_path(k, _repeated(table)): v for k, v in state.items()})
     return module.NAME
@@ -397,16 +399,23 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _write_h5(file: Path, datasets: Mapping[str, np.ndarray]) -> None:
+def _write_h5(file: Path, datasets: Mapping[str, np.ndarray], on_tensor=None) -> None:
+    """The datasets, one by one (`tf_impl.checkpoints.write_dataset`: a lazy tensor a band of rows at a time)."""
     import h5py
+
+    from tf_impl.checkpoints import write_dataset
 
     with h5py.File(file, "w") as f:
         for name, array in datasets.items():
-            f.create_dataset(name, data=np.ascontiguousarray(array))
+            write_dataset(f, name, array)
+            if on_tensor is not None:
+                on_tensor(name, int(array.nbytes))
+    with open(file, "rb+") as f:  # on the disk before the preset is renamed into place
+        os.fsync(f.fileno())
 
 
 def _write_dir(path: Path, files: Mapping[str, Any], h5_files: Mapping[str, Mapping[str, np.ndarray]],
-               force: bool, notes: list[str] | None, settings: dict | None = None) -> None:
+               force: bool, notes: list[str] | None, settings: dict | None = None, on_tensor=None) -> None:
     """Build the preset in a temporary directory beside `path`, then publish it (`outputs.atomic_dir`: the name
     claimed with mkdir without --force; with it, only over a preset, what is kept moved into the new one)."""
     from transformer_parity.io.outputs import atomic_dir
@@ -416,4 +425,4 @@ def _write_dir(path: Path, files: Mapping[str, Any], h5_files: Mapping[str, Mapp
             (tmp / name).write_text(json.dumps(content, indent=4) + "\n")
         for name, datasets in h5_files.items():
             if datasets:
-                _write_h5(tmp / name, datasets)
+                _write_h5(tmp / name, datasets, on_tensor)

@@ -329,7 +329,7 @@ def read_keras_h5(path: str | os.PathLike) -> dict[str, np.ndarray]:
                              for name, shape in checked.items())
                 if total > size:
                     raise ValueError(f"{path}: its datasets declare {total} bytes, more than the file's {size}")
-                out.update({f"{top}/{name}": f[top][name][()] for name in checked})
+                out.update({f"{top}/{name}": kc.read_dataset(f[top][name]) for name in checked})
     except (OSError, KeyError, RuntimeError) as exc:
         raise ValueError(f"{path} is not a readable HDF5 file (truncated or corrupt?): {exc}") from None
     return keras_names(out)
