@@ -12,6 +12,8 @@ peak resident set size from the kernel's accounting for that one child (`os.wait
 - `transformer-parity convert` to a canonical `.safetensors`, to a Keras `.weights.h5` (float32: Keras files are
   written in float32 here), to a KerasHub Llama preset (bfloat16 kept, as KerasHub's own presets are), and the
   canonical file back to a Hugging Face directory;
+- `transformer-parity verify --stream on` of the directory: the float64 judge, the float32 floor, PyTorch and Keras
+  one block at a time (`docs/verify.md`), its verdict recorded beside the figures;
 - transformers `from_pretrained` + `save_pretrained` (`--skip-libraries` leaves it out);
 - KerasHub `LlamaBackbone.from_preset` + `save_weights` in bfloat16, where it fits in memory, on the preset the
   convert row wrote (outside that library's timed row): `from_preset` on a Hugging Face directory imports every
@@ -148,19 +150,25 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
     row("convert -> Keras .weights.h5 (float32)", [*cli, "convert", str(src), str(workdir / "m.weights.h5"), "-q"],
         workdir / "m.weights.h5")
     preset = workdir / "preset"
+    keep_preset = kerashub and 3 * nbytes < available_bytes()  # KerasHub's own row reads it
     row("convert -> KerasHub preset (bfloat16)",
-        [*cli, "convert", str(src), str(preset), "--to", "kerashub-llama", "-q"], None)
+        [*cli, "convert", str(src), str(preset), "--to", "kerashub-llama", "-q"], None if keep_preset else preset)
     row("export canonical -> HF directory", [*cli, "convert", str(canon), str(workdir / "hf"), "--to", "hf", "-q"],
         workdir / "hf")
     os.remove(canon)
+    report = workdir / "verify.json"
+    row("verify (layer-streamed: numpy f64 and f32, torch, keras)",
+        [*cli, "verify", str(src), "--stream", "on", "--src-len", "16", "-q", "--json", str(report)], None)
+    result["verify"] = {k: json.loads(report.read_text())[k] for k in ("mode", "passed", "verdict", "seconds")}
+    os.remove(report)
     if libraries:
         row("transformers from_pretrained + save_pretrained",
             [sys.executable, "-c", TRANSFORMERS, str(src), str(workdir / "tf-out")], workdir / "tf-out", optional=True)
-    if kerashub and 3 * nbytes < available_bytes():  # the model in bfloat16, and TensorFlow's own copies
+    if keep_preset:  # the model in bfloat16, and TensorFlow's own copies
         row("KerasHub LlamaBackbone.from_preset + save_weights (bfloat16)",
             [sys.executable, "-c", KERAS_HUB, str(preset), str(workdir / "kh.weights.h5")], workdir / "kh.weights.h5",
             optional=True)
-    shutil.rmtree(preset)
+        shutil.rmtree(preset)
     shutil.rmtree(src)
     copy = max(next(r for r in result["rows"] if r["step"] == "cp -r")["seconds"], 1e-3)
     synced = max(result["rows"][1]["seconds"], 1e-3)
