@@ -49,7 +49,7 @@ SIZES = {
     "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False),
 }
-TARGET_RSS_X, TARGET_TIME_X = 0.25, 2.0  # issue 25: peak RSS <= 0.25x the checkpoint, wall <= 2x cp -r
+TARGET_RSS_X, TARGET_TIME_X = 0.25, 2.0  # the targets: peak RSS <= 0.25x the checkpoint, wall <= 2x cp -r
 
 
 def shapes(hf: dict) -> dict[str, tuple[int, ...]]:

@@ -1,4 +1,4 @@
-"""Every hostile case of issue 11, run through the CLI in a fresh process: its exit status, its one line on stderr,
+"""Every hostile case of the first adversarial round, run through the CLI in a fresh process: its exit status, its one line on stderr,
 and its peak memory (max RSS) next to the same command's honest counterpart.
 
     nice -n 19 python -m benchmarks.hostile_cases --json benchmarks/results/hardening/hostile_cases.json

@@ -1,4 +1,4 @@
-"""Signal soak (issue 11): interrupt `convert` and `train` at random moments and count what is left behind.
+"""Signal soak: interrupt `convert` and `train` at random moments and count what is left behind.
 
     nice -n 19 python -m benchmarks.signal_soak --converts 100 --trains 50 --json benchmarks/results/hardening/signal_soak.json
 

@@ -1,4 +1,4 @@
-"""Hostile files and faults (issue 11): every file a test builds here is crafted to make a reader read another file,
+"""Hostile files and faults: every file a test builds here is crafted to make a reader read another file,
 allocate without bound, or pass a broken port; each must end in exit 2 with one line (or a clean verdict), and
 nothing may be written."""
 

@@ -1,5 +1,5 @@
 """Weights first: `verify` with two or more checkpoints compares their canonical weights name by name, and a tensor
-that differs fails the verdict even when every output is within tolerance (issue 10's planted case)."""
+that differs fails the verdict even when every output is within tolerance."""
 
 import json
 

@@ -11,7 +11,7 @@ file of theirs is read or written.
 | `nn-transformer` | `.pt`, `.pth`, `.bin`, `.ckpt` | a model around `torch.nn.Transformer` | torch |
 | `keras`          | `.weights.h5`, `.h5`  | tf_impl `save_weights` layout + config     | keras   |
 | `hf`             | a directory           | Hugging Face `save_pretrained` model dir   | torch   |
-| `kerashub`       | a directory           | KerasHub `save_to_preset` (GPT-2, BERT)    | keras   |
+| `kerashub`       | a directory           | KerasHub `save_to_preset` (every family)  | keras   |
 | `kerashub-seq2seq` | `.weights.h5`       | keras.io's English-to-Spanish KerasHub model | keras |
 
 A PyTorch Lightning `.ckpt` is read like any PyTorch file (`weights_only=True`): its `state_dict`, with
