@@ -29,6 +29,7 @@ import reference_numpy as rn
 from reference_numpy import blocks as rb
 
 from transformer_parity.errors import UsageError
+from transformer_parity.io.limits import human_bytes
 from .results import JUDGE, Report, Subject, nonfinite_problems, recorded_inputs, row
 from .tolerances import PAIR_RATIO_LIMIT, RATIO_LIMIT, floors
 
@@ -36,10 +37,13 @@ MODE = "layer-streamed"
 FLOOR = "numpy-f32 (floor)"
 
 
+def _stored_bytes(weights: Mapping[str, np.ndarray], names: Sequence[str]) -> int:
+    return sum(int(np.prod(weights[n].shape)) * np.dtype(weights[n].dtype).itemsize for n in names)
+
+
 def block_bytes(config: rn.TransformerConfig, weights: Mapping[str, np.ndarray]) -> tuple[rb.Block, int]:
     """The block with the most weight bytes as stored, and that figure."""
-    sizes = [(block, sum(int(np.prod(weights[n].shape)) * np.dtype(weights[n].dtype).itemsize
-                         for n in rb.block_parameters(config, block))) for block in rb.blocks(config)]
+    sizes = [(block, _stored_bytes(weights, rb.block_parameters(config, block))) for block in rb.blocks(config)]
     return max(sizes, key=lambda item: item[1])
 
 
@@ -72,10 +76,12 @@ def judge(reference: Subject, subjects: Sequence[Subject], dtype: str, src: np.n
     seconds = {label: 0.0 for label, _, _ in runs}
     sublayers, floor, rows, problems = [], {}, [], []
     every = rb.blocks(config)
+    sizes = [_stored_bytes(reference.weights, rb.block_parameters(config, block)) for block in every]
     previous = None
     for n, block in enumerate(every):
         if progress:
-            progress(f"{block.name} ({n + 1} of {len(every)} blocks, {MODE})")
+            progress(f"{block.name}: block {n + 1} of {len(every)}, {human_bytes(sum(sizes[:n]))} of "
+                     f"{human_bytes(sum(sizes))} of weights done ({MODE})")
         weights = {name: np.asarray(reference.weights[name]) for name in rb.block_parameters(config, block)}
         records = {}
         for label, backend, run_dtype in runs:
