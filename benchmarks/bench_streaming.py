@@ -1,6 +1,6 @@
 """Streaming conversion of Llama-shaped bfloat16 checkpoints, beside the libraries and the disk.
 
-    python benchmarks/bench_streaming.py --size 1b          # ~1.2 B parameters, 2.5 GB of bfloat16
+    python benchmarks/bench_streaming.py --size 1b --rounds 3   # ~1.2 B parameters, 2.5 GB of bfloat16
     python benchmarks/bench_streaming.py --size 8b --skip-libraries
     python benchmarks/bench_streaming.py --size tiny        # seconds; what the test runs
 
@@ -118,7 +118,11 @@ m = keras_hub.models.LlamaBackbone.from_preset(sys.argv[1], dtype="bfloat16")
 m.save_weights(sys.argv[2])"""
 
 
-def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = True) -> dict:
+def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = True, rounds: int = 1) -> dict:
+    """Every row timed in a fresh process; the disk's and our rows `rounds` times, interleaved round by round (the
+    median wall time is reported, with every round's, and the largest peak RSS), the verify and library rows once."""
+    import statistics
+
     from transformer_parity.io.limits import available_bytes
 
     cli = [sys.executable, "-m", "transformer_parity"]
@@ -126,8 +130,9 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
     start = time.perf_counter()  # generated in a child: this process stays small, and its children start small
     subprocess.run([sys.executable, __file__, "--generate", str(src), "--size", size], check=True)
     nbytes = sum(f.stat().st_size for f in src.glob("*.safetensors"))
-    result = {"size": size, "checkpoint_bytes": nbytes, "parameters": parameters(size),
+    result = {"size": size, "checkpoint_bytes": nbytes, "parameters": parameters(size), "rounds": rounds,
               "generate_s": round(time.perf_counter() - start, 1), "rows": []}
+    timings: dict[str, list[tuple[float, int]]] = {}
 
     def row(name, cmd, out, env=None, optional=False):
         try:
@@ -137,25 +142,27 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
                 raise
             result["rows"].append({"step": name, "skipped": str(exc).splitlines()[-1][:200]})
             return
-        result["rows"].append({"step": name, "seconds": round(seconds, 3), "peak_rss_bytes": rss,
-                               "rss_x_checkpoint": round(rss / nbytes, 3)})
+        if name not in timings:
+            result["rows"].append({"step": name})
+        timings.setdefault(name, []).append((seconds, rss))
         if out is not None:
             (shutil.rmtree if out.is_dir() else os.remove)(out)
 
-    row("cp -r", ["cp", "-r", str(src), str(workdir / "copy")], workdir / "copy")
-    row("cp -r + sync (written to disk, as convert's atomic output is)",
-        ["sh", "-c", f"cp -r '{src}' '{workdir / 'copy'}' && sync"], workdir / "copy")
-    canon = workdir / "model.safetensors"
-    row("convert -> canonical .safetensors", [*cli, "convert", str(src), str(canon), "-q"], None)
-    row("convert -> Keras .weights.h5 (float32)", [*cli, "convert", str(src), str(workdir / "m.weights.h5"), "-q"],
-        workdir / "m.weights.h5")
-    preset = workdir / "preset"
+    canon, preset = workdir / "model.safetensors", workdir / "preset"
     keep_preset = kerashub and 3 * nbytes < available_bytes()  # KerasHub's own row reads it
-    row("convert -> KerasHub preset (bfloat16)",
-        [*cli, "convert", str(src), str(preset), "--to", "kerashub-llama", "-q"], None if keep_preset else preset)
-    row("export canonical -> HF directory", [*cli, "convert", str(canon), str(workdir / "hf"), "--to", "hf", "-q"],
-        workdir / "hf")
-    os.remove(canon)
+    for n in range(rounds):
+        row("cp -r", ["cp", "-r", str(src), str(workdir / "copy")], workdir / "copy")
+        row("cp -r + sync (written to disk, as convert's atomic output is)",
+            ["sh", "-c", f"cp -r '{src}' '{workdir / 'copy'}' && sync"], workdir / "copy")
+        row("convert -> canonical .safetensors", [*cli, "convert", str(src), str(canon), "-q"], None)
+        row("convert -> Keras .weights.h5 (float32)",
+            [*cli, "convert", str(src), str(workdir / "m.weights.h5"), "-q"], workdir / "m.weights.h5")
+        row("convert -> KerasHub preset (bfloat16)",
+            [*cli, "convert", str(src), str(preset), "--to", "kerashub-llama", "-q"],
+            None if keep_preset and n == rounds - 1 else preset)
+        row("export canonical -> HF directory", [*cli, "convert", str(canon), str(workdir / "hf"), "--to", "hf", "-q"],
+            workdir / "hf")
+        os.remove(canon)
     report = workdir / "verify.json"
     row("verify (layer-streamed: numpy f64 and f32, torch, keras)",
         [*cli, "verify", str(src), "--stream", "on", "--src-len", "16", "-q", "--json", str(report)], None)
@@ -170,7 +177,13 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
             optional=True)
         shutil.rmtree(preset)
     shutil.rmtree(src)
-    copy = max(next(r for r in result["rows"] if r["step"] == "cp -r")["seconds"], 1e-3)
+    for r in result["rows"]:
+        if r["step"] in timings:
+            seconds = [t for t, _ in timings[r["step"]]]
+            rss = max(m for _, m in timings[r["step"]])
+            r.update(seconds=round(statistics.median(seconds), 3), seconds_each=[round(t, 3) for t in seconds],
+                     peak_rss_bytes=rss, rss_x_checkpoint=round(rss / nbytes, 3))
+    copy = max(result["rows"][0]["seconds"], 1e-3)
     synced = max(result["rows"][1]["seconds"], 1e-3)
     for r in result["rows"]:
         if "seconds" in r:
@@ -199,6 +212,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dir", help="where to generate the checkpoint (default: a temporary directory)")
     parser.add_argument("--skip-libraries", action="store_true", help="leave out transformers and KerasHub")
     parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time the disk's and the conversions' rows this many times, interleaved (median)")
     parser.add_argument("--generate", metavar="DIR", help=argparse.SUPPRESS)  # the child that writes the checkpoint
     args = parser.parse_args(argv)
     if args.generate:
@@ -206,7 +221,7 @@ def main(argv=None) -> int:
         return 0
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         result = measure(args.size, Path(tmp), libraries=not args.skip_libraries,
-                         kerashub=not args.skip_libraries)
+                         kerashub=not args.skip_libraries, rounds=args.rounds)
     result["cpu"] = _cpu()
     print(table(result))
     if args.json:

@@ -503,7 +503,8 @@ def test_streaming_bench_times_every_row_beside_the_disk(tmp_path):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     report = tmp_path / "r.json"
-    assert bench.main(["--size", "tiny", "--skip-libraries", "--dir", str(tmp_path), "--json", str(report)]) == 0
+    assert bench.main(["--size", "tiny", "--skip-libraries", "--dir", str(tmp_path), "--json", str(report),
+                       "--rounds", "2"]) == 0
     result = json.loads(report.read_text())
     steps = [r["step"] for r in result["rows"]]
     assert steps[:2] == ["cp -r", "cp -r + sync (written to disk, as convert's atomic output is)"]
@@ -515,6 +516,10 @@ def test_streaming_bench_times_every_row_beside_the_disk(tmp_path):
     assert result["checkpoint_bytes"] > 2 * result["parameters"]  # bfloat16 tensors plus the headers
     for r in result["rows"]:
         assert r["seconds"] > 0 and r["peak_rss_bytes"] > 0
+        rounds = 1 if r["step"].startswith("verify") else 2  # the disk and the conversions, interleaved twice
+        assert len(r["seconds_each"]) == rounds and r["seconds"] == pytest.approx(sorted(r["seconds_each"])[0] if
+                                                                                  rounds == 1 else
+                                                                                  sum(r["seconds_each"]) / 2, abs=2e-3)
         assert r["time_x_cp"] == pytest.approx(r["seconds"] / max(result["rows"][0]["seconds"], 1e-3), rel=0.01)
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
