@@ -207,3 +207,29 @@ def test_a_nonzero_logits_bias_has_no_kerashub_equivalent(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "output.bias is not zero" in err and "have no bias" in err, err
     assert not (tmp_path / "preset").exists()
+
+
+def test_verify_a_bart_directory_against_its_preset_compares_what_is_read(tmp_path):
+    """`verify HF_DIR KERASHUB_PRESET`: the two position rows neither model reads (transformers' random, KerasHub's
+    none) are left out of the weights comparison, with a note; every other weight is compared, and a changed one
+    still fails."""
+    import h5py
+
+    _, hf_dir = hf_bart(tmp_path)
+    out = tmp_path / "preset"
+    assert main(["--quiet", "convert", str(hf_dir), str(out), "--to", "kerashub-bart"]) == 0
+    report = tmp_path / "r.json"
+    assert main(["verify", str(hf_dir), str(out), "--src-len", "9", "--tgt-len", "7", "--json", str(report),
+                 "-q"]) == 0
+    result = json.loads(report.read_text())
+    assert result["weights"]["compared"] and result["weights"]["passed"]
+    assert any("tgt_pos.embedding: rows 0..1 never read" in n for n in result["notes"])
+    changed = tmp_path / "changed"
+    shutil.copytree(out, changed)
+    with h5py.File(changed / "model.weights.h5", "r+") as f:
+        f["layers/position_embedding_1/vars/0"][0, 0] += 1e-3  # position 0: read
+    # the edited preset's manifest no longer vouches for its pad id: given
+    assert main(["verify", str(hf_dir), str(changed), "--src-len", "9", "--tgt-len", "7", "-q", "--force",
+                 "--json", str(report), "--set", f"pad_id={PAD}"]) == 1
+    failing = [r["name"] for r in json.loads(report.read_text())["weights"]["rows"] if not r["passed"]]
+    assert failing == ["tgt_pos.embedding"]

@@ -120,6 +120,19 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def unread_rows(config: TransformerConfig) -> dict[str, int]:
+    """Learned position tables whose first rows the model never reads, and how many: position p reads row
+    p + `position_offset` (BART: rows 0 and 1 unread), and under `positions_skip_pad` a pad token reads row
+    `position_offset - 1` (RoBERTa: row 0 unread). Such rows carry whatever the checkpoint's library left there."""
+    if config.positional != "learned":
+        return {}
+    first = config.position_offset - (1 if config.positions_skip_pad else 0)
+    if first <= 0:
+        return {}
+    sides = [side for side, present in (("src", config.has_encoder), ("tgt", config.has_decoder)) if present]
+    return {f"{side}_pos.embedding": first for side in sides if f"{side}_pos.embedding" in parameter_shapes(config)}
+
+
 def tied_output_embedding(config: TransformerConfig) -> str:
     """The embedding the output projection reuses (transposed) when `tie_embeddings` is set."""
     return "tgt_embed.embedding" if config.has_decoder and not config.share_embeddings else "src_embed.embedding"

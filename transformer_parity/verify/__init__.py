@@ -343,6 +343,11 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         if progress:
             progress("comparing weights")
         weight_rows = _compare_weights(subjects)
+        from reference_numpy.schema import unread_rows
+
+        notes += [f"{name}: rows 0..{k - 1} never read by the model (position_offset="
+                  f"{reference.config.position_offset}): not compared" for name, k in
+                  unread_rows(reference.config).items()]
     try:
         report = judge_subjects(reference, subjects, dtype=dtype, batch=batch, src_len=src_len, tgt_len=tgt_len,
                                 seed=seed, progress=progress, notes=notes, autocast=autocast, source=oracle,
@@ -489,8 +494,10 @@ def _compare_weights(subjects: Sequence[Subject]) -> list[Any]:
     """Weights first (`weight_diff`): every checkpoint's canonical tensors against the first checkpoint's."""
     from transformer_parity.verify import weights as weight_diff
 
+    from reference_numpy.schema import unread_rows
+
     return weight_diff.compare_checkpoints(subjects[0].weights, [s.weights for s in subjects[1:]],
-                                           [s.source or s.label for s in subjects])
+                                           [s.source or s.label for s in subjects], unread_rows(subjects[0].config))
 
 
 def _labels(frameworks: Sequence[str]) -> list[str]:

@@ -114,9 +114,12 @@ def compare_tensor(name: str, actual: np.ndarray, desired: np.ndarray, labels: t
 
 
 def compare_checkpoints(reference: Mapping[str, np.ndarray], others: Sequence[Mapping[str, np.ndarray]],
-                        labels: Sequence[str]) -> list[WeightRow]:
+                        labels: Sequence[str], unread: Mapping[str, int] | None = None) -> list[WeightRow]:
     """Every canonical tensor of each of `others` against `reference`'s, name by name; `labels` names the
-    reference first, then each of `others`. Names in one checkpoint and not the other are `missing` rows."""
+    reference first, then each of `others`. Names in one checkpoint and not the other are `missing` rows.
+    `unread` (`reference_numpy.schema.unread_rows`): leading rows of a tensor the model never reads, left out of the
+    comparison when both tensors have the same shape."""
+    unread = dict(unread or {})
     rows = []
     for weights, label in zip(others, labels[1:]):
         pair = (label, labels[0])
@@ -127,6 +130,10 @@ def compare_checkpoints(reference: Mapping[str, np.ndarray], others: Sequence[Ma
             elif name not in reference:
                 rows.append(WeightRow(name, pair, MISSING, f"in {label}, not in {labels[0]}",
                                       size=int(np.size(weights[name]))))
+            elif unread.get(name) and np.shape(weights[name]) == np.shape(reference[name]):
+                skip = unread[name]
+                rows.append(compare_tensor(name, np.asarray(weights[name])[skip:], np.asarray(reference[name])[skip:],
+                                           pair))
             else:
                 rows.append(compare_tensor(name, weights[name], reference[name], pair))
     return rows
