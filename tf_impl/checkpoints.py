@@ -174,7 +174,7 @@ def read_dataset(dataset: Any) -> np.ndarray:
     read as float32, exactly."""
     value = dataset[()]
     if _is_bfloat16(dataset):
-        return (np.asarray(value).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        return mapping.widen_bfloat16(value)
     return value
 
 

@@ -123,8 +123,7 @@ def read_tensors(header: SafetensorsHeader, names: Iterable[str] | None = None,
             code = header.stored.get(name)
             if code is not None:  # bfloat16 / float16 -> float32, exactly
                 raw = np.fromfile(f, dtype=WIDENED[code], count=math.prod(shape)).reshape(shape)
-                tensors[name] = ((raw.astype(np.uint32) << 16).view(np.float32) if code == "BF16"
-                                 else raw.astype(np.float32))
+                tensors[name] = rn.mapping.widen_bfloat16(raw) if code == "BF16" else raw.astype(np.float32)
             else:
                 array = np.fromfile(f, dtype=dtype, count=math.prod(shape)).reshape(shape)
                 tensors[name] = array.astype(dtype.newbyteorder("="), copy=False)
@@ -163,7 +162,7 @@ def lazy_tensors(header: SafetensorsHeader, on_tensor: Callable[[str, int], None
             if on_tensor is not None:
                 on_tensor(name, end - begin)
             if code == "BF16":
-                return raw.view(bfloat16()) if keep_dtype else (raw.astype(np.uint32) << 16).view(np.float32)
+                return raw.view(bfloat16()) if keep_dtype else rn.mapping.widen_bfloat16(raw)
             return raw.astype(dtype.newbyteorder("="), copy=False)
         return read
 
