@@ -44,17 +44,12 @@ RUNS = [("numpy", "float64"), ("numpy", "float32"), ("torch", "float32"), ("kera
 
 def run_blocks(backend: str, config, weights, dtype: str, src, tgt, types) -> dict[str, np.ndarray]:
     """Every block in turn, as the streamed judge runs them, recording what each records."""
-    state = streamed._inputs(config, src, tgt, types)
-    record, previous = {}, None
+    state, record = streamed._inputs(config, src, tgt, types), {}
     for block in rb.blocks(config):
-        if previous is not None and previous.stack == "encoder" and block.stack == "decoder":
-            state["memory"] = state["x"]
+        rb.begin(block, state)
         block_weights = {name: weights[name] for name in rb.block_parameters(config, block)}
         record.update(backends.get(backend).run_block(config, block, block_weights, dtype, state))
-        previous = block
-    if not config.output_projection:
-        record["last_hidden_state"] = state["x"]
-    return record
+    return {**record, **rb.final_record(config, state)}
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))

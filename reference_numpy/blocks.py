@@ -9,7 +9,8 @@ in float64, the values: `parity_tests/test_streamed_verify.py`). The twins have 
 (`torch_impl.blocks`, `tf_impl.blocks`).
 
 `state` holds the inputs (`src_ids`, `tgt_ids` and `src_type_ids` where the model reads them) and what the blocks
-pass on: `x`, the hidden states `(B, T, D)`; `memory`, the encoder's output, once the decoder starts.
+pass on: `x`, the hidden states `(B, T, D)`; `memory`, the encoder's output, once the decoder starts (`begin`,
+called before each block). After the last block, `final_record` adds what a bare backbone returns.
 """
 
 from __future__ import annotations
@@ -96,6 +97,18 @@ def block_parameters(config: TransformerConfig, block: Block) -> list[str]:
     if block.kind == "output" and config.tie_embeddings:
         names.append(tied_output_embedding(config))
     return names
+
+
+def begin(block: Block, state: dict) -> None:
+    """Before `block` runs (in every backend alike): the decoder's embedding keeps what the encoder left in `x` as
+    the memory its layers attend to."""
+    if block.kind == "embed" and block.stack == "decoder" and "x" in state:
+        state["memory"] = state["x"]
+
+
+def final_record(config: TransformerConfig, state: dict) -> dict[str, np.ndarray]:
+    """What the model records after its last block: a bare backbone's final hidden states (`last_hidden_state`)."""
+    return {} if config.output_projection else {"last_hidden_state": state["x"]}
 
 
 def key_mask(config: TransformerConfig, state: Mapping[str, np.ndarray], side: str) -> np.ndarray:

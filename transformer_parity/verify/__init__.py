@@ -24,8 +24,6 @@ reference rounding as they do, with its own K: `lowp`.
 
 from __future__ import annotations
 
-import itertools
-import math
 import os
 import time
 from pathlib import Path
@@ -40,7 +38,7 @@ from .tolerances import (EPS32, EPS64, PAIR_RATIO_LIMIT, RATIO_LIMIT, compare, f
                          max_abs)
 
 from .results import (JUDGE, Report, Row, Subject, nonfinite_problems, output_name,  # noqa: F401 (the verify API)
-                      recorded_inputs, row)
+                      port_rows, recorded_inputs, row)
 DEFAULT_SHAPE = {"batch": 2, "src_len": 37, "tgt_len": 29}
 
 Progress = Callable[[str], None]
@@ -154,13 +152,8 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
     outputs = {s.label: run(s.label, s.backend, s.config, s.weights, dtype) for s in subjects}
 
     limit, pair_limit = (lowp.RATIO_LIMIT, lowp.PAIR_RATIO_LIMIT) if reduced else (RATIO_LIMIT, PAIR_RATIO_LIMIT)
-    rows = []
-    for name in judge:
-        for s in subjects:
-            rows.append(row(name, (s.label, JUDGE), outputs[s.label].get(name), judge[name], floor[name], limit))
-        for a, b in itertools.combinations([s.label for s in subjects], 2):
-            rows.append(row(name, (a, b), outputs[a].get(name), outputs[b].get(name), floor[name], pair_limit,
-                             "pair"))
+    labels = [s.label for s in subjects]
+    rows = [r for name in judge for r in port_rows(name, labels, outputs, judge[name], floor[name], limit, pair_limit)]
     runs = []
     if source is not None:
         runs = _run_source(source, config, judge, (src, tgt, types), seconds, progress)

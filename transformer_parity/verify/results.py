@@ -3,9 +3,10 @@ with its verdict properties. Rendering it (table, verdict line, JSON) is `verify
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -163,6 +164,15 @@ def row(name: str, backends: tuple[str, str], actual, desired, floor: float, lim
         err, rel = compare(actual, desired)
     ratio = err / floor if math.isfinite(floor) else math.inf  # an infinite floor must not excuse any error
     return Row(name, backends, err, rel, floor, ratio, limit, bool(ratio <= limit), kind)
+
+
+def port_rows(name: str, labels: Sequence[str], outputs: Mapping[str, Mapping[str, Any]], desired, floor: float,
+              limit: float, pair_limit: float) -> list[Row]:
+    """At sublayer `name`: each port (`labels`, their outputs by label) against the judge's `desired`, then every
+    two ports against each other."""
+    rows = [row(name, (label, JUDGE), outputs[label].get(name), desired, floor, limit) for label in labels]
+    return rows + [row(name, (a, b), outputs[a].get(name), outputs[b].get(name), floor, pair_limit, "pair")
+                   for a, b in itertools.combinations(labels, 2)]
 
 
 def recorded_inputs(config: rn.TransformerConfig, batch: int, src_len: int, tgt_len: int, seed: int | None

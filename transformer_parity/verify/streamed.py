@@ -18,8 +18,6 @@ reference alone and its verdict says so.
 from __future__ import annotations
 
 import gc
-import itertools
-import math
 import time
 from typing import Mapping, Sequence
 
@@ -30,7 +28,7 @@ from reference_numpy import blocks as rb
 
 from transformer_parity.errors import UsageError
 from transformer_parity.io.limits import human_bytes
-from .results import JUDGE, Report, Subject, nonfinite_problems, recorded_inputs, row
+from .results import JUDGE, Report, Subject, nonfinite_problems, port_rows, recorded_inputs
 from .tolerances import PAIR_RATIO_LIMIT, RATIO_LIMIT, floors
 
 MODE = "layer-streamed"
@@ -77,7 +75,7 @@ def judge(reference: Subject, subjects: Sequence[Subject], dtype: str, src: np.n
     sublayers, floor, rows, problems = [], {}, [], []
     every = rb.blocks(config)
     sizes = [_stored_bytes(reference.weights, rb.block_parameters(config, block)) for block in every]
-    previous = None
+    labels = [s.label for s in subjects]
     for n, block in enumerate(every):
         if progress:
             progress(f"{block.name}: block {n + 1} of {len(every)}, {human_bytes(sum(sizes[:n]))} of "
@@ -86,33 +84,22 @@ def judge(reference: Subject, subjects: Sequence[Subject], dtype: str, src: np.n
         records = {}
         for label, backend, run_dtype in runs:
             state = states[label]
-            if previous is not None and previous.stack == "encoder" and block.stack == "decoder":
-                state["memory"] = state["x"]  # the encoder's output, read by every decoder layer
+            rb.begin(block, state)
             start = time.perf_counter()
-            if backend == "numpy":
-                with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported, not warned about
-                    records[label] = rb.run_block(config, block, weights, run_dtype, state)
-            else:
+            with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported, not warned about
                 records[label] = backends.get(backend).run_block(config, block, weights, run_dtype, state)
             seconds[label] += time.perf_counter() - start
-        if block == every[-1] and not config.output_projection:  # a bare backbone's output
-            for label, _, _ in runs:
-                records[label]["last_hidden_state"] = states[label]["x"]
-        previous = block
+            if block == every[-1]:
+                records[label].update(rb.final_record(config, state))
         problems = problems or nonfinite_problems(records[JUDGE], records[FLOOR], weights)
         block_floor = floors(records[JUDGE], records[FLOOR], dtype)
         for name, desired in records[JUDGE].items():
             sublayers.append(name)
             floor[name] = block_floor[name]
-            for s in subjects:
-                rows.append(row(name, (s.label, JUDGE), records[s.label].get(name), desired, floor[name],
-                                 RATIO_LIMIT))
-            for a, b in itertools.combinations([s.label for s in subjects], 2):
-                rows.append(row(name, (a, b), records[a].get(name), records[b].get(name), floor[name],
-                                 PAIR_RATIO_LIMIT, "pair"))
+            rows += port_rows(name, labels, records, desired, floor[name], RATIO_LIMIT, PAIR_RATIO_LIMIT)
         del weights, records
         gc.collect()  # a Keras layer sits in reference cycles: free the block's weights now, not at some later collection
-    return sublayers, floor, rows, {k: v for k, v in seconds.items() if math.isfinite(v)}, problems
+    return sublayers, floor, rows, seconds, problems
 
 
 def _inputs(config: rn.TransformerConfig, src: np.ndarray, tgt: np.ndarray | None, types: np.ndarray | None
