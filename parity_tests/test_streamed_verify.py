@@ -131,7 +131,7 @@ def test_auto_streams_what_would_not_fit_whole_and_refuses_what_cannot_fit_at_al
     config = LLM["llama3-gqa-window"]
     path = tmp_path / "llama.safetensors"
     formats.save(path, config, seeded_weights(config, 4), "canonical")
-    whole = limits.estimate_bytes(config, 2, 11, 11, itemsize=4, weight_copies=6, traces=6)
+    whole = limits.estimate_bytes(config, 2, 11, 11, itemsize=4, weight_copies=5, traces=5)  # judge, floor, 2 ports
     one_block = streamed.peak_bytes(config, formats.load(path, lazy=True).weights, "float32")
     assert one_block < whole
     monkeypatch.setattr(limits, "available_bytes", lambda: (one_block + whole) // 2)
@@ -147,8 +147,18 @@ def test_auto_streams_what_would_not_fit_whole_and_refuses_what_cannot_fit_at_al
 def test_a_source_cannot_be_asked_of_a_streamed_run(tmp_path, capsys):
     path = tmp_path / "tiny.safetensors"
     formats.save(path, TINY, seeded_weights(TINY, 0), "canonical")
-    assert main(["verify", str(path), "--stream", "on", "--source", "model.py:run"]) == 2
-    assert "does not run a source" in capsys.readouterr().err
+    for given in ([str(path)], ["--preset", "tiny"]):
+        assert main(["verify", *given, "--stream", "on", "--source", "model.py:run"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "does not run a source" in err, err
+
+
+def test_several_checkpoints_are_not_streamed(tmp_path, capsys):
+    path = tmp_path / "tiny.safetensors"
+    formats.save(path, TINY, seeded_weights(TINY, 0), "canonical")
+    assert main(["verify", str(path), str(path), "--stream", "on"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--stream on runs one checkpoint" in err, err
 
 
 def test_reduced_precision_is_refused_in_a_streamed_run(capsys):

@@ -253,6 +253,11 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
     from transformer_parity import formats as fmt
 
     notes: list[str] = []
+    if stream not in STREAM_MODES:
+        raise UsageError(f"--stream must be one of {', '.join(STREAM_MODES)}, received {stream!r}")
+    if stream == "on" and len(checkpoints) >= 2:
+        raise UsageError("--stream on runs one checkpoint (or a preset) in every backend; several checkpoints are "
+                         "compared whole: give one, or drop --stream on")
     if backends is not None:
         from transformer_parity import backends as registry
 
@@ -278,23 +283,12 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
             notes.append("weights not compared (--outputs-only)")
     else:
         first = None
-        if stream not in STREAM_MODES:
-            raise UsageError(f"--stream must be one of {', '.join(STREAM_MODES)}, received {stream!r}")
         if checkpoints:
             if progress:
                 progress(f"reading {Path(checkpoints[0]).name}")
-            item = first = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop,
-                                    lazy=stream != "off")
-            if _streams(stream, item.config, item.weights, batch, src_len, tgt_len, backends):
-                if source or expect:
-                    raise UsageError("a layer-streamed verify does not run a source; give --source/--expect with "
-                                     "--stream off on a machine where the whole model fits")
-                return _streamed(item, backends, dtype, batch, src_len, tgt_len, seed, progress, notes,
-                                 "--no-source" if not builtin_source else None)
-            if any(rn.mapping.is_lazy(v) for v in item.weights.values()):  # whole model: read it whole
-                item = first = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop)
-            notes += [f"{item.path.name}: {n}" for n in item.notes]
-            config, weights, label = item.config, item.weights, item.path.name
+            first = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop,
+                             lazy=stream != "off")
+            config = first.config
         else:
             try:
                 config = rn.TransformerConfig.preset(preset, **dict(fields or {}))
@@ -304,9 +298,6 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
             limits.check_run(config, f"verify --preset {preset}" + "".join(f" --set {k}={v}" for k, v in
                                                                          dict(fields or {}).items()),
                              itemsize=4, weight_copies=1)
-            if progress:
-                progress(f"seeding {preset} weights")
-            weights, label = seeded_weights(config, seed), f"{preset} preset, seed {seed}"
         installed = available_backends()
         chosen = list(backends) if backends is not None else installed
         missing = [b for b in chosen if b != "numpy" and b not in installed]
@@ -316,15 +307,32 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
             notes += [f"{b} not installed: skipped" for b in ("torch", "keras") if b not in installed]
         if not chosen:
             raise UsageError("no backend to compare with the reference: install torch and/or tensorflow+keras")
+        streaming = stream == "on" or (stream == "auto" and first is not None and
+                                       _too_large_whole(first, dtype, batch, src_len, tgt_len, len(chosen)))
+        if streaming and (source or expect):
+            raise UsageError("a layer-streamed verify does not run a source; give --source/--expect with --stream off "
+                             "on a machine where the whole model fits")
+        if first is not None:
+            if not streaming and any(rn.mapping.is_lazy(v) for v in first.weights.values()):  # read it whole
+                first = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop)
+            notes += [f"{first.path.name}: {n}" for n in first.notes]
+            config, weights, label = first.config, first.weights, first.path.name
+        else:
+            if progress:
+                progress(f"seeding {preset} weights")
+            weights, label = seeded_weights(config, seed), f"{preset} preset, seed {seed}"
         reference = Subject(label, "numpy", config, weights, label)
         numpy_label = {"bfloat16": "numpy-bf16", "float16": "numpy-f16"}.get(dtype, f"numpy-f{dtype[5:]}")
         subjects = [Subject(b if b != "numpy" else numpy_label, b, config, weights, label) for b in chosen]
-        if not checkpoints and stream == "on":
+        if streaming:
             from transformer_parity.verify import streamed
 
             src_len, tgt_len = default_lengths(config, src_len, tgt_len, notes)
-            return streamed.report(reference, subjects, dtype, batch, src_len, tgt_len, seed, progress, notes,
-                                   "no source given (seeded weights have none)")
+            why = ("no source given (seeded weights have none)" if first is None else
+                   "--no-source" if not builtin_source else None)
+            report = streamed.report(reference, subjects, dtype, batch, src_len, tgt_len, seed, progress, notes, why)
+            report.dropped = [f"{label}: {name}" for name in first.dropped] if first is not None else []
+            return report
     oracle, self_consistent = _choose_source(first, source, expect, builtin_source,
                                              loaded[1:] if len(checkpoints) >= 2 else ())
     if oracle is None or oracle.inputs is None:
@@ -335,12 +343,12 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
     if len(checkpoints) >= 2 and not outputs_only:  # weights first: before any output is computed
         if progress:
             progress("comparing weights")
-        weight_rows = _compare_weights(subjects)
         from reference_numpy.schema import unread_rows
 
+        unread = unread_rows(reference.config)
+        weight_rows = _compare_weights(subjects, unread)
         notes += [f"{name}: rows 0..{k - 1} never read by the model (position_offset="
-                  f"{reference.config.position_offset}): not compared" for name, k in
-                  unread_rows(reference.config).items()]
+                  f"{reference.config.position_offset}): not compared" for name, k in unread.items()]
     try:
         report = judge_subjects(reference, subjects, dtype=dtype, batch=batch, src_len=src_len, tgt_len=tgt_len,
                                 seed=seed, progress=progress, notes=notes, autocast=autocast, source=oracle,
@@ -363,41 +371,17 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
 STREAM_MODES = ("auto", "on", "off")
 
 
-def _streams(stream: str, config: rn.TransformerConfig, weights, batch: int, src_len: int | None,
-             tgt_len: int | None, backends: Sequence[str] | None) -> bool:
-    """Whether one checkpoint is verified layer by layer: asked for (`on`), or (`auto`) read lazily and too large
-    for the whole-model run's estimate (the judge, the floor and every backend's model at once)."""
-    if stream != "auto":
-        return stream == "on"
-    if not any(rn.mapping.is_lazy(v) for v in weights.values()):
+def _too_large_whole(item, dtype: str, batch: int, src_len: int | None, tgt_len: int | None, backends: int) -> bool:
+    """`--stream auto`: whether a lazily read checkpoint's whole-model run would not fit in the memory available now,
+    by the estimate `judge_subjects` checks (the judge, the floor and every backend's model at once)."""
+    if not any(rn.mapping.is_lazy(v) for v in item.weights.values()):
         return False
     from transformer_parity.io import limits
 
-    s, t = default_lengths(config, src_len, tgt_len, [])
-    runs = len(backends) if backends is not None else len(available_backends()) + 1
-    need = limits.estimate_bytes(config, batch, s, t, itemsize=4, weight_copies=3 + runs, traces=3 + runs)
+    s, t = default_lengths(item.config, src_len, tgt_len, [])
+    copies = 3 + (2 if dtype == "float64" else 1) * backends
+    need = limits.estimate_bytes(item.config, batch, s, t, itemsize=4, weight_copies=copies, traces=copies)
     return need > limits.available_bytes()
-
-
-def _streamed(item, backends: Sequence[str] | None, dtype: str, batch: int, src_len: int | None,
-              tgt_len: int | None, seed: int, progress, notes: list[str], self_consistent: str | None) -> Report:
-    """`run` for one checkpoint, one block at a time (`verify.streamed`)."""
-    from transformer_parity.verify import streamed
-
-    chosen = list(backends) if backends is not None else available_backends()
-    missing = [b for b in chosen if b != "numpy" and b not in available_backends()]
-    if missing:
-        raise UsageError(f"backend(s) {missing} not installed (pip install 'transformer-parity[torch,tf]')")
-    label = item.path.name
-    notes = notes + [f"{label}: {n}" for n in item.notes]
-    reference = Subject(label, "numpy", item.config, item.weights, label)
-    numpy_label = f"numpy-f{dtype[5:]}"
-    subjects = [Subject(b if b != "numpy" else numpy_label, b, item.config, item.weights, label) for b in chosen]
-    src_len, tgt_len = default_lengths(item.config, src_len, tgt_len, notes)
-    result = streamed.report(reference, subjects, dtype, batch, src_len, tgt_len, seed, progress, notes,
-                             self_consistent)
-    result.dropped = [f"{label}: {name}" for name in item.dropped]
-    return result
 
 
 def default_lengths(config: rn.TransformerConfig, src_len: int | None, tgt_len: int | None,
@@ -483,14 +467,13 @@ def write_probe(path: str | os.PathLike, checkpoints: Sequence[str | os.PathLike
     return probe
 
 
-def _compare_weights(subjects: Sequence[Subject]) -> list[Any]:
-    """Weights first (`weight_diff`): every checkpoint's canonical tensors against the first checkpoint's."""
+def _compare_weights(subjects: Sequence[Subject], unread: Mapping[str, int]) -> list[Any]:
+    """Weights first (`weight_diff`): every checkpoint's canonical tensors against the first checkpoint's, but for
+    the rows the model never reads (`unread`)."""
     from transformer_parity.verify import weights as weight_diff
 
-    from reference_numpy.schema import unread_rows
-
     return weight_diff.compare_checkpoints(subjects[0].weights, [s.weights for s in subjects[1:]],
-                                           [s.source or s.label for s in subjects], unread_rows(subjects[0].config))
+                                           [s.source or s.label for s in subjects], unread)
 
 
 def _labels(frameworks: Sequence[str]) -> list[str]:
