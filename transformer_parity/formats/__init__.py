@@ -444,7 +444,7 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
     path = Path(path)
     fmt = output_format(path, fmt)
     if fmt in KERASHUB_FORMATS:
-        return _save_kerashub(path, config, weights, fmt, force, consume, notes, on_tensor)
+        return _save_kerashub(path, config, weights, fmt, force, notes, on_tensor)
     if fmt in HF_FORMATS:
         return _save_hf(path, config, weights, fmt, force, on_tensor, consume, notes, max_shard_size)
     check_output(path, force)
@@ -473,18 +473,15 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
 
 
 def _save_kerashub(path: Path, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], fmt: str,
-                   force: bool, consume: bool, notes: list[str] | None, on_tensor: OnTensor | None = None
-                   ) -> tuple[Path, str]:
-    """A KerasHub preset directory (`from_preset(path)` loads it), built beside `path` and renamed into place."""
+                   force: bool, notes: list[str] | None, on_tensor: OnTensor | None = None) -> tuple[Path, str]:
+    """A KerasHub preset directory (`from_preset(path)` loads it), built beside `path` and renamed into place; each
+    tensor is made from `weights` as it is written, so they are left as they are."""
     from transformer_parity.layouts import kerashub_preset
 
     path = check_destination(path, fmt, force)
     if fmt not in KERASHUB_DIRS:  # a bare .weights.h5
-        return path, kerashub_preset.save_weights_file(path, config, weights if consume else dict(weights), fmt,
-                                                       force, consume=True, notes=notes)
-    family = kerashub_preset.save_preset(path, config, weights if consume else dict(weights), fmt, force,
-                                         consume=True, notes=notes, on_tensor=on_tensor)
-    return path, family
+        return path, kerashub_preset.save_weights_file(path, config, weights, fmt, force, notes=notes)
+    return path, kerashub_preset.save_preset(path, config, weights, fmt, force, notes=notes, on_tensor=on_tensor)
 
 
 def _save_hf(path: Path, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], fmt: str, force: bool,

@@ -329,9 +329,9 @@ def _keras_path(name: str, repeated: list[str]) -> str:
     return keras_path(name, repeated)
 
 
-def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: dict[str, np.ndarray],
-                declared: str | None = None, force: bool = False, consume: bool = False,
-                notes: list[str] | None = None, on_tensor=None) -> str:
+def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
+                declared: str | None = None, force: bool = False, notes: list[str] | None = None,
+                on_tensor=None) -> str:
     """Write a preset directory `keras_hub.models.<Backbone or task>.from_preset(path)` loads; returns the format.
     With `force`, only over a preset directory (`PRESET_DIR`), keeping its tokenizer and other files this tool does
     not write. The weights are written dataset by dataset, each made from the canonical weights as it is written
@@ -372,9 +372,8 @@ def _keras_file(state: dict[str, np.ndarray], repeated: list[str]) -> dict[str, 
     return {paths[k]: v for k, v in state.items()}
 
 
-def save_weights_file(path: str | os.PathLike, config: rn.TransformerConfig, weights: dict[str, np.ndarray],
-                      declared: str, force: bool = False, consume: bool = False,
-                      notes: list[str] | None = None) -> str:
+def save_weights_file(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
+                      declared: str, force: bool = False, notes: list[str] | None = None) -> str:
     """A bare `.weights.h5` of a model that has no preset (kerashub-seq2seq): the datasets its `load_weights` reads."""
     from transformer_parity.io.outputs import atomic_path
     from . import canonical_only
