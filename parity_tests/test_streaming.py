@@ -88,8 +88,8 @@ def test_dtype_casts_as_written_and_half_is_refused_where_it_cannot_be_kept(bf16
     assert all(torch.equal(theirs[k], v.float()) for k, v in model.state_dict().items())  # widening is exact
     assert main(["convert", str(path), str(tmp_path / "m.pt"), "--dtype", "bfloat16"]) == 2
     assert "--dtype bfloat16: torch is written in float32 or float64 here" in capsys.readouterr().err
-    assert main(["convert", str(path), str(tmp_path / "m.weights.h5")]) == 0
-    assert "written as float32 (exactly): keras" in capsys.readouterr().err
+    assert main(["convert", str(path), str(tmp_path / "m.pt")]) == 0
+    assert "written as float32 (exactly): torch" in capsys.readouterr().err
 
 
 def test_a_tensor_that_cannot_fit_is_refused_with_the_figures(bf16_llama, tmp_path, capsys, monkeypatch):
@@ -143,7 +143,7 @@ def test_a_streamed_tensor_is_written_a_band_at_a_time(bf16_llama, tmp_path):
 
 def test_keras_weights_streamed_equal_the_whole_tensor_write_bit_for_bit(bf16_llama, tmp_path):
     _, path = bf16_llama
-    assert main(["convert", str(path), str(tmp_path / "streamed.weights.h5"), "-q"]) == 0
+    assert main(["convert", str(path), str(tmp_path / "streamed.weights.h5"), "--dtype", "float32", "-q"]) == 0
     eager = formats.load(path)  # read whole, widened to float32
     formats.save(tmp_path / "whole.weights.h5", eager.config, eager.weights)
     assert (tmp_path / "streamed.weights.h5").read_bytes() == (tmp_path / "whole.weights.h5").read_bytes()
@@ -189,3 +189,71 @@ def test_a_bfloat16_llama_streams_to_a_kerashub_preset_keras_hub_loads(bf16_llam
     assert back.config.replace(max_len=eager.config.max_len) == eager.config  # a preset does not store max_len
     for name, value in eager.weights.items():
         np.testing.assert_array_equal(back.weights[name], value, err_msg=name)
+
+
+def test_keras_weights_keep_bfloat16_as_keras_stores_it_and_read_back_lazily(bf16_llama, tmp_path):
+    """HF (bfloat16) -> our Keras .weights.h5 -> HF, streamed both ways: the file holds bfloat16 as Keras stores it
+    (2-byte opaque, `dtype="bfloat16"`), Keras's own `load_weights` reads it into our Keras model with the source's
+    values, and the directory written back holds the source's tensors bit for bit, in bfloat16."""
+    h5py = pytest.importorskip("h5py")
+    from tf_impl.model import Transformer
+
+    model, path = bf16_llama
+    out = tmp_path / "m.weights.h5"
+    assert main(["convert", str(path), str(out), "-q"]) == 0
+    with h5py.File(out) as f:
+        kinds = set()
+        f.visititems(lambda _, obj: kinds.add((obj.dtype.str, obj.attrs.get("dtype")))
+                     if isinstance(obj, h5py.Dataset) else None)
+    assert kinds == {("|V2", "bfloat16")}
+    eager = formats.load(path)  # widened to float32, exactly
+    keras_model = Transformer(eager.config)
+    keras_model.build()
+    keras_model.load_weights(out)
+    for name, value in keras_model.to_reference().items():
+        np.testing.assert_array_equal(value, eager.weights[name], err_msg=name)
+    lazy = formats.load(out, lazy=True)
+    assert all(isinstance(v, LazyArray) and v.span is not None for v in lazy.weights.values())
+    assert rn.weights_dtype(lazy.weights).name == "bfloat16"
+    assert main(["convert", str(out), str(tmp_path / "back"), "--to", "hf", "-q"]) == 0
+    dtype, theirs = state_of(tmp_path / "back")
+    assert dtype == torch.bfloat16
+    ours = model.state_dict()
+    assert theirs.keys() == ours.keys()
+    assert all(torch.equal(theirs[k], ours[k]) for k in ours)
+
+
+def test_a_kerashub_preset_reads_lazily_and_converts_back_bit_for_bit(bf16_llama, tmp_path):
+    """A bfloat16 KerasHub preset read lazily: every weight a `LazyArray` over the file's bytes, nothing read until
+    asked, bfloat16 kept; the HF directory converted from it holds the source's tensors bit for bit."""
+    model, path = bf16_llama
+    preset = tmp_path / "preset"
+    assert main(["convert", str(path), str(preset), "--to", "kerashub-llama", "-q"]) == 0
+    lazy = formats.load(preset, lazy=True)
+    assert all(isinstance(v, LazyArray) for v in lazy.weights.values())
+    assert rn.weights_dtype(lazy.weights).name == "bfloat16"
+    eager = formats.load(preset)
+    for name, value in eager.weights.items():
+        np.testing.assert_array_equal(np.asarray(lazy.weights[name]).astype(np.float32), value, err_msg=name)
+    assert main(["convert", str(preset), str(tmp_path / "back"), "--to", "hf", "-q"]) == 0
+    _, theirs = state_of(tmp_path / "back")
+    ours = model.state_dict()
+    assert all(torch.equal(theirs[k], ours[k]) for k in ours)
+
+
+def test_a_chunked_hdf5_dataset_reads_lazily_through_hdf5(tmp_path):
+    """A dataset stored in chunks (not what Keras writes, but HDF5 allows it) has no single span of the file: it is
+    read through h5py, with the same values; a contiguous one is read from the file's bytes."""
+    h5py = pytest.importorskip("h5py")
+    from tf_impl import checkpoints as kc
+
+    values = np.arange(7 * 5, dtype=np.float32).reshape(7, 5) - 3.5
+    with h5py.File(tmp_path / "w.h5", "w") as f:
+        f.create_dataset("plain", data=values)
+        f.create_dataset("chunked", data=values, chunks=(2, 5))
+    with h5py.File(tmp_path / "w.h5") as f:
+        plain, chunked = kc.read_dataset(f["plain"], lazy=True), kc.read_dataset(f["chunked"], lazy=True)
+    assert plain.span is not None and chunked.span is None
+    for lazy in (plain, chunked):
+        np.testing.assert_array_equal(np.asarray(lazy), values)
+        assert [b for _, _, b in rn.mapping.row_bands(lazy, 40)][0].shape == (2, 5)

@@ -169,13 +169,40 @@ def write_dataset(group: Any, name: str, array: Any, max_bytes: int = mapping.BA
             dataset[start:stop] = np.ascontiguousarray(band)
 
 
-def read_dataset(dataset: Any) -> np.ndarray:
+def read_dataset(dataset: Any, lazy: bool = False) -> Any:
     """The values of a checked dataset (`_check_h5_layout`); Keras's bfloat16 (2-byte opaque, `dtype="bfloat16"`)
-    read as float32, exactly."""
+    read as float32, exactly. `lazy=True`: a `mapping.LazyArray` in the stored dtype (bfloat16 kept, as ml_dtypes'
+    bfloat16), read when asked; a dataset stored in one piece (what Keras and h5py write by default) is read from the
+    file's bytes, so a streaming conversion maps, copies and transposes it a band at a time, as it does a safetensors
+    tensor."""
+    if lazy:
+        return _lazy_dataset(dataset)
     value = dataset[()]
     if _is_bfloat16(dataset):
         return mapping.widen_bfloat16(value)
     return value
+
+
+def _lazy_dataset(dataset: Any) -> mapping.LazyArray:
+    file, name, shape = dataset.file.filename, dataset.name, tuple(dataset.shape)
+    if _is_bfloat16(dataset):
+        import ml_dtypes
+        dtype = np.dtype(ml_dtypes.bfloat16)
+    else:
+        dtype = dataset.dtype
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    offset = dataset.id.get_offset() if dataset.chunks is None else None
+    if offset is not None and nbytes and (dtype.kind == "V" or dtype.byteorder in ("<", "|")):
+        array = mapping.LazyArray(shape, dtype, lambda: np.array(mapping.mapped(array)), (file, offset, nbytes))
+        return array
+
+    def read() -> np.ndarray:  # chunked (or empty): through HDF5
+        import h5py
+        with h5py.File(file, "r") as f:
+            value = f[name][()]
+        return value.view(dtype) if dtype.kind == "V" else value
+
+    return mapping.LazyArray(shape, dtype, read)
 
 
 def _is_bfloat16(dataset: Any) -> bool:
@@ -183,7 +210,7 @@ def _is_bfloat16(dataset: Any) -> bool:
         "bfloat16", b"bfloat16")
 
 
-def read_h5_file(path: str | os.PathLike, fields: Mapping[str, Any] | None = None
+def read_h5_file(path: str | os.PathLike, fields: Mapping[str, Any] | None = None, lazy: bool = False
                  ) -> tuple[TransformerConfig | None, dict[str, np.ndarray]]:
     """`(config or None, {table path: array})` of a `.weights.h5`; `ValueError` for anything else.
 
@@ -191,7 +218,8 @@ def read_h5_file(path: str | os.PathLike, fields: Mapping[str, Any] | None = Non
     virtual datasets, no external storage, no filters: neither this module nor Keras writes any), every dataset must
     be floating-point and stored in full in this file (so no fill-value expansion), and, when the config is known
     (stored, or `fields` applied to it or given alone), each dataset must be one the config expects, with its shape,
-    before it is read. What is read is therefore bounded by the file's own size.
+    before it is read. What is read is therefore bounded by the file's own size. `lazy=True`: each dataset a
+    `mapping.LazyArray` in its stored dtype (`read_dataset`).
     """
     import h5py
 
@@ -210,7 +238,7 @@ def read_h5_file(path: str | os.PathLike, fields: Mapping[str, Any] | None = Non
                     if shape != expected[name]:
                         raise ValueError(f"{path}: dataset {name!r} has shape {shape}, the config expects "
                                          f"{expected[name]}")
-                datasets[table_path(name)] = read_dataset(f[name])
+                datasets[table_path(name)] = read_dataset(f[name], lazy)
     except (OSError, KeyError, RuntimeError) as exc:
         raise ValueError(f"{path} is not a readable HDF5 file (truncated or corrupt?): {exc}") from None
     return config, datasets
@@ -309,17 +337,19 @@ class NoStoredConfig(ValueError):
         self.path, self.names = Path(path), names
 
 
-def load_weights_h5(path: str | os.PathLike, fields: Mapping[str, Any] | None = None
+def load_weights_h5(path: str | os.PathLike, fields: Mapping[str, Any] | None = None, lazy: bool = False
                     ) -> tuple[TransformerConfig, dict[str, np.ndarray]]:
     """Canonical `(config, weights)` from a `.weights.h5`. The config is the stored one with `fields` applied; a file
-    that stores none (one `model.save_weights()` wrote) needs the whole config in `fields`."""
-    config, datasets = read_h5_file(path, fields)
+    that stores none (one `model.save_weights()` wrote) needs the whole config in `fields`. `lazy=True`: the weights
+    are `mapping.LazyArray`s in the stored dtype, each read when asked."""
+    config, datasets = read_h5_file(path, fields, lazy)
     if config is None:
         raise NoStoredConfig(path, list(datasets))
     if not datasets:
         raise ValueError(f"{path} holds no weights")
     try:
-        return config, rn.from_framework_state(config, datasets, weights_h5_table(config), consume=True)
+        return config, rn.from_framework_state(config, datasets, weights_h5_table(config), consume=True,
+                                               lazy=lazy)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
 

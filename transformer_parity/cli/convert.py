@@ -95,9 +95,9 @@ hf-gpt2, hf-bert, hf-marian, hf-bart name the family). Inferred from content and
 """
 
 
-# Where a checkpoint's bfloat16 / float16 is kept as it is (a KerasHub preset as KerasHub's own bfloat16 presets);
-# the other writers take float32 or float64.
-KEEPS_HALF = ("canonical",)  # and every Hugging Face directory and KerasHub preset
+# Where a checkpoint's bfloat16 / float16 is kept as it is (a KerasHub preset as KerasHub's own bfloat16 presets, a
+# Keras .weights.h5 as Keras stores a bfloat16 variable); the PyTorch pickle writers take float32 or float64.
+KEEPS_HALF = ("canonical", "keras")  # and every Hugging Face directory and KerasHub preset
 CAST = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": "bfloat16"}
 
 
@@ -111,7 +111,7 @@ def _cast(loaded, dtype: str | None, out_format: str, notes: list[str]) -> None:
     keeps = out_format in KEEPS_HALF or out_format in HF_FORMATS or out_format in KERASHUB_DIRS
     if dtype in ("bfloat16", "float16") and not keeps:
         raise UsageError(f"--dtype {dtype}: {out_format} is written in float32 or float64 here; {dtype} is kept in "
-                         "canonical .safetensors, Hugging Face directories and KerasHub presets")
+                         "canonical .safetensors, Keras .weights.h5, Hugging Face directories and KerasHub presets")
     if dtype is None:
         if current.itemsize >= 4 or keeps:
             return

@@ -157,9 +157,10 @@ def load(path: str | os.PathLike, fmt: str | None = None, fields: Mapping[str, A
     the weights are validated against the result. `allow_drop` names the float tensors with nonzero values that a
     table's `ignore` entry may leave out (a key, or a pattern with `{i}`); any other is refused.
 
-    `lazy=True` (for streaming conversions): a canonical `.safetensors` file or a Hugging Face directory of
-    safetensors gives `LazyArray`s in their stored dtype (bfloat16 kept), each read when asked; `on_tensor` then
-    reports each read. Every other format is read whole, as without it.
+    `lazy=True` (for streaming conversions): a canonical `.safetensors` file, a Hugging Face directory of
+    safetensors, a Keras `.weights.h5` and a KerasHub preset give `LazyArray`s in their stored dtype (bfloat16 kept),
+    each read when asked; `on_tensor` then reports each read (safetensors). A PyTorch pickle or zip and a file read
+    through a layout file are read whole, as without it.
     """
     fields = dict(fields or {})
     path = Path(path)
@@ -184,14 +185,14 @@ def _load(path: Path, fmt: str | None, fields: dict[str, Any], on_tensor: OnTens
             with deferred_signals():  # an interrupt inside PyTorch's import aborts the process with a C++ trace
                 import torch_impl.checkpoints  # noqa: F401
         if fmt in KERASHUB_FORMATS:
-            return _load_kerashub(path, fmt, fields, drops)
+            return _load_kerashub(path, fmt, fields, drops, lazy)
         if fmt in HF_FORMATS:
             return _load_hf(path, fmt, fields, on_tensor, drops, lazy)
         if fmt == "canonical":
             return _load_canonical(path, fields, on_tensor, lazy)
         if fmt in ("torch", "nn-transformer"):
             return _load_torch(path, fields)
-        return _load_keras(path, fields)
+        return _load_keras(path, fields, lazy)
     except ImportError as exc:
         raise UsageError(f"reading {path} ({fmt}) needs {exc.name}, which is not installed") from None
     except (KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:  # a reader tripped on the content
@@ -217,14 +218,14 @@ def _load_with_layout(path: Path, layout: str, fields: Mapping[str, Any], drops:
     return Loaded(path, LAYOUT_FORMATS[content], config, weights, notes)
 
 
-def _load_kerashub(path: Path, fmt: str, fields: Mapping[str, Any], drops: Drops) -> Loaded:
+def _load_kerashub(path: Path, fmt: str, fields: Mapping[str, Any], drops: Drops, lazy: bool = False) -> Loaded:
     """A KerasHub preset directory, or a bare .weights.h5 of a KerasHub backbone (--from kerashub-gpt2 ...)."""
     from transformer_parity.layouts import kerashub_preset as kh
 
     if path.is_dir():
-        config, weights, notes, family = kh.load_preset(path, fmt, fields, drops)
+        config, weights, notes, family = kh.load_preset(path, fmt, fields, drops, lazy)
     else:
-        config, weights, notes, family = kh.load_weights_file(path, fmt, fields, drops)
+        config, weights, notes, family = kh.load_weights_file(path, fmt, fields, drops, lazy)
     return Loaded(path, family, config, weights, notes)
 
 
@@ -391,11 +392,11 @@ def dir_kind(fmt: str):
     return MODEL_DIR
 
 
-def _load_keras(path: Path, fields: Mapping[str, Any]) -> Loaded:
+def _load_keras(path: Path, fields: Mapping[str, Any], lazy: bool = False) -> Loaded:
     from tf_impl import checkpoints as kc
 
     try:
-        config, weights = kc.load_weights_h5(path, fields)
+        config, weights = kc.load_weights_h5(path, fields, lazy)
     except kc.NoStoredConfig as exc:
         raise missing_config(path, exc.names) from None
     return Loaded(path, "keras", config, weights)

@@ -116,22 +116,24 @@ def _repeated(table) -> list[str]:
     return repeated_layers(table)
 
 
-def _read_weights(path: Path, table, task: bool) -> dict[str, np.ndarray]:
+def _read_weights(path: Path, table, task: bool, lazy: bool = False) -> dict[str, np.ndarray]:
     from . import user
 
     from .hf_dir import member
 
-    state = user.keras_names(user.read_keras_h5(member(path, WEIGHTS) if path.is_dir() else path), _repeated(table))
+    state = user.keras_names(user.read_keras_h5(member(path, WEIGHTS) if path.is_dir() else path, lazy),
+                             _repeated(table))
     if task and member(path, TASK_WEIGHTS).is_file():
-        task_state = user.keras_names(user.read_keras_h5(path / TASK_WEIGHTS), _repeated(table))
+        task_state = user.keras_names(user.read_keras_h5(path / TASK_WEIGHTS, lazy), _repeated(table))
         state.update({TASK_PREFIX + k: v for k, v in task_state.items()})
     return state
 
 
 def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Mapping[str, Any] | None = None,
-                drops=None) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str], str]:
+                drops=None, lazy: bool = False) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str], str]:
     """`(config, canonical weights, notes, format name)` of a preset directory; `fields` (--set/--config) override
-    the mapped config."""
+    the mapped config. `lazy=True`: the weights are `LazyArray`s in the stored dtype (bfloat16 kept), each read from
+    model.weights.h5 when asked."""
     path = Path(path)
     data = _json(path / CONFIG)
     module = family_for(_class_name(data, path / CONFIG), path, declared)
@@ -152,7 +154,7 @@ def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Ma
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
     table = module.table(config)
-    state = _read_weights(path, table, task is not None)
+    state = _read_weights(path, table, task is not None, lazy)
     if hasattr(module, "settle_from_weights"):  # what config.json leaves out but the weights show
         config, settled = module.settle_from_weights(config, state)
         notes += settled
@@ -161,7 +163,8 @@ def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Ma
         module.to_canonical_state(config, state)
     origins = {**{name: f"config.json {key}" for name, key in module.CONFIG_KEYS.items()},
                **{name: "--set/--config" for name in fields or {}}}
-    weights = import_state(config, state, table, source=str(path), consume=True, drops=drops, origins=origins)
+    weights = import_state(config, state, table, source=str(path), consume=True, drops=drops, origins=origins,
+                           lazy=lazy)
     notes.insert(0, f"read KerasHub {task or module.BACKBONE} ({module.NAME}) from {path.name}")
     return config, weights, notes, module.NAME
 
@@ -258,9 +261,11 @@ def preset_pad_id(path: Path, token: str) -> tuple[int, str]:
 
 
 def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[str, Any] | None = None,
-                      drops=None) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str], str]:
+                      drops=None, lazy: bool = False) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str],
+                                                                str]:
     """A bare `.weights.h5` of a KerasHub backbone (`declared` names the family: kerashub-gpt2, ...): the config is
-    read off the weights (layer count, widths, heads from the einsum kernels) with `fields` on top."""
+    read off the weights (layer count, widths, heads from the einsum kernels) with `fields` on top. `lazy`: as
+    `load_preset`'s."""
     from . import user
 
     if declared not in FAMILIES:
@@ -271,7 +276,7 @@ def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[st
         raise ValueError(f"{path}: a bare {declared} .weights.h5 is not read here (its arrays are reshaped by what "
                          "the preset's config.json says): give the preset directory")
     layout = user.load(module.LAYOUT)
-    state = user.keras_names(user.read_keras_h5(path), _repeated(layout.table))
+    state = user.keras_names(user.read_keras_h5(path, lazy), _repeated(layout.table))
     state, task = _split_task(module, state)
     matched = user.match(layout, [k for k in state if not k.startswith(TASK_PREFIX)])
     shapes = user.canonical_shapes(layout, state, matched)
@@ -287,7 +292,7 @@ def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[st
                "num_decoder_layers": "one more than the highest decoder layer index of the weights",
                **{name: "--set/--config" for name in fields or {}}}
     weights = import_state(config, state, module.table(config) if task else layout.table, source=str(path),
-                           consume=True, drops=drops, where=layout.where, origins=origins)
+                           consume=True, drops=drops, where=layout.where, origins=origins, lazy=lazy)
     notes.insert(0, f"read a KerasHub {task or module.BACKBONE or 'model'} .weights.h5 ({declared}); config read off "
                     "the weights")
     notes += getattr(module, "NOTES", [])

@@ -303,11 +303,12 @@ def read_state(path: str | os.PathLike) -> dict[str, np.ndarray]:
     return read_checkpoint(path).state
 
 
-def read_keras_h5(path: str | os.PathLike) -> dict[str, np.ndarray]:
+def read_keras_h5(path: str | os.PathLike, lazy: bool = False) -> dict[str, np.ndarray]:
     """{dataset path: array} of a Keras `.weights.h5`, every group checked by the hardened reader's checks
     (`tf_impl.checkpoints._check_h5_layout`: no links, external storage, virtual datasets or filters, float data
     fully stored, sizes bounded by the file's) before anything is read. The optimizer's state, which `model.fit`
-    leaves in the file (an int64 iteration count), is neither checked nor read."""
+    leaves in the file (an int64 iteration count), is neither checked nor read. `lazy=True`: `LazyArray`s in the
+    stored dtype, each read when asked (`tf_impl.checkpoints.read_dataset`)."""
     import h5py
 
     from tf_impl import checkpoints as kc
@@ -329,7 +330,7 @@ def read_keras_h5(path: str | os.PathLike) -> dict[str, np.ndarray]:
                              for name, shape in checked.items())
                 if total > size:
                     raise ValueError(f"{path}: its datasets declare {total} bytes, more than the file's {size}")
-                out.update({f"{top}/{name}": kc.read_dataset(f[top][name]) for name in checked})
+                out.update({f"{top}/{name}": kc.read_dataset(f[top][name], lazy) for name in checked})
     except (OSError, KeyError, RuntimeError) as exc:
         raise ValueError(f"{path} is not a readable HDF5 file (truncated or corrupt?): {exc}") from None
     return keras_names(out)
