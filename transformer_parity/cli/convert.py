@@ -199,7 +199,8 @@ def register(sub) -> None:
     add_config_options(p)
     add_allow_drop(p)
     p.add_argument("--dtype", choices=tuple(CAST), help="write the weights in this dtype (default: as stored; "
-                   "bfloat16 and float16 are kept in .safetensors, Hugging Face directories and KerasHub presets)")
+                   "bfloat16 and float16 are kept in .safetensors, Keras .weights.h5, Hugging Face directories and "
+                   "KerasHub presets)")
     p.add_argument("--max-shard-size", metavar="SIZE", help="split a Hugging Face directory's weights into shards "
                    "of at most SIZE (e.g. 2GB, 500MB; default 5GB), with model.safetensors.index.json")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
