@@ -9,9 +9,8 @@ is generated on demand under --dir and removed after. In the same run, each row 
 peak resident set size from the kernel's accounting for that one child (`os.wait4`):
 
 - `cp -r` of the directory (the disk's speed);
-- `transformer-parity convert` to a canonical `.safetensors`, to a Keras `.weights.h5` (float32: Keras files are
-  written in float32 here), to a KerasHub Llama preset (bfloat16 kept, as KerasHub's own presets are), and the
-  canonical file back to a Hugging Face directory;
+- `transformer-parity convert` to a canonical `.safetensors`, to a Keras `.weights.h5` and to a KerasHub Llama
+  preset (bfloat16 kept in each, as Keras and KerasHub store it), and each of those back to a Hugging Face directory;
 - `transformer-parity verify --stream on` of the directory: the float64 judge, the float32 floor, PyTorch and Keras
   one block at a time (`docs/verify.md`), its verdict recorded beside the figures;
 - transformers `from_pretrained` + `save_pretrained` (`--skip-libraries` leaves it out);
@@ -148,21 +147,26 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
         if out is not None:
             (shutil.rmtree if out.is_dir() else os.remove)(out)
 
-    canon, preset = workdir / "model.safetensors", workdir / "preset"
+    canon, keras, preset = workdir / "model.safetensors", workdir / "m.weights.h5", workdir / "preset"
     keep_preset = kerashub and 3 * nbytes < available_bytes()  # KerasHub's own row reads it
     for n in range(rounds):
         row("cp -r", ["cp", "-r", str(src), str(workdir / "copy")], workdir / "copy")
         row("cp -r + sync (written to disk, as convert's atomic output is)",
             ["sh", "-c", f"cp -r '{src}' '{workdir / 'copy'}' && sync"], workdir / "copy")
         row("convert -> canonical .safetensors", [*cli, "convert", str(src), str(canon), "-q"], None)
-        row("convert -> Keras .weights.h5 (float32)",
-            [*cli, "convert", str(src), str(workdir / "m.weights.h5"), "-q"], workdir / "m.weights.h5")
-        row("convert -> KerasHub preset (bfloat16)",
-            [*cli, "convert", str(src), str(preset), "--to", "kerashub-llama", "-q"],
-            None if keep_preset and n == rounds - 1 else preset)
         row("export canonical -> HF directory", [*cli, "convert", str(canon), str(workdir / "hf"), "--to", "hf", "-q"],
             workdir / "hf")
         os.remove(canon)
+        row("convert -> Keras .weights.h5 (bfloat16)", [*cli, "convert", str(src), str(keras), "-q"], None)
+        row("convert Keras .weights.h5 -> HF directory",
+            [*cli, "convert", str(keras), str(workdir / "hf"), "--to", "hf", "-q"], workdir / "hf")
+        os.remove(keras)
+        row("convert -> KerasHub preset (bfloat16)",
+            [*cli, "convert", str(src), str(preset), "--to", "kerashub-llama", "-q"], None)
+        row("convert KerasHub preset -> HF directory",
+            [*cli, "convert", str(preset), str(workdir / "hf"), "--to", "hf", "-q"], workdir / "hf")
+        if not (keep_preset and n == rounds - 1):
+            shutil.rmtree(preset)
     report = workdir / "verify.json"
     row("verify (layer-streamed: numpy f64 and f32, torch, keras)",
         [*cli, "verify", str(src), "--stream", "on", "--src-len", "16", "-q", "--json", str(report)], None)

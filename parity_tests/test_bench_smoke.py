@@ -508,8 +508,9 @@ def test_streaming_bench_times_every_row_beside_the_disk(tmp_path):
     result = json.loads(report.read_text())
     steps = [r["step"] for r in result["rows"]]
     assert steps[:2] == ["cp -r", "cp -r + sync (written to disk, as convert's atomic output is)"]
-    assert {"convert -> canonical .safetensors", "convert -> Keras .weights.h5 (float32)",
+    assert {"convert -> canonical .safetensors", "convert -> Keras .weights.h5 (bfloat16)",
             "convert -> KerasHub preset (bfloat16)", "export canonical -> HF directory",
+            "convert Keras .weights.h5 -> HF directory", "convert KerasHub preset -> HF directory",
             "verify (layer-streamed: numpy f64 and f32, torch, keras)"} <= set(steps)
     assert result["verify"]["mode"] == "layer-streamed" and result["verify"]["passed"]
     assert result["parameters"] == sum(math.prod(s) for s in bench.shapes(bench.SIZES["tiny"]).values())

@@ -14,6 +14,7 @@ from typing import Mapping
 
 import numpy as np
 
+from . import mapping
 from .config import TransformerConfig
 from .schema import validate_weights
 
@@ -99,6 +100,84 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+class BandWriter:
+    """Writes arrays into the open binary file `f`, in the order given, from one worker thread: a `LazyArray` a band
+    of rows at a time (`mapping.row_bands`: a transpose, a cast), a file's bytes as they are (`span`) copied by the
+    kernel, anything else whole; each as its C-order little-endian bytes. The next band is made (a transpose, in
+    NumPy, which releases the GIL) while the worker hands the last one to the kernel. At most `depth` jobs wait, so
+    memory stays a few bands. `wait()` before anything else touches `f`; an error in a write is raised there."""
+
+    def __init__(self, f, depth: int = 2):
+        self.f, self.depth, self.pending = f, depth, []
+
+    def __enter__(self) -> "BandWriter":
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="band-writer")
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.pool.shutdown(wait=True)
+        return False
+
+    def seek(self, offset: int) -> None:
+        """Write what follows at `offset` (after everything submitted before)."""
+        self._submit(self.f.seek, offset)
+
+    def put(self, value) -> int:
+        """Queue `value`'s bytes at the current position; returns their count."""
+        span = getattr(value, "span", None)
+        if span is not None:
+            self._submit(copy_span, span, self.f)
+            return span[2]
+        bands = mapping.row_bands(value) if mapping.is_lazy(value) else [(0, 0, value)]
+        nbytes = 0
+        for _, _, band in bands:
+            band = np.asarray(band)
+            if band.dtype.name == "bfloat16":  # no byte order of its own: its bits as little-endian uint16
+                band = band.view(np.uint16)
+            band = np.ascontiguousarray(band, dtype=band.dtype.newbyteorder("<"))
+            self._submit(self.f.write, band.data.cast("B") if band.size else b"")
+            nbytes += band.nbytes
+        return nbytes
+
+    def wait(self) -> None:
+        while self.pending:
+            self.pending.pop(0).result()
+
+    def _submit(self, job, *args) -> None:
+        while len(self.pending) >= self.depth:
+            self.pending.pop(0).result()
+        self.pending.append(self.pool.submit(job, *args))
+
+
+def copy_span(span: tuple[str, int, int], out) -> None:
+    """Write `nbytes` bytes of `file` from `offset` at `out`'s position (copy_file_range where the system has it, else
+    64 MiB reads), leaving `out` positioned after them."""
+    file, offset, nbytes = span
+    out.flush()
+    start = out.tell()
+    with open(file, "rb") as f:
+        done = 0
+        if hasattr(os, "copy_file_range"):
+            try:
+                while done < nbytes:
+                    n = os.copy_file_range(f.fileno(), out.fileno(), nbytes - done, offset + done)
+                    if n == 0:
+                        raise ValueError(f"{file} ended inside a tensor (truncated while being read?)")
+                    done += n
+            except OSError:  # a file system without it: the rest by reads
+                pass
+        out.seek(start + done)
+        f.seek(offset + done)
+        while done < nbytes:
+            chunk = f.read(min(1 << 26, nbytes - done))
+            if not chunk:
+                raise ValueError(f"{file} ended inside a tensor (truncated while being read?)")
+            out.write(chunk)
+            done += len(chunk)
 
 
 def _umask() -> int:

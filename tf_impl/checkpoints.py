@@ -148,25 +148,57 @@ def save_weights_h5(path: str | os.PathLike, config: TransformerConfig, weights:
         for group, name in layer_groups(config).items():
             vars_group = f.require_group(f"{group}/vars" if group else "vars")
             vars_group.attrs["name"] = name
+        deferred: list = []
         for name, (fw_name, _, _) in plan.items():  # every transform is the identity
-            array = weights.pop(name) if consume else weights[name]
-            write_dataset(f, keras_path(fw_name), array)
-            if on_tensor is not None:
-                on_tensor(name, int(np.prod(array.shape, dtype=np.int64)) * array.dtype.itemsize)
+            write_dataset(f, keras_path(fw_name), weights.pop(name) if consume else weights[name], deferred=deferred)
+    canonical = {"/" + keras_path(fw_name): name for name, (fw_name, _, _) in plan.items()}
+    write_deferred(path, deferred, None if on_tensor is None else lambda name, n: on_tensor(canonical[name], n))
 
 
-def write_dataset(group: Any, name: str, array: Any, max_bytes: int = mapping.BAND_BYTES) -> None:
+def write_dataset(group: Any, name: str, array: Any, max_bytes: int = mapping.BAND_BYTES,
+                  deferred: list | None = None) -> None:
     """Dataset `name` of `group` holding `array` (an array, or a `mapping.LazyArray` read a band of rows at a time:
     the peak is a band, never a second copy of the tensor), in its dtype. bfloat16 is stored as Keras stores it: a
-    2-byte opaque type with the attribute `dtype="bfloat16"`."""
-    dataset = group.create_dataset(name, shape=tuple(array.shape), dtype=np.dtype(array.dtype))
-    if np.dtype(array.dtype).name == "bfloat16":
+    2-byte opaque type with the attribute `dtype="bfloat16"`.
+
+    With a `deferred` list, a dataset with values is only laid out now (contiguous, its space allocated, no fill
+    written) and `(file offset, dataset path, array)` is appended: `write_deferred` writes the bytes once the HDF5
+    file is closed, through `reference_numpy.io.BandWriter` (a background thread; a file's bytes copied by the
+    kernel)."""
+    import h5py
+
+    dtype = np.dtype(array.dtype)
+    later = deferred is not None and len(array.shape) > 0 and int(np.prod(array.shape, dtype=np.int64)) > 0
+    plist = None
+    if later:
+        plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        plist.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        plist.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    dataset = group.create_dataset(name, shape=tuple(array.shape), dtype=dtype, dcpl=plist)
+    if dtype.name == "bfloat16":
         dataset.attrs["dtype"] = "bfloat16"
+    if later:
+        deferred.append((dataset.id.get_offset(), dataset.name, array))
+        return
     for start, stop, band in mapping.row_bands(array, max_bytes):
         if dataset.ndim == 0:
             dataset[()] = band
         else:
             dataset[start:stop] = np.ascontiguousarray(band)
+
+
+def write_deferred(path: str | os.PathLike, deferred: list, on_dataset: Callable[[str, int], None] | None = None
+                   ) -> None:
+    """The bytes of the datasets `write_dataset` laid out in the closed HDF5 file `path`, in file order;
+    `on_dataset(dataset path, bytes)` after each."""
+    with open(path, "r+b") as f, rn.io.BandWriter(f) as writer:
+        for offset, name, array in sorted(deferred, key=lambda item: item[0]):
+            writer.seek(offset)
+            nbytes = writer.put(array)
+            if on_dataset is not None:
+                on_dataset(name, nbytes)
+        writer.wait()
+        f.flush()
 
 
 def read_dataset(dataset: Any, lazy: bool = False) -> Any:

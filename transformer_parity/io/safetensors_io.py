@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 import reference_numpy as rn
-from reference_numpy.io import FORMAT_TAG, FORMAT_VERSION
+from reference_numpy.io import FORMAT_TAG, FORMAT_VERSION, BandWriter
 
 from transformer_parity.io import limits
 from transformer_parity.io.safe_text import printable, quoted
@@ -215,61 +215,6 @@ def write_canonical(path: str | os.PathLike, config: rn.TransformerConfig, weigh
     write_tensors(path, weights, list(rn.parameter_shapes(config)), metadata, on_tensor, consume)
 
 
-def _copy_span(span: tuple[str, int, int], out) -> None:
-    """Append `nbytes` bytes of `file` from `offset` to the open file `out` (copy_file_range where the system has
-    it, else 64 MiB reads)."""
-    file, offset, nbytes = span
-    out.flush()
-    with open(file, "rb") as f:
-        done = 0
-        if hasattr(os, "copy_file_range"):
-            try:
-                while done < nbytes:
-                    n = os.copy_file_range(f.fileno(), out.fileno(), nbytes - done, offset + done)
-                    if n == 0:
-                        raise ValueError(f"{file} ended inside a tensor (truncated while being read?)")
-                    done += n
-                out.seek(0, os.SEEK_END)
-                return
-            except OSError:  # a file system without it: fall back to reads
-                out.seek(0, os.SEEK_END)
-        f.seek(offset + done)
-        while done < nbytes:
-            chunk = f.read(min(1 << 26, nbytes - done))
-            if not chunk:
-                raise ValueError(f"{file} ended inside a tensor (truncated while being read?)")
-            out.write(chunk)
-            done += len(chunk)
-
-
-class _BackgroundWrites:
-    """Arrays written to `f` in order by one worker thread, so that the next band is made (a transpose, in NumPy,
-    which releases the GIL) while the kernel copies the last one into the page cache. At most `depth` arrays wait:
-    memory stays a few bands. `wait()` before anything else touches `f`; an error in a write is raised there."""
-
-    def __init__(self, f, depth: int = 2):
-        self.f, self.depth, self.pending = f, depth, []
-
-    def __enter__(self):
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.pool = ThreadPoolExecutor(max_workers=1)
-        return self
-
-    def submit(self, array: np.ndarray) -> None:
-        while len(self.pending) >= self.depth:
-            self.pending.pop(0).result()
-        self.pending.append(self.pool.submit(self.f.write, array.data.cast("B") if array.size else b""))
-
-    def wait(self) -> None:
-        while self.pending:
-            self.pending.pop(0).result()
-
-    def __exit__(self, *exc):
-        self.pool.shutdown(wait=True)
-        return False
-
-
 def dtype_code(dtype: np.dtype) -> str:
     """The safetensors dtype code of a NumPy dtype (`BF16` for ml_dtypes' bfloat16)."""
     if dtype.name == "bfloat16":
@@ -297,28 +242,11 @@ def write_tensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], na
         offset += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # safetensors aligns the data section to 8 bytes
-    with open(path, "wb") as f, _BackgroundWrites(f) as writes:
+    with open(path, "wb") as f, BandWriter(f) as writes:
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for name in names:
-            value = tensors.pop(name) if consume else tensors[name]
-            span = getattr(value, "span", None)
-            if span is not None:  # a file's bytes as they are: copied in the kernel, never held
-                writes.wait()
-                _copy_span(span, f)
-                if on_tensor is not None:
-                    on_tensor(name, span[2])
-                continue
-            # a band of rows at a time (a lazy transpose, a cast: `mapping.BAND_BYTES`), else whole
-            bands = rn.mapping.row_bands(value) if rn.mapping.is_lazy(value) else [(0, 0, value)]
-            nbytes = 0
-            for _, _, band in bands:
-                band = np.asarray(band)
-                if band.dtype.name == "bfloat16":  # no byte order of its own: write its bits as little-endian uint16
-                    band = band.view(np.uint16)
-                array = np.ascontiguousarray(band, dtype=band.dtype.newbyteorder("<"))
-                writes.submit(array)
-                nbytes += array.nbytes
+            nbytes = writes.put(tensors.pop(name) if consume else tensors[name])
             if on_tensor is not None:
                 on_tensor(name, nbytes)
         writes.wait()

@@ -404,16 +404,17 @@ def _version(package: str) -> str | None:
 
 
 def _write_h5(file: Path, datasets: Mapping[str, np.ndarray], on_tensor=None) -> None:
-    """The datasets, one by one (`tf_impl.checkpoints.write_dataset`: a lazy tensor a band of rows at a time)."""
+    """The datasets laid out, then their bytes written in file order (`tf_impl.checkpoints.write_dataset` and
+    `write_deferred`: a lazy tensor a band of rows at a time)."""
     import h5py
 
-    from tf_impl.checkpoints import write_dataset
+    from tf_impl.checkpoints import write_dataset, write_deferred
 
+    deferred: list = []
     with h5py.File(file, "w") as f:
         for name, array in datasets.items():
-            write_dataset(f, name, array)
-            if on_tensor is not None:
-                on_tensor(name, int(array.nbytes))
+            write_dataset(f, name, array, deferred=deferred)
+    write_deferred(file, deferred, None if on_tensor is None else lambda name, n: on_tensor(name.lstrip("/"), n))
     with open(file, "rb+") as f:  # on the disk before the preset is renamed into place
         os.fsync(f.fileno())
 
