@@ -560,3 +560,25 @@ def test_a_device_is_refused_before_anything_is_written():
         pytest.skip("no /dev/null here")
     with pytest.raises(formats.UsageError, match="is a character device; refusing"):
         guards.check_output("/dev/null", force=True)  # only stats the path
+
+
+def test_ctrl_c_inside_a_subcommand_modules_import_is_an_interrupt_not_a_broken_plug_in(monkeypatch, tmp_path,
+                                                                                          capsys):
+    """NumPy turns a Ctrl-C that lands inside its C extensions' import into an ImportError. Once the interrupt is
+    seen, a subcommand module failing to import is that interrupt (exit 130, "interrupted"), not a plug-in to warn
+    about and leave out (which made the command itself an "invalid choice", exit 2)."""
+    import importlib
+
+    real = importlib.import_module
+
+    def interrupted_import(name, *args, **kwargs):
+        if name == "transformer_parity.cli.convert":
+            cli._SIGINT_SEEN.append(True)  # what the handler records before NumPy reports an ImportError
+            raise ImportError("PyCapsule_Import could not import module \"datetime\"")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(cli, "_SIGINT_SEEN", [])
+    monkeypatch.setattr(importlib, "import_module", interrupted_import)
+    assert cli.main(["convert", "--preset", "tiny", str(tmp_path / "m.safetensors")]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "transformer-parity: interrupted", err

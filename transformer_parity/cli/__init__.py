@@ -72,6 +72,8 @@ def _register(sub, module_name: str) -> None:
     try:
         importlib.import_module(module_name).register(sub)
     except Exception as exc:  # a broken plug-in must not take init/convert/verify down with it
+        if _SIGINT_SEEN:  # Ctrl-C inside an extension's import (NumPy reports it as an ImportError): not a plug-in fault
+            raise KeyboardInterrupt from exc
         print(f"{PROG}: warning: subcommands from {module_name} unavailable: {type(exc).__name__}: {exc}",
               file=sys.stderr)
 
