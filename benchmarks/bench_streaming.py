@@ -19,8 +19,14 @@ peak resident set size from the kernel's accounting for that one child (`os.wait
   KerasHub converter, one of which needs `sentencepiece`, so the preset is KerasHub's own format instead.
 
 The weights are a fixed random block of bfloat16 values tiled over each tensor: the conversion's work and I/O do
-not depend on the values, and generating 8 B random normals would dominate the run. The source is read while
-it may still be in the page cache from being written, for every row alike.
+not depend on the values, and generating 8 B random normals would dominate the run.
+
+`--cold` starts every row with its input out of the page cache (synced, then `posix_fadvise(DONTNEED)` on each of
+its files, untimed), so every row reads it from the disk and `cp -r` is the disk's speed. Without it a row reads
+whatever the rows before it left in the cache: at 8 B, where the checkpoint and an output do not both fit in
+memory, a row after one that wrote 16 GB reads its input from the disk, a row after `cp -r` from memory (measured:
+the same conversion to Keras 35 s just after the conversion to canonical had filled the cache with its output,
+against 23 s for the conversion to canonical just after the source was written).
 """
 
 from __future__ import annotations
@@ -117,7 +123,19 @@ m = keras_hub.models.LlamaBackbone.from_preset(sys.argv[1], dtype="bfloat16")
 m.save_weights(sys.argv[2])"""
 
 
-def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = True, rounds: int = 1) -> dict:
+def evict(path: Path) -> None:
+    """`path`'s files (a file, or a directory's) written to the disk and dropped from the page cache."""
+    os.sync()
+    for file in ([path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())):
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = True, rounds: int = 1,
+            cold: bool = False) -> dict:
     """Every row timed in a fresh process; the disk's and our rows `rounds` times, interleaved round by round (the
     median wall time is reported, with every round's, and the largest peak RSS), the verify and library rows once."""
     import statistics
@@ -130,10 +148,13 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
     subprocess.run([sys.executable, __file__, "--generate", str(src), "--size", size], check=True)
     nbytes = sum(f.stat().st_size for f in src.glob("*.safetensors"))
     result = {"size": size, "checkpoint_bytes": nbytes, "parameters": parameters(size), "rounds": rounds,
+              "cold": cold,
               "generate_s": round(time.perf_counter() - start, 1), "rows": []}
     timings: dict[str, list[tuple[float, int]]] = {}
 
-    def row(name, cmd, out, env=None, optional=False):
+    def row(name, cmd, out, env=None, optional=False, source=src):
+        if cold:
+            evict(source)
         try:
             seconds, rss = run(cmd, env)
         except RuntimeError as exc:  # a library row that cannot run here is reported, not fatal
@@ -155,16 +176,17 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
             ["sh", "-c", f"cp -r '{src}' '{workdir / 'copy'}' && sync"], workdir / "copy")
         row("convert -> canonical .safetensors", [*cli, "convert", str(src), str(canon), "-q"], None)
         row("export canonical -> HF directory", [*cli, "convert", str(canon), str(workdir / "hf"), "--to", "hf", "-q"],
-            workdir / "hf")
+            workdir / "hf", source=canon)
         os.remove(canon)
         row("convert -> Keras .weights.h5 (bfloat16)", [*cli, "convert", str(src), str(keras), "-q"], None)
         row("convert Keras .weights.h5 -> HF directory",
-            [*cli, "convert", str(keras), str(workdir / "hf"), "--to", "hf", "-q"], workdir / "hf")
+            [*cli, "convert", str(keras), str(workdir / "hf"), "--to", "hf", "-q"], workdir / "hf", source=keras)
         os.remove(keras)
         row("convert -> KerasHub preset (bfloat16)",
             [*cli, "convert", str(src), str(preset), "--to", "kerashub-llama", "-q"], None)
         row("convert KerasHub preset -> HF directory",
-            [*cli, "convert", str(preset), str(workdir / "hf"), "--to", "hf", "-q"], workdir / "hf")
+            [*cli, "convert", str(preset), str(workdir / "hf"), "--to", "hf", "-q"], workdir / "hf",
+            source=preset)
         if not (keep_preset and n == rounds - 1):
             shutil.rmtree(preset)
     report = workdir / "verify.json"
@@ -178,7 +200,7 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
     if keep_preset:  # the model in bfloat16, and TensorFlow's own copies
         row("KerasHub LlamaBackbone.from_preset + save_weights (bfloat16)",
             [sys.executable, "-c", KERAS_HUB, str(preset), str(workdir / "kh.weights.h5")], workdir / "kh.weights.h5",
-            optional=True)
+            optional=True, source=preset)
         shutil.rmtree(preset)
     shutil.rmtree(src)
     for r in result["rows"]:
@@ -198,7 +220,8 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
 
 def table(result: dict) -> str:
     gb = result["checkpoint_bytes"] / 1e9
-    lines = [f"{result['size']}: {result['parameters'] / 1e9:.2f} B parameters, {gb:.2f} GB bfloat16",
+    lines = [f"{result['size']}: {result['parameters'] / 1e9:.2f} B parameters, {gb:.2f} GB bfloat16"
+             + (", every input out of the page cache (--cold)" if result.get("cold") else ""),
              "", "| step | wall (s) | x cp -r | x cp -r + sync | peak RSS (GB) | x checkpoint |",
              "|---|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
@@ -218,6 +241,8 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument("--rounds", type=int, default=1,
                         help="time the disk's and the conversions' rows this many times, interleaved (median)")
+    parser.add_argument("--cold", action="store_true",
+                        help="start every row with its input out of the page cache (the module's docstring)")
     parser.add_argument("--generate", metavar="DIR", help=argparse.SUPPRESS)  # the child that writes the checkpoint
     args = parser.parse_args(argv)
     if args.generate:
@@ -225,7 +250,7 @@ def main(argv=None) -> int:
         return 0
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         result = measure(args.size, Path(tmp), libraries=not args.skip_libraries,
-                         kerashub=not args.skip_libraries, rounds=args.rounds)
+                         kerashub=not args.skip_libraries, rounds=args.rounds, cold=args.cold)
     result["cpu"] = _cpu()
     print(table(result))
     if args.json:

@@ -497,14 +497,15 @@ def test_corrupt_result_files_are_one_line(result, corrupt, message, tmp_path, c
 
 
 def test_streaming_bench_times_every_row_beside_the_disk(tmp_path):
-    """`benchmarks/bench_streaming.py --size tiny`: a generated bfloat16 Llama directory, each conversion and the
-    two copies timed in fresh processes, ratios against both copies computed, the directory removed after."""
+    """`benchmarks/bench_streaming.py --size tiny --cold`: a generated bfloat16 Llama directory, each conversion and
+    the two copies timed in fresh processes (each input dropped from the page cache first), ratios against both
+    copies computed, the directory removed after."""
     spec = importlib.util.spec_from_file_location("bench_streaming", ROOT / "benchmarks" / "bench_streaming.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     report = tmp_path / "r.json"
     assert bench.main(["--size", "tiny", "--skip-libraries", "--dir", str(tmp_path), "--json", str(report),
-                       "--rounds", "2"]) == 0
+                       "--rounds", "2", "--cold"]) == 0
     result = json.loads(report.read_text())
     steps = [r["step"] for r in result["rows"]]
     assert steps[:2] == ["cp -r", "cp -r + sync (written to disk, as convert's atomic output is)"]
@@ -512,7 +513,7 @@ def test_streaming_bench_times_every_row_beside_the_disk(tmp_path):
             "convert -> KerasHub preset (bfloat16)", "export canonical -> HF directory",
             "convert Keras .weights.h5 -> HF directory", "convert KerasHub preset -> HF directory",
             "verify (layer-streamed: numpy f64 and f32, torch, keras)"} <= set(steps)
-    assert result["verify"]["mode"] == "layer-streamed" and result["verify"]["passed"]
+    assert result["verify"]["mode"] == "layer-streamed" and result["verify"]["passed"] and result["cold"]
     assert result["parameters"] == sum(math.prod(s) for s in bench.shapes(bench.SIZES["tiny"]).values())
     assert result["checkpoint_bytes"] > 2 * result["parameters"]  # bfloat16 tensors plus the headers
     for r in result["rows"]:
