@@ -257,3 +257,16 @@ def test_a_chunked_hdf5_dataset_reads_lazily_through_hdf5(tmp_path):
     for lazy in (plain, chunked):
         np.testing.assert_array_equal(np.asarray(lazy), values)
         assert [b for _, _, b in rn.mapping.row_bands(lazy, 40)][0].shape == (2, 5)
+
+
+@pytest.mark.parametrize("to", ["kerashub-llama", "keras"])
+def test_a_preset_and_a_keras_file_verify_layer_streamed(bf16_llama, tmp_path, to):
+    """The HDF5 outputs read back one dataset at a time are verified one block at a time, as a Hugging Face
+    directory is."""
+    _, path = bf16_llama
+    out = tmp_path / ("preset" if to != "keras" else "m.weights.h5")
+    assert main(["convert", str(path), str(out), "--to", to, "-q"]) == 0
+    report = tmp_path / "verify.json"
+    assert main(["verify", str(out), "--stream", "on", "--src-len", "8", "-q", "--json", str(report)]) == 0
+    result = json.loads(report.read_text())
+    assert result["mode"] == "layer-streamed" and result["passed"], result["verdict"]
