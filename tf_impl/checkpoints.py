@@ -151,7 +151,7 @@ def save_weights_h5(path: str | os.PathLike, config: TransformerConfig, weights:
         deferred: list = []
         for name, (fw_name, _, _) in plan.items():  # every transform is the identity
             write_dataset(f, keras_path(fw_name), weights.pop(name) if consume else weights[name], deferred=deferred)
-    canonical = {"/" + keras_path(fw_name): name for name, (fw_name, _, _) in plan.items()}
+    canonical = {keras_path(fw_name): name for name, (fw_name, _, _) in plan.items()}
     write_deferred(path, deferred, None if on_tensor is None else lambda name, n: on_tensor(canonical[name], n))
 
 
@@ -162,8 +162,8 @@ def write_dataset(group: Any, name: str, array: Any, max_bytes: int = mapping.BA
     2-byte opaque type with the attribute `dtype="bfloat16"`.
 
     With a `deferred` list, a dataset with values is only laid out now (contiguous, its space allocated, no fill
-    written) and `(file offset, dataset path, array)` is appended: `write_deferred` writes the bytes once the HDF5
-    file is closed, through `reference_numpy.io.BandWriter` (a background thread; a file's bytes copied by the
+    written) and `(file offset, name, array)` is appended: `write_deferred` writes the bytes once the HDF5 file is
+    closed, through `reference_numpy.io.BandWriter` (a background thread; a file's bytes copied by the
     kernel)."""
     import h5py
 
@@ -178,7 +178,7 @@ def write_dataset(group: Any, name: str, array: Any, max_bytes: int = mapping.BA
     if dtype.name == "bfloat16":
         dataset.attrs["dtype"] = "bfloat16"
     if later:
-        deferred.append((dataset.id.get_offset(), dataset.name, array))
+        deferred.append((dataset.id.get_offset(), name, array))
         return
     for start, stop, band in mapping.row_bands(array, max_bytes):
         if dataset.ndim == 0:
@@ -190,7 +190,7 @@ def write_dataset(group: Any, name: str, array: Any, max_bytes: int = mapping.BA
 def write_deferred(path: str | os.PathLike, deferred: list, on_dataset: Callable[[str, int], None] | None = None
                    ) -> None:
     """The bytes of the datasets `write_dataset` laid out in the closed HDF5 file `path`, in file order;
-    `on_dataset(dataset path, bytes)` after each."""
+    `on_dataset(name given to write_dataset, bytes)` after each."""
     with open(path, "r+b") as f, rn.io.BandWriter(f) as writer:
         for offset, name, array in sorted(deferred, key=lambda item: item[0]):
             writer.seek(offset)
@@ -224,7 +224,7 @@ def _lazy_dataset(dataset: Any) -> mapping.LazyArray:
         dtype = dataset.dtype
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     offset = dataset.id.get_offset() if dataset.chunks is None else None
-    if offset is not None and nbytes and (dtype.kind == "V" or dtype.byteorder in ("<", "|")):
+    if offset is not None and nbytes and (dtype.kind == "V" or dtype.str[0] in "<|"):  # a span is little-endian
         array = mapping.LazyArray(shape, dtype, lambda: np.array(mapping.mapped(array)), (file, offset, nbytes))
         return array
 

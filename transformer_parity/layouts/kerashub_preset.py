@@ -414,7 +414,7 @@ def _write_h5(file: Path, datasets: Mapping[str, np.ndarray], on_tensor=None) ->
     with h5py.File(file, "w") as f:
         for name, array in datasets.items():
             write_dataset(f, name, array, deferred=deferred)
-    write_deferred(file, deferred, None if on_tensor is None else lambda name, n: on_tensor(name.lstrip("/"), n))
+    write_deferred(file, deferred, on_tensor)
     with open(file, "rb+") as f:  # on the disk before the preset is renamed into place
         os.fsync(f.fileno())
 
