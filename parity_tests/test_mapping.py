@@ -120,3 +120,114 @@ def test_a_missing_or_unexpected_key_is_named():
     state["extra.weight"] = state.pop("encoder.layers.0.norm1.weight")
     with pytest.raises(ValueError, match="missing 1: encoder.layers.0.norm1.weight; unexpected 1: extra.weight"):
         rn.from_framework_state(config, state, torch_impl.weight_table(config))
+
+
+# --- the transpose every streamed Linear goes through, and the band writer -----------------------------------------
+
+def _bits(array: np.ndarray) -> np.ndarray:
+    return array.view(f"u{array.dtype.itemsize}")
+
+
+def test_the_compiled_transpose_is_built():
+    """The package's one C file is optional to install, but a build that silently failed would leave every
+    conversion on the 3x slower NumPy path: where it is expected (CI builds it), it must be there."""
+    import os
+
+    if os.environ.get("TRANSFORMER_PARITY_NO_C"):
+        pytest.skip("TRANSFORMER_PARITY_NO_C is set: the NumPy path is asked for")
+    assert mapping._tiles is not None, "reference_numpy._transpose was not built (pip install -e . with a C compiler)"
+
+
+@pytest.mark.parametrize("path", ["compiled", "numpy"])
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 700), cols=st.integers(1, 700), dtype=st.sampled_from(["u1", "bfloat16", "f4", "f8"]),
+       cut=st.sampled_from(["whole", "columns", "rows"]), seed=st.integers(0, 2**31 - 1))
+def test_transposed_moves_every_bit(path, rows, cols, dtype, cut, seed):
+    """Bit for bit against NumPy's own `.T` copy, through the compiled tiles and through the NumPy blocks that stand
+    in without them, at every item size, for odd sizes that leave partial tiles, for a column slice of a wider matrix
+    (what a band of a transpose reads) and a row slice; NaN payloads and signed zeros are bits like any other."""
+    import ml_dtypes
+
+    if path == "compiled" and mapping._tiles is None:
+        pytest.skip("reference_numpy._transpose is not built")
+
+    dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 2 ** (8 * dtype.itemsize), (rows + 3, cols + 5), dtype=f"u{dtype.itemsize}")
+    whole = bits.view(dtype)
+    source = {"whole": whole, "columns": whole[:rows, 2:cols + 2],
+              "rows": whole[3:, :cols]}[cut]
+    tiles = mapping._tiles
+    mapping._tiles = tiles if path == "compiled" else None
+    try:
+        out = mapping.transposed(source)
+    finally:
+        mapping._tiles = tiles
+    assert out.dtype == dtype and out.shape == source.shape[::-1] and out.flags.c_contiguous
+    assert not np.shares_memory(out, whole)
+    expected = _bits(np.array(source.T, order="C"))
+    np.testing.assert_array_equal(_bits(out), expected)
+    if path == "compiled":  # the tiles themselves, also below the size `transposed` hands them
+        direct = np.empty_like(expected)
+        tiles.transpose(_bits(source), direct)
+        np.testing.assert_array_equal(direct, expected)
+
+
+def test_the_compiled_transpose_refuses_what_it_cannot_do():
+    tiles = mapping._tiles
+    if tiles is None:
+        pytest.skip("reference_numpy._transpose is not built")
+    a = np.zeros((4, 6), np.uint16)
+    with pytest.raises(ValueError, match="2-D arrays expected, got 3-D and 2-D"):
+        tiles.transpose(np.zeros((2, 2, 2), np.uint16), np.zeros((2, 4), np.uint16))
+    with pytest.raises(ValueError, match=r"a \(4, 6\) destination for a \(4, 6\) source"):
+        tiles.transpose(a, np.zeros((4, 6), np.uint16))
+    with pytest.raises(ValueError, match="item sizes 2 and 4"):
+        tiles.transpose(a, np.zeros((6, 4), np.uint32))
+    with pytest.raises(ValueError, match="each row's items must be contiguous"):
+        tiles.transpose(np.zeros((4, 12), np.uint16)[:, ::2], np.zeros((6, 4), np.uint16))
+    read_only = np.zeros((6, 4), np.uint16)
+    read_only.setflags(write=False)
+    with pytest.raises((ValueError, BufferError), match="read-only|not writable"):
+        tiles.transpose(a, read_only)
+
+
+def test_the_band_writer_asks_for_writeback_and_writes_every_byte(tmp_path, monkeypatch):
+    """Every `WRITEBACK` bytes the writer hints the kernel (`posix_fadvise(DONTNEED)`) to write out what it has
+    written and drop what an earlier hint wrote; the hint never changes the file: written bands, a transposed lazy
+    tensor and a file span copied by the kernel read back exactly, at the offsets a seek put them."""
+    import os
+
+    if not hasattr(os, "posix_fadvise"):
+        pytest.skip("no posix_fadvise on this system")
+    from reference_numpy.io import BandWriter
+
+    hints: list[tuple[int, int]] = []
+    real = os.posix_fadvise
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, offset, length, advice: (
+        hints.append((offset, length)), real(fd, offset, length, advice))[1])
+    monkeypatch.setattr(BandWriter, "WRITEBACK", 1 << 14)
+    rng = np.random.default_rng(0)
+    plain = rng.integers(0, 256, 50_000, dtype=np.uint8)
+    matrix = rng.integers(0, 2**16, (300, 250), dtype=np.uint16)
+    source = tmp_path / "source.bin"
+    source.write_bytes(matrix.tobytes())
+    lazy = mapping.LazyArray((250, 300), np.uint16, lambda: matrix.T.copy(),
+                             bands=mapping._transposed_bands(mapping.LazyArray(matrix.shape, np.uint16,
+                                                                               lambda: matrix.copy())))
+    span = mapping.LazyArray(matrix.shape, np.uint16, lambda: matrix.copy(), span=(str(source), 0, matrix.nbytes))
+    with open(tmp_path / "out.bin", "wb") as f, BandWriter(f) as writer:
+        writer.put(plain)
+        writer.put(lazy)
+        writer.seek(300_000)
+        writer.put(span)
+        writer.wait()
+    data = (tmp_path / "out.bin").read_bytes()
+    assert data[:plain.nbytes] == plain.tobytes()
+    assert data[plain.nbytes:plain.nbytes + matrix.nbytes] == matrix.T.tobytes()
+    assert data[300_000:] == matrix.tobytes()
+    assert hints, "no writeback was asked for"
+    covered = sorted(hints)
+    assert covered[0][0] == 0 and all(length > 0 for _, length in covered)
+    assert max(offset + length for offset, length in covered) <= len(data)
+    assert all(hints.count(h) <= 2 for h in hints)  # each range hinted once to write, once more to drop
