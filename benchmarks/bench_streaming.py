@@ -21,12 +21,11 @@ peak resident set size from the kernel's accounting for that one child (`os.wait
 The weights are a fixed random block of bfloat16 values tiled over each tensor: the conversion's work and I/O do
 not depend on the values, and generating 8 B random normals would dominate the run.
 
-`--cold` starts every row with its input out of the page cache (synced, then `posix_fadvise(DONTNEED)` on each of
-its files, untimed), so every row reads it from the disk and `cp -r` is the disk's speed. Without it a row reads
-whatever the rows before it left in the cache: at 8 B, where the checkpoint and an output do not both fit in
-memory, a row after one that wrote 16 GB reads its input from the disk, a row after `cp -r` from memory (measured:
-the same conversion to Keras 35 s just after the conversion to canonical had filled the cache with its output,
-against 23 s for the conversion to canonical just after the source was written).
+Every row starts with its input in the same state as `cp -r`'s: by default in the page cache (its files read
+through once, untimed), with `--cold` out of it (synced, then `posix_fadvise(DONTNEED)` on each file, untimed), so
+that every row reads it from the disk and `cp -r` is the disk's speed. (Left as the row before left it, a row would
+read from the disk an input that `convert` had written, since `convert` drops what it writes from the page cache
+once it is on the disk, while `cp -r` read its source from memory.)
 """
 
 from __future__ import annotations
@@ -134,6 +133,14 @@ def evict(path: Path) -> None:
             os.close(fd)
 
 
+def warm(path: Path) -> None:
+    """`path`'s files (a file, or a directory's) read through once, into the page cache."""
+    for file in ([path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())):
+        with open(file, "rb", buffering=0) as f:
+            while f.read(64 << 20):
+                pass
+
+
 def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = True, rounds: int = 1,
             cold: bool = False) -> dict:
     """Every row timed in a fresh process; the disk's and our rows `rounds` times, interleaved round by round (the
@@ -153,8 +160,7 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
     timings: dict[str, list[tuple[float, int]]] = {}
 
     def row(name, cmd, out, env=None, optional=False, source=src):
-        if cold:
-            evict(source)
+        (evict if cold else warm)(source)
         try:
             seconds, rss = run(cmd, env)
         except RuntimeError as exc:  # a library row that cannot run here is reported, not fatal
@@ -221,7 +227,7 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
 def table(result: dict) -> str:
     gb = result["checkpoint_bytes"] / 1e9
     lines = [f"{result['size']}: {result['parameters'] / 1e9:.2f} B parameters, {gb:.2f} GB bfloat16"
-             + (", every input out of the page cache (--cold)" if result.get("cold") else ""),
+             + (", every input out of the page cache (--cold)" if result.get("cold") else ", every input in the page cache"),
              "", "| step | wall (s) | x cp -r | x cp -r + sync | peak RSS (GB) | x checkpoint |",
              "|---|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:

@@ -270,3 +270,37 @@ def test_a_preset_and_a_keras_file_verify_layer_streamed(bf16_llama, tmp_path, t
     assert main(["verify", str(out), "--stream", "on", "--src-len", "8", "-q", "--json", str(report)]) == 0
     result = json.loads(report.read_text())
     assert result["mode"] == "layer-streamed" and result["passed"], result["verdict"]
+
+
+@pytest.mark.parametrize("to", ["canonical.safetensors", "hf-dir", "keras.weights.h5"])
+def test_each_made_tensor_has_its_source_read_ahead_and_each_copied_one_not(bf16_llama, tmp_path, monkeypatch, to):
+    """While one tensor is written, the file bytes of the next tensor that is made rather than copied (a transpose, a
+    widening) are read on a second thread (`BandWriter.prefetch`); a tensor copied as it is stored is left to the
+    kernel. Every transposed Linear's source span is asked for, in order, and the output is unchanged."""
+    import reference_numpy.io as rio
+
+    _, path = bf16_llama
+    asked: list[tuple[str, int, int]] = []
+    real = rio.read_through
+    monkeypatch.setattr(rio, "read_through", lambda span: (asked.append(span), real(span))[1])
+    out = tmp_path / to if to != "hf-dir" else tmp_path / "hf"
+    assert main(["convert", str(path), str(out), "-q", *(["--to", "hf"] if to == "hf-dir" else [])]) == 0
+    loaded = formats.load(path, lazy=True)
+    spans = {rn.mapping.file_span(v) for v in loaded.weights.values()}
+    made = {rn.mapping.file_span(v) for v in loaded.weights.values() if v.span is None}
+    assert asked and set(asked) <= made <= spans and len(asked) == len(set(asked))
+    assert len(asked) >= len(made) - 1  # every one but the first tensor written (nothing is written before it)
+    back = formats.load(out)
+    for name, value in formats.load(path).weights.items():
+        np.testing.assert_array_equal(np.asarray(back.weights[name], np.float32), np.asarray(value, np.float32),
+                                      err_msg=name)
+
+
+def test_file_span_follows_transposes_and_casts_to_the_stored_bytes(bf16_llama):
+    _, path = bf16_llama
+    loaded = formats.load(path, lazy=True)
+    for name, value in loaded.weights.items():
+        span = rn.mapping.file_span(value)
+        assert span is not None and span[2] == value.size * 2, name  # bfloat16 bytes in a shard of the directory
+        assert rn.mapping.file_span(value.astype(np.float32)) == span
+    assert rn.mapping.file_span(np.zeros(3)) is None

@@ -372,13 +372,14 @@ class LazyArray:
     takes one entry at a time holds a few tensors, never the model. `row_bands` gives the values a band of rows at a
     time: from the file's bytes (`span`), or from `bands`, which a transpose or a cast defines over its source."""
 
-    __slots__ = ("shape", "dtype", "_compute", "span", "bands")
+    __slots__ = ("shape", "dtype", "_compute", "span", "bands", "source")
 
     def __init__(self, shape: tuple[int, ...], dtype, compute: Callable[[], np.ndarray],
-                 span: tuple[str, int, int] | None = None, bands: Bands | None = None):
+                 span: tuple[str, int, int] | None = None, bands: Bands | None = None, source: Any = None):
         self.shape, self.dtype, self._compute = tuple(shape), np.dtype(dtype), compute
         self.span = span  # (file, offset, nbytes) when the values are those bytes of a file, C order, little-endian
         self.bands = bands  # rows per band -> its bands, without the whole array where the source allows
+        self.source = source  # the one array the values are made from (a transpose's, a cast's), where there is one
 
     @property
     def ndim(self) -> int:
@@ -401,7 +402,7 @@ class LazyArray:
         if np.dtype(dtype) == self.dtype:
             return self
         return LazyArray(self.shape, dtype, lambda: cast(np.asarray(self), dtype),
-                         bands=lambda rows: ((a, b, cast(x, dtype)) for a, b, x in _bands(self, rows)))
+                         bands=lambda rows: ((a, b, cast(x, dtype)) for a, b, x in _bands(self, rows)), source=self)
 
     def __repr__(self) -> str:
         return f"LazyArray(shape={self.shape}, dtype={self.dtype})"
@@ -518,6 +519,17 @@ def is_lazy(array: Any) -> bool:
     return isinstance(array, LazyArray)
 
 
+def file_span(array: Any) -> tuple[str, int, int] | None:
+    """The bytes of a file that `array`'s values are made from, through any transposes and casts (`source`); None
+    when they are not one file's bytes (an array in memory, a fused tensor's several sources)."""
+    while array is not None:
+        span = getattr(array, "span", None)
+        if span is not None:
+            return span
+        array = getattr(array, "source", None)
+    return None
+
+
 # --- the engine: a whole table, both directions --------------------------------------------------------------------
 
 class ShapeMismatch(ValueError):
@@ -595,7 +607,7 @@ def _lazy_canonical(state, external: str, transform: str, part: int, shape: tupl
         return LazyArray(shape, source.dtype, lambda: fused_part(state[external], transform, part, widths, head_dim))
     return LazyArray(shape, source.dtype, lambda: to_canonical(state[external], transform, shape),
                      getattr(source, "span", None) if transform in RESHAPES else None,
-                     _lazy_bands(source, transform, shape))
+                     _lazy_bands(source, transform, shape), source)
 
 
 def _lazy_bands(source, transform: str, shape: tuple[int, ...]) -> Bands | None:
@@ -624,7 +636,8 @@ def write(mapping: Plan, weights: dict[str, np.ndarray], head_dim: int = 1, cons
             out[external] = LazyArray(shape, weights[name].dtype, functools.partial(
                 _external_of, weights, names, transform, head_dim),
                 getattr(weights[name], "span", None) if transform in RESHAPES else None,
-                None if transform in FUSED else _lazy_bands(weights[name], transform, shape))
+                None if transform in FUSED else _lazy_bands(weights[name], transform, shape),
+                None if transform in FUSED else weights[name])
         return out
     fused: dict[str, dict[str, np.ndarray]] = {}
     out = {}

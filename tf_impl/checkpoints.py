@@ -192,7 +192,10 @@ def write_deferred(path: str | os.PathLike, deferred: list, on_dataset: Callable
     """The bytes of the datasets `write_dataset` laid out in the closed HDF5 file `path`, in file order;
     `on_dataset(name given to write_dataset, bytes)` after each."""
     with open(path, "r+b") as f, rn.io.BandWriter(f) as writer:
-        for offset, name, array in sorted(deferred, key=lambda item: item[0]):
+        ordered = sorted(deferred, key=lambda item: item[0])
+        for k, (offset, name, array) in enumerate(ordered):
+            if k + 1 < len(ordered):
+                writer.prefetch(ordered[k + 1][2])  # its source read while this one is written
             writer.seek(offset)
             nbytes = writer.put(array)
             if on_dataset is not None:
