@@ -135,7 +135,8 @@ def test_the_compiled_transpose_is_built():
 
     if os.environ.get("TRANSFORMER_PARITY_NO_C"):
         pytest.skip("TRANSFORMER_PARITY_NO_C is set: the NumPy path is asked for")
-    assert mapping._tiles is not None, "reference_numpy._transpose was not built (pip install -e . with a C compiler)"
+    assert mapping._tiles is not None, (
+        "reference_numpy._transpose was not built: pip install -e . with a C compiler, or TRANSFORMER_PARITY_NO_C=1")
 
 
 @pytest.mark.parametrize("path", ["compiled", "numpy"])
