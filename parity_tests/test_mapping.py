@@ -232,3 +232,34 @@ def test_the_band_writer_asks_for_writeback_and_writes_every_byte(tmp_path, monk
     assert covered[0][0] == 0 and all(length > 0 for _, length in covered)
     assert max(offset + length for offset, length in covered) <= len(data)
     assert all(hints.count(h) <= 2 for h in hints)  # each range hinted once to write, once more to drop
+
+
+def test_read_ahead_reads_what_the_page_cache_lacks_and_skips_what_it_holds(tmp_path, monkeypatch):
+    """`read_through` (the band writer's read-ahead) reads a span in chunks, and skips a chunk the page cache already
+    holds: a file just written and read is cached, so nothing is copied; where nothing is cached, every byte of the
+    span is read once, in order, and not one byte past it."""
+    import os
+
+    if not hasattr(os, "preadv"):
+        pytest.skip("no preadv on this system")
+    from reference_numpy import io as rio
+
+    path = tmp_path / "source.bin"
+    path.write_bytes(np.random.default_rng(0).integers(0, 256, 100_000, dtype=np.uint8).tobytes())
+    path.read_bytes()
+    reads: list[tuple[int, int]] = []
+    real = os.preadv
+
+    def counting(fd, buffers, position, *flags):
+        n = real(fd, buffers, position, *flags)
+        if not flags:  # a read that fills the buffer, not a probe
+            reads.append((position, n))
+        return n
+
+    monkeypatch.setattr(os, "preadv", counting)
+    rio.read_through((str(path), 1000, 90_000), chunk=16_384)
+    assert reads == [], "a cached span was copied"
+    monkeypatch.setattr(rio, "_cached", lambda fd, position: False)
+    rio.read_through((str(path), 1000, 90_000), chunk=16_384)
+    assert [p for p, _ in reads] == list(range(1000, 91_000, 16_384))
+    assert sum(n for _, n in reads) == 90_000

@@ -212,20 +212,29 @@ class BandWriter:
 
 def read_through(span: tuple[str, int, int], chunk: int = 8 << 20) -> None:
     """Read `nbytes` of `file` from `offset` into one reused buffer, for the page cache's sake (the values are
-    dropped). `posix_fadvise(WILLNEED)` would not do: on Linux it starts a few MiB of reading per call, and measured
-    no faster here."""
+    dropped), skipping each chunk whose first and last bytes the page cache already holds (a read that may not wait,
+    `RWF_NOWAIT`, succeeds): copying a cached source for nothing cost 0.4 to 1 s of a 1 B conversion.
+    `posix_fadvise(WILLNEED)` would not do: on Linux it starts a few MiB of reading per call, and measured no faster."""
     file, offset, nbytes = span
     buffer = memoryview(bytearray(min(chunk, max(nbytes, 1))))
     fd = os.open(file, os.O_RDONLY)
     try:
-        done = 0
-        while done < nbytes:
-            n = os.preadv(fd, [buffer[:min(len(buffer), nbytes - done)]], offset + done)
-            if n == 0:
+        for start in range(offset, offset + nbytes, len(buffer)):
+            size = min(len(buffer), offset + nbytes - start)
+            if _cached(fd, start) and _cached(fd, start + size - 1):
+                continue
+            if os.preadv(fd, [buffer[:size]], start) == 0:
                 return  # a short file is for the conversion's own read to report
-            done += n
     finally:
         os.close(fd)
+
+
+def _cached(fd: int, position: int) -> bool:
+    """Whether the page cache holds the byte of `fd` at `position` (False where the system cannot tell)."""
+    try:
+        return os.preadv(fd, [bytearray(1)], position, os.RWF_NOWAIT) == 1
+    except (OSError, AttributeError):  # EAGAIN: not cached; no RWF_NOWAIT here
+        return False
 
 
 def copy_span(span: tuple[str, int, int], out) -> None:
