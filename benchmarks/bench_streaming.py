@@ -122,10 +122,15 @@ m = keras_hub.models.LlamaBackbone.from_preset(sys.argv[1], dtype="bfloat16")
 m.save_weights(sys.argv[2])"""
 
 
+def _files(path: Path) -> list[Path]:
+    """`path` itself if it is a file, else every file under it."""
+    return [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+
+
 def evict(path: Path) -> None:
     """`path`'s files (a file, or a directory's) written to the disk and dropped from the page cache."""
     os.sync()
-    for file in ([path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())):
+    for file in _files(path):
         fd = os.open(file, os.O_RDONLY)
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -136,7 +141,7 @@ def evict(path: Path) -> None:
 def warm(path: Path) -> None:
     """`path`'s files (a file, or a directory's) read through once, into the page cache."""
     buffer = bytearray(8 << 20)  # one small buffer: a child forked from this process starts with its memory
-    for file in ([path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())):
+    for file in _files(path):
         with open(file, "rb", buffering=0) as f:
             while f.readinto(buffer):
                 pass

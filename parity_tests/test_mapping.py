@@ -263,3 +263,5 @@ def test_read_ahead_reads_what_the_page_cache_lacks_and_skips_what_it_holds(tmp_
     rio.read_through((str(path), 1000, 90_000), chunk=16_384)
     assert [p for p, _ in reads] == list(range(1000, 91_000, 16_384))
     assert sum(n for _, n in reads) == 90_000
+    rio.read_through((str(tmp_path / "gone.bin"), 0, 10))  # a hint: the conversion's own read reports a missing file
+    rio.read_through((str(path), 99_000, 5_000))  # past the end: stops at the end, quietly

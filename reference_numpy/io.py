@@ -112,8 +112,7 @@ class BandWriter:
     Every `WRITEBACK` bytes the worker asks the kernel to start writing what it has written so far to the disk, and
     to drop from the page cache what an earlier request has written (`posix_fadvise(DONTNEED)`, a hint: a dirty page
     is never dropped). So the disk works while the conversion does, the caller's final fsync has little left, and a
-    multi-GB output does not push its own source, or anything else, out of memory. On the 1 B checkpoint this took the
-    conversions from 5 to 7 s to about 2 s (docs/formats.md).
+    multi-GB output does not push its own source, or anything else, out of memory (docs/formats.md has the figures).
 
     `prefetch(value)` reads, on a second thread, the file bytes a tensor that is made rather than copied (a
     transpose, a cast) will be made from, while the one before it is made and written: a source on the disk then
@@ -214,17 +213,24 @@ def read_through(span: tuple[str, int, int], chunk: int = 8 << 20) -> None:
     """Read `nbytes` of `file` from `offset` into one reused buffer, for the page cache's sake (the values are
     dropped), skipping each chunk whose first and last bytes the page cache already holds (a read that may not wait,
     `RWF_NOWAIT`, succeeds): copying a cached source for nothing cost 0.4 to 1 s of a 1 B conversion.
-    `posix_fadvise(WILLNEED)` would not do: on Linux it starts a few MiB of reading per call, and measured no faster."""
+    `posix_fadvise(WILLNEED)` would not do: on Linux it starts a few MiB of reading per call, and measured no faster.
+    A hint like those: a file that is gone, short or unreadable is for the conversion's own read to report, in its
+    own words, so this one stops quietly."""
     file, offset, nbytes = span
     buffer = memoryview(bytearray(min(chunk, max(nbytes, 1))))
-    fd = os.open(file, os.O_RDONLY)
+    try:
+        fd = os.open(file, os.O_RDONLY)
+    except OSError:
+        return
     try:
         for start in range(offset, offset + nbytes, len(buffer)):
             size = min(len(buffer), offset + nbytes - start)
             if _cached(fd, start) and _cached(fd, start + size - 1):
                 continue
             if os.preadv(fd, [buffer[:size]], start) == 0:
-                return  # a short file is for the conversion's own read to report
+                return
+    except OSError:
+        return
     finally:
         os.close(fd)
 

@@ -276,7 +276,7 @@ def transposed(array: np.ndarray) -> np.ndarray:
     """A fresh C-ordered transpose of a 2-D array (any other rank, or a small one: `.T` copied). Copied on the bits
     in cache-sized tiles by the compiled `reference_numpy._transpose` where it was built (the package's one C file,
     optional), else by NumPy in blocks of 8 rows by at most 512 columns. On the 1 B Llama shapes in bfloat16 the tiles
-    run at about 3x the blocks and the blocks at 7x to 12x NumPy's plain strided copy (docs/formats.md). A column
+    run at 2.3x to 2.9x the blocks and the blocks at 7x to 12x NumPy's plain strided copy (docs/formats.md). A column
     slice of a larger matrix (`m[:, a:b]`) is copied the same way."""
     if (array.ndim != 2 or array.dtype.itemsize not in (1, 2, 4, 8) or array.strides[1] != array.dtype.itemsize
             or array.strides[0] < 0 or array.nbytes <= 1 << 16):
