@@ -4,6 +4,8 @@ written in it and round-trips."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -168,10 +170,11 @@ def test_transposed_moves_every_bit(path, rows, cols, dtype, cut, seed):
     assert not np.shares_memory(out, whole)
     expected = _bits(np.array(source.T, order="C"))
     np.testing.assert_array_equal(_bits(out), expected)
-    if path == "compiled":  # the tiles themselves, also below the size `transposed` hands them
-        direct = np.empty_like(expected)
-        tiles.transpose(_bits(source), direct)
-        np.testing.assert_array_equal(direct, expected)
+    if path == "compiled":  # the tiles themselves, also below the size `transposed` hands them, at every level
+        for level in range(tiles.LEVEL + 1):  # of vector instructions this CPU has (the blocks, and item by item)
+            direct = np.empty_like(expected)
+            tiles.transpose(_bits(source), direct, level)
+            np.testing.assert_array_equal(direct, expected, err_msg=f"level {level}")
 
 
 def test_the_compiled_transpose_refuses_what_it_cannot_do():
@@ -191,6 +194,26 @@ def test_the_compiled_transpose_refuses_what_it_cannot_do():
     read_only.setflags(write=False)
     with pytest.raises((ValueError, BufferError), match="read-only|not writable"):
         tiles.transpose(a, read_only)
+    with pytest.raises(ValueError, match=rf"level {tiles.LEVEL + 1} asked for; this CPU has levels 0 to {tiles.LEVEL}"):
+        tiles.transpose(a, np.zeros((6, 4), np.uint16), tiles.LEVEL + 1)
+
+
+def test_the_compiled_transpose_uses_the_widest_vectors_the_cpu_has():
+    """The level picked at import is the best this CPU offers: a build that fell back to item-by-item copies (or
+    to SSE2 on a machine with AVX2) would pass every bit-for-bit test and run several times slower."""
+    tiles = mapping._tiles
+    if tiles is None:
+        pytest.skip("reference_numpy._transpose is not built")
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        assert tiles.LEVEL == 0 and tiles.ISA == "portable"
+        return
+    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    if not flags:
+        pytest.skip("no /proc/cpuinfo to read the CPU's flags from")
+    expected = 3 if {"avx512f", "avx512bw"} <= set(flags) else 2 if "avx2" in flags else 1
+    assert (tiles.LEVEL, tiles.ISA) == (expected, ("portable", "sse2", "avx2", "avx512")[expected])
 
 
 def test_the_band_writer_asks_for_writeback_and_writes_every_byte(tmp_path, monkeypatch):
@@ -232,6 +255,45 @@ def test_the_band_writer_asks_for_writeback_and_writes_every_byte(tmp_path, monk
     assert covered[0][0] == 0 and all(length > 0 for _, length in covered)
     assert max(offset + length for offset, length in covered) <= len(data)
     assert all(hints.count(h) <= 2 for h in hints)  # each range hinted once to write, once more to drop
+
+
+def test_the_band_writer_makes_transposes_into_a_few_reused_buffers(tmp_path, monkeypatch):
+    """A transpose's bands are made into buffers the writer hands back once written: a tensor of 60 bands goes
+    through at most `depth` + 2 of them, and no band is overwritten before it is written, even with a writer slower
+    than the transposes (every byte reads back exactly, also for a second tensor that reuses the first's buffers, and
+    a band wider than the buffers gets a buffer of its own)."""
+    import time
+
+    from reference_numpy import io as rio
+
+    class Slow:
+        """The output file, slower than the transposes: a band handed back too early is overwritten meanwhile."""
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, data):
+            time.sleep(0.002)
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    monkeypatch.setattr(rio.BandWriter, "BAND", 4096)
+    rng = np.random.default_rng(1)
+    matrices = [rng.integers(0, 2**16, (64, 120 * 16), dtype=np.uint16), rng.integers(0, 2**16, (40, 77), np.uint16),
+                rng.integers(0, 2**16, (3000, 50), dtype=np.uint16)]  # the last: one row of its transpose > 4096 bytes
+
+    def lazy(m):
+        return mapping.LazyArray(m.shape[::-1], m.dtype, lambda: m.T.copy(),
+                                 bands=mapping._transposed_bands(mapping.LazyArray(m.shape, m.dtype, lambda: m.copy())))
+
+    with open(tmp_path / "out.bin", "wb") as f, rio.BandWriter(Slow(f)) as writer:
+        for m in matrices:
+            writer.put(lazy(m))
+        writer.wait()
+        made = len(writer.buffers)
+    assert (tmp_path / "out.bin").read_bytes() == b"".join(m.T.tobytes() for m in matrices)
+    assert 1 <= made <= writer.depth + 2, f"{made} band buffers made for three tensors of 60, 2 and 50 bands"
 
 
 def test_read_ahead_reads_what_the_page_cache_lacks_and_skips_what_it_holds(tmp_path, monkeypatch):

@@ -282,7 +282,7 @@ def test_each_made_tensor_has_its_source_read_ahead_and_each_copied_one_not(bf16
     _, path = bf16_llama
     asked: list[tuple[str, int, int]] = []
     real = rio.read_through
-    monkeypatch.setattr(rio, "read_through", lambda span: (asked.append(span), real(span))[1])
+    monkeypatch.setattr(rio, "read_through", lambda span, **kw: (asked.append(span), real(span, **kw))[1])
     out = tmp_path / to if to != "hf-dir" else tmp_path / "hf"
     assert main(["convert", str(path), str(out), "-q", *(["--to", "hf"] if to == "hf-dir" else [])]) == 0
     loaded = formats.load(path, lazy=True)

@@ -107,7 +107,9 @@ class BandWriter:
     of rows at a time (`mapping.row_bands`: a transpose, a cast), a file's bytes as they are (`span`) copied by the
     kernel, anything else whole; each as its C-order little-endian bytes. The next band is made (a transpose, which
     releases the GIL) while the worker hands the last one to the kernel. At most `depth` jobs wait, so memory stays a
-    few bands. `wait()` before anything else touches `f`; an error in a write is raised there.
+    few bands. `wait()` before anything else touches `f`; an error in a write is raised there. A transpose is made
+    into one of a few buffers that the worker hands back once their band is written (`spare`): a buffer allocated
+    afresh for every band cost a page fault and a zeroed page per 4 KiB, as much time as the transpose itself.
 
     Every `WRITEBACK` bytes the worker asks the kernel to start writing what it has written so far to the disk, and
     to drop from the page cache what an earlier request has written (`posix_fadvise(DONTNEED)`, a hint: a dirty page
@@ -119,18 +121,21 @@ class BandWriter:
     arrives in the page cache at the disk's pace instead of a page fault at a time."""
 
     WRITEBACK = 64 << 20
+    BAND = mapping.BAND_BYTES  # the most bytes a band made here holds (but one row, where a row is wider)
 
     def __init__(self, f, depth: int = 2):
         self.f, self.depth, self.pending = f, depth, []
         self.written: list[tuple[int, int]] = []  # byte ranges written since the last request, in order
         self.started: list[tuple[int, int]] = []  # ranges whose writeback the last request started
         self.since = 0
+        self.buffers: list[np.ndarray] = []  # the band buffers this writer made (a few: see `_buffer`)
+        self.spare: list[np.ndarray] = []  # those whose band is written: the worker appends, `_buffer` pops
 
     def __enter__(self) -> "BandWriter":
         from concurrent.futures import ThreadPoolExecutor
 
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="band-writer")
-        self.reader, self.reading = None, None
+        self.reader, self.reading, self.read_buffer = None, None, None
         return self
 
     def __exit__(self, *exc) -> bool:
@@ -149,14 +154,15 @@ class BandWriter:
         if span is not None:
             self._submit(self._copy, span)
             return span[2]
-        bands = mapping.row_bands(value) if mapping.is_lazy(value) else [(0, 0, value)]
+        bands = mapping.row_bands(value, self.BAND, out=self._buffer) if mapping.is_lazy(value) else [(0, 0, value)]
         nbytes = 0
         for _, _, band in bands:
             band = np.asarray(band)
             if band.dtype.name == "bfloat16":  # no byte order of its own: its bits as little-endian uint16
                 band = band.view(np.uint16)
             band = np.ascontiguousarray(band, dtype=band.dtype.newbyteorder("<"))
-            self._submit(self._write, band.data.cast("B") if band.size else b"")
+            owner = next((b for b in self.buffers if band.base is b), None)  # made into one of ours: reused after
+            self._submit(self._write, band.data.cast("B") if band.size else b"", owner)
             nbytes += band.nbytes
         return nbytes
 
@@ -172,11 +178,26 @@ class BandWriter:
             self.reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="band-reader")
         if self.reading is not None:
             self.reading.result()
-        self.reading = self.reader.submit(read_through, span)
+        if self.read_buffer is None:  # one for every read: a new 8 MiB buffer per tensor cost a zeroed page per 4 KiB
+            self.read_buffer = bytearray(8 << 20)
+        self.reading = self.reader.submit(read_through, span, buffer=self.read_buffer)
 
     def wait(self) -> None:
         while self.pending:
             self.pending.pop(0).result()
+
+    def _buffer(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """An array of `shape` and `dtype` for a band to be made into: a spare buffer whose band is written, or a
+        new one. Each band waits for the writer before the next is made (`depth`), so a few buffers are ever made."""
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        buffer = self.spare.pop() if self.spare else None  # list.pop and append are atomic: the worker appends
+        if buffer is None or buffer.nbytes < nbytes:
+            if buffer is not None:
+                self.buffers = [b for b in self.buffers if b is not buffer]  # too small for this band (a row
+                # wider than BAND): let it go
+            buffer = np.empty(max(nbytes, self.BAND), np.uint8)
+            self.buffers.append(buffer)
+        return buffer[:nbytes].view(dtype).reshape(shape)
 
     def _submit(self, job, *args) -> None:
         while len(self.pending) >= self.depth:
@@ -185,10 +206,12 @@ class BandWriter:
 
     # --- on the worker thread ---
 
-    def _write(self, data) -> None:
+    def _write(self, data, owner: np.ndarray | None = None) -> None:
         start = self.f.tell()
         self.f.write(data)
         self._wrote(start, len(data))
+        if owner is not None:
+            self.spare.append(owner)
 
     def _copy(self, span: tuple[str, int, int]) -> None:
         start = self.f.tell()  # copy_span flushes first, so this is the file's own position
@@ -209,15 +232,16 @@ class BandWriter:
         self.started, self.written, self.since = self.written, [], 0
 
 
-def read_through(span: tuple[str, int, int], chunk: int = 8 << 20) -> None:
-    """Read `nbytes` of `file` from `offset` into one reused buffer, for the page cache's sake (the values are
-    dropped), skipping each chunk whose first and last bytes the page cache already holds (a read that may not wait,
+def read_through(span: tuple[str, int, int], chunk: int = 8 << 20, buffer: bytearray | None = None) -> None:
+    """Read `nbytes` of `file` from `offset` into one reused buffer (`buffer`, which the caller may keep for its
+    next call, else one made here), `chunk` bytes at a time, for the page cache's sake (the values are dropped),
+    skipping each chunk whose first and last bytes the page cache already holds (a read that may not wait,
     `RWF_NOWAIT`, succeeds): copying a cached source for nothing cost 0.4 to 1 s of a 1 B conversion.
     `posix_fadvise(WILLNEED)` would not do: on Linux it starts a few MiB of reading per call, and measured no faster.
     A hint like those: a file that is gone, short or unreadable is for the conversion's own read to report, in its
     own words, so this one stops quietly."""
     file, offset, nbytes = span
-    buffer = memoryview(bytearray(min(chunk, max(nbytes, 1))))
+    buffer = memoryview(bytearray(min(chunk, max(nbytes, 1))) if buffer is None else buffer)[:chunk]
     try:
         fd = os.open(file, os.O_RDONLY)
     except OSError:

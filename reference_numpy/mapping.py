@@ -272,17 +272,24 @@ def canonical_shape(transform: str, shape: tuple[int, ...], parts: int = 3) -> t
     return shape
 
 
-def transposed(array: np.ndarray) -> np.ndarray:
-    """A fresh C-ordered transpose of a 2-D array (any other rank, or a small one: `.T` copied). Copied on the bits
-    in cache-sized tiles by the compiled `reference_numpy._transpose` where it was built (the package's one C file,
-    optional), else by NumPy in blocks of 8 rows by at most 512 columns. On the 1 B Llama shapes in bfloat16 the tiles
-    run at 2.3x to 2.9x the blocks and the blocks at 7x to 12x NumPy's plain strided copy (docs/formats.md). A column
+def transposed(array: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """A C-ordered transpose of a 2-D array (any other rank, or a small one: `.T` copied), in a fresh array or in
+    `out` (C-ordered, the transposed shape, the same dtype). Copied on the bits in cache-sized tiles by the compiled
+    `reference_numpy._transpose` where it was built (the package's one C file, optional; vector blocks as wide as the
+    CPU has), else by NumPy in blocks of 8 rows by at most 512 columns (docs/formats.md has both speeds). A column
     slice of a larger matrix (`m[:, a:b]`) is copied the same way."""
+    if out is not None and (out.shape != array.shape[::-1] or out.dtype != array.dtype
+                            or not out.flags.c_contiguous or not out.flags.writeable):
+        raise ValueError(f"transposed: out must be a writable C-ordered {array.dtype} array of shape "
+                         f"{array.shape[::-1]}, got {out.dtype} {out.shape}")
     if (array.ndim != 2 or array.dtype.itemsize not in (1, 2, 4, 8) or array.strides[1] != array.dtype.itemsize
             or array.strides[0] < 0 or array.nbytes <= 1 << 16):
-        return np.array(array.T, order="C")
+        if out is None:
+            return np.array(array.T, order="C")
+        out[...] = array.T
+        return out
     bits = array.view(f"u{array.dtype.itemsize}")
-    out = np.empty(bits.shape[::-1], bits.dtype)
+    out = np.empty(bits.shape[::-1], bits.dtype) if out is None else out.view(bits.dtype)
     if _tiles is not None:
         _tiles.transpose(bits, out)
         return out.view(array.dtype)
@@ -358,12 +365,14 @@ def fuse(parts: Sequence[np.ndarray], transform: str, head_dim: int = 1) -> np.n
 
 # --- lazy arrays: a model streamed tensor by tensor ------------------------------------------------------------------
 
-# A streamed tensor is rearranged, cast and written this many bytes at a time, at most: under glibc's largest mmap
-# threshold (32 MiB, with room for a widened copy), so each band's buffer is reused from the heap instead of mapped
-# fresh and faulted in page by page.
+# A streamed tensor is rearranged, cast and written this many bytes at a time, at most: a few bands stay in the
+# core's share of the cache, and a writer keeps a few of them as reused buffers (`row_bands(..., out=)`).
 BAND_BYTES = 8 << 20
 
-Bands = Callable[[int], Iterator[tuple[int, int, np.ndarray]]]  # rows per band -> (start, stop, rows[start:stop])
+# (rows per band, out=None) -> (start, stop, rows[start:stop]) for each band; `out(shape, dtype)`, where given, is the
+# array a band that is made afresh (a transpose) is written into: a writer's recycled buffer, since an array
+# allocated afresh for every band costs a page fault and a zeroed page for every 4 KiB of it.
+Bands = Callable[..., Iterator[tuple[int, int, np.ndarray]]]
 
 
 class LazyArray:
@@ -402,7 +411,8 @@ class LazyArray:
         if np.dtype(dtype) == self.dtype:
             return self
         return LazyArray(self.shape, dtype, lambda: cast(np.asarray(self), dtype),
-                         bands=lambda rows: ((a, b, cast(x, dtype)) for a, b, x in _bands(self, rows)), source=self)
+                         bands=lambda rows, out=None: ((a, b, cast(x, dtype)) for a, b, x in _bands(self, rows)),
+                         source=self)  # a cast makes its own array: `out` is not for its source
 
     def __repr__(self) -> str:
         return f"LazyArray(shape={self.shape}, dtype={self.dtype})"
@@ -426,24 +436,27 @@ def cast(array: np.ndarray, dtype) -> np.ndarray:
     return array.astype(dtype)
 
 
-def row_bands(array, max_bytes: int = BAND_BYTES, itemsize: int = 0) -> Iterator[tuple[int, int, np.ndarray]]:
+def row_bands(array, max_bytes: int = BAND_BYTES, itemsize: int = 0,
+              out: Callable[[tuple[int, ...], np.dtype], np.ndarray] | None = None,
+              ) -> Iterator[tuple[int, int, np.ndarray]]:
     """`(start, stop, array[start:stop])` along axis 0, in order, each band at most `max_bytes` (counted at the wider
     of the array's itemsize and `itemsize`, the dtype the caller makes of it; at least one row). A `LazyArray` is
     read a band at a time where it can be (a file's bytes, a transpose, a cast of either); otherwise it is read
-    whole and sliced. A 0-d array is one band."""
+    whole and sliced. A 0-d array is one band. With `out(shape, dtype)`, a band made afresh (a transpose) is written
+    into the array it returns, which the caller may reuse once it is done with the band (`Bands`)."""
     shape = tuple(array.shape)
     if not shape:
         yield 0, 1, np.asarray(array)
         return
     row = int(np.prod(shape[1:], dtype=np.int64)) * max(itemsize, array.dtype.itemsize)
-    yield from _bands(array, max(1, max_bytes // max(row, 1)))
+    yield from _bands(array, max(1, max_bytes // max(row, 1)), out)
 
 
-def _bands(array, rows: int) -> Iterator[tuple[int, int, np.ndarray]]:
+def _bands(array, rows: int, out=None) -> Iterator[tuple[int, int, np.ndarray]]:
     """`row_bands` with the rows per band given."""
     shape = tuple(array.shape)
     if getattr(array, "bands", None) is not None:
-        yield from array.bands(rows)
+        yield from array.bands(rows, out)
         return
     span = getattr(array, "span", None)
     if span is not None and shape:
@@ -471,10 +484,12 @@ def _little(dtype: np.dtype) -> np.dtype:
 def _transposed_bands(source) -> Bands:
     """The bands of a 2-D `source`'s transpose: the source read once (in its own dtype), the transpose copied a band
     of its rows (the source's columns) at a time, so a transposed tensor is never held twice."""
-    def bands(rows: int):
+    def bands(rows: int, out=None):
         whole = mapped(source)  # (out, in)
         for a in range(0, whole.shape[1], rows):
-            yield a, min(a + rows, whole.shape[1]), transposed(whole[:, a:a + rows])  # (in[a:b], out)
+            b = min(a + rows, whole.shape[1])
+            target = None if out is None else out((b - a, whole.shape[0]), whole.dtype)
+            yield a, b, transposed(whole[:, a:b], target)  # (in[a:b], out)
     return bands
 
 
@@ -509,8 +524,8 @@ def _reshaped_bands(source, shape: tuple[int, ...]) -> Bands | None:
         return None
     k = inner // source_inner  # source rows per row of `shape`
 
-    def bands(rows: int):
-        for a, b, band in _bands(source, rows * k):
+    def bands(rows: int, out=None):
+        for a, b, band in _bands(source, rows * k, out):
             yield a // k, -(-b // k), band.reshape((-1,) + shape[1:])
     return bands
 
