@@ -53,6 +53,7 @@ SIZES = {
     "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False),
 }
+PACKAGES = ("reference_numpy", "transformer_parity", "torch_impl", "tf_impl")
 TARGET_RSS_X, TARGET_TIME_X = 0.25, 2.0  # the targets: peak RSS <= 0.25x the checkpoint, wall <= 2x cp -r
 
 
@@ -97,8 +98,8 @@ def generate(path: Path, size: str) -> int:
     return total
 
 
-def run(cmd: list[str], env_extra: dict | None = None) -> tuple[float, int]:
-    """(wall seconds, peak RSS bytes) of `cmd` in a fresh process."""
+def run(cmd: list[str], env_extra: dict | None = None) -> tuple[float, int, float]:
+    """(wall seconds, peak RSS bytes, CPU seconds: user + system) of `cmd` in a fresh process."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                TF_CPP_MIN_LOG_LEVEL="3", **(env_extra or {}))
     start = time.perf_counter()
@@ -109,7 +110,7 @@ def run(cmd: list[str], env_extra: dict | None = None) -> tuple[float, int]:
     process.stderr.close()
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd))} failed: {stderr.strip()[-400:]}")
-    return seconds, usage.ru_maxrss * 1024
+    return seconds, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
 
 
 TRANSFORMERS = """import sys, torch, transformers
@@ -163,12 +164,17 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
     result = {"size": size, "checkpoint_bytes": nbytes, "parameters": parameters(size), "rounds": rounds,
               "cold": cold,
               "generate_s": round(time.perf_counter() - start, 1), "rows": []}
-    timings: dict[str, list[tuple[float, int]]] = {}
+    timings: dict[str, list[tuple[float, int, float]]] = {}
+    # Python's bytecode compiled first, as an install leaves it: otherwise, where PYTHONDONTWRITEBYTECODE is set,
+    # every row would compile the modules it imports (0.2 s of a 2.5 s conversion, measured).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(REPO / d) for d in PACKAGES)], check=True,
+                   stdout=subprocess.DEVNULL)
+    result["transpose"] = _transpose_isa()
 
     def row(name, cmd, out, env=None, optional=False, source=src):
         (evict if cold else warm)(source)
         try:
-            seconds, rss = run(cmd, env)
+            seconds, rss, cpu = run(cmd, env)
         except RuntimeError as exc:  # a library row that cannot run here is reported, not fatal
             if not optional:
                 raise
@@ -176,7 +182,7 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
             return
         if name not in timings:
             result["rows"].append({"step": name})
-        timings.setdefault(name, []).append((seconds, rss))
+        timings.setdefault(name, []).append((seconds, rss, cpu))
         if out is not None:
             (shutil.rmtree if out.is_dir() else os.remove)(out)
 
@@ -217,10 +223,12 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
     shutil.rmtree(src)
     for r in result["rows"]:
         if r["step"] in timings:
-            seconds = [t for t, _ in timings[r["step"]]]
-            rss = max(m for _, m in timings[r["step"]])
+            seconds = [t for t, _, _ in timings[r["step"]]]
+            rss = max(m for _, m, _ in timings[r["step"]])
+            cpu = [c for _, _, c in timings[r["step"]]]
             r.update(seconds=round(statistics.median(seconds), 3), seconds_each=[round(t, 3) for t in seconds],
-                     peak_rss_bytes=rss, rss_x_checkpoint=round(rss / nbytes, 3))
+                     cpu_seconds=round(statistics.median(cpu), 3), peak_rss_bytes=rss,
+                     rss_x_checkpoint=round(rss / nbytes, 3))
     copy = max(result["rows"][0]["seconds"], 1e-3)
     synced = max(result["rows"][1]["seconds"], 1e-3)
     for r in result["rows"]:
@@ -234,13 +242,15 @@ def table(result: dict) -> str:
     gb = result["checkpoint_bytes"] / 1e9
     lines = [f"{result['size']}: {result['parameters'] / 1e9:.2f} B parameters, {gb:.2f} GB bfloat16"
              + (", every input out of the page cache (--cold)" if result.get("cold") else ", every input in the page cache"),
-             "", "| step | wall (s) | x cp -r | x cp -r + sync | peak RSS (GB) | x checkpoint |",
-             "|---|---:|---:|---:|---:|---:|"]
+             f"transposes: {result.get('transpose', 'unknown')}; CPU: user + system seconds, all threads",
+             "", "| step | wall (s) | CPU (s) | x cp -r | x cp -r + sync | peak RSS (GB) | x checkpoint |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         if "skipped" in r:
-            lines.append(f"| {r['step']} | not run: {r['skipped']} | | | | |")
+            lines.append(f"| {r['step']} | not run: {r['skipped']} | | | | | |")
             continue
-        lines.append(f"| {r['step']} | {r['seconds']:.1f} | {r['time_x_cp']:.2f} | {r['time_x_cp_sync']:.2f} "
+        lines.append(f"| {r['step']} | {r['seconds']:.1f} | {r['cpu_seconds']:.1f} | {r['time_x_cp']:.2f} "
+                     f"| {r['time_x_cp_sync']:.2f} "
                      f"| {r['peak_rss_bytes'] / 1e9:.2f} | {r['rss_x_checkpoint']:.3f} |")
     return "\n".join(lines)
 
@@ -268,6 +278,14 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0
+
+
+def _transpose_isa() -> str:
+    """The vector instructions the compiled transpose uses here, or why it does not run."""
+    sys.path.insert(0, str(REPO))
+    from reference_numpy import mapping
+
+    return "numpy (no compiled transpose)" if mapping._tiles is None else mapping._tiles.ISA
 
 
 def _cpu() -> str:
