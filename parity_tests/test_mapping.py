@@ -296,6 +296,39 @@ def test_the_band_writer_makes_transposes_into_a_few_reused_buffers(tmp_path, mo
     assert 1 <= made <= writer.depth + 2, f"{made} band buffers made for three tensors of 60, 2 and 50 bands"
 
 
+def test_the_band_writer_reads_sources_ahead_within_its_window(tmp_path, monkeypatch):
+    """`read_ahead(values)` hands the reader each made value's source span once, in order, and never more than
+    `AHEAD` bytes past the value being written (a single span larger than that alone); a value copied as stored
+    (a `span` of its own) is the kernel's to read and is not handed over; every byte is still written exactly."""
+    from reference_numpy import io as rio
+
+    matrix = np.random.default_rng(2).integers(0, 2**16, (100, 100), dtype=np.uint16)  # 20,000 bytes
+    source = tmp_path / "source.bin"
+    source.write_bytes(matrix.tobytes() * 10)
+
+    def stored(k):
+        return mapping.LazyArray(matrix.shape, np.uint16, lambda: matrix.copy(),
+                                 span=(str(source), k * matrix.nbytes, matrix.nbytes))
+
+    values = [mapping.LazyArray((100, 100), np.uint16, lambda: matrix.T.copy(),
+                                bands=mapping._transposed_bands(stored(k)), source=stored(k)) for k in range(9)]
+    values.insert(4, stored(9))  # copied as it is: not read ahead
+    handed: list[tuple[str, int, int]] = []
+    monkeypatch.setattr(rio, "read_through", lambda span, **kw: handed.append(span))
+    monkeypatch.setattr(rio.BandWriter, "AHEAD", 50_000)
+    windows = []
+    with open(tmp_path / "out.bin", "wb") as f, rio.BandWriter(f) as writer:
+        writer.read_ahead(values)
+        for value in values:
+            windows.append(sum(s[2] for _, s in writer.upcoming[writer.next_put:writer.next_read] if s))
+            writer.put(value)
+        writer.wait()
+    assert handed == [mapping.file_span(v) for v in values if v.span is None]
+    assert max(windows) <= 50_000 and windows[0] == 40_000  # two spans of 20,000 ahead, never a third
+    expected = b"".join(matrix.tobytes() if v.span else matrix.T.tobytes() for v in values)
+    assert (tmp_path / "out.bin").read_bytes() == expected
+
+
 def test_read_ahead_reads_what_the_page_cache_lacks_and_skips_what_it_holds(tmp_path, monkeypatch):
     """`read_through` (the band writer's read-ahead) reads a span in chunks, and skips a chunk the page cache already
     holds: a file just written and read is cached, so nothing is copied; where nothing is cached, every byte of the

@@ -193,9 +193,8 @@ def write_deferred(path: str | os.PathLike, deferred: list, on_dataset: Callable
     `on_dataset(name given to write_dataset, bytes)` after each."""
     with open(path, "r+b") as f, rn.io.BandWriter(f) as writer:
         ordered = sorted(deferred, key=lambda item: item[0])
-        for k, (offset, name, array) in enumerate(ordered):
-            if k + 1 < len(ordered):
-                writer.prefetch(ordered[k + 1][2])  # its source read while this one is written
+        writer.read_ahead([array for _, _, array in ordered])  # their sources read while the ones before are written
+        for offset, name, array in ordered:
             writer.seek(offset)
             nbytes = writer.put(array)
             if on_dataset is not None:

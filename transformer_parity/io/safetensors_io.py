@@ -245,9 +245,8 @@ def write_tensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], na
     with open(path, "wb") as f, BandWriter(f) as writes:
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
-        for k, name in enumerate(names):
-            if k + 1 < len(names):
-                writes.prefetch(tensors[names[k + 1]])  # its source read while this one is written
+        writes.read_ahead([tensors[name] for name in names])  # their sources read while the ones before are written
+        for name in names:
             nbytes = writes.put(tensors.pop(name) if consume else tensors[name])
             if on_tensor is not None:
                 on_tensor(name, nbytes)
