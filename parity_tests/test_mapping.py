@@ -226,6 +226,7 @@ def test_the_band_writer_asks_for_writeback_and_writes_every_byte(tmp_path, monk
         pytest.skip("no posix_fadvise on this system")
     from reference_numpy.io import BandWriter
 
+    monkeypatch.setattr(BandWriter, "DIRECT", False)  # the page-cache path, where a file system refuses O_DIRECT
     hints: list[tuple[int, int]] = []
     real = os.posix_fadvise
     monkeypatch.setattr(os, "posix_fadvise", lambda fd, offset, length, advice: (
@@ -257,7 +258,8 @@ def test_the_band_writer_asks_for_writeback_and_writes_every_byte(tmp_path, monk
     assert all(hints.count(h) <= 2 for h in hints)  # each range hinted once to write, once more to drop
 
 
-def test_the_band_writer_makes_transposes_into_a_few_reused_buffers(tmp_path, monkeypatch):
+@pytest.mark.parametrize("direct", [False, True])
+def test_the_band_writer_makes_transposes_into_a_few_reused_buffers(tmp_path, monkeypatch, direct):
     """A transpose's bands are made into buffers the writer hands back once written: a tensor of 60 bands goes
     through at most `depth` + 2 of them, and no band is overwritten before it is written, even with a writer slower
     than the transposes (every byte reads back exactly, also for a second tensor that reuses the first's buffers, and
@@ -279,6 +281,7 @@ def test_the_band_writer_makes_transposes_into_a_few_reused_buffers(tmp_path, mo
             return getattr(self.f, name)
 
     monkeypatch.setattr(rio.BandWriter, "BAND", 4096)
+    monkeypatch.setattr(rio.BandWriter, "DIRECT", direct)
     rng = np.random.default_rng(1)
     matrices = [rng.integers(0, 2**16, (64, 120 * 16), dtype=np.uint16), rng.integers(0, 2**16, (40, 77), np.uint16),
                 rng.integers(0, 2**16, (3000, 50), dtype=np.uint16)]  # the last: one row of its transpose > 4096 bytes
@@ -327,6 +330,100 @@ def test_the_band_writer_reads_sources_ahead_within_its_window(tmp_path, monkeyp
     assert max(windows) <= 50_000 and windows[0] == 40_000  # two spans of 20,000 ahead, never a third
     expected = b"".join(matrix.tobytes() if v.span else matrix.T.tobytes() for v in values)
     assert (tmp_path / "out.bin").read_bytes() == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(existing=st.integers(0, 30_000), runs=st.lists(st.tuples(st.integers(0, 9_000), st.lists(
+    st.tuples(st.sampled_from(["bytes", "copy"]), st.integers(0, 20_000)), min_size=1, max_size=4)),
+    min_size=1, max_size=4), head=st.integers(0, 5_000), seed=st.integers(0, 2**31 - 1))
+def test_direct_writes_leave_exactly_the_bytes_a_plain_write_would(tmp_path_factory, existing, runs, head, seed):
+    """The O_DIRECT sink writes whole aligned blocks from a staging buffer smaller than some runs here, so every run
+    that starts or ends inside a block must carry the file's own bytes around it: a header the caller wrote through
+    the file object first, what lay in the file before (a HDF5 file's structures), the run before it. Against the
+    same seeks, writes and file copies done plainly, the file is the same to the byte, and as long."""
+    from reference_numpy import io as rio
+
+    tmp = tmp_path_factory.mktemp("direct")
+    rng = np.random.default_rng(seed)
+    source = tmp / "source.bin"
+    source.write_bytes(rng.integers(0, 256, 40_000, dtype=np.uint8).tobytes())
+    before = rng.integers(0, 256, existing, dtype=np.uint8).tobytes()
+    header = rng.integers(0, 256, head, dtype=np.uint8).tobytes()
+    ops, position = [], head
+    for gap, pieces in runs:  # ascending runs that never overlap, as the writers lay them out
+        position += gap
+        ops.append(("seek", position))
+        for kind, n in pieces:
+            if kind == "bytes":
+                ops.append(("bytes", rng.integers(0, 256, n, dtype=np.uint8)))
+            else:
+                ops.append(("copy", (str(source), int(rng.integers(0, 40_000 - n + 1)), n)))
+            position += n
+    expected = bytearray(before)
+    expected[:len(header)] = header
+    at = len(header)
+    for kind, arg in ops:
+        if kind == "seek":
+            at = arg
+            continue
+        data = arg.tobytes() if kind == "bytes" else source.read_bytes()[arg[1]:arg[1] + arg[2]]
+        if at > len(expected):
+            expected.extend(bytes(at - len(expected)))
+        expected[at:at + len(data)] = data
+        at += len(data)
+    path = tmp / "out.bin"
+    path.write_bytes(before)
+    size = rio.DirectSink.SIZE
+    rio.DirectSink.SIZE = 12_288  # three blocks: runs here cross the staging buffer's end
+    try:
+        with open(path, "r+b") as f, rio.BandWriter(f) as writer:
+            f.write(header)
+            for kind, arg in ops:
+                if kind == "seek":
+                    writer.seek(arg)
+                elif kind == "bytes":
+                    writer.put(arg)
+                else:
+                    writer.put(mapping.LazyArray((arg[2],), np.uint8, lambda: None, span=arg))
+            writer.wait()
+            direct = writer.sink is not None
+            f.flush()
+    finally:
+        rio.DirectSink.SIZE = size
+    if not direct:
+        pytest.skip("this file system refuses O_DIRECT: the page-cache path ran (tested above)")
+    assert path.read_bytes() == bytes(expected)
+
+
+def test_a_direct_write_the_file_system_refuses_goes_on_through_the_page_cache(tmp_path, monkeypatch):
+    """A file system may open a file with O_DIRECT and still refuse its writes (EINVAL: other alignments): the sink
+    then writes the same blocks through the page cache, and the file is still exactly the bytes given."""
+    import errno
+    import os
+
+    from reference_numpy import io as rio
+
+    fcntl = pytest.importorskip("fcntl")
+
+    real, refused = os.pwritev, []
+
+    def picky(fd, buffers, offset, *flags):
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & getattr(os, "O_DIRECT", 0):
+            refused.append(offset)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(fd, buffers, offset, *flags)
+
+    monkeypatch.setattr(os, "pwritev", picky)
+    data = np.random.default_rng(3).integers(0, 256, 3 * rio.DirectSink.SIZE + 1234, dtype=np.uint8)
+    with open(tmp_path / "out.bin", "wb") as f, rio.BandWriter(f) as writer:
+        f.write(b"header")
+        writer.put(data)
+        writer.wait()
+        opened = writer.sink is not None
+    if not opened:
+        pytest.skip("this file system refuses O_DIRECT at open: the page-cache path ran")
+    assert refused == [0]  # the first staging buffer refused once; never O_DIRECT again
+    assert (tmp_path / "out.bin").read_bytes() == b"header" + data.tobytes()
 
 
 def test_read_ahead_reads_what_the_page_cache_lacks_and_skips_what_it_holds(tmp_path, monkeypatch):
