@@ -526,6 +526,21 @@ def test_streaming_bench_times_every_row_beside_the_disk(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
+def test_transpose_bench_times_every_path_this_machine_has(capsys):
+    """`benchmarks/bench_transpose.py --rounds 1`: every vector level of the compiled tiles this CPU has and NumPy's
+    blocks, each checked against `.T` before it is timed, a GB/s and a ratio to NumPy printed for each."""
+    spec = importlib.util.spec_from_file_location("bench_transpose", ROOT / "benchmarks" / "bench_transpose.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--rounds", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("compiled", "numpy"))]
+    from reference_numpy import mapping
+
+    expected = (mapping._tiles.LEVEL + 1 if mapping._tiles is not None else 0) + 1
+    assert len(rows) == expected and rows[-1].startswith("numpy blocks")
+    assert all(float(row.split()[-2]) > 0 for row in rows) and rows[-1].split()[-1] == "1.00"
+
+
 def test_model_bench_llama_rows_run_against_transformers_and_keras_hub():
     """The Llama-shaped rows: our twin, transformers' LlamaForCausalLM (from the project's HF export) and KerasHub's
     LlamaCausalLM (from the project's preset export) on the same weights, each checked against the reference."""

@@ -103,6 +103,31 @@ def test_a_tensor_that_cannot_fit_is_refused_with_the_figures(bf16_llama, tmp_pa
     assert not (tmp_path / "out.safetensors").exists()
 
 
+@pytest.mark.parametrize("to", ["out.safetensors", "keras.weights.h5"])
+def test_a_disk_that_fills_while_writing_ends_in_one_line_and_leaves_nothing(bf16_llama, tmp_path, capsys,
+                                                                             monkeypatch, to):
+    """The output's bytes go to the disk from the writer's own threads (O_DIRECT where the file system takes it,
+    else the page cache): a full disk there is the command's one-line error, exit 2, and no file at the
+    destination, whichever path wrote."""
+    import errno
+
+    import reference_numpy.io as rio
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rio.DirectSink, "_pwrite_all", full)
+    monkeypatch.setattr(rio.DirectSink, "SIZE", 4096)  # the tiny model's tensors fill a staging buffer
+    real_write = rio.BandWriter._write
+    monkeypatch.setattr(rio.BandWriter, "_write", lambda self, data, owner=None: (
+        full() if self.sink is None and self.opened and len(data) > 1000 else real_write(self, data, owner)))
+    _, path = bf16_llama
+    assert main(["convert", str(path), str(tmp_path / to), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "No space left on device" in err and "Traceback" not in err, err
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
 @pytest.mark.parametrize("text, expected", [("5GB", 5 * 10**9), ("500MB", 5 * 10**8), ("2GiB", 2 * 2**30),
                                             ("1234", 1234), ("1.5KB", 1500)])
 def test_sizes_parse_as_transformers_writes_them(text, expected):

@@ -395,11 +395,14 @@ class DirectSink:
 
     def close(self) -> None:
         self.disk.shutdown(wait=True)
-        for view, stage in zip(self.views, self.stages):
-            view.release()
-            stage.close()
         os.close(self.fd)
         os.close(self.readable)
+        for view, stage in zip(self.views, self.stages):
+            try:
+                view.release()
+                stage.close()
+            except BufferError:  # a slice still held by an error's traceback: the buffer goes with it, later
+                pass
 
     def _flush_full(self) -> None:
         """The full staging buffer handed to the disk's thread; the next one (its own write done) fills."""
