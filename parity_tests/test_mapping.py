@@ -359,18 +359,16 @@ def test_direct_writes_leave_exactly_the_bytes_a_plain_write_would(tmp_path_fact
             else:
                 ops.append(("copy", (str(source), int(rng.integers(0, 40_000 - n + 1)), n)))
             position += n
-    expected = bytearray(before)
-    expected[:len(header)] = header
-    at = len(header)
-    for kind, arg in ops:
-        if kind == "seek":
-            at = arg
-            continue
-        data = arg.tobytes() if kind == "bytes" else source.read_bytes()[arg[1]:arg[1] + arg[2]]
-        if at > len(expected):
-            expected.extend(bytes(at - len(expected)))
-        expected[at:at + len(data)] = data
-        at += len(data)
+    plain = tmp / "plain.bin"  # the judge: the same operations on a plain file object
+    plain.write_bytes(before)
+    with open(plain, "r+b") as f:
+        f.write(header)
+        for kind, arg in ops:
+            if kind == "seek":
+                f.seek(arg)
+            else:
+                f.write(arg.tobytes() if kind == "bytes" else source.read_bytes()[arg[1]:arg[1] + arg[2]])
+    expected = plain.read_bytes()
     path = tmp / "out.bin"
     path.write_bytes(before)
     size = rio.DirectSink.SIZE
@@ -392,7 +390,7 @@ def test_direct_writes_leave_exactly_the_bytes_a_plain_write_would(tmp_path_fact
         rio.DirectSink.SIZE = size
     if not direct:
         pytest.skip("this file system refuses O_DIRECT: the page-cache path ran (tested above)")
-    assert path.read_bytes() == bytes(expected)
+    assert path.read_bytes() == expected
 
 
 def test_a_direct_write_the_file_system_refuses_goes_on_through_the_page_cache(tmp_path, monkeypatch):
@@ -424,6 +422,31 @@ def test_a_direct_write_the_file_system_refuses_goes_on_through_the_page_cache(t
         pytest.skip("this file system refuses O_DIRECT at open: the page-cache path ran")
     assert refused == [0]  # the first staging buffer refused once; never O_DIRECT again
     assert (tmp_path / "out.bin").read_bytes() == b"header" + data.tobytes()
+
+
+def test_the_direct_writer_settles_on_a_clean_exit_and_goes_on_through_back_to_back_seeks(tmp_path, monkeypatch):
+    """Leaving the `with` block without `wait()` still writes the last partial block (the direct sink holds it until
+    the run is settled), and a seek to where the run stands (HDF5 datasets laid out back to back) neither writes nor
+    reads a block: the run goes on."""
+    from reference_numpy import io as rio
+
+    reads = []
+    real = rio.DirectSink._read_back
+    monkeypatch.setattr(rio.DirectSink, "_read_back", lambda self, lo, hi: (reads.append((lo, hi)),
+                                                                              real(self, lo, hi))[1])
+    data = np.random.default_rng(4).integers(0, 256, 10_000, dtype=np.uint8)
+    with open(tmp_path / "out.bin", "wb") as f, rio.BandWriter(f) as writer:
+        f.write(b"head")
+        writer.put(data[:3000])
+        writer.seek(4 + 3000)
+        writer.put(data[3000:])
+        direct = writer.sink is not None
+    if not direct:
+        pytest.skip("this file system refuses O_DIRECT: the page-cache path ran")
+    assert (tmp_path / "out.bin").read_bytes() == b"head" + data.tobytes()
+    # the header's block read back at the start, the rest of the last block at the end, and that block's head again
+    # where the settled run is ready to go on; nothing at the seek to where the run stood
+    assert [r for r in reads if r[1] > r[0]] == [(0, 4), (10_004, 12_288), (0, 10_004 % 4096)]
 
 
 def test_read_ahead_reads_what_the_page_cache_lacks_and_skips_what_it_holds(tmp_path, monkeypatch):

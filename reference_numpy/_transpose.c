@@ -84,8 +84,11 @@ typedef struct {
 #define ROW(k) _mm_loadu_si128((const __m128i *)(s + (k) * ss))
 #define LOAD4(L, n) T a0 = L(0, n), a1 = L(1, n), a2 = L(2, n), a3 = L(3, n);
 #define LOAD8(L, n) LOAD4(L, n) T a4 = L(4, n), a5 = L(5, n), a6 = L(6, n), a7 = L(7, n);
-#define STORE4(ST) ST((T *)(d + 0 * ds), o0); ST((T *)(d + 1 * ds), o1); ST((T *)(d + 2 * ds), o2); ST((T *)(d + 3 * ds), o3);
-#define STORE8(ST) STORE4(ST) ST((T *)(d + 4 * ds), o4); ST((T *)(d + 5 * ds), o5); ST((T *)(d + 6 * ds), o6); ST((T *)(d + 7 * ds), o7);
+#define STORE4(ST)                                                                                                    \
+    ST((T *)(d + 0 * ds), o0); ST((T *)(d + 1 * ds), o1); ST((T *)(d + 2 * ds), o2); ST((T *)(d + 3 * ds), o3);
+#define STORE8(ST)                                                                                                    \
+    STORE4(ST)                                                                                                        \
+    ST((T *)(d + 4 * ds), o4); ST((T *)(d + 5 * ds), o5); ST((T *)(d + 6 * ds), o6); ST((T *)(d + 7 * ds), o7);
 #define ARGS const char *s, Py_ssize_t ss, char *d, Py_ssize_t ds
 
 #ifdef HAVE_SSE2

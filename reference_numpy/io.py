@@ -106,11 +106,12 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 class BandWriter:
     """Writes arrays into the open binary file `f`, in the order given, from one worker thread: a `LazyArray` a band
     of rows at a time (`mapping.row_bands`: a transpose, a cast), a file's bytes as they are (`span`) read straight
-    into the output's buffer or copied by the kernel, anything else whole; each as its C-order little-endian bytes. The next band is made (a transpose, which
-    releases the GIL) while the worker hands the last one to the kernel. At most `depth` jobs wait, so memory stays a
-    few bands. `wait()` before anything else touches `f`; an error in a write is raised there. A transpose is made
-    into one of a few buffers that the worker hands back once their band is written (`spare`): a buffer allocated
-    afresh for every band cost a page fault and a zeroed page per 4 KiB, as much time as the transpose itself.
+    into the output's buffer or copied by the kernel, anything else whole; each as its C-order little-endian bytes.
+    The next band is made (a transpose, which releases the GIL) while the worker hands the last one to the kernel. At
+    most `depth` jobs wait, so memory stays a few bands. `wait()` before anything else touches `f`; an error in a
+    write is raised there (a clean exit from the `with` block waits too, so nothing is left unwritten). A transpose
+    is made into one of a few buffers that the worker hands back once their band is written (`spare`): a buffer
+    allocated afresh for every band cost a page fault and a zeroed page per 4 KiB, as much time as the transpose.
 
     Where the file system takes O_DIRECT, the bytes go to the disk from a few page-aligned buffers and never enter
     the page cache (`DirectSink`, `DIRECT`). Elsewhere they are written through the page cache, and every `WRITEBACK`
@@ -150,13 +151,17 @@ class BandWriter:
         self.next_put = self.next_read = 0  # the index `put` expects next; the first not yet handed to the reader
         return self
 
-    def __exit__(self, *exc) -> bool:
-        self.pool.shutdown(wait=True)
-        self.flusher.shutdown(wait=True)
-        if self.reader is not None:
-            self.reader.shutdown(wait=True, cancel_futures=True)
-        if self.sink is not None:
-            self.sink.close()
+    def __exit__(self, kind, *exc) -> bool:
+        try:
+            if kind is None:
+                self.wait()  # the direct sink's last partial block is written only when the run is settled
+        finally:
+            self.pool.shutdown(wait=True)
+            self.flusher.shutdown(wait=True)
+            if self.reader is not None:
+                self.reader.shutdown(wait=True, cancel_futures=True)
+            if self.sink is not None:
+                self.sink.close()
         return False
 
     def seek(self, offset: int) -> None:
@@ -345,6 +350,7 @@ class DirectSink:
     def _start(self, position: int) -> None:
         """A run at `position`: the staging buffer holds the block it starts in, up to it."""
         self.base, self.fill = position - position % self.BLOCK, position % self.BLOCK
+        self.began = (self.base, self.fill)  # where the run's own bytes start: none written while it is here
         self._read_back(0, self.fill)
 
     def _read_back(self, lo: int, hi: int) -> None:
@@ -381,6 +387,8 @@ class DirectSink:
                     self._flush_full()
 
     def seek(self, position: int) -> None:
+        if position == self.base + self.fill:  # where the run stands (datasets laid out back to back): go on
+            return
         self._finish_run()
         self._start(position)
 
@@ -422,7 +430,9 @@ class DirectSink:
                 self.writing[k] = None
 
     def _finish_run(self) -> None:
-        """The run's last, partial block written with the file's own bytes after it."""
+        """The run's last, partial block written with the file's own bytes after it (none if the run wrote nothing)."""
+        if (self.base, self.fill) == self.began:
+            return
         if self.fill % self.BLOCK == 0:
             if self.fill:
                 self._pwrite(self.fill)
