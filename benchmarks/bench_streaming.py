@@ -267,6 +267,8 @@ def main(argv=None) -> int:
                         help="start every row with its input out of the page cache (the module's docstring)")
     parser.add_argument("--generate", metavar="DIR", help=argparse.SUPPRESS)  # the child that writes the checkpoint
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.generate:
         generate(Path(args.generate), args.size)
         return 0

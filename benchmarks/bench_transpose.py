@@ -64,6 +64,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per path (the median is printed)")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     rng = np.random.default_rng(0)
     sources = [rng.integers(0, 2**16, shape, dtype=np.uint16) for shape in SHAPES]  # bfloat16's bits
     nbytes = sum(s.nbytes for s in sources)

@@ -541,6 +541,17 @@ def test_transpose_bench_times_every_path_this_machine_has(capsys):
     assert all(float(row.split()[-2]) > 0 for row in rows) and rows[-1].split()[-1] == "1.00"
 
 
+@pytest.mark.parametrize("script", ["bench_transpose", "bench_streaming"])
+def test_the_io_benches_refuse_zero_rounds_in_one_line(script, capsys):
+    spec = importlib.util.spec_from_file_location(script, ROOT / "benchmarks" / f"{script}.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--rounds", "0"])
+    assert exit_.value.code == 2
+    assert "--rounds must be at least 1, got 0" in capsys.readouterr().err.splitlines()[-1]
+
+
 def test_model_bench_llama_rows_run_against_transformers_and_keras_hub():
     """The Llama-shaped rows: our twin, transformers' LlamaForCausalLM (from the project's HF export) and KerasHub's
     LlamaCausalLM (from the project's preset export) on the same weights, each checked against the reference."""
