@@ -361,7 +361,7 @@ def test_the_scaffold_of_a_lightning_ckpt_names_its_hyper_parameters(lightning_c
 
 def test_gpt2s_old_causal_mask_buffer_is_checked_not_dropped():
     """Old GPT-2 files hold `h.{i}.attn.bias`, a float causal mask `(1, 1, n, n)`: checked to be one and left out;
-    `masked_bias` (a float constant, -1e4) needs --allow-drop like any nonzero tensor."""
+    `masked_bias` (the fill of masked logits, -1e4) is checked to mask and left out, any other value refused."""
     from transformer_parity.layouts import hf_gpt2
 
     config = rn.TransformerConfig(src_vocab_size=23, tgt_vocab_size=23, d_model=12, num_heads=3, num_encoder_layers=0,
@@ -380,11 +380,13 @@ def test_gpt2s_old_causal_mask_buffer_is_checked_not_dropped():
         table.import_state(config, dict(state), entries)
     state["h.1.attn.bias"] = state["h.0.attn.bias"]
     state["h.0.attn.masked_bias"] = np.float32(-1e4) * np.ones((), np.float32)
-    with pytest.raises(ValueError, match=r"h.0.attn.masked_bias \(shape \(\), max \|x\| 1e\+04\)"):
+    skipped: list[str] = []
+    table.import_state(config, dict(state), entries, skipped=skipped)
+    assert "h.0.attn.masked_bias (-10000)" in skipped and "h.1.attn.bias (a causal mask)" in skipped
+    state["h.0.attn.masked_bias"] = np.float32(-5.0) * np.ones((), np.float32)  # would leak into masked positions
+    with pytest.raises(ValueError, match=r"masked_bias \(\) float32 is mapped mask_fill but holds -5, which does not "
+                                         r"mask \(at most -10000\)"):
         table.import_state(config, dict(state), entries)
-    drops = table.Drops(("h.{i}.attn.masked_bias",))
-    table.import_state(config, dict(state), entries, drops=drops)
-    assert drops.dropped == ["h.0.attn.masked_bias"]
 
 
 def test_the_scaffold_never_guesses_a_float_tensor_ignore(tmp_path, capsys):

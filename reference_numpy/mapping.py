@@ -27,7 +27,11 @@ Hugging Face and KerasHub family, and a user's layout file (which is this table,
   | `tied`      | a second copy of the canonical array (a tied head)   | optional, equal  | left out  |
   | `sinusoid`  | a fixed sinusoid table the model recomputes          | optional, equal  | left out  |
   | `causal_mask` | a causal-mask buffer: lower-triangular ones        | optional, equal  | left out  |
-  | `ignore`    | a buffer that is not a parameter (position ids)      | optional         | left out  |
+  | `position_ids` | a position-id buffer: `arange(n)`, `(1, n)` or `(n,)` (transformers < 4.31) | optional, equal | left out |
+  | `zero_type_ids` | a token-type-id buffer: all zeros, `(1, n)` or `(n,)` | optional, equal | left out |
+  | `mask_fill` | the number masked logits are set to (GPT-2's old `masked_bias`): a scalar <= -1e4 | optional | left out |
+  | `rope_inv_freq` | rotary frequencies (`rotary_emb.inv_freq`): the ones the config gives | optional, equal | left out |
+  | `ignore`    | a tensor that is not a parameter (integer, boolean or all zeros) | optional  | left out  |
 
 The first entry whose `canonical` pattern matches a name maps it; a canonical name two entries target, or an
 external name two canonical names would be written to, is refused. Reading fails on any external entry that is
@@ -52,10 +56,11 @@ import numpy as np
 
 TRANSFORMS = ("identity", "transpose", "fused_qkv", "row", "tied", "sinusoid", "causal_mask", "ignore",
               "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t", "heads_out", "heads_in", "seq_first",
-              "heads_first")
+              "heads_first", "position_ids", "zero_type_ids", "mask_fill", "rope_inv_freq")
 FUSED = ("fused_qkv", "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t")  # one external array holds q, k, v
 HEADS = ("heads_out", "heads_in", "heads_first")  # einsum kernels (Keras MultiHeadAttention, KerasHub Gemma)
-CHECKED = ("tied", "sinusoid", "causal_mask", "ignore")  # optional on reading, never written
+# optional on reading, never written: a copy, or a buffer the model recomputes, checked against what it must hold
+CHECKED = ("tied", "sinusoid", "causal_mask", "ignore", "position_ids", "zero_type_ids", "mask_fill", "rope_inv_freq")
 RESHAPES = ("identity", "row", "seq_first", "heads_out", "heads_in")  # the same bytes in C order, only reshaped
 Entry = tuple[str, str, str]  # (canonical, external, transform)
 # canonical name -> (external name, transform, (part, parts)): which of how many parts of a fused external array

@@ -159,9 +159,13 @@ def load_dir(path: str | os.PathLike, declared: str | None = None, fields: Mappi
     dropped = sorted(k for k in state if any(t == "ignore" and regex(e).fullmatch(k) for _, e, t in table))
     origins = {**{name: f"config.json {key}" for name, key in family.CONFIG_KEYS.items()},
                **{name: "--set/--config" for name in fields or {}}}
+    skipped: list[str] = []
     weights = import_state(config, state, table, source=str(path), consume=True, drops=drops, origins=origins,
-                           lazy=lazy)
+                           lazy=lazy, skipped=skipped)
     notes.insert(0, f"read {arch} ({family.NAME}) from {', '.join(f.name for f in files)}")
+    if skipped:
+        notes.append(f"skipped {len(skipped)} buffer(s) the model recomputes, each checked to hold what it "
+                     "recomputes: " + ", ".join(skipped[:3]) + (", ..." if len(skipped) > 3 else ""))
     if dropped:
         notes.append(f"left out {len(dropped)} tensor(s) that are not parameters of {arch}: "
                      + ", ".join(dropped[:4]) + (", ..." if len(dropped) > 4 else ""))

@@ -61,8 +61,8 @@ BACKBONE = [
     ("encoder.layers.0.norm2.beta",               _LAYER + "full_layer_layer_norm.bias",             "identity"),
     ("pooler.kernel",                             "pooler.weight",                                   "transpose"),
     ("pooler.bias",                               "pooler.bias",                                     "identity"),
-    ("-",                                         "embeddings.position_ids",                         "ignore"),
-    ("-",                                         "embeddings.token_type_ids",                       "ignore"),
+    ("-",                                         "embeddings.position_ids",                         "position_ids"),
+    ("-",                                         "embeddings.token_type_ids",                       "zero_type_ids"),
 ]
 HEAD = [
     ("head.dense.kernel",                         "predictions.dense.weight",                        "transpose"),

@@ -56,8 +56,8 @@ BACKBONE = [
     ("encoder.layers.{i}.norm2.beta",             _LAYER + "output.LayerNorm.bias",                  "identity"),
     ("pooler.kernel",                             "pooler.dense.weight",                             "transpose"),
     ("pooler.bias",                               "pooler.dense.bias",                               "identity"),
-    ("-",                                         "embeddings.position_ids",                         "ignore"),
-    ("-",                                         "embeddings.token_type_ids",                       "ignore"),
+    ("-",                                         "embeddings.position_ids",                         "position_ids"),
+    ("-",                                         "embeddings.token_type_ids",                       "zero_type_ids"),
 ]
 HEAD = [
     ("head.dense.kernel",                         "cls.predictions.transform.dense.weight",          "transpose"),

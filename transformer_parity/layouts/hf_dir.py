@@ -34,7 +34,9 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 BIN = "pytorch_model.bin"
 BIN_INDEX = "pytorch_model.bin.index.json"
 MAX_INDEX_BYTES = 64 << 20  # a shard index lists a few hundred names; more than 64 MiB is not one
-WEIGHT_FILES = (SAFETENSORS, SAFETENSORS_INDEX, BIN, BIN_INDEX)
+TF_H5 = "tf_model.h5"  # transformers 4's TF classes (read by `hf_legacy`)
+FLAX = "flax_model.msgpack"  # transformers 4's Flax classes (read by `hf_legacy`)
+WEIGHT_FILES = (SAFETENSORS, SAFETENSORS_INDEX, BIN, BIN_INDEX, TF_H5, FLAX)
 
 OnTensor = Callable[[str, int], None]
 
@@ -125,11 +127,11 @@ def weight_files(path: str | os.PathLike) -> list[Path]:
             if absent:
                 raise ValueError(f"{path}: missing shard(s) {names(absent, 4)} listed in {index_name}")
             return shards
-    for single in (SAFETENSORS, BIN):
+    for single in (SAFETENSORS, BIN, TF_H5, FLAX):  # transformers' own order of preference
         if member(path, single).is_file():
             return [path / single]
-    raise ValueError(f"{path} has a {CONFIG} but no weights ({SAFETENSORS}, {SAFETENSORS_INDEX}, {BIN} or "
-                     f"{BIN_INDEX})")
+    raise ValueError(f"{path} has a {CONFIG} but no weights ({SAFETENSORS}, {SAFETENSORS_INDEX}, {BIN}, "
+                     f"{BIN_INDEX}, {TF_H5} or {FLAX})")
 
 
 def read_state(path: str | os.PathLike, on_tensor: OnTensor | None = None, lazy: bool = False
@@ -139,7 +141,7 @@ def read_state(path: str | os.PathLike, on_tensor: OnTensor | None = None, lazy:
     conversion holds a few at a time); `.bin` files are read whole."""
     state: dict[str, np.ndarray] = {}
     for file in weight_files(path):
-        part = _read_safetensors(file, on_tensor, lazy) if file.suffix == ".safetensors" else _read_bin(file)
+        part = _READERS[file.suffix](file, on_tensor, lazy)
         twice = sorted(set(part) & set(state))
         if twice:
             raise ValueError(f"{file}: tensor(s) {twice[:4]} appear in more than one shard")
@@ -161,14 +163,11 @@ def _check_index(path: Path, state: Mapping[str, Any]) -> None:
 def _read_safetensors(file: Path, on_tensor: OnTensor | None, lazy: bool = False) -> dict[str, np.ndarray]:
     from transformer_parity.io.safetensors_io import lazy_tensors, read_header, read_tensors
 
-    header = read_header(file)
-    for name, (dtype, _, _, _) in header.entries.items():
-        if dtype.kind != "f":
-            raise ValueError(f"{file}: tensor {name!r} has dtype {dtype}, expected a floating dtype")
+    header = read_header(file)  # integer and boolean tensors are buffers; the table checks them or refuses them
     return lazy_tensors(header, on_tensor) if lazy else read_tensors(header, on_tensor=on_tensor)
 
 
-def _read_bin(file: Path) -> dict[str, np.ndarray]:
+def _read_bin(file: Path, on_tensor: OnTensor | None = None, lazy: bool = False) -> dict[str, np.ndarray]:
     import torch
 
     from torch_impl.checkpoints import read_torch_file
@@ -178,11 +177,30 @@ def _read_bin(file: Path) -> dict[str, np.ndarray]:
         raise ValueError(f"{file} is not a state dict of tensors")
     out = {}
     for key in list(obj):
-        value = obj.pop(key)
-        if not value.is_floating_point():
-            raise ValueError(f"{file}: entry {key!r} has dtype {value.dtype}, expected a floating dtype")
+        value = obj.pop(key)  # integer and boolean tensors are buffers; the table checks them or refuses them
         out[key] = (value.float() if value.dtype == torch.bfloat16 else value).detach().cpu().numpy()
     return out
+
+
+def _read_tf_h5(file: Path, on_tensor: OnTensor | None = None, lazy: bool = False) -> dict[str, np.ndarray]:
+    from .hf_legacy import read_tf_h5
+
+    return read_tf_h5(file)
+
+
+def _read_flax(file: Path, on_tensor: OnTensor | None = None, lazy: bool = False) -> dict[str, np.ndarray]:
+    from .hf_legacy import read_flax_msgpack
+
+    return read_flax_msgpack(file)
+
+
+_READERS = {".safetensors": _read_safetensors, ".bin": _read_bin, ".h5": _read_tf_h5, ".msgpack": _read_flax}
+
+
+def legacy_weights(path: str | os.PathLike) -> str | None:
+    """The TF- or Flax-era weight file a directory is read from (`tf_model.h5`, `flax_model.msgpack`), else None."""
+    files = weight_files(path)
+    return files[0].name if files[0].name in (TF_H5, FLAX) else None
 
 
 # --- writing ------------------------------------------------------------------------------------------------------

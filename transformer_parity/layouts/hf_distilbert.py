@@ -58,7 +58,7 @@ BACKBONE = [
     ("encoder.layers.{i}.ffn.linear2.bias",       _LAYER + "ffn.lin2.bias",                          "identity"),
     ("encoder.layers.{i}.norm2.gamma",            _LAYER + "output_layer_norm.weight",               "identity"),
     ("encoder.layers.{i}.norm2.beta",             _LAYER + "output_layer_norm.bias",                 "identity"),
-    ("-",                                         "embeddings.position_ids",                         "ignore"),
+    ("-",                                         "embeddings.position_ids",                         "position_ids"),
 ]
 HEAD = [
     ("head.dense.kernel",                         "vocab_transform.weight",                          "transpose"),

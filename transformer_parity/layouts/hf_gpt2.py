@@ -45,7 +45,7 @@ BACKBONE = [
     ("decoder.final_norm.gamma",                       "ln_f.weight",                     "identity"),
     ("decoder.final_norm.beta",                        "ln_f.bias",                       "identity"),
     ("-",                                              "h.{i}.attn.bias",                 "causal_mask"),
-    ("-",                                              "h.{i}.attn.masked_bias",          "ignore"),  # (old files)
+    ("-",                                              "h.{i}.attn.masked_bias",          "mask_fill"),  # (old files)
 ]
 HEAD = [
     ("output.kernel",                                  "lm_head.weight",                  "transpose"),

@@ -57,7 +57,8 @@ NORMS_AND_EMBEDDING = [
     ("decoder.layers.{i}.norm1.gamma",                  _L + "input_layernorm.weight",          "identity"),
     ("decoder.layers.{i}.norm3.gamma",                  _L + "post_attention_layernorm.weight", "identity"),
     ("decoder.final_norm.gamma",                        "norm.weight",                          "identity"),
-    ("-",                                               "rotary_emb.inv_freq",                  "ignore"),  # (old files)
+    ("-",                                               "rotary_emb.inv_freq",                  "rope_inv_freq"),  # old
+    ("-",                                               _L + "self_attn.rotary_emb.inv_freq",   "rope_inv_freq"),  # files
 ]
 HEAD = [
     ("output.kernel",                                   "lm_head.weight",                       "transpose"),

@@ -209,11 +209,12 @@ def check_drops(state: dict[str, np.ndarray], ignored: Iterable[str], drops: Dro
 def import_state(config: rn.TransformerConfig, state: dict[str, np.ndarray], table: Sequence[Entry],
                  source: str = "<state dict>", consume: bool = False, drops: Drops | None = None,
                  where: Callable[[Entry], str] = quoted, origins: Mapping[str, str] | None = None,
-                 lazy: bool = False) -> dict[str, np.ndarray]:
+                 lazy: bool = False, skipped: list[str] | None = None) -> dict[str, np.ndarray]:
     """{external name: array} -> canonical weights. `consume=True` empties `state` as it goes. A float tensor
     with a nonzero value under an `ignore` entry is refused unless `drops` allows it (and then recorded there).
     The config's layer counts and sizes are checked against the tensors before anything of the config's size is
-    listed or allocated; `origins` names where a field came from (`config.json n_layer`), `where` a table entry."""
+    listed or allocated; `origins` names where a field came from (`config.json n_layer`), `where` a table entry.
+    `skipped` receives a description of each buffer left out because it holds what the model recomputes."""
     check_layers(config, table, state, source, origins)
     limits.check_positions(config, source, (origins or {}).get("max_len", ""))
     shapes = rn.parameter_shapes(config)
@@ -232,10 +233,13 @@ def import_state(config: rn.TransformerConfig, state: dict[str, np.ndarray], tab
                                           else str(exc))) from None
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
+    check_floating(state, wanted, source)
     check_drops(state, [k for k, (t, _) in optional.items() if t == "ignore"], drops, source)
     weights = rn.mapping.read(mapping, state, shapes, config.head_dim, consume=consume, lazy=lazy)
     for external, (transform, canonical) in optional.items():
         _check_optional(config, weights, state[external], external, transform, canonical, source)
+        if skipped is not None and transform in (*BUFFERS, "causal_mask", "sinusoid"):
+            skipped.append(describe_buffer(transform, external, state[external]))
         if consume:
             del state[external]
     try:
@@ -243,6 +247,14 @@ def import_state(config: rn.TransformerConfig, state: dict[str, np.ndarray], tab
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
     return weights
+
+
+def check_floating(state: Mapping[str, Any], parameters: Iterable[str], source: str) -> None:
+    """Refuse a parameter stored as integers or booleans (files may hold such buffers, never such parameters)."""
+    for key in parameters:
+        dtype = np.dtype(getattr(state[key], "dtype", np.float32))
+        if dtype.kind not in "fV":  # V: bfloat16 as some readers hold it
+            raise ValueError(f"{source}: tensor {key!r} has dtype {dtype}, expected a floating dtype")
 
 
 def _check_optional(config, weights, array, external: str, transform: str, canonical: str, source: str) -> None:
@@ -264,6 +276,11 @@ def _check_optional(config, weights, array, external: str, transform: str, canon
                     "; a learned or altered table is a parameter: map it to src_pos.embedding / tgt_pos.embedding")
             raise ValueError(f"{source}: {external} {array.shape} is not the sinusoid table the model computes: "
                              f"{problem}{hint}")
+    elif transform in BUFFERS:
+        problem = BUFFERS[transform](config, array)
+        if problem:
+            raise ValueError(f"{source}: {external} {array.shape} {array.dtype} is mapped {transform} but {problem}; "
+                             "a buffer holding anything else changes the model, so it is not skipped")
     elif transform == "causal_mask":
         square = array.reshape(array.shape[-2:]) if array.ndim >= 2 and array.size == np.prod(array.shape[-2:]) \
             else None  # (1, 1, n, n) -> (n, n)
@@ -272,6 +289,70 @@ def _check_optional(config, weights, array, external: str, transform: str, canon
             raise ValueError(f"{source}: {external} {array.shape} is mapped causal_mask but is not a causal mask "
                              "(ones on and below the diagonal, zeros above); a buffer holding anything else changes "
                              "the model")
+
+
+# --- buffers a family's forward recomputes, as older files store them -------------------------------------------------
+
+def _ids_row(array: np.ndarray) -> np.ndarray | None:
+    """An id buffer as one row: `(1, n)` or `(n,)` integers; None for any other shape or dtype."""
+    if array.dtype.kind not in "iu" or array.ndim not in (1, 2) or (array.ndim == 2 and array.shape[0] != 1):
+        return None
+    return array.reshape(-1)
+
+
+def _position_ids(config: rn.TransformerConfig, array: np.ndarray) -> str | None:
+    row = _ids_row(array)
+    if row is None:
+        return "is not a (1, n) integer row"
+    if not np.array_equal(row, np.arange(row.size)):
+        first = int(np.argmax(row != np.arange(row.size)))
+        return f"is not arange({row.size}): position {first} holds {int(row[first])}"
+    return None
+
+
+def _zero_type_ids(config: rn.TransformerConfig, array: np.ndarray) -> str | None:
+    row = _ids_row(array)
+    if row is None:
+        return "is not a (1, n) integer row"
+    return None if not np.any(row) else f"is not all zeros: it holds {sorted(set(row.tolist()))[:4]}"
+
+
+MASK_FILL_MAX = -1e4  # exp(-1e4) underflows in float32 and float64 alike: such a fill masks exactly, as -inf does
+
+
+def _mask_fill(config: rn.TransformerConfig, array: np.ndarray) -> str | None:
+    if array.size != 1 or array.dtype.kind != "f":
+        return "is not one floating-point number"
+    value = float(array.reshape(()))
+    return None if value <= MASK_FILL_MAX else f"holds {value:g}, which does not mask (at most {MASK_FILL_MAX:g})"
+
+
+def _rope_inv_freq(config: rn.TransformerConfig, array: np.ndarray) -> str | None:
+    if config.positional != "rope":
+        return "the model has no rotary positions"
+    exact, _ = rn.ops.rope_frequencies(config, config.max_len)
+    if array.shape != exact.shape or array.dtype.kind != "f":
+        return f"is not the ({exact.size},) frequencies of rotary_dim={config.rotary_dim}"
+    diff = float(np.max(np.abs(array.astype(np.float64) - exact) / exact))
+    allowed = 4 * EPS32  # the frequencies computed in float32: a pow and a division
+    return None if diff <= allowed else (f"is not the frequencies of rope_theta={config.rope_theta:g}: relative "
+                                         f"difference {diff:.3g} (float32 rounding allows {allowed:.2g})")
+
+
+# transform -> check: None when the buffer holds what the model recomputes, else what it holds instead
+BUFFERS: dict[str, Callable[[rn.TransformerConfig, np.ndarray], str | None]] = {
+    "position_ids": _position_ids, "zero_type_ids": _zero_type_ids, "mask_fill": _mask_fill,
+    "rope_inv_freq": _rope_inv_freq}
+
+
+def describe_buffer(transform: str, key: str, array) -> str:
+    """`embeddings.position_ids (arange(512))` for the note naming a skipped buffer."""
+    array = np.asarray(array)
+    what = {"position_ids": f"arange({array.size})", "zero_type_ids": f"{array.size} zeros",
+            "mask_fill": f"{float(array.reshape(())) if array.size == 1 else 0:g}",
+            "rope_inv_freq": "the config's rotary frequencies", "causal_mask": "a causal mask",
+            "sinusoid": "the sinusoid table"}.get(transform, transform)
+    return f"{key} ({what})"
 
 
 # --- fixed sinusoid tables, as models store them ----------------------------------------------------------------------

@@ -299,6 +299,12 @@ def builtin(loaded) -> tuple[Source | None, str | None]:
     """The built-in source for a loaded checkpoint (`formats.Loaded`), or `(None, why there is none)`."""
     fmt, path = loaded.format, Path(loaded.path)
     if fmt in HF_LAYOUTS:
+        from transformer_parity.layouts import hf_dir
+
+        legacy = hf_dir.legacy_weights(path)
+        if legacy:
+            return None, (f"transformers 5 cannot load {legacy}; judge it with --expect FILE.npz, the outputs of "
+                          "the library that wrote it (docs/wild.md)")
         missing = _missing("torch", "transformers")
         return (None, f"{missing} not installed") if missing else (_hf_source(path, fmt, loaded.config), None)
     if fmt in KERASHUB_DIRS and path.is_dir():

@@ -1,0 +1,227 @@
+"""The TensorFlow and Flax era of Hugging Face model directories: `tf_model.h5` and `flax_model.msgpack`, read as
+the PyTorch state dict transformers 4 loaded from them, so that each family's one table reads them too.
+
+transformers 4's TF classes saved `tf_model.h5` with Keras 2's `save_weights` (HDF5: the root's `layer_names`
+attribute lists the top-level layers, each layer's group lists its `weight_names`, and each weight is a dataset at
+`layer/weight_name`); its Flax classes saved `flax_model.msgpack` with `flax.serialization.to_bytes` (a msgpack map
+of maps whose leaves are arrays as msgpack extension 1: `(shape, dtype name, raw bytes)`). transformers 5 reads
+neither. Both are read here as data (h5py, msgpack): nothing in the file is executed, and every array's declared
+size is checked against the bytes that hold it before anything is allocated.
+
+Names follow the rules transformers 4 applied when it cross-loaded these files into its PyTorch classes
+(`convert_tf_weight_name_to_pt_weight_name`, `load_flax_weights_in_pytorch_model`):
+
+| file | name | becomes |
+|---|---|---|
+| TF | `tf_bert_for_masked_lm/bert/encoder/layer_._0/attention/self/query/kernel:0` | `bert.encoder.layer.0.attention.self.query.weight`, transposed |
+| TF | `.../mlm___cls/predictions/bias:0` (`A___B`: the level is named `B`) | `cls.predictions.bias` |
+| TF | `kernel` (2-D) / `gamma` / `beta` / `embeddings` | `weight` (transposed) / `weight` / `bias` / `weight` |
+| Flax | `bert/encoder/layer/0/attention/self/query/kernel` | `bert.encoder.layer.0.attention.self.query.weight`, transposed |
+| Flax | `kernel` (2-D) / `scale` / `embedding` | `weight` (transposed) / `weight` / `weight` |
+
+The first level of a TF name is the model's own name scope and is dropped, as transformers dropped it. GPT-2's
+`TFConv1D` / `FlaxConv1D` weights need no rule of their own: TF names them `weight` (stored `(in, out)`, as PyTorch's
+`Conv1D`), and Flax stores its `kernel` `(out, in)`, which the transpose turns into `(in, out)`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TF_WEIGHTS = "tf_model.h5"
+FLAX_WEIGHTS = "flax_model.msgpack"
+# Array types a Hugging Face checkpoint holds, by the names NumPy (TF's h5) and Flax write them under.
+_DTYPES = {"float16", "float32", "float64", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool"}
+
+
+# --- names ------------------------------------------------------------------------------------------------------------
+
+def tf_to_pt_name(tf_name: str, ndim: int) -> tuple[str, bool]:
+    """`(PyTorch name, transpose)` of a weight named `tf_name` in a transformers 4 TF model."""
+    name = tf_name.replace(":0", "")
+    name = re.sub(r"/[^/]*___([^/]*)/", r"/\1/", name)  # `mlm___cls`: the PyTorch level is `cls`
+    name = name.replace("_._", "/")  # `layer_._0`: a list item, `layer.0`
+    name = re.sub(r"//+", "/", name)
+    parts = name.split("/")
+    if len(parts) > 1:
+        parts = parts[1:]  # the model's own name scope
+    transpose = parts[-1] == "kernel" and ndim == 2
+    if parts[-1] in ("kernel", "embeddings", "gamma"):
+        parts[-1] = "weight"
+    elif parts[-1] == "beta":
+        parts[-1] = "bias"
+    return ".".join(parts), transpose
+
+
+def flax_to_pt_name(path: tuple[str, ...], ndim: int) -> tuple[str, bool]:
+    """`(PyTorch name, transpose)` of the Flax parameter at `path` in a transformers 4 Flax model."""
+    parts = list(path)
+    transpose = parts[-1] == "kernel" and ndim == 2
+    if parts[-1] in ("kernel", "scale", "embedding"):
+        parts[-1] = "weight"
+    return ".".join(parts), transpose
+
+
+def _add(state: dict[str, np.ndarray], origin: dict[str, str], name: str, array: np.ndarray, transpose: bool,
+         source: str, file: Path) -> None:
+    if name in state:
+        raise ValueError(f"{file}: {source!r} and {origin[name]!r} both become {name!r}; the file is not a "
+                         "transformers 4 checkpoint of one model")
+    state[name] = np.ascontiguousarray(array.T) if transpose else array
+    origin[name] = source
+
+
+# --- tf_model.h5 ------------------------------------------------------------------------------------------------------
+
+def _strings(values: Any) -> list[str]:
+    return [v.decode("utf8") if isinstance(v, bytes) else str(v) for v in np.asarray(values).reshape(-1)]
+
+
+def read_tf_h5(file: str | Path) -> dict[str, np.ndarray]:
+    """Every weight of a transformers 4 `tf_model.h5`, under the PyTorch class's names and in its orientation."""
+    import h5py
+
+    file = Path(file)
+    state: dict[str, np.ndarray] = {}
+    origin: dict[str, str] = {}
+    try:
+        f = h5py.File(file, "r")
+    except OSError as exc:
+        raise ValueError(f"{file} is not a readable HDF5 file ({exc})") from None
+    with f:
+        if "layer_names" not in f.attrs:
+            raise ValueError(f"{file} has no layer_names attribute, so it is not a TF/Keras 2 save_weights file "
+                             "(transformers 4's TF classes wrote tf_model.h5 so)")
+        size = file.stat().st_size
+        for layer in _strings(f.attrs["layer_names"]):
+            group = f.get(layer)
+            if not isinstance(group, h5py.Group):
+                raise ValueError(f"{file}: layer {layer!r} is listed in layer_names but has no group")
+            for weight in _strings(group.attrs.get("weight_names", [])):
+                dataset = group.get(weight)
+                if not isinstance(dataset, h5py.Dataset):
+                    raise ValueError(f"{file}: weight {weight!r} of layer {layer!r} is listed but not stored")
+                array = _dataset(dataset, f"{layer}/{weight}", file, size)
+                name, transpose = tf_to_pt_name(weight, array.ndim)
+                _add(state, origin, name, array, transpose, weight, file)
+    if not state:
+        raise ValueError(f"{file} holds no weights")
+    return state
+
+
+def _dataset(dataset, where: str, file: Path, file_size: int) -> np.ndarray:
+    """A dataset's array, its declared size checked against the file before it is read."""
+    dtype = dataset.dtype
+    if dtype.name not in _DTYPES:
+        raise ValueError(f"{file}: {where} has dtype {dtype}, which no checkpoint weight has")
+    declared = math.prod(dataset.shape) * dtype.itemsize
+    if dataset.compression is None and declared > file_size:
+        raise ValueError(f"{file}: {where} declares shape {dataset.shape} ({declared} bytes), more than the whole "
+                         f"file ({file_size} bytes)")
+    return dataset[()]
+
+
+# --- flax_model.msgpack -----------------------------------------------------------------------------------------------
+
+_NDARRAY, _NPSCALAR = 1, 3  # flax.serialization's msgpack extension codes (2, complex numbers, is no weight)
+_CHUNKED = "__msgpack_chunked_array__"  # flax splits an array over 2 GiB into chunks under this marker
+
+
+def _ndarray(data: bytes, where: Path) -> np.ndarray:
+    import msgpack
+
+    try:
+        shape, dtype_name, buffer = msgpack.unpackb(data, raw=False, max_bin_len=len(data), strict_map_key=True)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise ValueError(f"{where}: an array entry is not (shape, dtype, bytes): {exc}") from None
+    if dtype_name not in _DTYPES or not isinstance(shape, list) or not all(
+            isinstance(n, int) and n >= 0 for n in shape) or not isinstance(buffer, bytes):
+        raise ValueError(f"{where}: an array entry declares dtype {dtype_name!r} and shape {shape!r}, which no "
+                         "checkpoint weight has")
+    dtype = _dtype(dtype_name)
+    if math.prod(shape) * dtype.itemsize != len(buffer):
+        raise ValueError(f"{where}: an array declares shape {tuple(shape)} of {dtype_name} "
+                         f"({math.prod(shape) * dtype.itemsize} bytes) but holds {len(buffer)} bytes")
+    return np.frombuffer(buffer, dtype=dtype).reshape(shape)
+
+
+def _dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def read_flax_msgpack(file: str | Path) -> dict[str, np.ndarray]:
+    """Every parameter of a transformers 4 `flax_model.msgpack`, under the PyTorch class's names and in its
+    orientation (bfloat16 widened to float32, as `pytorch_model.bin` files are read)."""
+    try:
+        import msgpack
+    except ImportError:
+        raise ValueError(f"reading {Path(file).name} needs msgpack: pip install 'transformer-parity[flax]'") from None
+
+    file = Path(file)
+    data = file.read_bytes()
+
+    def ext(code: int, payload: bytes):
+        if code == _NDARRAY:
+            return _ndarray(payload, file)
+        if code == _NPSCALAR:
+            raise ValueError(f"{file}: holds a NumPy scalar, which no transformers 4 Flax checkpoint holds")
+        raise ValueError(f"{file}: holds msgpack extension type {code}, which flax's checkpoints do not use")
+
+    try:
+        tree = msgpack.unpackb(data, raw=False, ext_hook=ext, strict_map_key=True, max_bin_len=len(data),
+                               max_str_len=1 << 20, max_array_len=1 << 20, max_map_len=1 << 20)
+    except ValueError:
+        raise
+    except (TypeError, msgpack.UnpackException, RecursionError) as exc:
+        raise ValueError(f"{file} is not a flax msgpack checkpoint ({type(exc).__name__}: {exc})") from None
+    if not isinstance(tree, dict):
+        raise ValueError(f"{file} holds a {type(tree).__name__}, not flax's map of parameters")
+    if set(tree) == {"params"} and isinstance(tree["params"], dict):
+        tree = tree["params"]
+    state: dict[str, np.ndarray] = {}
+    origin: dict[str, str] = {}
+    for path, array in _leaves(tree, (), file):
+        if array.dtype.name == "bfloat16":
+            array = array.astype(np.float32)
+        name, transpose = flax_to_pt_name(path, array.ndim)
+        _add(state, origin, name, array, transpose, "/".join(path), file)
+    if not state:
+        raise ValueError(f"{file} holds no parameters")
+    return state
+
+
+def _leaves(tree: dict, path: tuple[str, ...], file: Path):
+    """`(path, array)` for every array in flax's nested maps; a chunked array is joined."""
+    for key, value in tree.items():
+        here = (*path, str(key))
+        if isinstance(value, dict) and value.get(_CHUNKED):
+            yield here, _joined(value, here, file)
+        elif isinstance(value, dict):
+            yield from _leaves(value, here, file)
+        elif isinstance(value, np.ndarray):
+            yield here, value
+        else:
+            raise ValueError(f"{file}: {'/'.join(here)} holds a {type(value).__name__}, not an array")
+
+
+def _joined(entry: dict, path: tuple[str, ...], file: Path) -> np.ndarray:
+    chunks = entry.get("chunks")
+    shape = entry.get("shape")
+    if isinstance(shape, dict):  # flax writes tuples as maps {"0": ..., "1": ...}
+        shape = [shape[k] for k in sorted(shape, key=lambda k: int(k) if str(k).isdigit() else -1)]
+    if not isinstance(chunks, dict) or not isinstance(shape, list) or not all(
+            isinstance(c, np.ndarray) for c in chunks.values()):
+        raise ValueError(f"{file}: {'/'.join(path)} is a chunked array without its shape and chunks")
+    flat = np.concatenate([chunks[k].reshape(-1) for k in sorted(chunks, key=int)])
+    if flat.size != math.prod(shape):
+        raise ValueError(f"{file}: {'/'.join(path)} declares shape {tuple(shape)} but its chunks hold {flat.size} "
+                         "values")
+    return flat.reshape(shape)
