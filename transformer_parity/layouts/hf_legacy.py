@@ -20,8 +20,9 @@ Names follow the rules transformers 4 applied when it cross-loaded these files i
 | Flax | `kernel` (2-D) / `scale` / `embedding` | `weight` (transposed) / `weight` / `weight` |
 
 The first level of a TF name is the model's own name scope and is dropped, as transformers dropped it. GPT-2's
-`TFConv1D` / `FlaxConv1D` weights need no rule of their own: TF names them `weight` (stored `(in, out)`, as PyTorch's
-`Conv1D`), and Flax stores its `kernel` `(out, in)`, which the transpose turns into `(in, out)`.
+`TFConv1D` names its kernel `weight` (stored `(in, out)`, as PyTorch's `Conv1D`) and its bias is `(1, out)`, read as
+`(out,)`; Flax stores its `kernel` `(out, in)`, which the transpose turns into `(in, out)`. Keras 2 writes a weight
+that two top-level layers share under each of them: it is read once, its copies checked equal bit for bit.
 """
 
 from __future__ import annotations
@@ -82,20 +83,31 @@ def _strings(values: Any) -> list[str]:
     return [v.decode("utf8") if isinstance(v, bytes) else str(v) for v in np.asarray(values).reshape(-1)]
 
 
-def read_tf_h5(file: str | Path) -> dict[str, np.ndarray]:
-    """Every weight of a transformers 4 `tf_model.h5`, under the PyTorch class's names and in its orientation."""
+def is_keras2_h5(file: str | Path) -> bool:
+    """Whether an HDF5 file is Keras 2's `save_weights` layout (a `layer_names` attribute at the root)."""
+    import h5py
+
+    try:
+        with h5py.File(file, "r") as f:
+            return "layer_names" in f.attrs
+    except OSError:
+        return False
+
+
+def read_keras2_h5(file: str | Path) -> list[tuple[str, np.ndarray]]:
+    """`(weight name, array)` for every weight of a Keras 2 (`tf.keras`) `save_weights` HDF5 file, in the order the
+    layers list them, under the names Keras 2 gave the variables (`dense_1/kernel:0`)."""
     import h5py
 
     file = Path(file)
-    state: dict[str, np.ndarray] = {}
-    origin: dict[str, str] = {}
     try:
         f = h5py.File(file, "r")
     except OSError as exc:
         raise ValueError(f"{file} is not a readable HDF5 file ({exc})") from None
+    out = []
     with f:
         if "layer_names" not in f.attrs:
-            raise ValueError(f"{file} has no layer_names attribute, so it is not a TF/Keras 2 save_weights file "
+            raise ValueError(f"{file} has no layer_names attribute, so it is not a Keras 2 save_weights file "
                              "(transformers 4's TF classes wrote tf_model.h5 so)")
         size = file.stat().st_size
         for layer in _strings(f.attrs["layer_names"]):
@@ -104,14 +116,60 @@ def read_tf_h5(file: str | Path) -> dict[str, np.ndarray]:
                 raise ValueError(f"{file}: layer {layer!r} is listed in layer_names but has no group")
             for weight in _strings(group.attrs.get("weight_names", [])):
                 dataset = group.get(weight)
+                if not _stored_here(group, weight):
+                    raise ValueError(f"{file}: weight {weight!r} of layer {layer!r} is a link or stored outside the "
+                                     "file; refusing to follow it")
                 if not isinstance(dataset, h5py.Dataset):
                     raise ValueError(f"{file}: weight {weight!r} of layer {layer!r} is listed but not stored")
-                array = _dataset(dataset, f"{layer}/{weight}", file, size)
-                name, transpose = tf_to_pt_name(weight, array.ndim)
-                _add(state, origin, name, array, transpose, weight, file)
-    if not state:
+                out.append((weight, _dataset(dataset, f"{layer}/{weight}", file, size)))
+    if not out:
         raise ValueError(f"{file} holds no weights")
+    return out
+
+
+def read_tf_h5(file: str | Path) -> dict[str, np.ndarray]:
+    """Every weight of a transformers 4 `tf_model.h5`, under the PyTorch class's names and in its orientation.
+
+    Keras 2 writes a layer's weights under every top-level layer that uses it, so a weight shared by two of them
+    (BERT's word embeddings, which its masked-LM head reuses) is stored once per layer under the same variable name:
+    it is read once, after checking that the copies hold the same bits. `TFConv1D` (GPT-2) stores its bias `(1, n)`
+    beside a `(in, n)` `weight`; PyTorch's `Conv1D` holds it `(n,)`, as transformers 4 reshaped it on loading."""
+    file = Path(file)
+    weights = read_keras2_h5(file)
+    names = {weight for weight, _ in weights}
+    state: dict[str, np.ndarray] = {}
+    origin: dict[str, str] = {}
+    for weight, array in weights:
+        name, transpose = tf_to_pt_name(weight, array.ndim)
+        if origin.get(name) == weight:  # the same variable, written again under another layer
+            if state[name].dtype != array.dtype or not np.array_equal(state[name], array, equal_nan=True):
+                raise ValueError(f"{file}: weight {weight!r} is stored twice with different values; the file is not "
+                                 "one model's save_weights")
+            continue
+        if _conv1d_bias(weight, array, names):
+            array = array.reshape(-1)
+        _add(state, origin, name, array, transpose, weight, file)
     return state
+
+
+def _conv1d_bias(weight: str, array: np.ndarray, names: set[str]) -> bool:
+    """Whether `weight` is a `TFConv1D` bias: `(1, n)`, named `bias` beside a `weight` of the same layer."""
+    layer, _, leaf = weight.rpartition("/")
+    return leaf == "bias:0" and array.ndim == 2 and array.shape[0] == 1 and f"{layer}/weight:0" in names
+
+
+def _stored_here(group, name: str) -> bool:
+    """Every level of `name` a hard link, and the dataset's bytes in this file (no external or virtual storage)."""
+    import h5py
+
+    node = group
+    for part in name.split("/"):
+        if part and not isinstance(node.get(part, getlink=True), (h5py.HardLink, type(None))):
+            return False
+        node = node.get(part) if part else node
+        if node is None:
+            return True  # missing: reported as such by the caller
+    return not (isinstance(node, h5py.Dataset) and (node.external or node.is_virtual))
 
 
 def _dataset(dataset, where: str, file: Path, file_size: int) -> np.ndarray:

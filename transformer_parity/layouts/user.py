@@ -273,8 +273,9 @@ class Checkpoint:
 
 def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """The tensors of a PyTorch state dict (`.pt`, `.pth`, `.bin`; a PyTorch Lightning `.ckpt`, whose
-    `hyper_parameters` come along), a `.safetensors` file or a Keras `.weights.h5` (dataset paths, see the module
-    docstring). Integer and boolean buffers are kept (a layout may `ignore` them)."""
+    `hyper_parameters` come along), a `.safetensors` file, a Keras `.weights.h5` (dataset paths, see the module
+    docstring) or a Keras 2 `save_weights` `.h5` (the variables' names, `dense_1/kernel`). Integer and boolean
+    buffers are kept (a layout may `ignore` them)."""
     path = Path(path)
     from transformer_parity.io.sniff import sniff
 
@@ -294,6 +295,10 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
 
         return Checkpoint(dict(read_tensors(read_header(path))))
     if kind == "hdf5":
+        from .hf_legacy import is_keras2_h5, read_keras2_h5
+
+        if is_keras2_h5(path):  # Keras 2's save_weights: the names tf.keras gave the variables, without ":0"
+            return Checkpoint({name.removesuffix(":0"): array for name, array in read_keras2_h5(path)})
         return Checkpoint(read_keras_h5(path))
     raise ValueError(f"{path} is not a PyTorch state dict, safetensors or HDF5 (.weights.h5) file")
 

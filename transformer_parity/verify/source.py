@@ -234,7 +234,9 @@ def write_probe(path: str | Path, batch: Batch, force: bool = False) -> Path:
 
 def read_expect(path: str | Path, config: rn.TransformerConfig) -> tuple[Batch, dict[str, np.ndarray]]:
     """`(inputs, outputs)` of an --expect file: the inputs (checked against `config`) and `output` plus any
-    intermediates (their names and shapes are checked with the judge's, by `check_outputs`)."""
+    intermediates (their names and shapes are checked with the judge's, by `check_outputs`). A model with one token
+    type (RoBERTa's `type_vocab_size=1`) takes `src_type_ids` or, where the file has none, zeros: the only id there
+    is, as transformers gives it when the caller passes none."""
     import zipfile
 
     path = Path(path)
@@ -252,6 +254,8 @@ def read_expect(path: str | Path, config: rn.TransformerConfig) -> tuple[Batch, 
                          ) from None
     wanted = ["src_ids"] + (["tgt_ids"] if config.is_encoder_decoder else []) + \
         (["src_type_ids"] if config.type_vocab_size else [])
+    if config.type_vocab_size == 1 and "src_type_ids" not in arrays and "src_ids" in arrays:
+        arrays["src_type_ids"] = np.zeros_like(arrays["src_ids"])
     missing = [k for k in wanted + [OUTPUT] if k not in arrays]
     if missing:
         raise UsageError(f"--expect {path} has no {', '.join(missing)} (it holds {sorted(arrays) or 'nothing'}; this "
