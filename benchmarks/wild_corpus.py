@@ -175,7 +175,7 @@ def model_inputs(fam: Family, probe: dict) -> dict:
 
 
 def outputs_of(result) -> dict:
-    """`output` (logits, or last_hidden_state for a bare encoder) and `pooler` where the class has one (our record name)."""
+    """`output` (logits, or last_hidden_state for a bare encoder) and `pooler` where the class has one."""
     main = result.logits if hasattr(result, "logits") else result.last_hidden_state
     out = {"output": np.asarray(main, dtype=np.float32)}
     if getattr(result, "pooler_output", None) is not None:

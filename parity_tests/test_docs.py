@@ -12,8 +12,9 @@ The convention (also in docs/README.md, "Commands in the docs are tested"):
 - The blocks of one file run in order in one fresh temporary directory, so a block may use what an earlier block of
   the same page wrote. `transformer-parity ...` runs in-process through `transformer_parity.cli.main` (what the
   console script calls), so the frameworks load once; anything else runs in a subprocess, in the environment the
-  tests run in (the package installed, as the README installs it; the repository is not put on PYTHONPATH), with a
-  path relative to the repository (`python docs/examples/x.py`) resolved against it, as from the repository's root.
+  tests run in (the package installed, as the README installs it; the repository is not put on PYTHONPATH). In
+  both, a path relative to the repository (`python docs/examples/x.py`, `parity_tests/wild/bert-mlm-tf`) that names
+  nothing in the current directory is resolved against it, as from the repository's root.
 - `cd "$(mktemp -d)"` moves to a fresh directory (the README's tour starts so, to leave nothing in the reader's
   current directory); the directory the page started in must then stay empty.
 """
@@ -103,10 +104,11 @@ FRESH_DIRECTORY = ["cd", "$(mktemp -d)"]
 
 
 def from_repository(argv: list[str], cwd: Path) -> list[str]:
-    """Arguments that name a file of the repository by a relative path (and none in `cwd`), made absolute."""
+    """Arguments that name a file or directory of the repository by a relative path (and none in `cwd`), made
+    absolute (the wild corpus's checkpoints are directories)."""
     def is_repository_file(a: str) -> bool:
         return (re.fullmatch(r"[\w.-]+(/[\w.-]+)+", a) is not None and not (cwd / a).exists()
-                and (REPO / a).is_file())
+                and (REPO / a).exists())
 
     return [str(REPO / a) if is_repository_file(a) else a for a in argv]
 
@@ -126,7 +128,7 @@ def test_documented_commands_run(path, tmp_path, monkeypatch, capsys):
             continue
         if command.argv[0] == "transformer-parity":
             threads = _torch_threads()
-            code = cli.main(command.argv[1:])
+            code = cli.main(from_repository(command.argv, cwd)[1:])
             out, err = capsys.readouterr()
             if threads and _torch_threads() != threads:  # e.g. `train --threads 1`: leave the process as it was
                 import torch

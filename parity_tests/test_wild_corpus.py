@@ -59,7 +59,8 @@ def torch_keys(path: Path) -> list[str]:
 @pytest.mark.parametrize("name", DIRS)
 def test_every_wild_checkpoint_converts_and_matches_its_source(name, tmp_path):
     src = source_args(name)
-    keras_file, direct, again = tmp_path / "model.weights.h5", tmp_path / "direct.safetensors", tmp_path / "back.safetensors"
+    keras_file = tmp_path / "model.weights.h5"
+    direct, again = tmp_path / "direct.safetensors", tmp_path / "back.safetensors"
     assert main(["--quiet", "convert", *src, str(keras_file)]) == 0
     assert main(["--quiet", "convert", *src, str(direct)]) == 0
     assert main(["--quiet", "convert", str(keras_file), str(again)]) == 0
