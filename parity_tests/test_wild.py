@@ -164,3 +164,83 @@ def test_rotary_frequencies_stored_by_old_llama_files_are_checked(tmp_path):
     assert table.BUFFERS["rope_inv_freq"](config, exact.astype(np.float32)) is None
     wrong = rn.ops.rope_frequencies(config.replace(rope_theta=500000.0), config.max_len)[0].astype(np.float32)
     assert "is not the frequencies of rope_theta=10000" in table.BUFFERS["rope_inv_freq"](config, wrong)
+
+
+# --- tf_model.h5 and flax_model.msgpack that are not what they claim: refused in one line, nothing executed ---------
+
+CORPUS = Path(__file__).resolve().parent / "wild"
+
+
+def _corpus_copy(tmp_path: Path, name: str) -> Path:
+    return Path(shutil.copytree(CORPUS / name, tmp_path / name))
+
+
+def _refusal(path: Path, capsys) -> str:
+    assert cli.main(["convert", str(path), str(path.parent / "out.safetensors")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def _h5_weight(f, suffix: str):
+    """The dataset of `f` whose path ends with `suffix` (each layer group holds its weights under their names)."""
+    found = []
+    f.visititems(lambda name, node: found.append(node) if name.endswith(suffix) else None)
+    return found
+
+
+def test_a_tf_weight_stored_twice_with_different_values_is_refused(tmp_path, capsys):
+    import h5py
+
+    path = _corpus_copy(tmp_path, "bert-mlm-tf")
+    with h5py.File(path / hf_dir.TF_H5, "r+") as f:
+        copies = _h5_weight(f, "word_embeddings/weight:0")
+        assert len(copies) == 2  # under `bert` and again under `mlm___cls`, which reuses it
+        copies[1][0, 0] += 1.0
+    assert "is stored twice with different values" in _refusal(path, capsys)
+
+
+@pytest.mark.parametrize("fault", ["external-link", "oversized"])
+def test_a_tf_weight_that_is_a_link_or_larger_than_the_file_is_refused(tmp_path, capsys, fault):
+    import h5py
+
+    path = _corpus_copy(tmp_path, "gpt2-lm-tf")
+    with h5py.File(path / hf_dir.TF_H5, "r+") as f:
+        node = _h5_weight(f, "ln_f/gamma:0")[0]
+        group, leaf = node.parent, node.name.rpartition("/")[2]
+        del group[leaf]
+        if fault == "external-link":
+            group[leaf] = h5py.ExternalLink("/etc/hostname", "/x")
+        else:
+            group.create_dataset(leaf, shape=(1 << 28,), dtype="float32")  # 1 GiB declared, nothing written
+    err = _refusal(path, capsys)
+    want = "is a link or stored outside the file" if fault == "external-link" else "more than the whole file"
+    assert "ln_f/gamma:0" in err and want in err, err
+
+
+def _flax_with(tmp_path: Path, value) -> Path:
+    """The corpus GPT-2 Flax directory with `value` (msgpack-packed bytes of one leaf) as ln_f's scale."""
+    import msgpack
+
+    path = _corpus_copy(tmp_path, "gpt2-lm-flax")
+    tree = msgpack.unpackb((path / hf_dir.FLAX).read_bytes(), raw=False)
+    tree["transformer"]["ln_f"]["scale"] = value
+    (path / hf_dir.FLAX).write_bytes(msgpack.packb(tree, use_bin_type=True))
+    return path
+
+
+@pytest.mark.parametrize("leaf, problem", [
+    ("short", "declares shape (24,) of float32 (96 bytes) but holds 8 bytes"),
+    ("dtype", "declares dtype 'object'"),
+    ("ext", "holds msgpack extension type 9"),
+    ("text", "transformer/ln_f/scale holds a str, not an array"),
+], ids=["short-bytes", "object-dtype", "unknown-extension", "a-string"])
+def test_a_flax_file_that_is_not_flax_parameters_is_refused(tmp_path, capsys, leaf, problem):
+    import msgpack
+
+    def array(shape, dtype, data):  # flax's encoding of an ndarray: extension 1 holding (shape, dtype, bytes)
+        return msgpack.ExtType(1, msgpack.packb((shape, dtype, data), use_bin_type=True))
+
+    value = {"short": array([24], "float32", b"\0" * 8), "dtype": array([1], "object", b"\0" * 8),
+             "ext": msgpack.ExtType(9, b""), "text": "gamma"}[leaf]
+    assert problem in _refusal(_flax_with(tmp_path, value), capsys)
