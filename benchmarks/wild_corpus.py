@@ -4,6 +4,7 @@ library's own output on a fixed probe, into `parity_tests/wild/` (committed; the
 This script imports nothing from the project: it runs inside side environments that hold the old libraries.
 
     python benchmarks/wild_corpus.py --kind hf4      --out parity_tests/wild   # transformers 4.30: pt, tf, flax
+    python benchmarks/wild_corpus.py --kind hf4 --only bert-mlm-tf-sharded      # one directory of them
     python benchmarks/wild_corpus.py --kind hf4-buffers --out parity_tests/wild  # GPT-2 by transformers 4.26
     python benchmarks/wild_corpus.py --kind keras2   --out parity_tests/wild   # tf.keras (Keras 2) save_weights .h5
     python benchmarks/wild_corpus.py --kind kerasnlp --out parity_tests/wild   # keras-nlp save_to_preset
@@ -291,13 +292,14 @@ def save_hf4(out: Path, family: str, fmt: str, suffix: str = "", shard: str | No
     config = getattr(transformers, fam.config_class)(**fam.config)
     cls = getattr(transformers, CLASS_PREFIX[fmt] + fam.model_class)
     probe = make_probe(fam)
+    sharding = {"max_shard_size": shard} if shard else {}
     if fmt == "pt":
         import torch
 
         torch.manual_seed(seed)
         model = cls(config).eval()
         perturb_torch(model, rng, fam)
-        model.save_pretrained(path, safe_serialization=False, **({"max_shard_size": shard} if shard else {}))
+        model.save_pretrained(path, safe_serialization=False, **sharding)
         outputs = run_torch(cls.from_pretrained(path), fam, probe)
     elif fmt == "tf":
         import tensorflow as tf
@@ -306,15 +308,16 @@ def save_hf4(out: Path, family: str, fmt: str, suffix: str = "", shard: str | No
         model = cls(config)
         run_tf(model, fam, probe)  # builds the variables
         perturb_keras_variables(model.weights, rng, skip="embed_positions" if fam.static_positions else None)
-        model.save_pretrained(path)
+        model.save_pretrained(path, **sharding)
         outputs = run_tf(cls.from_pretrained(path), fam, probe)
     else:
         model = cls(config, seed=seed % 2**31)
         model.params = perturb_flax_params(model.params, rng)
-        model.save_pretrained(path)
+        model.save_pretrained(path, **sharding)
         outputs = run_flax(cls.from_pretrained(path), fam, probe)
     if shard:
-        keep = sorted(f.name for f in path.iterdir() if f.name.startswith("pytorch_model"))
+        stem = WEIGHTS_FILE[fmt].partition(".")[0]  # pytorch_model, tf_model, flax_model: shards and their index
+        keep = sorted(f.name for f in path.iterdir() if f.name.startswith(stem))
     else:
         keep = [WEIGHTS_FILE[fmt]]
     versions = dict(hf4_versions(fmt), family=family, format=fmt, **{"class": cls.__name__}, seed=seed)
@@ -323,11 +326,14 @@ def save_hf4(out: Path, family: str, fmt: str, suffix: str = "", shard: str | No
     return path
 
 
-def write_hf4(out: Path) -> None:
+def write_hf4(out: Path, only: set[str] | None = None) -> None:
     for family, fam in FAMILIES.items():
         for fmt in fam.formats:
-            save_hf4(out, family, fmt)
-    save_hf4(out, "bert-mlm", "pt", suffix="-sharded", shard="20KB")
+            if only is None or f"{family}-{fmt}" in only:
+                save_hf4(out, family, fmt)
+    for fmt in ("pt", "tf", "flax"):
+        if only is None or f"bert-mlm-{fmt}-sharded" in only:
+            save_hf4(out, "bert-mlm", fmt, suffix="-sharded", shard="20KB")
 
 
 def write_hf4_buffers(out: Path) -> None:
@@ -572,12 +578,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kind", required=True, choices=["hf4", "hf4-buffers", "keras2", "kerasnlp", "verify"])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "parity_tests" / "wild")
+    parser.add_argument("--only", nargs="+", metavar="DIR", help="write only these directories (--kind hf4)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.kind == "verify":
         failures = verify(args.out)
         print(f"{failures} failed")
         return 1 if failures else 0
+    if args.only:
+        if args.kind != "hf4":
+            parser.error("--only selects among --kind hf4's directories")
+        write_hf4(args.out, set(args.only))
+        return 0
     writers = {"hf4": write_hf4, "hf4-buffers": write_hf4_buffers, "keras2": write_keras2, "kerasnlp": write_kerasnlp}
     writers[args.kind](args.out)
     return 0

@@ -288,13 +288,14 @@ def test_shard_names_are_escaped_in_messages(tmp_path, capsys, name):
 def test_tensor_names_are_escaped_in_messages(tmp_path, capsys):
     from safetensors.numpy import save_file
 
-    path = tmp_path / "bad.safetensors"
-    save_file({"w\x1b[2J\nx": np.zeros(3, "i4")}, path, metadata={"format": "pt"})
-    os.mkdir(tmp_path / "m")
-    (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
-    os.rename(path, tmp_path / "m" / "model.safetensors")
+    from safetensors.numpy import load_file
+
+    wild = Path(__file__).resolve().parent / "wild" / "gpt2-lm-pt"  # a real GPT-2 directory, then one key more
+    assert run(["convert", wild, tmp_path / "m", "--to", "hf-gpt2"], capsys)[0] == 0
+    state = load_file(tmp_path / "m" / "model.safetensors")
+    save_file({**state, "w\x1b[2J\nx": np.zeros(3, "i4")}, tmp_path / "m" / "model.safetensors", {"format": "pt"})
     code, _, err = run(["convert", tmp_path / "m", tmp_path / "o.safetensors"], capsys)
-    assert_one_line(code, err, "w\\x1b[2J\\nx")
+    assert_one_line(code, err, "w\\x1b[2J")  # the escape shown, never sent; the newline a space: one line
 
 
 SECRET = b"SECRET!!" + b"{" * 56  # what a link out of the directory points to: none of it may be echoed

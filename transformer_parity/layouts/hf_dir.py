@@ -4,7 +4,9 @@ A directory holds `config.json` and the weights as one of:
 
 - `model.safetensors`;
 - shards `model-00001-of-0000N.safetensors` listed in `model.safetensors.index.json` (`{"weight_map": {name: file}}`);
-- `pytorch_model.bin` (or shards with `pytorch_model.bin.index.json`), read with `torch.load(weights_only=True)`.
+- `pytorch_model.bin` (or shards with `pytorch_model.bin.index.json`), read with `torch.load(weights_only=True)`;
+- transformers 4's `tf_model.h5` and `flax_model.msgpack` (or their shards with `.index.json`), read as data by
+  `hf_legacy` under the PyTorch class's names (docs/wild.md).
 
 Writing produces `config.json` and one `model.safetensors` (metadata `{"format": "pt"}`, as transformers expects),
 built in a temporary directory beside the target and renamed into place, so a failed or interrupted write leaves
@@ -35,8 +37,11 @@ BIN = "pytorch_model.bin"
 BIN_INDEX = "pytorch_model.bin.index.json"
 MAX_INDEX_BYTES = 64 << 20  # a shard index lists a few hundred names; more than 64 MiB is not one
 TF_H5 = "tf_model.h5"  # transformers 4's TF classes (read by `hf_legacy`)
+TF_H5_INDEX = "tf_model.h5.index.json"
 FLAX = "flax_model.msgpack"  # transformers 4's Flax classes (read by `hf_legacy`)
-WEIGHT_FILES = (SAFETENSORS, SAFETENSORS_INDEX, BIN, BIN_INDEX, TF_H5, FLAX)
+FLAX_INDEX = "flax_model.msgpack.index.json"
+INDEXES = (SAFETENSORS_INDEX, BIN_INDEX, TF_H5_INDEX, FLAX_INDEX)  # transformers' own order of preference
+WEIGHT_FILES = (SAFETENSORS, SAFETENSORS_INDEX, BIN, BIN_INDEX, TF_H5, TF_H5_INDEX, FLAX, FLAX_INDEX)
 
 OnTensor = Callable[[str, int], None]
 
@@ -107,31 +112,40 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def weight_files(path: str | os.PathLike) -> list[Path]:
-    """The weight files of a model directory, every shard checked to exist; `ValueError` if there are none."""
+    """The weight files of a model directory, every shard checked to exist; `ValueError` if there are none. Of
+    several kinds, transformers' own order of preference: safetensors, `.bin`, `tf_model.h5`, `flax_model.msgpack`
+    (each sharded or not)."""
     path = Path(path)
-    for index_name in (SAFETENSORS_INDEX, BIN_INDEX):
+    for single, index_name in ((SAFETENSORS, SAFETENSORS_INDEX), (BIN, BIN_INDEX), (TF_H5, TF_H5_INDEX),
+                               (FLAX, FLAX_INDEX)):
         index = member(path, index_name)
         if index.is_file():
-            from transformer_parity.io.limits import read_json_object
-
-            try:  # capped: an index of 200k entries is about 12 MiB, a real one far less
-                weight_map = read_json_object(index, "a shard index", cap=MAX_INDEX_BYTES)["weight_map"]
-                files = sorted(set(weight_map.values()))
-            except (KeyError, TypeError, AttributeError) as exc:
-                raise ValueError(f"{index} is not a valid shard index (a JSON object with a weight_map): "
-                                 f"{type(exc).__name__}: {exc}") from None
-            if not all(isinstance(f, str) and f and f not in (".", "..") and Path(f).name == f for f in files):
-                raise ValueError(f"{index} names shard files outside the directory: {names(files, 4)}")
-            shards = [member(path, f) for f in files]
-            absent = [f.name for f in shards if not f.is_file()]
-            if absent:
-                raise ValueError(f"{path}: missing shard(s) {names(absent, 4)} listed in {index_name}")
-            return shards
-    for single in (SAFETENSORS, BIN, TF_H5, FLAX):  # transformers' own order of preference
+            return _shards(path, index, index_name)
         if member(path, single).is_file():
             return [path / single]
-    raise ValueError(f"{path} has a {CONFIG} but no weights ({SAFETENSORS}, {SAFETENSORS_INDEX}, {BIN}, "
-                     f"{BIN_INDEX}, {TF_H5} or {FLAX})")
+    raise ValueError(f"{path} has a {CONFIG} but no weights ({SAFETENSORS}, {BIN}, {TF_H5} or {FLAX}, or the "
+                     "shards of one listed in its .index.json)")
+
+
+def _shards(path: Path, index: Path, index_name: str) -> list[Path]:
+    from transformer_parity.io.limits import read_json_object
+
+    try:  # capped: an index of 200k entries is about 12 MiB, a real one far less
+        weight_map = read_json_object(index, "a shard index", cap=MAX_INDEX_BYTES)["weight_map"]
+        files = sorted(set(weight_map.values()))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{index} is not a valid shard index (a JSON object with a weight_map): "
+                         f"{type(exc).__name__}: {exc}") from None
+    if not all(isinstance(f, str) and f and f not in (".", "..") and Path(f).name == f for f in files):
+        raise ValueError(f"{index} names shard files outside the directory: {names(files, 4)}")
+    suffix = Path(index_name.removesuffix(".index.json")).suffix
+    if not all(Path(f).suffix == suffix for f in files):
+        raise ValueError(f"{index} names shard files that are not {suffix} files: {names(files, 4)}")
+    shards = [member(path, f) for f in files]
+    absent = [f.name for f in shards if not f.is_file()]
+    if absent:
+        raise ValueError(f"{path}: missing shard(s) {names(absent, 4)} listed in {index_name}")
+    return shards
 
 
 def read_state(path: str | os.PathLike, on_tensor: OnTensor | None = None, lazy: bool = False
@@ -151,7 +165,7 @@ def read_state(path: str | os.PathLike, on_tensor: OnTensor | None = None, lazy:
 
 
 def _check_index(path: Path, state: Mapping[str, Any]) -> None:
-    for index_name in (SAFETENSORS_INDEX, BIN_INDEX):
+    for index_name in (SAFETENSORS_INDEX, BIN_INDEX):  # a TF or Flax index lists the TF or Flax names
         if member(path, index_name).is_file():
             listed = set(json.loads((path / index_name).read_text())["weight_map"])
             absent = sorted(listed - set(state))
@@ -200,7 +214,9 @@ _READERS = {".safetensors": _read_safetensors, ".bin": _read_bin, ".h5": _read_t
 def legacy_weights(path: str | os.PathLike) -> str | None:
     """The TF- or Flax-era weight file a directory is read from (`tf_model.h5`, `flax_model.msgpack`), else None."""
     files = weight_files(path)
-    return files[0].name if files[0].name in (TF_H5, FLAX) else None
+    if files[0].suffix in (".h5", ".msgpack"):
+        return TF_H5 if files[0].suffix == ".h5" else FLAX
+    return None
 
 
 # --- writing ------------------------------------------------------------------------------------------------------

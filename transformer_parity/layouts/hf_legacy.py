@@ -36,6 +36,7 @@ import numpy as np
 
 TF_WEIGHTS = "tf_model.h5"
 FLAX_WEIGHTS = "flax_model.msgpack"
+SHARD_SCOPE = "model_scope"  # stands for the scope a sharded tf_model.h5 leaves out (the first level, dropped anyway)
 # Array types a Hugging Face checkpoint holds, by the names NumPy (TF's h5) and Flax write them under.
 _DTYPES = {"float16", "float32", "float64", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool"}
 
@@ -96,7 +97,14 @@ def is_keras2_h5(file: str | Path) -> bool:
 
 def read_keras2_h5(file: str | Path) -> list[tuple[str, np.ndarray]]:
     """`(weight name, array)` for every weight of a Keras 2 (`tf.keras`) `save_weights` HDF5 file, in the order the
-    layers list them, under the names Keras 2 gave the variables (`dense_1/kernel:0`)."""
+    layers list them, under the names Keras 2 gave the variables (`dense_1/kernel:0`). A shard of a sharded
+    `tf_model.h5` (transformers 4 wrote those itself: `layer_names` lists the weights, each a dataset at its name)
+    gives the names as listed."""
+    return _read_h5(file)[0]
+
+
+def _read_h5(file: str | Path) -> tuple[list[tuple[str, np.ndarray]], bool]:
+    """`(read_keras2_h5's list, whether the file is a transformers shard)`."""
     import h5py
 
     file = Path(file)
@@ -110,21 +118,24 @@ def read_keras2_h5(file: str | Path) -> list[tuple[str, np.ndarray]]:
             raise ValueError(f"{file} has no layer_names attribute, so it is not a Keras 2 save_weights file "
                              "(transformers 4's TF classes wrote tf_model.h5 so)")
         size = file.stat().st_size
-        for layer in _strings(f.attrs["layer_names"]):
-            group = f.get(layer)
+        listed = _strings(f.attrs["layer_names"])
+        shard = bool(listed) and _stored_here(f, listed[0]) and isinstance(f.get(listed[0]), h5py.Dataset)
+        for layer in listed:
+            group = f if shard else f.get(layer)
+            weights = [layer] if shard else _strings(getattr(group, "attrs", {}).get("weight_names", []))
             if not isinstance(group, h5py.Group):
                 raise ValueError(f"{file}: layer {layer!r} is listed in layer_names but has no group")
-            for weight in _strings(group.attrs.get("weight_names", [])):
+            for weight in weights:
                 dataset = group.get(weight)
                 if not _stored_here(group, weight):
                     raise ValueError(f"{file}: weight {weight!r} of layer {layer!r} is a link or stored outside the "
                                      "file; refusing to follow it")
                 if not isinstance(dataset, h5py.Dataset):
                     raise ValueError(f"{file}: weight {weight!r} of layer {layer!r} is listed but not stored")
-                out.append((weight, _dataset(dataset, f"{layer}/{weight}", file, size)))
+                out.append((weight, _dataset(dataset, weight if shard else f"{layer}/{weight}", file, size)))
     if not out:
         raise ValueError(f"{file} holds no weights")
-    return out
+    return out, shard
 
 
 def read_tf_h5(file: str | Path) -> dict[str, np.ndarray]:
@@ -135,7 +146,9 @@ def read_tf_h5(file: str | Path) -> dict[str, np.ndarray]:
     it is read once, after checking that the copies hold the same bits. `TFConv1D` (GPT-2) stores its bias `(1, n)`
     beside a `(in, n)` `weight`; PyTorch's `Conv1D` holds it `(n,)`, as transformers 4 reshaped it on loading."""
     file = Path(file)
-    weights = read_keras2_h5(file)
+    weights, shard = _read_h5(file)
+    if shard:  # transformers' shards store a name without the model's scope, except "model." names and one-part ones
+        weights = [(w if "model." in w or "/" not in w else f"{SHARD_SCOPE}/{w}", a) for w, a in weights]
     names = {weight for weight, _ in weights}
     state: dict[str, np.ndarray] = {}
     origin: dict[str, str] = {}
