@@ -121,11 +121,12 @@ REFUSED = [  # (builders, model, --to, what the one line names)
     (encoders, "roberta-mlm", "kerashub-roberta", "positions_skip_pad=True (RoBERTa's positions, counted over non-pad"),
     (encoders, "roberta", "kerashub-roberta", "positions_skip_pad=True (RoBERTa's positions, counted over non-pad"),
     (encoders, "xlm-roberta-mlm", "kerashub-roberta", "positions_skip_pad=True (RoBERTa's positions"),
-    (encoders, "distilbert-mlm", "kerashub-distilbert",
-     "head_layer_norm_eps=1e-12 (KerasHub DistilBertMaskedLM's head has 1e-05)"),
+    (encoders, "distilbert-mlm", "kerashub-distilbert",  # an approximation: refused with its gap (test_approximations)
+     "head_norm_eps: KerasHub's DistilBertMaskedLM normalizes its masked-LM head at epsilon 1e-05, the source at "
+     "1e-12"),
     (encoders, "distilbert", "kerashub-distilbert", "activation='relu' (KerasHub DistilBertBackbone has 'gelu')"),
     (encoders, "albert-mlm", "kerashub-albert", "pooler=False (KerasHub AlbertMaskedLM has True)"),
-    (encoders, "albert", "kerashub-albert", "activation='gelu' (KerasHub AlbertBackbone has 'gelu_tanh')"),
+    (encoders, "albert", "kerashub-albert", "gelu_tanh: KerasHub's AlbertBackbone computes tanh-approximated GELU"),
 ]
 
 

@@ -82,6 +82,7 @@ class TransformerConfig:
     qkv_bias: bool | None = None  # biases on q, k and v (Qwen2: yes, with o and the FFN without); None = attention's
     ffn_bias: bool | None = None  # biases on the feed-forward's linears; None = `bias`
     qk_norm: bool = False  # (Qwen3) a norm over each head of q and k, after projection, before the rotation
+    qk_norm_eps: float | None = None  # the q/k norms' epsilon; None = layer_norm_eps (KerasHub Qwen3: always 1e-5)
     sliding_window: int | None = None  # a query at i attends keys j with i - j < window (and j <= i); None = all
     rope_theta: float = 10000.0  # positional="rope": the base of the rotation frequencies
     rope_scaling: dict | None = None  # transformers' rope parameters: {"rope_type": "llama3", "factor": 8.0, ...}
@@ -226,6 +227,12 @@ class TransformerConfig:
                              f"{self.positional!r}")
         if self.qk_norm and not self.has_decoder and not self.has_encoder:
             raise ValueError("qk_norm needs attention layers")
+        if self.qk_norm_eps is not None:
+            _check_finite("qk_norm_eps", self.qk_norm_eps, positive=True)
+            if not self.qk_norm:
+                raise ValueError(f"qk_norm_eps={self.qk_norm_eps!r} needs qk_norm=True (it is the q/k norms' epsilon)")
+            if self.qk_norm_eps == self.layer_norm_eps:  # one form for one model: None says "the model's epsilon"
+                object.__setattr__(self, "qk_norm_eps", None)
 
     @property
     def embed_width(self) -> int:

@@ -58,8 +58,8 @@ class MultiHeadAttention(_Module):
     def __init__(self, config, weights, name, rotary: bool = False):
         super().__init__(config, weights, name)
         self.rotary = rotary and config.positional == "rope"
-        self.q_norm = LayerNorm(config, weights, f"{name}.q_norm") if config.qk_norm else None
-        self.k_norm = LayerNorm(config, weights, f"{name}.k_norm") if config.qk_norm else None
+        self.q_norm = LayerNorm(config, weights, f"{name}.q_norm", config.qk_norm_eps) if config.qk_norm else None
+        self.k_norm = LayerNorm(config, weights, f"{name}.k_norm", config.qk_norm_eps) if config.qk_norm else None
 
     def __call__(self, x_q: np.ndarray, x_kv: np.ndarray, mask: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray]:

@@ -202,8 +202,8 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
         self.k = keras.layers.Dense(kv, **qkv, name="k")
         self.v = keras.layers.Dense(kv, **qkv, name="v")
         self.o = keras.layers.Dense(config.d_model, use_bias=config.has_o_bias, dtype=self.dtype_policy, name="o")
-        self.q_norm = norm_layer(config, "q_norm", self.dtype_policy) if config.qk_norm else None
-        self.k_norm = norm_layer(config, "k_norm", self.dtype_policy) if config.qk_norm else None
+        self.q_norm = norm_layer(config, "q_norm", self.dtype_policy, config.qk_norm_eps) if config.qk_norm else None
+        self.k_norm = norm_layer(config, "k_norm", self.dtype_policy, config.qk_norm_eps) if config.qk_norm else None
         self.seed_generator = keras.random.SeedGenerator(name="attention_dropout") if config.dropout > 0 else None
 
     def build(self, x_q_shape, x_kv_shape):

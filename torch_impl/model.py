@@ -131,8 +131,8 @@ class MultiHeadAttention(nn.Module):
         self.k = nn.Linear(d, kv, bias=config.has_qkv_bias)
         self.v = nn.Linear(d, kv, bias=config.has_qkv_bias)
         self.o = nn.Linear(inner, d, bias=config.has_o_bias)
-        self.q_norm = norm_layer(config, config.head_dim) if config.qk_norm else None
-        self.k_norm = norm_layer(config, config.head_dim) if config.qk_norm else None
+        self.q_norm = norm_layer(config, config.head_dim, config.qk_norm_eps) if config.qk_norm else None
+        self.k_norm = norm_layer(config, config.head_dim, config.qk_norm_eps) if config.qk_norm else None
         self.rotary = rotary and config.positional == "rope"
         self.impl = "fused"  # "explicit" forces matmul-softmax-matmul even without weights being asked for
 

@@ -88,6 +88,10 @@ examples:
   # a Hugging Face model directory (save_pretrained's config.json + weights) to Keras, and back:
   transformer-parity convert gpt2-dir gpt2.weights.h5
   transformer-parity convert gpt2.weights.h5 gpt2-again --to hf
+  # where KerasHub's class computes a nearby function (its BertBackbone the tanh GELU for BERT's exact one, its
+  # Qwen3 q/k norms at epsilon 1e-5), convert refuses and says by how much the outputs differ on this model;
+  # name the approximation to write it anyway (recorded in the preset's metadata.json; --to hf restores it):
+  transformer-parity convert bert-dir bert-preset --to kerashub --accept-approximation gelu_tanh
 
 formats: canonical (.safetensors), torch (.pt/.pth), nn-transformer (.pt/.pth/.bin, a torch.nn.Transformer
 model's state dict), keras (.weights.h5), hf (a Hugging Face model directory: GPT-2, BERT, Marian or BART;
@@ -150,6 +154,7 @@ def cmd_convert(args) -> int:
         reading[0] = False
         streamed = any(rn.mapping.is_lazy(v) for v in loaded.weights.values())
         _cast(loaded, args.dtype, out_format if to_layout is None else "layout", notes)
+        record = _approximations(args, loaded, out_format if to_layout is None else "layout", notes)
         size_text = _size(loaded.weights)
         if streamed:
             check_streaming(loaded.weights)
@@ -160,13 +165,90 @@ def cmd_convert(args) -> int:
                                                           args.force)
         else:
             path, fmt = formats.save(out_path, loaded.config, loaded.weights, out_format, args.force, on_written,
-                                     consume=True, notes=notes, max_shard_size=max_shard)
+                                     consume=True, notes=notes, max_shard_size=max_shard, record=record)
     for note in loaded.notes + notes:
         print_note(args, note)
     if not args.quiet:
         make_console(args).print(f"converted {printable(in_path)} ({loaded.format}) -> {printable(path)} ({fmt}), "
                              f"{size_text}, in {time.perf_counter() - start:.1f} s", markup=False)
     return 0
+
+
+def _approximations(args, loaded, out_format: str, notes: list[str]):
+    """--accept-approximation (`layouts.approximations`): the `Record` to write with a KerasHub preset, `loaded.config`
+    set to what the target computes; a refusal (exit 2) that names each approximation the export needs and the gap
+    measured on this model when one is not accepted, or when a name is unknown or not needed. A preset that records
+    approximations gives its source's settings back to a Hugging Face export and its record to a KerasHub one."""
+    from transformer_parity.formats import HF_FORMATS, KERASHUB_DIRS
+    from transformer_parity.layouts import hf
+    from transformer_parity.layouts import kerashub_preset as kh
+
+    accepted = list(dict.fromkeys(args.accept_approximation or ()))
+    known = sorted(set(kh.known_approximations() + hf.known_approximations())) if accepted else []
+    unknown = [name for name in accepted if name not in known]
+    if unknown:
+        raise UsageError(f"--accept-approximation {printable(unknown[0])!r} is not an approximation this tool knows; "
+                         f"known: {', '.join(known)}")
+    held = kh.read_record(loaded.path) if loaded.format in KERASHUB_DIRS else None
+    if held is not None and held.holds(loaded.config, "target") and out_format in HF_FORMATS + KERASHUB_DIRS:
+        if accepted:  # the record settles it: the source's settings restored, or the record carried on
+            raise UsageError(f"--accept-approximation {accepted[0]}: this preset records its accepted approximation(s) "
+                             f"{', '.join(held.names)}; writing it as {out_format} needs no other")
+        return _held(held, loaded, out_format in HF_FORMATS, out_format in KERASHUB_DIRS, notes)
+    plan = kh.export_plan(loaded.config, out_format) if out_format in KERASHUB_DIRS else \
+        hf.export_plan(loaded.config, out_format) if out_format in HF_FORMATS else None
+    if plan is None:
+        if accepted:
+            if out_format in KERASHUB_DIRS:
+                kh.family_for_export(loaded.config, out_format)  # a structural refusal says itself
+            elif out_format in HF_FORMATS:
+                hf.family_for_export(loaded.config, out_format)
+            raise UsageError(f"--accept-approximation {accepted[0]}: this model needs no approximation to be written "
+                             f"as {out_format}")
+        return _held(held, loaded, out_format in HF_FORMATS, out_format in KERASHUB_DIRS, notes)
+    extra = [name for name in accepted if name not in plan.names]
+    if extra:
+        raise UsageError(f"--accept-approximation {extra[0]}: this model does not need it to be written as "
+                         f"{plan.module.NAME} (it needs {', '.join(plan.names)})")
+    gap = _measure(loaded.config, plan, loaded.weights)
+    if len(accepted) < len(plan.names):
+        flags = " ".join(f"--accept-approximation {name}" for name in plan.names)
+        raise UsageError(f"this model has no exact {plan.module.NAME} equivalent: {'; '.join(plan.says)}; on this "
+                         f"model {gap.phrase()}; pass {flags} to write it anyway")
+    from transformer_parity.layouts.approximations import Record
+
+    notes.append(f"written as {plan.module.NAME} with the accepted approximation(s) {'; '.join(plan.says)}; on this "
+                 f"model {gap.phrase()}; recorded in its "
+                 f"{'config.json' if out_format in HF_FORMATS else 'metadata.json'}")
+    loaded.config = plan.config
+    return Record(plan.names, list(plan.says), plan.source_settings, plan.target_settings, gap.to_json())
+
+
+def _held(record, loaded, to_hf: bool, to_kerashub: bool, notes: list[str]):
+    """A preset's record of accepted approximations on the way out: a Hugging Face export computes the source's
+    settings again (`Record.restore`), a KerasHub one carries the record on; None: nothing to write."""
+    if record is None or not record.holds(loaded.config, "target"):
+        return None
+    if to_hf:
+        from transformer_parity.layouts.approximations import settings_text
+
+        loaded.config = record.restore(loaded.config)
+        settings = settings_text(record.source_settings, loaded.config)
+        notes.append(f"restored the source's {settings} from the preset's record of the accepted approximation(s) "
+                     f"{', '.join(record.names)} (the preset computes the approximation)")
+        return None
+    return record if to_kerashub else None
+
+
+def _measure(source, plan, weights):
+    """The gap between the source's config and the one `plan` writes, on verify's probe batch
+    (`verify.approximation.measure`)."""
+    from transformer_parity.verify import DEFAULT_SHAPE, default_lengths
+    from transformer_parity.verify.approximation import measure
+
+    src_len, tgt_len = default_lengths(source, None, None, [])
+    return measure(source, plan.config, weights, DEFAULT_SHAPE["batch"], src_len, tgt_len, seed=0,
+                   needed=plan.needed)
 
 
 def register(sub) -> None:
@@ -203,5 +285,10 @@ def register(sub) -> None:
                    "KerasHub presets)")
     p.add_argument("--max-shard-size", metavar="SIZE", help="split a Hugging Face directory's weights into shards "
                    "of at most SIZE (e.g. 2GB, 500MB; default 5GB), with model.safetensors.index.json")
+    p.add_argument("--accept-approximation", action="append", metavar="NAME",
+                   help="write a KerasHub preset whose class computes a nearby function where the model's differs "
+                        "(gelu_tanh, head_norm_eps, qk_norm_eps; repeatable): without it such an export is refused "
+                        "with the gap measured on this model; the preset records it (docs/kerashub.md, "
+                        "'Approximations')")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.set_defaults(func=cmd_convert)

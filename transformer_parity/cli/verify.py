@@ -37,7 +37,11 @@ float64 -> float32 rounding that happened) fails verify even when every output i
 With a source (--source, --expect, or the built-in one for a Hugging Face directory, a KerasHub preset or an
 nn-transformer file) the verdict says whether the port matches the model the weights came from; without one it is
 "self-consistent only": the backends agree with our reference on the same weights and config.
-exit status: 0 all within tolerance (and the weights the same), 1 a weight or an output differs, 2 bad input.
+A KerasHub preset written with --accept-approximation (docs/kerashub.md, 'Approximations') verified against the
+model it came from (verify HF_DIR PRESET) is APPROXIMATE, never PASS: the verdict names the approximation, where it
+first shows and by how much, once the preset matches our reference run with the setting it records.
+exit status: 0 all within tolerance (and the weights the same), 1 a weight or an output differs (APPROXIMATE
+included), 2 bad input.
 """
 
 
@@ -125,7 +129,8 @@ def cmd_verify(args) -> int:
     if not quiet:
         console = make_console(args)
         rep.print_report(result, console)
-        console.print(rep.verdict(result), style="bold green" if result.passed else "bold red", markup=False)
+        style = "bold green" if result.passed else "bold yellow" if result.approximate else "bold red"
+        console.print(rep.verdict(result), style=style, markup=False)
     elif args.quiet and not result.passed:
         print(rep.verdict(result), file=sys.stderr)
     return 0 if result.passed else 1

@@ -433,10 +433,12 @@ def output_format(path: str | os.PathLike, declared: str | None = None) -> str:
 
 def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
          fmt: str | None = None, force: bool = False, on_tensor: OnTensor | None = None,
-         consume: bool = False, notes: list[str] | None = None, max_shard_size: int | None = None
-         ) -> tuple[Path, str]:
+         consume: bool = False, notes: list[str] | None = None, max_shard_size: int | None = None,
+         record=None) -> tuple[Path, str]:
     """Write canonical weights as `fmt` (default: from the extension), atomically; returns `(path, format)`.
-    `max_shard_size` (bytes) splits a Hugging Face directory's weights into shards (default 5 GB).
+    `max_shard_size` (bytes) splits a Hugging Face directory's weights into shards (default 5 GB). `record` (a
+    `layouts.approximations.Record`, the approximations accepted to write `config`) goes into a KerasHub preset's
+    metadata.json or a Hugging Face directory's config.json.
 
     `consume=True` lets the writer delete each entry of `weights` (a dict) once converted, so a conversion holds the
     checkpoint about once; the dict is left empty or partly emptied. `notes` collects what the user should hear
@@ -445,9 +447,9 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
     path = Path(path)
     fmt = output_format(path, fmt)
     if fmt in KERASHUB_FORMATS:
-        return _save_kerashub(path, config, weights, fmt, force, notes, on_tensor)
+        return _save_kerashub(path, config, weights, fmt, force, notes, on_tensor, record)
     if fmt in HF_FORMATS:
-        return _save_hf(path, config, weights, fmt, force, on_tensor, consume, notes, max_shard_size)
+        return _save_hf(path, config, weights, fmt, force, on_tensor, consume, notes, max_shard_size, record)
     check_output(path, force)
     rn.validate_weights(config, weights)
     try:
@@ -474,7 +476,8 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
 
 
 def _save_kerashub(path: Path, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], fmt: str,
-                   force: bool, notes: list[str] | None, on_tensor: OnTensor | None = None) -> tuple[Path, str]:
+                   force: bool, notes: list[str] | None, on_tensor: OnTensor | None = None, record=None
+                   ) -> tuple[Path, str]:
     """A KerasHub preset directory (`from_preset(path)` loads it), built beside `path` and renamed into place; each
     tensor is made from `weights` as it is written, so they are left as they are."""
     from transformer_parity.layouts import kerashub_preset
@@ -482,16 +485,17 @@ def _save_kerashub(path: Path, config: rn.TransformerConfig, weights: Mapping[st
     path = check_destination(path, fmt, force)
     if fmt not in KERASHUB_DIRS:  # a bare .weights.h5
         return path, kerashub_preset.save_weights_file(path, config, weights, fmt, force, notes=notes)
-    return path, kerashub_preset.save_preset(path, config, weights, fmt, force, notes=notes, on_tensor=on_tensor)
+    return path, kerashub_preset.save_preset(path, config, weights, fmt, force, notes=notes, on_tensor=on_tensor,
+                                             record=record)
 
 
 def _save_hf(path: Path, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray], fmt: str, force: bool,
-             on_tensor: OnTensor | None, consume: bool, notes: list[str] | None, max_shard_size: int | None = None
-             ) -> tuple[Path, str]:
+             on_tensor: OnTensor | None, consume: bool, notes: list[str] | None, max_shard_size: int | None = None,
+             record=None) -> tuple[Path, str]:
     """A Hugging Face model directory, built beside `path` and renamed into place (see `outputs.atomic_dir`)."""
     from transformer_parity.layouts import hf, hf_dir
 
     path = check_destination(path, fmt, force)
     family = hf.save_dir(path, config, weights if consume else dict(weights), fmt, force, on_tensor, consume=True,
-                         notes=notes, max_shard_size=max_shard_size or hf_dir.MAX_SHARD_SIZE)
+                         notes=notes, max_shard_size=max_shard_size or hf_dir.MAX_SHARD_SIZE, record=record)
     return path, family

@@ -88,6 +88,7 @@ FAMILY_ONLY = {
     "positions_skip_pad": "RoBERTa's positions, counted over non-pad ids",
     "embedding_size": "ALBERT's factorized embeddings",
     "shared_layers": "ALBERT's one set of layer weights",
+    "qk_norm_eps": "q/k norms at an epsilon of their own, as KerasHub's Qwen3 computes them",
 }
 
 

@@ -194,13 +194,50 @@ def family_for_export(config: rn.TransformerConfig, declared: str | None = None)
     return first_exporter(names, hf_layout, config, "Hugging Face")
 
 
+def export_plan(config: rn.TransformerConfig, declared: str | None = None):
+    """The `approximations.Plan` of a model that no family (of `declared`: hf or one family) takes as it is but one
+    takes once its approximations are applied; None where one takes it exactly, or none even so."""
+    from . import HF_LAYOUTS, approximations, hf_layout
+
+    try:
+        family_for_export(config, declared)
+        return None
+    except ValueError:
+        pass
+    return approximations.plan([n for n in HF_LAYOUTS if declared in (None, "hf", n)], hf_layout, config)
+
+
+def read_record(path: str | os.PathLike):
+    """The approximations accepted when this tool wrote a model directory (`approximations.Record`, in config.json),
+    or None: not a model directory, or no record in its config.json."""
+    from .approximations import record_of
+
+    path = Path(path)
+    if not (path.is_dir() and (path / hf_dir.CONFIG).is_file()):
+        return None
+    return record_of(hf_dir.read_config(path), str(path / hf_dir.CONFIG))
+
+
+def known_approximations() -> list[str]:
+    """The approximation names the Hugging Face families define."""
+    from . import HF_LAYOUTS, approximations, hf_layout
+
+    return approximations.known(list(HF_LAYOUTS), hf_layout)
+
+
 def save_dir(path: str | os.PathLike, config: rn.TransformerConfig, weights: dict[str, np.ndarray],
              declared: str | None = None, force: bool = False, on_tensor=None, consume: bool = False,
-             notes: list[str] | None = None, max_shard_size: int = hf_dir.MAX_SHARD_SIZE) -> str:
+             notes: list[str] | None = None, max_shard_size: int = hf_dir.MAX_SHARD_SIZE, record=None) -> str:
     """Write canonical weights as a model directory `from_pretrained` loads; returns the format name. Lazily read
-    weights (`LazyArray`) are streamed: each external tensor is made and written in turn."""
+    weights (`LazyArray`) are streamed: each external tensor is made and written in turn. `record` (an
+    `approximations.Record`) goes into config.json under `approximations.RECORD_KEY` (transformers keeps unknown
+    keys as attributes and computes nothing from them)."""
+    from .approximations import RECORD_KEY
+
     family = family_for_export(config, declared)
     hf, arch = family.config_to_hf(config)
+    if record is not None:
+        hf[RECORD_KEY] = record.to_json()
     dtype = rn.weights_dtype(weights)
     hf["dtype"] = str(dtype)  # transformers loads the weights in this dtype
     lazy = any(rn.mapping.is_lazy(v) for v in weights.values())

@@ -1,9 +1,14 @@
 """Hugging Face Qwen3 (`Qwen3ForCausalLM`, `Qwen3Model`): Llama's names and blocks, with an RMSNorm on each head of
-q and k (`q_norm`, `k_norm`) before the rotation and a `head_dim` of its own."""
+q and k (`q_norm`, `k_norm`) before the rotation and a `head_dim` of its own.
+
+transformers' Qwen3 normalizes q and k at the model's `rms_norm_eps`; a model whose q/k norms have an epsilon of
+their own (a KerasHub Qwen3 preset: 1e-5 there, whatever `layer_norm_epsilon` says) is written only as an
+approximation (`qk_norm_eps`, `layouts.approximations`)."""
 
 from __future__ import annotations
 
 from . import hf_llama
+from .approximations import Approximation
 from .hf_llama import FamilySpec
 
 NAME = "hf-qwen3"
@@ -16,3 +21,8 @@ HOOKS = hf_llama.HOOKS
 SPEC = FamilySpec("qwen3", ARCHITECTURES, mlp_bias=None, qk_norm=True, sliding=True)
 
 table, config_from_hf, export_problems, config_to_hf, prefix = hf_llama.functions(SPEC)
+APPROXIMATIONS = (
+    Approximation("qk_norm_eps", "transformers' Qwen3 normalizes q and k at rms_norm_eps",
+                  lambda c: {"qk_norm_eps": None} if c.qk_norm and c.qk_norm_eps is not None else {},
+                  lambda c: f"the source at {c.qk_norm_eps:g}", "its q/k norms", ("self_attn",)),
+)

@@ -23,6 +23,7 @@ from typing import Any
 import reference_numpy as rn
 
 from . import kerashub_roberta as roberta
+from .approximations import Approximation, fixed_head_norm_eps
 from .kerashub_bert import HEAD
 
 NAME = "kerashub-albert"
@@ -40,6 +41,14 @@ del FIXED["type_vocab_size"], FIXED["embedding_size"]  # from config.json (num_s
 HEAD_MATH = {"head_activation": "gelu_tanh", "head_layer_norm_eps": 1e-5}  # AlbertMaskedLM's MaskedLMHead
 CONFIG_KEYS = {**roberta.CONFIG_KEYS, "type_vocab_size": "num_segments", "embedding_size": "embedding_dim"}
 TASK_FIELDS = {"AlbertMaskedLM": {**roberta.MASKED_LM, "head_layer_norm_eps": 1e-5}}
+APPROXIMATIONS = (  # `layouts.approximations`: its head computes the tanh GELU too
+    Approximation("gelu_tanh", "KerasHub's AlbertBackbone computes tanh-approximated GELU",
+                  lambda c: {"activation": "gelu_tanh", **({"head_activation": None} if c.head_transform
+                                                          and c.head_activation in (None, "gelu") else {})}
+                  if c.activation == "gelu" else {},
+                  lambda c: "the source exact GELU", "its activation", ("ffn", "head")),
+    fixed_head_norm_eps("AlbertMaskedLM", HEAD_MATH["head_layer_norm_eps"]),
+)
 
 
 def table(config: rn.TransformerConfig) -> list[tuple[str, str, str]]:

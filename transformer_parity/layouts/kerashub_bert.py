@@ -26,6 +26,8 @@ from typing import Any
 
 import reference_numpy as rn
 
+from .approximations import Approximation, fixed_head_norm_eps
+
 NAME = "kerashub-bert"
 PAD_TOKEN = "[PAD]"  # BertBackbone takes a padding mask: the pad id comes from the vocabulary (`preset_pad_id`)
 BACKBONE = "BertBackbone"
@@ -52,6 +54,16 @@ HEAD = [  # MaskedLMHead's weights in task.weights.h5 (`task/` marks that file);
     ("head.norm.beta", "task/layers/masked_lm_head/_intermediate_layer_norm/vars/1", "identity"),
     ("output.bias", "task/layers/masked_lm_head/vars/0", "identity"),
 ]
+
+
+APPROXIMATIONS = (  # what it computes where the source differs only so (`layouts.approximations`)
+    Approximation("gelu_tanh", "KerasHub's BertBackbone computes tanh-approximated GELU",  # its head keeps exact GELU
+                  lambda c: {"activation": "gelu_tanh", **({"head_activation": c.head_activation or "gelu"}
+                                                          if c.head_transform else {})}
+                  if c.activation == "gelu" else {},
+                  lambda c: "the source exact GELU", "its activation", ("ffn",)),
+    fixed_head_norm_eps("BertMaskedLM", MASKED_LM["head_layer_norm_eps"]),
+)
 
 
 def table(config: rn.TransformerConfig) -> list[tuple[str, str, str]]:

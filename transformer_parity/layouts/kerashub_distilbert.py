@@ -20,6 +20,7 @@ from typing import Any
 import reference_numpy as rn
 
 from . import kerashub_roberta as roberta
+from .approximations import fixed_head_norm_eps
 from .kerashub_bert import HEAD
 
 NAME = "kerashub-distilbert"
@@ -35,6 +36,7 @@ SERIALIZED = {"DistilBertBackbone": ("keras_hub.src.models.distil_bert.distil_be
 FIXED = {**roberta.FIXED, "layer_norm_eps": 1e-12}
 CONFIG_KEYS = roberta.CONFIG_KEYS
 TASK_FIELDS = {"DistilBertMaskedLM": {**roberta.MASKED_LM, **roberta.head_fields(FIXED)}}
+APPROXIMATIONS = (fixed_head_norm_eps("DistilBertMaskedLM", roberta.HEAD_MATH["head_layer_norm_eps"]),)
 
 
 def table(config: rn.TransformerConfig) -> list[tuple[str, str, str]]:

@@ -165,6 +165,7 @@ class FamilySpec:
     can_tie: bool = True  # False: no tie_word_embeddings key, the head is always its own (Mistral)
     qkv_bias: bool = False  # Qwen
     qk_norm: bool = False  # Qwen3
+    qk_norm_eps: float | None = None  # the q/k norms' own epsilon, whatever layer_norm_epsilon says (Qwen3: 1e-5)
     head_dim: bool = False  # reads head_dim (Mistral, Qwen3)
     window: str | None = None  # the config key of a window on every layer (Mistral: sliding_window)
     window_flag: str | None = None  # the switch that turns it on (Qwen: use_sliding_window_attention)
@@ -201,7 +202,7 @@ def functions(spec: FamilySpec):
             head_size=None if head_dim is None or head_dim * heads == d else head_dim,
             num_decoder_layers=integer(backbone, "num_layers"), d_ff=integer(backbone, "intermediate_dim"),
             max_len=MAX_LEN, dropout=number(backbone, "dropout", 0.0),
-            layer_norm_eps=number(backbone, "layer_norm_epsilon", 1e-6),
+            layer_norm_eps=number(backbone, "layer_norm_epsilon", 1e-6), qk_norm_eps=spec.qk_norm_eps,
             rope_theta=number(backbone, "rope_max_wavelength", 10000.0),
             rope_scaling=None if factor == 1.0 else {"rope_type": "linear", "factor": factor},
             qkv_bias=True if spec.qkv_bias else None, sliding_window=window,
@@ -225,6 +226,10 @@ def functions(spec: FamilySpec):
             problems.append(f"output_bias=True ({spec.task}'s logits have no bias)")
         if config.tie_embeddings and not spec.can_tie:
             problems.append(f"tie_embeddings=True ({spec.task}'s head is never tied)")
+        qk_eps = config.qk_norm_eps or config.layer_norm_eps
+        if spec.qk_norm_eps is not None and config.qk_norm and qk_eps != spec.qk_norm_eps:
+            problems.append(f"q/k norms at epsilon {qk_eps:g} (KerasHub {short}'s attention normalizes q and k at "
+                            f"{spec.qk_norm_eps:g}, whatever layer_norm_epsilon says)")
         return problems
 
     def config_to_kerashub(config):

@@ -15,12 +15,13 @@ import json
 import os
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 import reference_numpy as rn
 
+from .approximations import RECORD_KEY, Record, record_of
 from .table import export_state, import_state
 
 from . import KERASHUB_LAYOUTS as FAMILIES
@@ -55,8 +56,8 @@ def _json(path: Path) -> dict[str, Any]:
 
 
 def is_preset(path: str | os.PathLike) -> bool:
-    """A directory whose config.json is a serialized KerasHub object (`"registered_name": "keras_hub>..."`). A
-    config.json too large for any config file is refused here (`ValueError`), not taken for another format's."""
+    """A directory whose config.json is a serialized KerasHub object (`"registered_name": "keras_hub>..."`), or one
+    of keras-nlp, its name before keras-hub 0.16 (`keras_nlp>...`, the same classes and files). A config.json too large for any config file is refused here (`ValueError`), not taken for another format's."""
     from transformer_parity.io.limits import FileTooLarge
 
     config = Path(path) / CONFIG
@@ -66,10 +67,12 @@ def is_preset(path: str | os.PathLike) -> bool:
         raise
     except (OSError, ValueError):
         return False
-    return str(data.get("registered_name", "")).startswith("keras_hub>") or \
-        str(data.get("module", "")).startswith("keras_hub.")
+    return str(data.get("registered_name", "")).startswith(PACKAGES_GT) or \
+        str(data.get("module", "")).startswith(PACKAGES_DOT)
 
 
+PACKAGES_GT = ("keras_hub>", "keras_nlp>")  # registered names; keras-nlp 0.8-0.15 wrote the second
+PACKAGES_DOT = ("keras_hub.", "keras_nlp.")
 PRESET_DIR = _preset_dir_kind()  # what `--force` may replace in a preset directory, and what it keeps
 
 
@@ -165,8 +168,23 @@ def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Ma
                **{name: "--set/--config" for name in fields or {}}}
     weights = import_state(config, state, table, source=str(path), consume=True, drops=drops, origins=origins,
                            lazy=lazy)
-    notes.insert(0, f"read KerasHub {task or module.BACKBONE} ({module.NAME}) from {path.name}")
+    library = "keras-nlp" if str(data.get("registered_name", "")).startswith("keras_nlp>") else "KerasHub"
+    notes.insert(0, f"read {library} {task or module.BACKBONE} ({module.NAME}) from {path.name}")
+    record = read_record(path)
+    if record is not None:
+        notes.append(record.note(config) if record.holds(config, "target") else
+                     f"metadata.json records accepted approximations ({', '.join(record.names)}) that this config no "
+                     "longer computes: the record is ignored")
     return config, weights, notes, module.NAME
+
+
+def read_record(path: str | os.PathLike) -> Record | None:
+    """The approximations accepted when this tool wrote the preset (`approximations.Record`, in metadata.json), or
+    None: not a preset directory, no metadata.json, or no record in it."""
+    path = Path(path)
+    if not (path.is_dir() and (path / METADATA).is_file()):
+        return None
+    return record_of(_json(path / METADATA), f"{path / METADATA}")
 
 
 VOCABULARY = ("assets", "tokenizer", "vocabulary.txt")  # where KerasHub's WordPiece tokenizer keeps its vocabulary
@@ -318,6 +336,38 @@ def family_for_export(config: rn.TransformerConfig, declared: str | None = None)
     return first_exporter(names, family, config, "KerasHub")
 
 
+def export_plan(config: rn.TransformerConfig, declared: str | None = None):
+    """The `approximations.Plan` of a model that no family (of `declared`: kerashub or one family) takes as it is
+    but one takes once its approximations are applied; None where one takes it exactly, or none even so."""
+    from . import approximations
+
+    try:
+        family_for_export(config, declared)
+        return None
+    except ValueError:
+        pass
+    return approximations.plan([n for n in PRESETS[1:] if declared in (None, "kerashub", n)], family, config)
+
+
+def known_approximations() -> list[str]:
+    """The names `--accept-approximation` takes: every KerasHub family's approximations."""
+    from . import approximations
+
+    return approximations.known(list(FAMILIES), family)
+
+
+def approximations_named(names: Sequence[str]) -> list:
+    """The `approximations.Approximation` of each name a record lists, as KerasHub's families define them (a name
+    none defines is left out)."""
+    from . import approximations
+
+    from . import HF_LAYOUTS, hf_layout
+
+    return approximations.named(names, list(FAMILIES), family) + [
+        a for a in approximations.named(names, list(HF_LAYOUTS), hf_layout)
+        if a.name not in {b.name for b in approximations.named(names, list(FAMILIES), family)}]
+
+
 def _serialized(module: ModuleType, class_name: str, config: dict[str, Any], dtype: str | None) -> dict[str, Any]:
     """`keras.saving.serialize_keras_object` of a KerasHub backbone or task, as `save_to_preset` writes it."""
     module_path, name = module.SERIALIZED[class_name]
@@ -336,12 +386,13 @@ def _keras_path(name: str, repeated: list[str]) -> str:
 
 def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
                 declared: str | None = None, force: bool = False, notes: list[str] | None = None,
-                on_tensor=None) -> str:
+                on_tensor=None, record=None) -> str:
     """Write a preset directory `keras_hub.models.<Backbone or task>.from_preset(path)` loads; returns the format.
     With `force`, only over a preset directory (`PRESET_DIR`), keeping its tokenizer and other files this tool does
     not write. The weights are written dataset by dataset, each made from the canonical weights as it is written
     (`LazyArray`s are read a band at a time), in their dtype: bfloat16 as Keras stores it, with the backbone's
-    dtype policy `bfloat16`, as KerasHub's own presets are; `on_tensor(name, bytes)` after each."""
+    dtype policy `bfloat16`, as KerasHub's own presets are; `on_tensor(name, bytes)` after each. `record` (an
+    `approximations.Record`: the approximations accepted to write `config`) goes into metadata.json."""
     from transformer_parity.io import outputs
 
     module = family_for_export(config, declared)
@@ -356,6 +407,8 @@ def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: 
                              METADATA: {"keras_version": _version("keras"), "keras_hub_version": _version("keras-hub"),
                                         "parameter_count": int(sum(v.size for v in state.values())),
                                         "tasks": [], "written_by": "transformer-parity"}}
+    if record is not None:
+        files[METADATA][RECORD_KEY] = record.to_json()
     if task is not None:
         files[TASK_CONFIG] = _serialized(module, task, {"backbone": files[CONFIG], "preprocessor": None,
                                                         **module.task_config(backbone, task)}, None)

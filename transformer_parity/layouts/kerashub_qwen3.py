@@ -1,6 +1,11 @@
 """KerasHub Qwen3 (`Qwen3Backbone`, `Qwen3CausalLM`): Llama's blocks with an RMSNorm on each head of q and k, its own
 `head_dim`, the head tied by default, and `sliding_window_size` applied on every layer (32768 by default).
 
+keras-hub 0.32's `Qwen3DecoderLayer` builds its `Qwen3Attention` without the model's epsilon, so the q/k norms always
+normalize at that layer's default, 1e-5, while every other norm uses `layer_norm_epsilon`: a preset whose
+`layer_norm_epsilon` is not 1e-5 reads as `qk_norm_eps=1e-5`. Real Qwen3 checkpoints use 1e-6 everywhere, so their
+export is an approximation (`qk_norm_eps`, `layouts.approximations`).
+
 The table is the layout file `kerashub_qwen3.toml` beside this module; the rest is Llama's (`kerashub_llama`).
 """
 
@@ -9,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import kerashub_llama
+from .approximations import Approximation
 from .kerashub_llama import FamilySpec
 
 NAME = "kerashub-qwen3"
@@ -20,8 +26,18 @@ SERIALIZED = {"Qwen3Backbone": ("keras_hub.src.models.qwen3.qwen3_backbone", "qw
 CONFIG_KEYS = kerashub_llama.CONFIG_KEYS
 FIXED = kerashub_llama.FIXED
 TASK_FIELDS = {"Qwen3CausalLM": kerashub_llama.CAUSAL_LM}
-SPEC = FamilySpec(NAME, BACKBONE, TASKS[0], "keras_hub.src.models.qwen3", LAYOUT,
-                  tie_default=True, qk_norm=True, head_dim=True, window="sliding_window_size")
+QK_NORM_EPS = 1e-5  # Qwen3Attention's default, which Qwen3DecoderLayer never overrides
+EXPRESSES = ("qk_norm_eps",)  # `layouts.FAMILY_ONLY` settings this family has
+SPEC = FamilySpec(NAME, BACKBONE, TASKS[0], "keras_hub.src.models.qwen3", LAYOUT, tie_default=True, qk_norm=True,
+                  qk_norm_eps=QK_NORM_EPS, head_dim=True, window="sliding_window_size")
+APPROXIMATIONS = (
+    Approximation("qk_norm_eps", f"KerasHub's Qwen3Attention normalizes q and k at epsilon {QK_NORM_EPS:g} whatever "
+                                 "layer_norm_epsilon says",
+                  lambda c: {"qk_norm_eps": QK_NORM_EPS} if c.qk_norm and (c.qk_norm_eps or c.layer_norm_eps) !=
+                  QK_NORM_EPS else {},
+                  lambda c: f"the source at {c.qk_norm_eps or c.layer_norm_eps:g}", "its q/k norms",
+                  ("self_attn",)),
+)
 
 table, config_from_kerashub, export_problems, config_to_kerashub, settle_from_weights = kerashub_llama.functions(SPEC)
 task_config = kerashub_llama.task_config

@@ -23,6 +23,8 @@ from typing import Any
 
 import reference_numpy as rn
 
+from .approximations import fixed_head_norm_eps
+
 from .kerashub_bert import HEAD
 
 NAME = "kerashub-roberta"
@@ -45,6 +47,7 @@ CONFIG_KEYS = {"src_vocab_size": "vocabulary_size", "tgt_vocab_size": "vocabular
 MASKED_LM = {"head_transform": True, "output_projection": True, "tie_embeddings": True, "output_bias": True}
 HEAD_MATH = {"head_activation": "gelu", "head_layer_norm_eps": 1e-5}  # MaskedLMHead's, whatever the encoder's
 TASK_FIELDS = {"RobertaMaskedLM": MASKED_LM}  # a bare RobertaMaskedLM .weights.h5 (its save_weights): this task
+APPROXIMATIONS = (fixed_head_norm_eps("RobertaMaskedLM", HEAD_MATH["head_layer_norm_eps"]),)
 
 
 def table(config: rn.TransformerConfig) -> list[tuple[str, str, str]]:

@@ -80,13 +80,15 @@ def trace(backend: str, config: rn.TransformerConfig, weights: Mapping[str, np.n
 def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str = "float32", batch: int = 2,
                    src_len: int = 37, tgt_len: int = 29, seed: int = 0, progress: Progress | None = None,
                    notes: Sequence[str] = (), autocast: bool = False, source=None,
-                   self_consistent: str | None = "no source given") -> Report:
+                   self_consistent: str | None = "no source given", approximated: Sequence[Any] = ()) -> Report:
     """Run the judge and the floor on `reference`'s weights, then every subject, and compare.
 
     The subjects must share the reference's architecture (parameter shapes); other config differences (epsilon,
     heads, mask or position conventions) are exactly what verify exists to catch, so they run and are reported.
     `source` (a `source.Source`) is run once on the same inputs (an --expect file's own inputs, if it has them) and
-    compared with the judge and every subject; `self_consistent` says why there is none.
+    compared with the judge and every subject; `self_consistent` says why there is none. `approximated`
+    (`approximation.find`): subjects that compute the reference's model with a recorded, accepted approximation,
+    each also judged against the reference run with its config (`approximation.judge`).
     """
     from transformer_parity.verify import lowp
 
@@ -158,6 +160,15 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
     if source is not None:
         runs = _run_source(source, config, judge, (src, tgt, types), seconds, progress)
         rows += _source_rows(judge, floor32, floor, dtype, runs, subjects, outputs)
+    findings = []
+    if approximated:
+        from transformer_parity.verify import approximation
+
+        more, findings = approximation.judge(
+            approximated, reference.source or reference.label,
+            lambda label, cfg: run(label, "numpy", cfg, reference.weights, "float64"),
+            judge, floor, floor32 if floor32 is not None else floor, outputs, runs, limit)
+        rows += more
     inputs = recorded_inputs(config, batch, src_len, tgt_len, None if given is not None else seed)
     return Report(sublayers=list(judge), floors=floor, rows=rows,
                   subjects=[{"label": s.label, "backend": s.backend, "source": s.source} for s in subjects],
@@ -167,7 +178,7 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
                   seconds=seconds, problems=problems,
                   sources=[{"label": r.label, "name": source.name, "kind": source.kind,
                             "dtype": str(r.outputs[output_name(judge)].dtype)} for r in runs],
-                  self_consistent=None if source is not None else self_consistent)
+                  self_consistent=None if source is not None else self_consistent, approximations=findings)
 
 
 def _run_source(source, config, judge, inputs, seconds: dict[str, float], progress: Progress | None) -> list:
@@ -279,10 +290,12 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
             notes += [f"{name}: {n}" for n in item.notes]
         reference = subjects[0]
         first = loaded[0]
+        from transformer_parity.verify import approximation
+        approximated = approximation.find(loaded, labels)  # a preset recording an accepted approximation
         if outputs_only:
             notes.append("weights not compared (--outputs-only)")
     else:
-        first = None
+        first, approximated = None, []
         if checkpoints:
             if progress:
                 progress(f"reading {Path(checkpoints[0]).name}")
@@ -352,7 +365,7 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
     try:
         report = judge_subjects(reference, subjects, dtype=dtype, batch=batch, src_len=src_len, tgt_len=tgt_len,
                                 seed=seed, progress=progress, notes=notes, autocast=autocast, source=oracle,
-                                self_consistent=self_consistent)
+                                self_consistent=self_consistent, approximated=approximated)
     except UsageError as exc:  # e.g. other architectures: the weight rows already say what differs
         if not weight_rows or all(w.passed for w in weight_rows):
             raise

@@ -85,7 +85,9 @@ def _table(report: "Report", compact: bool) -> "Table":
     for name in report.sublayers:
         shown = [by_key[(name, pair)] for pair in pairs if (name, pair) in by_key]  # a source gives some sublayers
         for i, r in enumerate(shown):
-            if not r.passed:
+            if not r.passed and report.approximations and report.explained(r):
+                status = "[yellow]approx[/]"  # the accepted approximation a checkpoint records, not a fault
+            elif not r.passed:
                 status = "[bold red]FAIL ◀ first[/]" if r is first else "[red]FAIL[/]"
             else:
                 status = "[green]ok[/]"
@@ -154,6 +156,8 @@ def verdict(report: "Report") -> str:
             return f"PASS: matches the source ({source}) {_source_fit(report)}; {checked}{dropped}"
         return (f"PASS (self-consistent only: {report.self_consistent}; judged by {JUDGE}, our reference on the same "
                 f"weights and config): {checked}{dropped}")
+    if report.approximate:
+        return approximate_verdict(report)
     weights_failed = weight_diff.verdict(report.weights)
     if weights_failed:
         if not report.rows:
@@ -176,6 +180,27 @@ def verdict(report: "Report") -> str:
     if source:
         return f"DIVERGED: {where}; the source ({source}) matches the reference"
     return f"DIVERGED: {where} (self-consistent check: {report.self_consistent})"
+
+
+def approximate_verdict(report: "Report") -> str:
+    """APPROXIMATE: which subject computes which recorded approximation, where it first shows and by how much, the
+    output's gap beside the one recorded when it was written, and that everything else is within tolerance."""
+    parts = []
+    for a in report.approximations:
+        where = "within tolerance at every sublayer"
+        if a["first_sublayer"]:
+            where = (f"it first shows at {a['first_sublayer']}{', in ' + a['site'] if a.get('site') else ''}, by "
+                     f"{_num(a['gap_there'])} = {_ratio(a['gap_there'] / a['floor_there'])} x floor")
+        recorded, top1 = a["recorded"].get("max_abs"), a["recorded"].get("top1_changed")
+        written = "" if recorded is None else f" (when it was written, on verify's default probe: {_num(recorded)}"
+        if written and top1 is not None:
+            written += f", the top-1 prediction changed at {top1} of {a['recorded'].get('positions')} positions"
+        parties = a["parties"]
+        who = (f"{', '.join(parties[:-1])} and {parties[-1]} match" if len(parties) > 1 else f"{parties[0]} matches")
+        parts.append(f"{a['computes']}; {where}; its output ({a['output']}) differs by up to "
+                     f"{_num(a['output_gap'])}{written + ')' if written else ''}; {who} {a['judge']}, our reference "
+                     "with that setting")
+    return f"APPROXIMATE: {'; '.join(parts)}; every other comparison within tolerance"
 
 
 def weights_table(report: "Report") -> "Table | None":
@@ -230,7 +255,8 @@ def to_json(report: "Report") -> dict[str, Any]:
     first = report.first_failure
     return {
         "schema": "transformer-parity/verify-report", "schema_version": 1,
-        "passed": report.passed, "verdict": verdict(report),
+        "passed": report.passed, "approximate": report.approximate, "verdict": verdict(report),
+        "approximations": report.approximations,
         "source": {"runs": report.sources, "self_consistent_only": report.self_consistent},
         "first_divergence": report.first_divergence, "dropped": report.dropped,
         "first_divergence_backends": list(first.backends) if first else None,

@@ -79,10 +79,28 @@ class Report:
     dropped: list[str] = field(default_factory=list)  # tensors left out by --allow-drop ("file: name")
     sources: list[dict[str, str]] = field(default_factory=list)  # label, name, kind, dtype of each source run
     self_consistent: str | None = "no source given"  # why no source judged the outputs (None: one did)
+    approximations: list[dict[str, Any]] = field(default_factory=list)  # `approximation.judge`'s findings
 
     @property
     def passed(self) -> bool:
-        return self.passed_outputs and all(w.passed for w in self.weights)
+        """Every output within tolerance and the weights the same; never with an accepted approximation."""
+        return self.passed_outputs and all(w.passed for w in self.weights) and not self.approximations
+
+    @property
+    def approximate(self) -> bool:
+        """Not a PASS, but every difference is an accepted approximation a checkpoint records: each approximated
+        subject (and its library's source runs) matches the reference run with the recorded config, every comparison
+        that leaves them out passes, and so do the weights."""
+        if not self.approximations or self.problems or not all(w.passed for w in self.weights):
+            return False
+        return all(r.passed for r in self.rows if not self.explained(r))
+
+    def explained(self, r: Row) -> bool:
+        """Whether a failing row's difference is an accepted approximation: one side computes it (an approximated
+        subject or its library's run), the other the source's function."""
+        judges = {a["judge"] for a in self.approximations}
+        parties = {p for a in self.approximations for p in a["parties"]}
+        return r.backends[1] not in judges and bool(parties & set(r.backends)) and not parties >= set(r.backends)
 
     @property
     def passed_outputs(self) -> bool:
