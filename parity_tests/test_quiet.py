@@ -134,9 +134,14 @@ def unfiltered_imports(source: str) -> list[int]:
     return bad
 
 
+# Scripts that run in side environments holding other library versions and import nothing of the project, so the
+# filter is not there to import: the wild corpus's writer (transformers 4.30, TensorFlow 2.13, keras-nlp 0.12).
+SIDE_ENVIRONMENT = ("wild_corpus.py",)
+
+
 def test_every_product_import_of_a_framework_goes_through_the_filter():
     files = [p for folder in ("transformer_parity", "benchmarks", "tf_impl") for p in sorted((REPO / folder).rglob("*.py"))
-             if p.name != "startup.py" and not p.name.startswith("test_")]
+             if p.name != "startup.py" and not p.name.startswith("test_") and p.name not in SIDE_ENVIRONMENT]
     bad = [f"{p.relative_to(REPO)}:{line}" for p in files for line in unfiltered_imports(p.read_text())]
     assert bad == []
     # the check can fail: a plain import, or one before the startup import, is found
