@@ -97,6 +97,20 @@ FAMILIES = {
                         dict(SEQ2SEQ_DIMS, vocab_size=99, decoder_vocab_size=99, pad_token_id=98, eos_token_id=0,
                              decoder_start_token_id=98, forced_eos_token_id=0, activation_function="swish",
                              scale_embedding=True), 98, seq2seq=True, static_positions=True),
+    # task models (fine-tuned heads): the same classes' task variants, labels of their own
+    "bert-seqcls": Family("BertConfig", "BertForSequenceClassification",
+                          dict(BERT_DIMS, type_vocab_size=2, pad_token_id=0, id2label={0: "neg", 1: "neu", 2: "pos"},
+                               label2id={"neg": 0, "neu": 1, "pos": 2}), 0, type_ids=True),
+    "roberta-tokcls": Family("RobertaConfig", "RobertaForTokenClassification",
+                             dict(BERT_DIMS, type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                                  num_labels=5), 1),
+    "distilbert-qa": Family("DistilBertConfig", "DistilBertForQuestionAnswering",
+                            dict(vocab_size=99, dim=24, n_layers=2, n_heads=3, hidden_dim=37,
+                                 max_position_embeddings=40, pad_token_id=0), 0),
+    "gpt2-seqcls": Family("GPT2Config", "GPT2ForSequenceClassification",
+                          dict(vocab_size=99, n_embd=24, n_layer=2, n_head=3, n_inner=37, n_positions=40,
+                               bos_token_id=97, eos_token_id=97, pad_token_id=98, num_labels=3), 98,
+                          formats=("pt", "tf")),  # transformers 4 has no Flax GPT-2 classifier
 }
 WEIGHTS_FILE = {"pt": "pytorch_model.bin", "tf": "tf_model.h5", "flax": "flax_model.msgpack"}
 CLASS_PREFIX = {"pt": "", "tf": "TF", "flax": "Flax"}
@@ -177,7 +191,10 @@ def model_inputs(fam: Family, probe: dict) -> dict:
 
 def outputs_of(result) -> dict:
     """`output` (logits, or last_hidden_state for a bare encoder) and `pooler` where the class has one."""
-    main = result.logits if hasattr(result, "logits") else result.last_hidden_state
+    if getattr(result, "start_logits", None) is not None:  # question answering: start and end, stacked as ours
+        main = np.stack([np.asarray(result.start_logits), np.asarray(result.end_logits)], axis=-1)
+    else:
+        main = result.logits if hasattr(result, "logits") else result.last_hidden_state
     out = {"output": np.asarray(main, dtype=np.float32)}
     if getattr(result, "pooler_output", None) is not None:
         out["pooler"] = np.asarray(result.pooler_output, dtype=np.float32)
@@ -504,6 +521,8 @@ def verify_hf(path: Path, versions: dict, probe: dict) -> dict | None:
     fmt = versions["format"]
     if fmt != "pt" and int(transformers.__version__.split(".")[0]) >= 5:
         return None  # transformers 5 has no TF or Flax classes
+    if fmt != "pt" and path.name.endswith("-sharded"):
+        return None  # transformers 4.30's PyTorch classes cross-load no sharded TF or Flax file
     fam = FAMILIES[versions["family"]]
     model = getattr(transformers, fam.model_class).from_pretrained(path, from_tf=fmt == "tf",
                                                                     from_flax=fmt == "flax")

@@ -38,7 +38,19 @@ LLM = {
     "roberta-positions": TINY.replace(num_decoder_layers=0, tgt_vocab_size=40, positional="learned", embed_norm=True,
                                       position_offset=2, pad_id=1, positions_skip_pad=True, scale_embedding=False),
 }
-CONFIGS = {**VARIANTS, **FAMILIES, **LLM}
+ENCODER = TINY.replace(num_decoder_layers=0, positional="learned", type_vocab_size=2, embed_norm=True,
+                       scale_embedding=False, activation="gelu", output_projection=False)
+HEADS = {  # the task heads (`classifier`, `next_sentence`): a block each, the last reading the pooler or the mask
+    "bert-pretraining": ENCODER.replace(output_projection=True, tgt_vocab_size=TINY.src_vocab_size, pooler=True,
+                                        head_transform=True, tie_embeddings=True, next_sentence=True),
+    "bert-sequence-classifier": ENCODER.replace(pooler=True, classifier="sequence", num_labels=3),
+    "roberta-first-token-dense": ENCODER.replace(classifier="sequence", classifier_input="first",
+                                                 classifier_dense="tanh", num_labels=5),
+    "span": ENCODER.replace(classifier="span", num_labels=2),
+    "gpt2-last-token": DECODER.replace(pad_id=3, classifier="sequence", classifier_input="last", num_labels=3,
+                                       classifier_bias=False, output_projection=False),
+}
+CONFIGS = {**VARIANTS, **FAMILIES, **LLM, **HEADS}
 RUNS = [("numpy", "float64"), ("numpy", "float32"), ("torch", "float32"), ("keras", "float32")]
 
 

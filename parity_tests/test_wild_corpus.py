@@ -1,6 +1,6 @@
 """The wild corpus (`parity_tests/wild/`, written by `benchmarks/wild_corpus.py` in side environments that held the
 old libraries): tiny checkpoints saved by transformers 4.26 / 4.30 (PyTorch `pytorch_model.bin`, TF 2.13
-`tf_model.h5`, Flax 0.7 `flax_model.msgpack`), a hand-written tf.keras (Keras 2) model's `save_weights` `.h5` and
+`tf_model.h5`, Flax 0.7 `flax_model.msgpack`; base models and fine-tuned task models), a hand-written tf.keras (Keras 2) model's `save_weights` `.h5` and
 keras-nlp 0.12 presets, each with the outputs its own library computed on the probe ids (`probe.npz`) and the library
 versions (`versions.json`). None of those libraries is installed here: the files are read as data.
 
@@ -24,6 +24,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 WILD_ATOL = 1e-4  # the issue's bar, float32; observed: at most a few 1e-7 (verify's floors, printed on failure)
 DIRS = sorted(p.name for p in CORPUS.iterdir() if (p / "versions.json").is_file())
 HF_FAMILIES = ("bert-mlm", "bert-base", "roberta-mlm", "distilbert-mlm", "gpt2-lm", "bart-lm", "marian-mt")
+TASK_MODELS = ("bert-seqcls", "roberta-tokcls", "distilbert-qa")  # fine-tuned heads (layouts.hf_tasks), each format
 
 
 def versions(name: str) -> dict:
@@ -43,7 +44,8 @@ def source_args(name: str) -> list[str]:
 
 def test_the_corpus_covers_every_kind_the_issue_names():
     formats = {(v["family"], v["format"]) for v in map(versions, DIRS) if "family" in v}
-    assert {(f, fmt) for f in HF_FAMILIES for fmt in ("pt", "tf", "flax")} <= formats
+    assert {(f, fmt) for f in HF_FAMILIES + TASK_MODELS for fmt in ("pt", "tf", "flax")} <= formats
+    assert {("gpt2-seqcls", "pt"), ("gpt2-seqcls", "tf")} <= formats  # transformers 4 has no Flax GPT-2 classifier
     assert all(versions(d)["transformers"].startswith("4.") for d in DIRS if "transformers" in versions(d))
     assert versions("keras2-encoder-h5")["keras"].startswith("2.")
     assert versions("kerasnlp-bert-preset")["keras_nlp"] == "0.12.1"

@@ -1,8 +1,8 @@
 """The model as a sequence of blocks, each run on its own weights: what a layer-streamed verify loads, runs and frees
 one at a time, so that a model larger than memory can still be judged.
 
-A block is an embedding, one encoder or decoder layer, a stack's final norm, the pooler, the head transform or the
-output projection. `blocks(config)` lists them in execution order, `block_parameters(config, block)` names the
+A block is an embedding, one encoder or decoder layer, a stack's final norm, the pooler (and BERT's next-sentence
+scores on it), the head transform, the output projection or a classifier. `blocks(config)` lists them in execution order, `block_parameters(config, block)` names the
 canonical weights each one reads, and `run_block` runs one in NumPy on a `state` that carries the hidden states
 from block to block. Running every block in turn records exactly what `Transformer.trace` records (the names and,
 in float64, the values: `parity_tests/test_streamed_verify.py`). The twins have the same function
@@ -10,7 +10,7 @@ in float64, the values: `parity_tests/test_streamed_verify.py`). The twins have 
 
 `state` holds the inputs (`src_ids`, `tgt_ids` and `src_type_ids` where the model reads them) and what the blocks
 pass on: `x`, the hidden states `(B, T, D)`; `memory`, the encoder's output, once the decoder starts (`begin`,
-called before each block). After the last block, `final_record` adds what a bare backbone returns.
+called before each block); `pooled`, the pooler's output, which a classifier may read. After the last block, `final_record` adds what a bare backbone returns.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from . import ops
 from .config import TransformerConfig
 from .schema import parameter_shapes, tied_output_embedding, token_embedding
 
-KINDS = ("embed", "layer", "final_norm", "pooler", "head", "output")
+KINDS = ("embed", "layer", "final_norm", "pooler", "next_sentence", "head", "output", "classifier")
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,15 @@ def blocks(config: TransformerConfig) -> list[Block]:
             out.append(Block("final_norm", stack))
         if stack == "encoder" and config.pooler:
             out.append(Block("pooler", stack))
+            if config.next_sentence:
+                out.append(Block("next_sentence", stack))
     last = out[-1].stack
     if config.head_transform:
         out.append(Block("head", last))
     if config.output_projection:
         out.append(Block("output", last))
+    if config.classifier:
+        out.append(Block("classifier", last))
     return out
 
 
@@ -108,7 +112,7 @@ def begin(block: Block, state: dict) -> None:
 
 def final_record(config: TransformerConfig, state: dict) -> dict[str, np.ndarray]:
     """What the model records after its last block: a bare backbone's final hidden states (`last_hidden_state`)."""
-    return {} if config.output_projection else {"last_hidden_state": state["x"]}
+    return {} if config.output_projection or config.classifier else {"last_hidden_state": state["x"]}
 
 
 def key_mask(config: TransformerConfig, state: Mapping[str, np.ndarray], side: str) -> np.ndarray:
@@ -146,7 +150,13 @@ def run_block(config: TransformerConfig, block: Block, weights: Mapping[str, np.
     elif block.kind == "final_norm":
         state["x"] = record[block.name] = m.LayerNorm(config, w, block.name)(state["x"])
     elif block.kind == "pooler":
-        record["pooler"] = m.Pooler(config, w, "pooler")(state["x"])
+        record["pooler"] = state["pooled"] = m.Pooler(config, w, "pooler")(state["x"])
+    elif block.kind == "next_sentence":
+        record["next_sentence"] = ops.linear(state["pooled"], w["next_sentence.kernel"], w["next_sentence.bias"])
+    elif block.kind == "classifier":
+        mask = key_mask(config, state, block.side)
+        state["x"] = record["logits"] = m.Classifier(config, w, "classifier")(state["x"], mask, state.get("pooled"),
+                                                                              record)
     elif block.kind == "head":
         state["x"] = record["head"] = m.HeadTransform(config, w)(state["x"])
     else:

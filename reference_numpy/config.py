@@ -24,6 +24,10 @@ ROPE_TYPES = {
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
 ATTENTION_SCALES = ("head", "model", "none")  # or a positive finite number
 HEAD_ORDERS = ("dense-activation-norm", "dense-norm-activation")
+CLASSIFIERS = ("sequence", "token", "span")  # one score vector per sequence, one per position, start/end per position
+CLASSIFIER_INPUTS = ("pooler", "first", "last")  # what a sequence classifier reads
+CLASSIFIER_DENSE = ("tanh", *ACTIVATIONS)  # the activation of a classifier's dense layer
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")  # transformers' names
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,18 @@ class TransformerConfig:
     # to this width for the output projection (tied: the token table). None = no factorization (d_model wide).
     embedding_size: int | None = None
     shared_layers: bool = False  # (ALBERT) every encoder layer applies one set of weights, `encoder.layers.0.*`
+    # A task head on the final hidden states, in place of the output projection (`output_projection=False`); its
+    # scores are the model's `logits`. `classifier`: "sequence" (one score vector per sequence, read from
+    # `classifier_input`: the pooler's output, position 0, or the last non-pad position of a causal model),
+    # "token" (per position) or "span" (start and end scores per position: question answering, num_labels=2).
+    classifier: str | None = None
+    num_labels: int = 0  # the classifier's scores per sequence or position
+    classifier_input: str = "pooler"  # classifier="sequence": "pooler", "first" or "last"
+    classifier_dense: str | None = None  # a dense layer with this activation before the scores (RoBERTa: tanh)
+    classifier_bias: bool = True  # a bias on the scores (GPT-2's and Llama's `score` have none)
+    next_sentence: bool = False  # (BERT pretraining) two scores from the pooler beside the masked-LM logits
+    label_names: tuple | None = None  # the labels in id order (transformers' id2label): carried, computes nothing
+    problem_type: str | None = None  # transformers' problem_type: carried, computes nothing
 
     def __hash__(self) -> int:  # rope_scaling is a dict: hash the whole config through its JSON
         return hash(self.to_json())
@@ -140,6 +156,7 @@ class TransformerConfig:
             raise ValueError(f"head_order={self.head_order!r} needs head_transform=True (it orders the head "
                              "transform)")
         self._check_llm_fields()
+        self._check_classifier()
         _check_attention_scale(self.attention_scale)
         if not isinstance(self.attention_scale, str):
             object.__setattr__(self, "attention_scale", float(self.attention_scale))  # JSON may give 1 for 1.0
@@ -233,6 +250,54 @@ class TransformerConfig:
                 raise ValueError(f"qk_norm_eps={self.qk_norm_eps!r} needs qk_norm=True (it is the q/k norms' epsilon)")
             if self.qk_norm_eps == self.layer_norm_eps:  # one form for one model: None says "the model's epsilon"
                 object.__setattr__(self, "qk_norm_eps", None)
+
+    def _check_classifier(self) -> None:
+        for name in ("classifier_bias", "next_sentence"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, received {getattr(self, name)!r}")
+        _check_choice("classifier_input", self.classifier_input, CLASSIFIER_INPUTS)
+        if self.problem_type is not None:
+            _check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
+        if self.next_sentence and not (self.pooler and self.is_encoder_only):
+            raise ValueError("next_sentence (BERT's pretraining head) reads the pooler: it needs an encoder-only model "
+                             f"with pooler=True, received pooler={self.pooler}, num_decoder_layers="
+                             f"{self.num_decoder_layers}")
+        if self.classifier is None:
+            odd = {k: getattr(self, k) for k in ("num_labels", "classifier_dense", "label_names", "problem_type")
+                   if getattr(self, k)}
+            if odd or self.classifier_input != "pooler" or not self.classifier_bias:
+                raise ValueError(f"{', '.join(odd) or 'classifier_input/classifier_bias'} configure a classifier; "
+                                 "this model has classifier=None")
+            return
+        _check_choice("classifier", self.classifier, CLASSIFIERS)
+        _check_int("num_labels", self.num_labels, minimum=1)
+        if self.classifier_dense is not None:
+            _check_choice("classifier_dense", self.classifier_dense, CLASSIFIER_DENSE)
+        if self.output_projection or self.head_transform:
+            raise ValueError(f"classifier={self.classifier!r} scores the final hidden states in place of the output "
+                             "projection: it needs output_projection=False and head_transform=False")
+        if self.is_encoder_decoder:
+            raise ValueError("a classifier needs an encoder-only or a decoder-only model (BART's reads the decoder: "
+                             "not supported yet)")
+        if self.classifier == "span" and self.num_labels != 2:
+            raise ValueError(f"classifier='span' scores a start and an end: num_labels must be 2, received "
+                             f"{self.num_labels}")
+        if self.classifier != "sequence" and self.classifier_input != "pooler":
+            raise ValueError(f"classifier_input={self.classifier_input!r} says where a sequence classifier reads; "
+                             f"classifier={self.classifier!r} reads every position")
+        if self.classifier == "sequence":
+            needs = {"pooler": self.pooler, "first": self.is_encoder_only, "last": self.is_decoder_only}
+            if not needs[self.classifier_input]:
+                raise ValueError(f"classifier_input={self.classifier_input!r} needs " + {
+                    "pooler": "pooler=True", "first": "an encoder-only model",
+                    "last": "a decoder-only (causal) model"}[self.classifier_input])
+        if self.label_names is not None:
+            names = self.label_names
+            if not isinstance(names, (list, tuple)) or len(names) != self.num_labels or not all(
+                    isinstance(n, str) for n in names):
+                raise ValueError(f"label_names must be {self.num_labels} strings (one per label, in id order), "
+                                 f"received {names!r}")
+            object.__setattr__(self, "label_names", tuple(names))  # JSON gives a list
 
     @property
     def embed_width(self) -> int:

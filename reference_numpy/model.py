@@ -255,6 +255,34 @@ class HeadTransform(_Module):
         return self.norm(activation(x))
 
 
+class Classifier(_Module):
+    """A task head (`config.classifier`): `(B, S, D)` final hidden states -> scores, `(B, num_labels)` for a
+    sequence (read from the pooler's output, position 0, or the last non-pad position), `(B, S, num_labels)` per
+    position; an optional dense layer and activation first (RoBERTa's tanh, DistilBERT's relu)."""
+
+    def __call__(self, x: np.ndarray, mask: np.ndarray, pooled: np.ndarray | None,
+                 record: Record | None = None) -> np.ndarray:
+        c = self.config
+        if c.classifier == "sequence":
+            x = pooled if c.classifier_input == "pooler" else x[:, 0] if c.classifier_input == "first" else \
+                x[np.arange(x.shape[0]), last_positions(mask)]
+        if c.classifier_dense is not None:
+            x = self.ops.linear(x, self.param("dense.kernel"), self.param("dense.bias"))
+            if c.classifier_dense == "tanh":
+                x = np.tanh(x) if self.ops is ops else self.ops.rounded(np.tanh(x))
+            else:
+                x = self.ops.ACTIVATIONS[c.classifier_dense](x)
+            if record is not None:
+                record["classifier.dense"] = x
+        return self.ops.linear(x, self.param("kernel"), self.weights.get("classifier.bias"))
+
+
+def last_positions(mask: np.ndarray) -> np.ndarray:
+    """The last real position of each row, `(B,)`: transformers' `(arange(S) * mask).argmax(-1)` (a row without one
+    reads position 0)."""
+    return np.argmax(np.arange(mask.shape[1]) * np.asarray(mask, np.int64), axis=-1)
+
+
 class Transformer:
     """The whole model, in one of three families (see `TransformerConfig`):
 
@@ -302,6 +330,7 @@ class Transformer:
             self.decoder = Decoder(config, self.weights)
         self.pooler = Pooler(config, self.weights, "pooler") if config.pooler else None
         self.head = HeadTransform(config, self.weights) if config.head_transform else None
+        self.classifier = Classifier(config, self.weights, "classifier") if config.classifier else None
         self.output_kernel = None
         if config.output_projection:
             self.output_kernel = (self.weights[tied_output_embedding(config)].T if config.tie_embeddings
@@ -339,7 +368,7 @@ class Transformer:
         cross_mask = None if memory is None else ops.attention_mask(np.asarray(src_mask), t)
         self_mask = ops.attention_mask(tgt_mask, t, causal=True, window=self.config.sliding_window)
         x = self.decoder(x, memory, self_mask, cross_mask, record, attention_weights)
-        return self._output(x[:, -1:] if last_only else x, record)
+        return self._output(x[:, -1:] if last_only else x, record, tgt_mask)
 
     def __call__(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, src_type_ids=None) -> np.ndarray:
         """Logits `(B, T, tgt_vocab_size)` (encoder-only: `(B, S, ...)`; bare backbone: hidden states)."""
@@ -365,16 +394,26 @@ class Transformer:
                 raise ValueError(f"src_ids and tgt_ids have different batch sizes: {src_ids.shape[0]} and "
                                  f"{tgt_ids.shape[0]}")
         memory = self.encode(src_ids, src_mask, record, attention_weights, src_type_ids=src_type_ids)
+        pooled = None
         if self.pooler is not None:
             pooled = self.pooler(memory)
             if record is not None:
                 record["pooler"] = pooled
+                if c.next_sentence:
+                    record["next_sentence"] = self.ops.linear(pooled, self.weights["next_sentence.kernel"],
+                                                              self.weights["next_sentence.bias"])
         if c.is_encoder_only:
-            return self._output(memory, record)
+            return self._output(memory, record, src_mask, pooled)
         return self.decode(tgt_ids, memory, src_mask, tgt_mask, record, attention_weights)
 
-    def _output(self, x, record):
-        """Final hidden states -> (head transform ->) logits; a bare backbone returns the hidden states."""
+    def _output(self, x, record, mask, pooled=None):
+        """Final hidden states -> (head transform ->) logits, or a classifier's scores (`logits` too); a bare
+        backbone returns the hidden states."""
+        if self.classifier is not None:
+            logits = self.classifier(x, mask, pooled, record)
+            if record is not None:
+                record["logits"] = logits
+            return logits
         if self.head is not None:
             x = self.head(x)
             if record is not None:

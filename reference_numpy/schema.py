@@ -113,6 +113,12 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
     if config.head_transform:
         shapes.update(_linear("head.dense", d, e, config.bias))
         shapes.update(_norm("head.norm", e, config))
+    if config.next_sentence:
+        shapes.update(_linear("next_sentence", d, 2, True))
+    if config.classifier_dense:
+        shapes.update(_linear("classifier.dense", d, d, True))
+    if config.classifier:
+        shapes.update(_linear("classifier", d, config.num_labels, config.classifier_bias))
     if config.output_projection and not config.tie_embeddings:
         shapes["output.kernel"] = (e, config.tgt_vocab_size)
     if config.has_output_bias:

@@ -14,7 +14,7 @@ import reference_numpy as rn
 from reference_numpy.blocks import Block, weight_layer
 from reference_numpy.schema import tied_output_embedding
 
-from .model import (DecoderLayer, Embedding, EncoderLayer, HeadTransform, OutputProjection, Pooler,
+from .model import (Classifier, DecoderLayer, Embedding, EncoderLayer, HeadTransform, OutputProjection, Pooler,
                     _zero_initializers, attention_mask, norm_layer, padding_mask, weight_table)
 
 
@@ -32,7 +32,10 @@ def _layer(config, block: Block, dtype: str) -> tuple[keras.layers.Layer, tuple,
         return DecoderLayer(config, dtype=dtype, name=name), (states, memory), f"{block.stack}/"
     if block.kind == "final_norm":
         return norm_layer(config, "final_norm", dtype), (states,), f"{block.stack}/"
-    layer = {"pooler": Pooler, "head": HeadTransform, "output": OutputProjection}[block.kind](config, dtype=dtype)
+    if block.kind == "next_sentence":
+        return keras.layers.Dense(2, dtype=dtype, name="next_sentence"), ((None, config.d_model),), ""
+    layer = {"pooler": Pooler, "head": HeadTransform, "output": OutputProjection,
+             "classifier": Classifier}[block.kind](config, dtype=dtype)
     return layer, ((None, None, config.embed_width if block.kind == "output" else config.d_model),), ""
 
 
@@ -83,6 +86,14 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
         record[block.name] = x
     elif block.kind == "pooler":
         record["pooler"] = layer(x)
+        state["pooled"] = np.asarray(record["pooler"])
+    elif block.kind == "next_sentence":
+        record["next_sentence"] = layer(tf.convert_to_tensor(state["pooled"]))
+    elif block.kind == "classifier":
+        pooled = None if state.get("pooled") is None else tf.convert_to_tensor(state["pooled"])
+        x, sublayers = layer(x, padding_mask(ids[block.side], config.pad_id), pooled)
+        record.update(sublayers)
+        record["logits"] = x
     elif block.kind == "output":
         tied = None
         if config.tie_embeddings:

@@ -342,6 +342,44 @@ class HeadTransform(ConfigSerializable, keras.layers.Layer):
         return self.norm(self.activation(x))
 
 
+class Classifier(ConfigSerializable, keras.layers.Layer):
+    """A task head (`config.classifier`): final hidden states -> scores per sequence (from the pooler's output,
+    position 0 or the last non-pad position) or per position; an optional dense layer and activation first."""
+
+    def __init__(self, config: TransformerConfig, name: str = "classifier", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.config = config
+        self.dense = (keras.layers.Dense(config.d_model, dtype=self.dtype_policy, name="dense")
+                      if config.classifier_dense else None)
+        self.activation = tf.math.tanh if config.classifier_dense == "tanh" else ACTIVATIONS.get(config.classifier_dense)
+
+    def build(self, x_shape):
+        c = self.config
+        check_features(self.name, "x", x_shape, c.d_model)
+        if self.dense is not None:
+            self.dense.build((None, c.d_model))
+        self.kernel = self.add_weight(shape=(c.d_model, c.num_labels), initializer="glorot_uniform", name="kernel")
+        self.bias = (self.add_weight(shape=(c.num_labels,), initializer="zeros", name="bias")
+                     if c.classifier_bias else None)
+
+    def call(self, x, mask=None, pooled=None):
+        c = self.config
+        if c.classifier == "sequence":
+            if c.classifier_input == "pooler":
+                x = pooled
+            elif c.classifier_input == "first":
+                x = x[:, 0]
+            else:  # transformers' last non-pad token: (arange(S) * mask).argmax(-1)
+                positions = tf.range(tf.shape(mask)[1], dtype=tf.int32)
+                last = tf.argmax(positions[None] * tf.cast(mask, tf.int32), axis=-1, output_type=tf.int32)
+                x = tf.gather(x, last, axis=1, batch_dims=1)
+        record: Record = {}
+        if self.dense is not None:
+            x = record["classifier.dense"] = self.activation(self.dense(x))
+        scores = tf.tensordot(x, self.kernel, 1)  # (..., D) -> (..., num_labels)
+        return (scores if self.bias is None else scores + self.bias), record
+
+
 class OutputProjection(ConfigSerializable, keras.layers.Layer):
     """Final states -> logits; with `tie_embeddings` the kernel is the embedding table."""
 
@@ -418,6 +456,9 @@ class Transformer(ConfigSerializable, keras.Model):
         self.head = HeadTransform(config, dtype=policy) if config.head_transform else None
         # Not `self.output`: keras.Model owns that attribute (the functional output).
         self.output_projection = OutputProjection(config, dtype=policy) if config.output_projection else None
+        self.classifier = Classifier(config, dtype=policy) if config.classifier else None
+        self.next_sentence = (keras.layers.Dense(2, dtype=policy, name="next_sentence") if config.next_sentence
+                              else None)
         # Ids arrive as arrays or tensors and are checked by `_inputs`; Keras must neither cast float "ids" to the
         # compute dtype (the error would then name the wrong dtype) nor reject a NumPy array passed positionally.
         self._convert_input_args = False
@@ -433,9 +474,11 @@ class Transformer(ConfigSerializable, keras.Model):
         if c.has_decoder:
             self.tgt_embed.build((None, None))
             self.decoder.build(states, states if c.has_encoder else None)
-        for layer in (self.pooler, self.head):
+        for layer in (self.pooler, self.head, self.classifier):
             if layer is not None:
                 layer.build(states)
+        if self.next_sentence is not None:
+            self.next_sentence.build((None, c.d_model))
         if self.output_projection is not None:  # after the head: ALBERT's logits come from the embedding width
             self.output_projection.build((None, None, c.embed_width))
 
@@ -576,7 +619,7 @@ class Transformer(ConfigSerializable, keras.Model):
             cache.key_mask = key_mask
             if cache.index is not None:
                 cache.index = offset + t
-        logits, head = self._output(x[:, -1:] if last_only else x)
+        logits, head = self._output(x[:, -1:] if last_only else x, key_mask)
         return logits, {**record, **layers, **head}
 
     def _forward(self, src_ids, tgt_ids, src_mask, tgt_mask, src_type_ids, attention_weights, training):
@@ -593,15 +636,21 @@ class Transformer(ConfigSerializable, keras.Model):
         memory, record = self._encode(src_ids, src_mask, src_type_ids, attention_weights, training)
         if self.pooler is not None:
             record["pooler"] = self.pooler(memory)
+            if self.next_sentence is not None:
+                record["next_sentence"] = self.next_sentence(record["pooler"])
         if c.is_encoder_only:
-            logits, head = self._output(memory)
+            logits, head = self._output(memory, src_mask, record.get("pooler"))
             return logits, {**record, **head}
         logits, decoder_record = self._decode(tgt_ids, memory, src_mask, tgt_mask, attention_weights, training)
         return logits, {**record, **decoder_record}
 
-    def _output(self, x):
-        """Final hidden states -> `(logits, record)` through the head transform and output projection; a bare
-        backbone returns the hidden states (recorded as `last_hidden_state`)."""
+    def _output(self, x, mask, pooled=None):
+        """Final hidden states -> `(logits, record)` through the head transform and output projection, or a
+        classifier's scores (`logits` too); a bare backbone returns the hidden states (`last_hidden_state`)."""
+        if self.classifier is not None:
+            logits, record = self.classifier(x, mask, pooled)
+            record["logits"] = logits
+            return logits, record
         record: Record = {}
         if self.head is not None:
             x = record["head"] = self.head(x)

@@ -14,12 +14,13 @@ import reference_numpy as rn
 from reference_numpy.blocks import Block, weight_layer
 from reference_numpy.schema import tied_output_embedding
 
-from .model import (DecoderLayer, Embedding, EncoderLayer, HeadTransform, OutputProjection, Pooler, attention_mask,
-                    norm_layer, padding_mask, weight_table)
+from .model import (Classifier, DecoderLayer, Embedding, EncoderLayer, HeadTransform, OutputProjection, Pooler,
+                    attention_mask, norm_layer, padding_mask, weight_table)
 
 # The module a block's weights sit under in the whole model's state dict (`weight_table`).
 _PREFIX = {"embed": "{side}_embed.", "layer": "{stack}.layers.{index}.", "final_norm": "{stack}.final_norm.",
-           "pooler": "pooler.", "head": "head.", "output": "output."}
+           "pooler": "pooler.", "head": "head.", "output": "output.", "next_sentence": "next_sentence.",
+           "classifier": "classifier."}
 
 
 def _module(config, block: Block) -> nn.Module:
@@ -30,7 +31,10 @@ def _module(config, block: Block) -> nn.Module:
         return cls(config, f"{block.stack}.layers.{weight_layer(config, block)}")
     if block.kind == "final_norm":
         return norm_layer(config, config.d_model)
-    return {"pooler": Pooler, "head": HeadTransform, "output": OutputProjection}[block.kind](config)
+    if block.kind == "next_sentence":
+        return nn.Linear(config.d_model, 2)
+    return {"pooler": Pooler, "head": HeadTransform, "output": OutputProjection,
+            "classifier": Classifier}[block.kind](config)
 
 
 def build_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, np.ndarray], dtype: torch.dtype
@@ -80,6 +84,12 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
                 x = module(x, None if memory is None else torch.from_numpy(memory), self_mask, cross, record)
         elif block.kind == "pooler":
             record["pooler"] = module(x)
+            state["pooled"] = record["pooler"].numpy()
+        elif block.kind == "next_sentence":
+            record["next_sentence"] = module(torch.from_numpy(state["pooled"]))
+        elif block.kind == "classifier":
+            pooled = None if state.get("pooled") is None else torch.from_numpy(state["pooled"])
+            x = record["logits"] = module(x, padding_mask(ids[block.side], config.pad_id), pooled, record)
         elif block.kind == "output":
             tied = None
             if config.tie_embeddings:

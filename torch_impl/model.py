@@ -432,6 +432,37 @@ class OutputProjection(nn.Module):
         return F.linear(x, self.weight if self.weight is not None else tied_weight, self.bias)
 
 
+class Classifier(nn.Module):
+    """A task head (`config.classifier`): final hidden states -> scores per sequence (from the pooler's output,
+    position 0 or the last non-pad position) or per position; an optional dense layer and activation first."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        d = config.d_model
+        self.config = config
+        self.dense = nn.Linear(d, d) if config.classifier_dense else None
+        self.activation = torch.tanh if config.classifier_dense == "tanh" else ACTIVATIONS.get(config.classifier_dense)
+        self.weight = nn.Parameter(torch.empty(config.num_labels, d))
+        self.bias = nn.Parameter(torch.zeros(config.num_labels)) if config.classifier_bias else None
+        nn.init.xavier_uniform_(self.weight)
+
+    def forward(self, x, mask, pooled, record: Record | None = None):
+        c = self.config
+        if c.classifier == "sequence":
+            if c.classifier_input == "pooler":
+                x = pooled
+            elif c.classifier_input == "first":
+                x = x[:, 0]
+            else:  # transformers' last non-pad token: (arange(S) * mask).argmax(-1)
+                last = (torch.arange(mask.shape[1], device=x.device) * mask.long()).argmax(-1)
+                x = x[torch.arange(x.shape[0], device=x.device), last]
+        if self.dense is not None:
+            x = self.activation(self.dense(x))
+            if record is not None:
+                record["classifier.dense"] = x
+        return F.linear(x, self.weight, self.bias)
+
+
 class Transformer(nn.Module):
     """Embeddings -> encoder and/or decoder -> logits; the PyTorch twin of `reference_numpy.Transformer`.
 
@@ -459,6 +490,8 @@ class Transformer(nn.Module):
         self.pooler = Pooler(config) if config.pooler else None
         self.head = HeadTransform(config) if config.head_transform else None
         self.output = OutputProjection(config) if config.output_projection else None
+        self.classifier = Classifier(config) if config.classifier else None
+        self.next_sentence = nn.Linear(config.d_model, 2) if config.next_sentence else None
         self.to(dtype)
 
     # --- weights through the canonical form ---
@@ -529,7 +562,7 @@ class Transformer(nn.Module):
         x = self.decoder(x, memory, self_mask, cross_mask, record, attention_weights, cache)
         if cache is not None:
             cache.key_mask = key_mask
-        return self._output(x[:, -1:] if last_only else x, record)
+        return self._output(x[:, -1:] if last_only else x, record, key_mask)
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache for incremental decoding with `decode(..., cache=...)`."""
@@ -561,16 +594,25 @@ class Transformer(nn.Module):
                 raise ValueError(f"src_ids and tgt_ids have different batch sizes: {src_ids.shape[0]} and "
                                  f"{tgt_ids.shape[0]}")
         memory = self.encode(src_ids, src_mask, record, attention_weights, src_type_ids=src_type_ids)
+        pooled = None
         if self.pooler is not None:
             pooled = self.pooler(memory)
             if record is not None:
                 record["pooler"] = pooled
+                if self.next_sentence is not None:
+                    record["next_sentence"] = self.next_sentence(pooled)
         if c.is_encoder_only:
-            return self._output(memory, record)
+            return self._output(memory, record, src_mask, pooled)
         return self.decode(tgt_ids, memory, src_mask, tgt_mask, record, attention_weights)
 
-    def _output(self, x, record):
-        """Final hidden states -> (head transform ->) logits; a bare backbone returns the hidden states."""
+    def _output(self, x, record, mask, pooled=None):
+        """Final hidden states -> (head transform ->) logits, or a classifier's scores (`logits` too); a bare
+        backbone returns the hidden states."""
+        if self.classifier is not None:
+            logits = self.classifier(x, mask, pooled, record)
+            if record is not None:
+                record["logits"] = logits
+            return logits
         if self.head is not None:
             x = self.head(x)
             if record is not None:

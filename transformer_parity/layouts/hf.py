@@ -18,7 +18,7 @@ import numpy as np
 import reference_numpy as rn
 from reference_numpy.mapping import regex
 
-from . import hf_dir
+from . import hf_dir, hf_tasks
 from .table import export_state, import_state
 
 
@@ -147,12 +147,19 @@ def load_dir(path: str | os.PathLike, declared: str | None = None, fields: Mappi
     files = hf_dir.weight_files(path)  # fails on a missing shard or no weights before anything is read
     state = hf_dir.read_state(path, on_tensor, lazy)
     try:
-        config, arch, notes = family.config_from_hf(hf, list(state))
+        head = hf_tasks.head_named(family, hf)  # a task class (BertForSequenceClassification, ...): its base, then it
+        if head is not None:
+            config, arch, notes, table = hf_tasks.read(family, head, hf, list(state), token_id)
+        else:
+            config, arch, notes = family.config_from_hf(hf, list(state))
         if fields:
             config = config.replace(**fields)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
-    table = family.table(config, family.prefix(arch, list(state)))
+    if head is not None:
+        table = hf_tasks.table(family, head, config)
+    else:
+        table = family.table(config, family.prefix(arch, list(state)))
     renamed = _legacy_norm_names(state)
     if renamed:
         notes.append(f"renamed {renamed} LayerNorm gamma/beta entries to weight/bias (an older transformers' names)")
@@ -191,7 +198,20 @@ def family_for_export(config: rn.TransformerConfig, declared: str | None = None)
     names = [n for n in HF_LAYOUTS if declared in (None, "hf", n)]
     if not names:
         raise ValueError(f"unknown Hugging Face format {declared!r}; choose hf or one of {', '.join(HF_LAYOUTS)}")
+    if hf_tasks.has_head(config):  # a task class: one of a family's heads on its base model
+        return first_exporter(names, lambda name: _TaskFamily(hf_layout(name)), config, "Hugging Face").family
     return first_exporter(names, hf_layout, config, "Hugging Face")
+
+
+class _TaskFamily:
+    """A family seen through its task heads (`hf_tasks`), as `first_exporter` asks a family."""
+
+    def __init__(self, family):
+        self.family, self.NAME = family, family.NAME
+        self.EXPRESSES = getattr(family, "EXPRESSES", ())
+
+    def export_problems(self, config: rn.TransformerConfig) -> list[str]:
+        return hf_tasks.export_problems(self.family, config)
 
 
 def export_plan(config: rn.TransformerConfig, declared: str | None = None):
@@ -235,12 +255,16 @@ def save_dir(path: str | os.PathLike, config: rn.TransformerConfig, weights: dic
     from .approximations import RECORD_KEY
 
     family = family_for_export(config, declared)
-    hf, arch = family.config_to_hf(config)
+    if hf_tasks.has_head(config):
+        hf, arch, table = hf_tasks.write(family, config)
+    else:
+        hf, arch = family.config_to_hf(config)
+        table = family.table(config, family.prefix(arch))
     if record is not None:
         hf[RECORD_KEY] = record.to_json()
     dtype = rn.weights_dtype(weights)
     hf["dtype"] = str(dtype)  # transformers loads the weights in this dtype
     lazy = any(rn.mapping.is_lazy(v) for v in weights.values())
-    state = export_state(config, weights, family.table(config, family.prefix(arch)), consume=consume, lazy=lazy)
+    state = export_state(config, weights, table, consume=consume, lazy=lazy)
     hf_dir.write_dir(path, hf, state, force, on_tensor, consume=True, notes=notes, max_shard_size=max_shard_size)
     return family.NAME

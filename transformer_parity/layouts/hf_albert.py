@@ -19,6 +19,7 @@ import reference_numpy as rn
 
 from . import hf_bert
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
+from .hf_tasks import encoder_heads, linear
 
 NAME = "hf-albert"
 MODEL_TYPE = "albert"
@@ -142,3 +143,8 @@ def prefix(arch: str, keys: Collection[str] | None = None) -> str:
     if keys is not None:
         return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
     return BASE_PREFIX if arch == "AlbertForMaskedLM" else ""
+
+
+# The task classes (`hf_tasks`): sequence scores from the pooler, token and span scores without one.
+TASK_HEADS = encoder_heads("Albert", {"classifier_input": "pooler", "pooler": True}, linear("classifier", "classifier"),
+                           pooled_base=True)

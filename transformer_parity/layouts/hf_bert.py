@@ -14,6 +14,7 @@ from typing import Any, Collection
 import reference_numpy as rn
 
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
+from .hf_tasks import Head, encoder_heads, linear
 
 NAME = "hf-bert"
 MODEL_TYPE = "bert"
@@ -155,3 +156,11 @@ def prefix(arch: str, keys: Collection[str] | None = None) -> str:
     if keys is not None:
         return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
     return BASE_PREFIX if arch == "BertForMaskedLM" else ""
+
+
+# The task classes (`hf_tasks`): sequence scores from the pooler; token and span scores from every position (their
+# BertModel has no pooler); pretraining: the masked-LM model plus two next-sentence scores from the pooler.
+TASK_HEADS = encoder_heads("Bert", {"classifier_input": "pooler", "pooler": True}, linear("classifier", "classifier"),
+                           pooled_base=True) + (
+    Head("BertForPreTraining", "BertForMaskedLM", {"next_sentence": True, "pooler": True},
+         linear("next_sentence", "cls.seq_relationship"), {"pooler": False}),)

@@ -19,6 +19,7 @@ import reference_numpy as rn
 
 from . import hf_bert
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
+from .hf_tasks import encoder_heads, linear
 
 NAME = "hf-distilbert"
 MODEL_TYPE = "distilbert"
@@ -118,3 +119,9 @@ def prefix(arch: str, keys: Collection[str] | None = None) -> str:
     if keys is not None:
         return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
     return BASE_PREFIX if arch == "DistilBertForMaskedLM" else ""
+
+
+# The task classes (`hf_tasks`): the sequence head reads position 0 through `pre_classifier` and ReLU.
+TASK_HEADS = encoder_heads("DistilBert", {"classifier_input": "first", "classifier_dense": "relu", "pooler": False},
+                           linear("classifier.dense", "pre_classifier") + linear("classifier", "classifier"),
+                           pooled_base=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from . import hf_llama
 from .hf_llama import FamilySpec
+from .hf_tasks import decoder_heads
 
 NAME = "hf-gemma"
 MODEL_TYPE = "gemma"
@@ -18,3 +19,6 @@ SPEC = FamilySpec("gemma", ARCHITECTURES, activation_default="gelu_pytorch_tanh"
                   norm_weight_offset=1.0, scale_embedding=True)
 
 table, config_from_hf, export_problems, config_to_hf, prefix = hf_llama.functions(SPEC)
+
+
+TASK_HEADS = decoder_heads("Gemma", qa=False)  # `hf_tasks`

@@ -12,6 +12,7 @@ from typing import Any, Collection
 import reference_numpy as rn
 
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer, refuse, token_id
+from .hf_tasks import decoder_heads
 
 NAME = "hf-gpt2"
 MODEL_TYPE = "gpt2"
@@ -115,3 +116,7 @@ def prefix(arch: str, keys: Collection[str] | None = None) -> str:
     if keys is not None:
         return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
     return BASE_PREFIX if arch == "GPT2LMHeadModel" else ""
+
+
+# The task classes (`hf_tasks`): the last non-pad position scored by `score`; per position by `classifier`.
+TASK_HEADS = decoder_heads("GPT2", token_score="classifier")

@@ -19,6 +19,7 @@ from typing import Any, Callable, Collection, Mapping
 import reference_numpy as rn
 
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer, refuse
+from .hf_tasks import decoder_heads
 
 NAME = "hf-llama"
 MODEL_TYPE = "llama"
@@ -323,3 +324,6 @@ def functions(spec: FamilySpec, attention: list = ATTENTION, mlp: list = MLP) ->
             lambda config: problems_for(config, spec),
             lambda config: write_config(config, spec),
             lambda arch, keys=None: prefix_for(arch, keys, spec, BASE_PREFIX))
+
+
+TASK_HEADS = decoder_heads("Llama", qa_prefix="transformer.")  # `hf_tasks`

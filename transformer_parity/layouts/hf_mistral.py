@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from . import hf_llama
 from .hf_llama import FamilySpec
+from .hf_tasks import decoder_heads
 
 NAME = "hf-mistral"
 MODEL_TYPE = "mistral"
@@ -16,3 +17,6 @@ HOOKS = hf_llama.HOOKS
 SPEC = FamilySpec("mistral", ARCHITECTURES, attention_bias=None, mlp_bias=None, sliding=True)
 
 table, config_from_hf, export_problems, config_to_hf, prefix = hf_llama.functions(SPEC)
+
+
+TASK_HEADS = decoder_heads("Mistral")  # `hf_tasks`

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from . import hf_llama
 from .hf_llama import FamilySpec
+from .hf_tasks import decoder_heads
 
 NAME = "hf-phi3"
 MODEL_TYPE = "phi3"
@@ -29,3 +30,6 @@ MLP = [
 ]
 
 table, config_from_hf, export_problems, config_to_hf, prefix = hf_llama.functions(SPEC, ATTENTION, MLP)
+
+
+TASK_HEADS = decoder_heads("Phi3", qa=False)  # `hf_tasks`

@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import hf_llama
 from .approximations import Approximation
 from .hf_llama import FamilySpec
+from .hf_tasks import decoder_heads
 
 NAME = "hf-qwen3"
 MODEL_TYPE = "qwen3"
@@ -26,3 +27,6 @@ APPROXIMATIONS = (
                   lambda c: {"qk_norm_eps": None} if c.qk_norm and c.qk_norm_eps is not None else {},
                   lambda c: f"the source at {c.qk_norm_eps:g}", "its q/k norms", ("self_attn",)),
 )
+
+
+TASK_HEADS = decoder_heads("Qwen3", qa_prefix="transformer.")  # `hf_tasks`

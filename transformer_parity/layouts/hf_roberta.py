@@ -21,6 +21,7 @@ import reference_numpy as rn
 
 from . import hf_bert
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
+from .hf_tasks import encoder_heads, linear
 
 NAME = "hf-roberta"
 MODEL_TYPE = "roberta"
@@ -144,3 +145,10 @@ def functions(family: Family) -> tuple[Callable, ...]:
 
 
 config_from_hf, export_problems, config_to_hf, prefix = functions(ROBERTA)
+
+
+# The task classes (`hf_tasks`): the sequence head reads position 0 through `classifier.dense` and tanh, then
+# `classifier.out_proj`; none has a pooler.
+SEQUENCE_HEAD = ({"classifier_input": "first", "classifier_dense": "tanh", "pooler": False},
+                 linear("classifier.dense", "classifier.dense") + linear("classifier", "classifier.out_proj"))
+TASK_HEADS = encoder_heads("Roberta", *SEQUENCE_HEAD, pooled_base=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from . import hf_roberta
 from .hf_roberta import Family
+from .hf_tasks import encoder_heads
 
 NAME = "hf-xlm-roberta"
 MODEL_TYPE = "xlm-roberta"
@@ -19,3 +20,6 @@ FAMILY = Family(NAME, MODEL_TYPE, ARCHITECTURES)
 
 table = hf_roberta.table
 config_from_hf, export_problems, config_to_hf, prefix = hf_roberta.functions(FAMILY)
+
+
+TASK_HEADS = encoder_heads("XLMRoberta", *hf_roberta.SEQUENCE_HEAD, pooled_base=True)  # RoBERTa's heads

@@ -34,7 +34,7 @@ import numpy as np
 import reference_numpy as rn
 
 from transformer_parity.errors import UsageError
-from transformer_parity.layouts import HF_LAYOUTS, KERASHUB_PRESETS, hf_layout
+from transformer_parity.layouts import HF_LAYOUTS, KERASHUB_PRESETS, hf_layout, hf_tasks
 
 Batch = dict[str, np.ndarray]
 OUTPUT = "output"  # the key of the model's output in a source's dict or an --expect file
@@ -377,7 +377,8 @@ def _hf_source(path: Path, fmt: str, config: rn.TransformerConfig) -> Source:
 
     hf_dir.read_config(path)  # the directory's config.json is checked as the port read it
     family = hf_layout(fmt)
-    cls_name = family.TRANSFORMERS_CLASSES[0 if config.output_projection else 1]
+    head = hf_tasks.head_for(family, config)  # a task class (BertForSequenceClassification, ...), else the family's
+    cls_name = head.arch if head is not None else family.TRANSFORMERS_CLASSES[0 if config.output_projection else 1]
     pad = config.pad_id
     notes = [f"transformers {cls_name}: attention mask " + (f"0 where the probe pads (pad id {pad})"
                                                             if pad is not None else "all ones (no pad token)")]
@@ -483,6 +484,8 @@ def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad
     head = getattr(hf_layout(fmt), "HEAD_HOOK", None)  # BertForMaskedLM's dense -> activation -> LayerNorm, ...
     if head and config.head_transform:
         modules["head"] = model.get_submodule(head)
+    if config.pooler and hf_tasks.has_head(config):  # a task class returns no pooler_output: its pooler is hooked
+        modules["pooler"] = getattr(base, "pooler_activation", None) or base.pooler  # ALBERT's tanh is its own
     record: dict[str, Any] = {}
     handles = _hook_outputs(modules, record)
     try:
@@ -500,7 +503,12 @@ def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad
         record["decoder.embed"] = out.decoder_hidden_states[0]
     if config.pooler and getattr(out, "pooler_output", None) is not None:
         record["pooler"] = out.pooler_output
-    final = out.logits if config.output_projection else out.last_hidden_state
+    if config.classifier == "span":  # question answering: start and end scores, stacked as the canonical head's
+        final = torch.stack([out.start_logits, out.end_logits], dim=-1)
+    elif config.next_sentence:  # BertForPreTraining
+        final, record["next_sentence"] = out.prediction_logits, out.seq_relationship_logits
+    else:
+        final = out.logits if config.output_projection or config.classifier else out.last_hidden_state
     return {OUTPUT: final, **record}
 
 
