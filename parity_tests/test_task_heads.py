@@ -151,3 +151,52 @@ def test_a_head_we_do_not_implement_is_refused_naming_it(arch, tmp_path, capsys)
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and arch in err and "never ported without its head" in err, err
     assert "ForSequenceClassification" in err  # what is supported, task classes included
+
+
+# --- KerasHub's text classifiers (`layouts.kerashub_classifiers`) ---------------------------------------------------
+
+KERAS_HUB_ATOL = 1e-4  # keras_hub float32 against our reference and against transformers (observed: about 1e-7)
+BACKBONES = {"Bert": {}, "Roberta": {}, "DistilBert": {}, "Albert": {"embedding_dim": 16}}
+
+
+@pytest.mark.parametrize("stem", list(BACKBONES))
+def test_a_keras_hub_text_classifier_matches_keras_hub_and_goes_to_transformers(stem, tmp_path):
+    """Read as a sequence classifier and judged by keras_hub itself; where transformers has the same model (not
+    RoBERTa, whose KerasHub positions do not skip pads), the exported class gives keras_hub's scores."""
+    keras_hub = pytest.importorskip("keras_hub")
+    import keras
+
+    keras.utils.set_random_seed(sum(map(ord, stem)))
+    backbone = getattr(keras_hub.models, f"{stem}Backbone")(
+        vocabulary_size=53, num_layers=2, num_heads=3, hidden_dim=36, intermediate_dim=37, max_sequence_length=40,
+        **BACKBONES[stem])
+    task = getattr(keras_hub.models, f"{stem}TextClassifier")(backbone=backbone, num_classes=5, preprocessor=None)
+    rng = np.random.default_rng(1)
+    for v in task.weights:
+        v.assign(v.numpy() + 0.1 * rng.standard_normal(v.shape).astype("float32"))
+    task.save_to_preset(str(tmp_path / "preset"))
+    report = tmp_path / "report.json"
+    assert main(["--quiet", "verify", str(tmp_path / "preset"), "--set", "pad_id=0", "--src-len", "11",
+                 "--json", str(report)]) == 0, json.loads(report.read_text())["verdict"]
+    loaded = formats.load(tmp_path / "preset", fields={"pad_id": 0})
+    assert (loaded.config.classifier, loaded.config.num_labels) == ("sequence", 5)
+
+    ids = np.random.default_rng(2).integers(1, 53, (2, 9))
+    ids[:, 4], ids[1, -3:] = 0, 0  # id 0 is BERT's [PAD] here: padding, as the mask says
+    inputs = {"token_ids": ids, "padding_mask": ids != 0}
+    if stem in ("Bert", "Albert"):
+        inputs["segment_ids"] = np.zeros_like(ids)
+    theirs = np.asarray(task(inputs), np.float64)
+    ours = rn.Transformer(loaded.config, loaded.weights)(ids, src_mask=ids != 0)
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=KERAS_HUB_ATOL)
+    if stem == "Roberta":
+        return
+    assert main(["--quiet", "convert", str(tmp_path / "preset"), str(tmp_path / "hf"), "--set", "pad_id=0",
+                 "--to", "hf"]) == 0
+    hf = getattr(transformers, f"{stem}ForSequenceClassification").from_pretrained(tmp_path / "hf").eval()
+    with torch.no_grad():
+        logits = hf(input_ids=torch.as_tensor(ids), attention_mask=torch.as_tensor(ids != 0).long()).logits.numpy()
+    np.testing.assert_allclose(logits, theirs, rtol=0, atol=KERAS_HUB_ATOL)
+    assert main(["--quiet", "convert", str(tmp_path / "hf"), str(tmp_path / "again"), "--to", "kerashub"]) == 0
+    again = keras_hub.models.TextClassifier.from_preset(str(tmp_path / "again"))
+    np.testing.assert_array_equal(np.asarray(again(inputs)), np.asarray(task(inputs)))

@@ -31,8 +31,7 @@ EXPRESSES = ("embedding_size", "shared_layers")  # `layouts.FAMILY_ONLY` setting
 PAD_TOKEN = "<pad>"
 BACKBONE = "AlbertBackbone"
 TASKS = ("AlbertMaskedLM",)
-REFUSED_TASKS = {"AlbertTextClassifier": "its classifier head has no canonical equivalent; convert the backbone "
-                                         "(config.json and model.weights.h5 without task.json) instead"}
+CLASSIFIER = "AlbertTextClassifier"  # its text classifier (`kerashub_classifiers`)
 LAYOUT = Path(__file__).with_name("kerashub_albert.toml")
 SERIALIZED = {"AlbertBackbone": ("keras_hub.src.models.albert.albert_backbone", "albert_backbone"),
               "AlbertMaskedLM": ("keras_hub.src.models.albert.albert_masked_lm", "albert_masked_lm")}

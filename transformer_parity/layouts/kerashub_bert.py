@@ -32,8 +32,7 @@ NAME = "kerashub-bert"
 PAD_TOKEN = "[PAD]"  # BertBackbone takes a padding mask: the pad id comes from the vocabulary (`preset_pad_id`)
 BACKBONE = "BertBackbone"
 TASKS = ("BertMaskedLM",)
-REFUSED_TASKS = {"BertTextClassifier": "its classifier head has no canonical equivalent; convert the backbone "
-                                       "(config.json and model.weights.h5 without task.json) instead"}
+CLASSIFIER = "BertTextClassifier"  # its text classifier (`kerashub_classifiers`)
 LAYOUT = Path(__file__).with_name("kerashub_bert.toml")
 SERIALIZED = {"BertBackbone": ("keras_hub.src.models.bert.bert_backbone", "bert_backbone"),  # class: (module, name)
               "BertMaskedLM": ("keras_hub.src.models.bert.bert_masked_lm", "bert_masked_lm")}

@@ -27,8 +27,7 @@ NAME = "kerashub-distilbert"
 PAD_TOKEN = "[PAD]"  # the backbone takes a padding mask: the pad id is the vocabulary's (`preset_pad_id`)
 BACKBONE = "DistilBertBackbone"
 TASKS = ("DistilBertMaskedLM",)
-REFUSED_TASKS = {"DistilBertTextClassifier": "its classifier head has no canonical equivalent; convert the backbone "
-                                             "(config.json and model.weights.h5 without task.json) instead"}
+CLASSIFIER = "DistilBertTextClassifier"  # its text classifier (`kerashub_classifiers`)
 LAYOUT = Path(__file__).with_name("kerashub_distilbert.toml")
 SERIALIZED = {"DistilBertBackbone": ("keras_hub.src.models.distil_bert.distil_bert_backbone", "distil_bert_backbone"),
               "DistilBertMaskedLM": ("keras_hub.src.models.distil_bert.distil_bert_masked_lm",

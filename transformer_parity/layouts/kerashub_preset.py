@@ -21,6 +21,7 @@ import numpy as np
 
 import reference_numpy as rn
 
+from . import kerashub_classifiers as classifiers
 from .approximations import RECORD_KEY, Record, record_of
 from .table import export_state, import_state
 
@@ -106,6 +107,8 @@ def _task(path: Path, module: ModuleType) -> str | None:
         return None
     task = _class_name(_json(path / TASK_CONFIG), path / TASK_CONFIG)
     refused = getattr(module, "REFUSED_TASKS", {})
+    if task == getattr(module, "CLASSIFIER", None):  # `kerashub_classifiers`
+        return task
     if task in refused:
         raise ValueError(f"{path}: KerasHub {task} cannot be expressed here: {refused[task]}")
     if task not in module.TASKS:
@@ -146,8 +149,12 @@ def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Ma
     backbone = data.get("config")
     if not isinstance(backbone, dict):
         raise ValueError(f"{path / CONFIG}: expected the backbone's config object under 'config'")
+    classifier = task is not None and task == getattr(module, "CLASSIFIER", None)
     try:
-        config, notes = module.config_from_kerashub(backbone, task)
+        config, notes = module.config_from_kerashub(backbone, None if classifier else task)
+        if classifier:
+            config = config.replace(**classifiers.fields(task, _json(path / TASK_CONFIG).get("config") or {}, config,
+                                                         str(path / TASK_CONFIG)))
         if getattr(module, "PAD_TOKEN", None) and "pad_id" not in (fields or {}):
             pad_id, note = preset_pad_id(path, module.PAD_TOKEN)
             config = config.replace(pad_id=pad_id)
@@ -156,12 +163,12 @@ def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Ma
             config = config.replace(**fields)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
-    table = module.table(config)
+    table = _table(module, config)
     state = _read_weights(path, table, task is not None, lazy)
     if hasattr(module, "settle_from_weights"):  # what config.json leaves out but the weights show
         config, settled = module.settle_from_weights(config, state)
         notes += settled
-        table = module.table(config)
+        table = _table(module, config)
     if hasattr(module, "to_canonical_state"):  # arrays whose form differs from the canonical ones (BART's positions)
         module.to_canonical_state(config, state)
     origins = {**{name: f"config.json {key}" for name, key in module.CONFIG_KEYS.items()},
@@ -176,6 +183,12 @@ def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Ma
                      f"metadata.json records accepted approximations ({', '.join(record.names)}) that this config no "
                      "longer computes: the record is ignored")
     return config, weights, notes, module.NAME
+
+
+def _table(module: ModuleType, config: rn.TransformerConfig) -> list[tuple[str, str, str]]:
+    """The family's table, with its classifier's weights for a classifier config (`kerashub_classifiers`)."""
+    found = classifiers.of(module)
+    return module.table(config) + (found[1].weights if config.classifier and found else [])
 
 
 def read_record(path: str | os.PathLike) -> Record | None:
@@ -333,6 +346,8 @@ def family_for_export(config: rn.TransformerConfig, declared: str | None = None)
     from . import first_exporter
 
     names = [n for n in PRESETS[1:] if declared in (None, "kerashub", n)] or [declared]
+    if config.classifier is not None:  # a text classifier on a family's backbone
+        return first_exporter(names, lambda name: classifiers.Exporter(family(name)), config, "KerasHub").module
     return first_exporter(names, family, config, "KerasHub")
 
 
@@ -370,7 +385,8 @@ def approximations_named(names: Sequence[str]) -> list:
 
 def _serialized(module: ModuleType, class_name: str, config: dict[str, Any], dtype: str | None) -> dict[str, Any]:
     """`keras.saving.serialize_keras_object` of a KerasHub backbone or task, as `save_to_preset` writes it."""
-    module_path, name = module.SERIALIZED[class_name]
+    module_path, name = module.SERIALIZED[class_name] if class_name in module.SERIALIZED else \
+        classifiers.serialized(module, class_name)
     head = {"name": name}
     if dtype is not None:
         head.update(trainable=True, dtype={"module": "keras", "class_name": "DTypePolicy", "config": {"name": dtype},
@@ -396,9 +412,12 @@ def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: 
     from transformer_parity.io import outputs
 
     module = family_for_export(config, declared)
-    backbone, task = module.config_to_kerashub(config)
+    if config.classifier is not None:
+        (backbone, _), task = module.config_to_kerashub(classifiers.base(config)), module.CLASSIFIER
+    else:
+        backbone, task = module.config_to_kerashub(config)
     dtype = str(rn.weights_dtype(weights))
-    table = module.table(config)
+    table = _table(module, config)
     state = export_state(config, weights, table, lazy=True)
     if hasattr(module, "from_canonical_state"):  # refused here, before anything is written
         module.from_canonical_state(config, state)
@@ -410,8 +429,8 @@ def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: 
     if record is not None:
         files[METADATA][RECORD_KEY] = record.to_json()
     if task is not None:
-        files[TASK_CONFIG] = _serialized(module, task, {"backbone": files[CONFIG], "preprocessor": None,
-                                                        **module.task_config(backbone, task)}, None)
+        own = classifiers.task_config(config, task) if config.classifier else module.task_config(backbone, task)
+        files[TASK_CONFIG] = _serialized(module, task, {"backbone": files[CONFIG], "preprocessor": None, **own}, None)
     path = outputs.check_output_dir(path, force, PRESET_DIR)
     _write_dir(path, files, {WEIGHTS: _keras_file({k: v for k, v in state.items() if not k.startswith(TASK_PREFIX)},
                                               repeated),

@@ -31,8 +31,7 @@ NAME = "kerashub-roberta"
 PAD_TOKEN = "<pad>"  # the backbone takes a padding mask: the pad id is the vocabulary's (`preset_pad_id`)
 BACKBONE = "RobertaBackbone"
 TASKS = ("RobertaMaskedLM",)
-REFUSED_TASKS = {"RobertaTextClassifier": "its classifier head has no canonical equivalent; convert the backbone "
-                                          "(config.json and model.weights.h5 without task.json) instead"}
+CLASSIFIER = "RobertaTextClassifier"  # its text classifier (`kerashub_classifiers`)
 LAYOUT = Path(__file__).with_name("kerashub_roberta.toml")
 SERIALIZED = {"RobertaBackbone": ("keras_hub.src.models.roberta.roberta_backbone", "roberta_backbone"),
               "RobertaMaskedLM": ("keras_hub.src.models.roberta.roberta_masked_lm", "roberta_masked_lm")}

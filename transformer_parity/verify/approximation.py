@@ -36,7 +36,7 @@ class Gap:
     largest: float  # max |source output|
     first: str | None  # the first sublayer where the two differ at all (None: nowhere)
     site: str | None  # where in `first` the approximation acts, in words ("its q/k norms"; `approximations.located`)
-    top1_changed: int | None  # positions whose top-1 prediction changes (logits only)
+    top1_changed: int | None  # positions (a sequence classifier: sequences) whose top-1 prediction changes
     positions: int  # real (non-pad) positions compared
     inputs: dict[str, int]  # batch, src_len (and tgt_len), seed
 
@@ -106,6 +106,8 @@ def measure(source: rn.TransformerConfig, target: rn.TransformerConfig, weights:
     name = output_name(out[0])
     ids = src if not source.is_encoder_decoder else tgt
     real = np.ones(ids.shape, bool) if source.pad_id is None else ids != source.pad_id
+    if source.classifier == "sequence":  # one prediction per sequence
+        real = np.ones(ids.shape[:1], bool)
     changed = None
     if name == "logits":
         changed = int(np.sum((out[0][name].argmax(-1) != out[1][name].argmax(-1)) & real))
