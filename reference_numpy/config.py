@@ -24,7 +24,8 @@ ROPE_TYPES = {
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
 ATTENTION_SCALES = ("head", "model", "none")  # or a positive finite number
 HEAD_ORDERS = ("dense-activation-norm", "dense-norm-activation")
-CLASSIFIERS = ("sequence", "token", "span")  # one score vector per sequence, one per position, start/end per position
+# one score vector per sequence, one per position, start/end per position, one score per sequence that is one choice
+CLASSIFIERS = ("sequence", "token", "span", "choice")
 CLASSIFIER_INPUTS = ("pooler", "first", "last")  # what a sequence classifier reads
 CLASSIFIER_DENSE = ("tanh", *ACTIVATIONS)  # the activation of a classifier's dense layer
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")  # transformers' names
@@ -102,7 +103,8 @@ class TransformerConfig:
     # A task head on the final hidden states, in place of the output projection (`output_projection=False`); its
     # scores are the model's `logits`. `classifier`: "sequence" (one score vector per sequence, read from
     # `classifier_input`: the pooler's output, position 0, or the last non-pad position of a causal model),
-    # "token" (per position) or "span" (start and end scores per position: question answering, num_labels=2).
+    # "token" (per position), "span" (start and end scores per position: question answering, num_labels=2) or
+    # "choice" (multiple choice: each row of the batch one choice, scored once as "sequence" with num_labels=1).
     classifier: str | None = None
     num_labels: int = 0  # the classifier's scores per sequence or position
     classifier_input: str = "pooler"  # classifier="sequence": "pooler", "first" or "last"
@@ -282,10 +284,13 @@ class TransformerConfig:
         if self.classifier == "span" and self.num_labels != 2:
             raise ValueError(f"classifier='span' scores a start and an end: num_labels must be 2, received "
                              f"{self.num_labels}")
-        if self.classifier != "sequence" and self.classifier_input != "pooler":
+        if self.classifier == "choice" and self.num_labels != 1:
+            raise ValueError(f"classifier='choice' scores each choice (a row of the batch) once: num_labels must be 1, "
+                             f"received {self.num_labels}")
+        if not self.pooled_classifier and self.classifier_input != "pooler":
             raise ValueError(f"classifier_input={self.classifier_input!r} says where a sequence classifier reads; "
                              f"classifier={self.classifier!r} reads every position")
-        if self.classifier == "sequence":
+        if self.pooled_classifier:
             needs = {"pooler": self.pooler, "first": self.is_encoder_only, "last": self.is_decoder_only}
             if not needs[self.classifier_input]:
                 raise ValueError(f"classifier_input={self.classifier_input!r} needs " + {
@@ -298,6 +303,11 @@ class TransformerConfig:
                 raise ValueError(f"label_names must be {self.num_labels} strings (one per label, in id order), "
                                  f"received {names!r}")
             object.__setattr__(self, "label_names", tuple(names))  # JSON gives a list
+
+    @property
+    def pooled_classifier(self) -> bool:
+        """A classifier that scores one position per sequence (`classifier_input`): "sequence" or "choice"."""
+        return self.classifier in ("sequence", "choice")
 
     @property
     def embed_width(self) -> int:

@@ -263,7 +263,7 @@ class Classifier(_Module):
     def __call__(self, x: np.ndarray, mask: np.ndarray, pooled: np.ndarray | None,
                  record: Record | None = None) -> np.ndarray:
         c = self.config
-        if c.classifier == "sequence":
+        if c.pooled_classifier:
             x = pooled if c.classifier_input == "pooler" else x[:, 0] if c.classifier_input == "first" else \
                 x[np.arange(x.shape[0]), last_positions(mask)]
         if c.classifier_dense is not None:

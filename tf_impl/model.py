@@ -364,7 +364,7 @@ class Classifier(ConfigSerializable, keras.layers.Layer):
 
     def call(self, x, mask=None, pooled=None):
         c = self.config
-        if c.classifier == "sequence":
+        if c.pooled_classifier:
             if c.classifier_input == "pooler":
                 x = pooled
             elif c.classifier_input == "first":

@@ -448,7 +448,7 @@ class Classifier(nn.Module):
 
     def forward(self, x, mask, pooled, record: Record | None = None):
         c = self.config
-        if c.classifier == "sequence":
+        if c.pooled_classifier:
             if c.classifier_input == "pooler":
                 x = pooled
             elif c.classifier_input == "first":

@@ -151,4 +151,5 @@ config_from_hf, export_problems, config_to_hf, prefix = functions(ROBERTA)
 # `classifier.out_proj`; none has a pooler.
 SEQUENCE_HEAD = ({"classifier_input": "first", "classifier_dense": "tanh", "pooler": False},
                  linear("classifier.dense", "classifier.dense") + linear("classifier", "classifier.out_proj"))
-TASK_HEADS = encoder_heads("Roberta", *SEQUENCE_HEAD, pooled_base=True)
+CHOICE_HEAD = ({"classifier_input": "pooler", "pooler": True}, linear("classifier", "classifier"))  # its pooler
+TASK_HEADS = encoder_heads("Roberta", *SEQUENCE_HEAD, pooled_base=True, choice=CHOICE_HEAD)

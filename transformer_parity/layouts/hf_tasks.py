@@ -50,14 +50,17 @@ def linear(canonical: str, external: str, bias: bool = True) -> list[tuple[str, 
         [(f"{canonical}.bias", f"{external}.bias", "identity")] if bias else [])
 
 
-def encoder_heads(stem: str, sequence: dict[str, Any], sequence_weights: list, pooled_base: bool
-                  ) -> tuple[Head, ...]:
-    """The sequence, token and question-answering classes of a BERT-like encoder family (`stem`: Bert, Roberta,
-    ...): `sequence` its sequence head's fields, `pooled_base` whether its bare model has a pooler (token and
-    span heads never do)."""
+def encoder_heads(stem: str, sequence: dict[str, Any], sequence_weights: list, pooled_base: bool,
+                  choice: tuple[dict[str, Any], list] | None = None) -> tuple[Head, ...]:
+    """The sequence, multiple-choice, token and question-answering classes of a BERT-like encoder family (`stem`:
+    Bert, Roberta, ...): `sequence` its sequence head's fields and weights, `choice` its multiple-choice head's
+    (default: the sequence head's), `pooled_base` whether its bare model has a pooler (token and span heads never
+    do). A multiple-choice class scores each choice once: the canonical model takes the choices as rows."""
     base, no_pool = f"{stem}Model", {"pooler": pooled_base}
+    choice_fields, choice_weights = choice or (sequence, sequence_weights)
     return (Head(f"{stem}ForSequenceClassification", base, {"classifier": "sequence", **sequence}, sequence_weights,
                  no_pool),
+            Head(f"{stem}ForMultipleChoice", base, {"classifier": "choice", **choice_fields}, choice_weights, no_pool),
             Head(f"{stem}ForTokenClassification", base, {"classifier": "token", "pooler": False},
                  linear("classifier", "classifier"), no_pool),
             Head(f"{stem}ForQuestionAnswering", base, {"classifier": "span", "pooler": False},
@@ -121,13 +124,15 @@ def labels(hf: Mapping[str, Any], head: Head) -> dict[str, Any]:
         names = tuple(f"LABEL_{i}" for i in range(count))
     if head.fields.get("next_sentence"):
         return {}  # BertForPreTraining's two next-sentence scores are not labels
+    if head.fields.get("classifier") == "choice":
+        return {"num_labels": 1}  # one score per choice, whatever num_labels says (transformers ignores it there)
     problem = hf.get("problem_type")
     return {"num_labels": len(names), "label_names": names, "problem_type": problem}
 
 
 def to_hf_labels(config: rn.TransformerConfig) -> dict[str, Any]:
     """config.json's label keys for a classifier config."""
-    if config.classifier is None:
+    if config.classifier in (None, "choice"):
         return {}
     names = config.label_names or tuple(f"LABEL_{i}" for i in range(config.num_labels))
     out = {"id2label": {str(i): n for i, n in enumerate(names)}, "label2id": {n: i for i, n in enumerate(names)}}

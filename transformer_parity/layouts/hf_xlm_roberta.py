@@ -22,4 +22,5 @@ table = hf_roberta.table
 config_from_hf, export_problems, config_to_hf, prefix = hf_roberta.functions(FAMILY)
 
 
-TASK_HEADS = encoder_heads("XLMRoberta", *hf_roberta.SEQUENCE_HEAD, pooled_base=True)  # RoBERTa's heads
+TASK_HEADS = encoder_heads("XLMRoberta", *hf_roberta.SEQUENCE_HEAD, pooled_base=True,  # RoBERTa's heads
+                           choice=hf_roberta.CHOICE_HEAD)

@@ -106,7 +106,7 @@ def measure(source: rn.TransformerConfig, target: rn.TransformerConfig, weights:
     name = output_name(out[0])
     ids = src if not source.is_encoder_decoder else tgt
     real = np.ones(ids.shape, bool) if source.pad_id is None else ids != source.pad_id
-    if source.classifier == "sequence":  # one prediction per sequence
+    if source.pooled_classifier:  # one prediction per sequence
         real = np.ones(ids.shape[:1], bool)
     changed = None
     if name == "logits":

@@ -475,6 +475,8 @@ def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad
     if "tgt_ids" in batch:
         kwargs.update(decoder_input_ids=torch.as_tensor(batch["tgt_ids"]),
                       decoder_attention_mask=mask(batch["tgt_ids"]))
+    if config.classifier == "choice":  # a multiple-choice class takes (batch, choices, length): each row one choice
+        kwargs.update({k: v[:, None] for k, v in kwargs.items() if isinstance(v, torch.Tensor)})
     base = model.base_model
     layers = {"encoder": config.num_encoder_layers, "decoder": config.num_decoder_layers}
     wanted = _expand(hf_layout(fmt).HOOKS, layers)
@@ -507,6 +509,8 @@ def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad
         final = torch.stack([out.start_logits, out.end_logits], dim=-1)
     elif config.next_sentence:  # BertForPreTraining
         final, record["next_sentence"] = out.prediction_logits, out.seq_relationship_logits
+    elif config.classifier == "choice":  # (batch, choices) scores: our rows are the choices, one score each
+        final = out.logits.reshape(-1, 1)
     else:
         final = out.logits if config.output_projection or config.classifier else out.last_hidden_state
     return {OUTPUT: final, **record}
