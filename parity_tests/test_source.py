@@ -262,6 +262,18 @@ def _bad_expect_files(tmp_path, inputs, output):
     write("unknown-name", **inputs, output=output, **{"encoder.layer.0": output})
     write("object", **inputs, output=np.array([object()] * 3, dtype=object))
     write("nan", **inputs, output=np.full_like(output, np.nan))
+    import io
+    import zipfile
+
+    header = io.BytesIO()  # a member whose header promises 10^12 float32 values in a few bytes
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (10**6, 10**6)})
+    files["bomb"] = tmp_path / "bomb.npz"
+    with zipfile.ZipFile(files["bomb"], "w") as archive:
+        for key, value in inputs.items():
+            member = io.BytesIO()
+            np.save(member, value)
+            archive.writestr(f"{key}.npy", member.getvalue())
+        archive.writestr("output.npy", header.getvalue() + b"\0" * 16)
     return files
 
 
@@ -275,7 +287,8 @@ def test_bad_expect_files_are_one_line(tutorial, tmp_path, capsys):
     fragments = {"text": "not a readable .npz", "no-output": "has no output", "no-tgt": "has no tgt_ids",
                  "short-output": "of shape (2, 3, 47); expected (2, 5, 47)", "int-output": "as int64",
                  "ids-out-of-vocab": "has ids in", "unknown-name": "'encoder.layer.0', which is not a sublayer",
-                 "object": "not a readable .npz", "nan": "NaN or inf"}
+                 "object": "not a readable .npz", "nan": "NaN or inf",
+                 "bomb": "declares shape (1000000, 1000000) of float32 (4000000000000 bytes) but holds"}
     for name, path in _bad_expect_files(tmp_path, inputs, output).items():
         capsys.readouterr()
         code = cli.main(["verify", str(tutorial), *TUTORIAL, "--expect", str(path), "--backends", "torch"])

@@ -243,6 +243,7 @@ def read_expect(path: str | Path, config: rn.TransformerConfig) -> tuple[Batch, 
     if not path.is_file():
         raise UsageError(f"--expect: no such file: {path}")
     try:
+        _check_npz_sizes(path)
         with np.load(path, allow_pickle=False) as data:
             if not hasattr(data, "files"):
                 raise UsageError(f"--expect {path}: a single array, not an .npz archive of named arrays")
@@ -285,6 +286,30 @@ def read_expect(path: str | Path, config: rn.TransformerConfig) -> tuple[Batch, 
                                  f"length {ids.shape[1]}; this model takes ids in [0, {vocab - 1}] and at most "
                                  f"max_len={config.max_len} positions")
     return batch, arrays
+
+
+def _check_npz_sizes(path: Path) -> None:
+    """Refuse an .npz member whose header declares more bytes than the member holds, before anything is allocated
+    (a header may promise 10^12 elements in a file of a few hundred bytes)."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        return  # np.load says what it is
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            with archive.open(info) as member:
+                try:
+                    version = np.lib.format.read_magic(member)
+                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
+                                   np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = read_header(member)
+                except (ValueError, EOFError, TypeError) as exc:
+                    raise UsageError(f"--expect {path}: member {info.filename!r} is not a NumPy array "
+                                     f"({_one_line(exc)})") from None
+            declared = math.prod(shape) * dtype.itemsize
+            if declared > info.file_size:
+                raise UsageError(f"--expect {path}: member {info.filename!r} declares shape {shape} of {dtype} "
+                                 f"({declared} bytes) but holds {info.file_size} bytes")
 
 
 def from_expect(path: str | Path, config: rn.TransformerConfig) -> Source:
@@ -392,12 +417,15 @@ def _hf_source(path: Path, fmt: str, config: rn.TransformerConfig) -> Source:
             from transformers.utils import logging as hf_logging
 
             cls = getattr(transformers, cls_name)
-            verbosity = hf_logging.get_verbosity()
+            verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
             hf_logging.set_verbosity_error()  # its load report: the keys are checked below
+            hf_logging.disable_progress_bar()  # its "Loading weights" bar: the verdict says what was loaded
             try:
                 model, info = cls.from_pretrained(str(path), output_loading_info=True, dtype=torch.float32)
             finally:
                 hf_logging.set_verbosity(verbosity)
+                if bars:
+                    hf_logging.enable_progress_bar()
             missing = [k for k in info.get("missing_keys", ()) if not (k.startswith("pooler.") and not config.pooler)]
             if missing or info.get("mismatched_keys"):
                 raise UsageError(f"transformers cannot load {path} as {cls_name}: missing "
