@@ -177,3 +177,29 @@ def test_a_tied_model_is_refused_as_a_mistral_preset(tmp_path_factory, tmp_path)
     weights = {k: v for k, v in loaded.weights.items() if not k.endswith(("q.bias", "k.bias", "v.bias"))}
     with pytest.raises(ValueError, match=r"tie_embeddings=True \(MistralCausalLM's head is never tied\)"):
         formats.save(tmp_path / "m", config, weights, "kerashub-mistral")
+
+
+@pytest.mark.parametrize("backbone, settings", [
+    ("LlamaBackbone", {"num_key_value_heads": 2, "tie_word_embeddings": False}),
+    ("MistralBackbone", {"num_key_value_heads": 2}),  # never tied
+    ("Phi3Backbone", {"num_key_value_heads": 6}),
+], ids=["llama", "mistral", "phi3"])
+def test_a_backbone_saved_alone_keeps_its_untied_head(backbone, settings, tmp_path):
+    """A backbone whose reverse embedding is untied (`layers/reversible_embedding/vars/1`) saved without its task:
+    the reverse embedding is the output head (was refused as an unexpected weight), judged by keras_hub's own
+    `token_embedding(hidden, reverse=True)`."""
+    import keras
+
+    keras.utils.set_random_seed(5)
+    model = getattr(keras_hub.models, backbone)(vocabulary_size=61, num_layers=2, num_query_heads=6, hidden_dim=48,
+                                                intermediate_dim=37, **settings)
+    rng = np.random.default_rng(5)
+    for v in model.weights:
+        v.assign(v.numpy() + 0.1 * rng.standard_normal(v.shape).astype("float32"))
+    model.save_to_preset(str(tmp_path / "preset"))
+    loaded = formats.load(tmp_path / "preset")
+    assert loaded.config.output_projection and not loaded.config.tie_embeddings
+    assert any("reverse embedding" in note for note in loaded.notes)
+    report = tmp_path / "report.json"
+    assert main(["--quiet", "verify", str(tmp_path / "preset"), "--src-len", "11", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["source"]["runs"][0]["label"] == "keras_hub-f32"

@@ -108,9 +108,14 @@ def unknown_keys(backbone: dict[str, Any], known, backbone_class: str) -> None:
 def settle_from_weights(config: rn.TransformerConfig, state) -> tuple[rn.TransformerConfig, list[str]]:
     """keras-hub 0.32's `LlamaBackbone.get_config()` leaves `tie_word_embeddings` out, so config.json cannot say
     whether the head is tied: the weights do. A `LlamaCausalLM` without a reverse embedding (vars/1) is tied."""
-    if config.output_projection and not config.tie_embeddings and "layers/reversible_embedding/vars/1" not in state:
+    reverse = "layers/reversible_embedding/vars/1" in state
+    if config.output_projection and not config.tie_embeddings and not reverse:
         return config.replace(tie_embeddings=True), ["the head is tied to the token embedding: the preset holds no "
                                                      "reverse embedding (layers/reversible_embedding/vars/1)"]
+    if not config.output_projection and reverse:  # a backbone saved alone keeps its untied head
+        return config.replace(output_projection=True, tie_embeddings=False), [
+            "the backbone's own reverse embedding (layers/reversible_embedding/vars/1, untied) read as the output "
+            "head: its logits are `token_embedding(hidden, reverse=True)`"]
     return config, []
 
 

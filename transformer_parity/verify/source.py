@@ -575,6 +575,8 @@ def _kerashub_source(path: Path, config: rn.TransformerConfig) -> Source:
             inputs["mask_positions"] = np.broadcast_to(np.arange(ids.shape[1]), ids.shape).astype(np.int32)
         layers = _kerashub_layers(model, config)
         out = model(inputs)
+        if cls_name.endswith("Backbone") and config.output_projection and hasattr(model, "token_embedding"):
+            out = model.token_embedding(out, reverse=True)  # a backbone saved alone with its untied head
         if layers:
             import keras
 
