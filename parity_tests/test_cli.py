@@ -254,7 +254,7 @@ def test_interrupted_writes_leave_nothing_behind(tmp_path, tiny_file, capsys, mo
 
     from transformer_parity.io import safetensors_io
 
-    def half_written(path, config, weights, on_tensor=None, consume=False):
+    def half_written(path, config, weights, on_tensor=None, consume=False, origin=None):
         Path(path).write_bytes(b"half a file")
         raise interrupt("stopped")
 

@@ -10,6 +10,7 @@ import pytest
 
 import reference_numpy as rn
 from transformer_parity import formats, verify
+from transformer_parity.cli import main
 from transformer_parity.verify import tolerances
 from transformer_parity.errors import UsageError
 from transformer_parity.io.safetensors_io import read_header, write_canonical
@@ -432,3 +433,23 @@ def test_stored_config_travels_in_every_format(tmp_path):
         assert formats.load(path).config == config
     meta = read_header(tmp_path / EXT["canonical"]).metadata
     assert json.loads(meta["config"])["layer_norm_eps"] == 1e-6
+
+
+def test_the_family_the_weights_came_from_is_written_back(tmp_path, capsys):
+    """A Phi-3 directory through Keras, the canonical form and .pt comes back as Phi-3 (`Loaded.origin`, kept in each
+    file), not as the Llama that the generic `--to hf` picks first for the same function."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    config = transformers.Phi3Config(vocab_size=61, hidden_size=48, num_attention_heads=6, num_key_value_heads=6,
+                                     intermediate_size=37, num_hidden_layers=2, max_position_embeddings=64,
+                                     pad_token_id=3)
+    transformers.Phi3ForCausalLM(config).save_pretrained(tmp_path / "phi3")
+    previous = tmp_path / "phi3"
+    for name in ("m.weights.h5", "m.safetensors", "m.pt"):
+        assert main(["--quiet", "convert", str(previous), str(tmp_path / name)]) == 0
+        previous = tmp_path / name
+        assert formats.load(previous).origin == "hf-phi3"
+    capsys.readouterr()
+    assert main(["convert", str(previous), str(tmp_path / "back"), "--to", "hf"]) == 0
+    assert "written as hf-phi3: the weights came from hf-phi3" in capsys.readouterr().err
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["architectures"] == ["Phi3ForCausalLM"]

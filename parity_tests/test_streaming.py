@@ -170,7 +170,7 @@ def test_keras_weights_streamed_equal_the_whole_tensor_write_bit_for_bit(bf16_ll
     _, path = bf16_llama
     assert main(["convert", str(path), str(tmp_path / "streamed.weights.h5"), "--dtype", "float32", "-q"]) == 0
     eager = formats.load(path)  # read whole, widened to float32
-    formats.save(tmp_path / "whole.weights.h5", eager.config, eager.weights)
+    formats.save(tmp_path / "whole.weights.h5", eager.config, eager.weights, origin=eager.origin)
     assert (tmp_path / "streamed.weights.h5").read_bytes() == (tmp_path / "whole.weights.h5").read_bytes()
 
 

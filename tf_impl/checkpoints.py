@@ -31,6 +31,7 @@ from reference_numpy import TransformerConfig, mapping
 FORMAT_TAG = "transformer-parity/keras"
 FORMAT_VERSION = "1"
 CONFIG_ATTR = "transformer_parity_config"
+ORIGIN_ATTR = "transformer_parity_origin"  # the external family the weights came from (`hf-phi3`), when known
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
 _LIST_ITEM = re.compile(r"(encoder|decoder)_layer_(\d+)/")
@@ -133,10 +134,12 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
 
 
 def save_weights_h5(path: str | os.PathLike, config: TransformerConfig, weights: Mapping[str, np.ndarray],
-                    on_tensor: Callable[[str, int], None] | None = None, consume: bool = False) -> None:
+                    on_tensor: Callable[[str, int], None] | None = None, consume: bool = False,
+                    origin: str | None = None) -> None:
     """Write a `.weights.h5` that `tf_impl.Transformer(config).load_weights(path)` accepts, with the config as a root
     attribute (the caller makes it atomic: pass a temporary path ending in `.weights.h5`, then rename).
-    `consume=True` deletes each entry of `weights` (a dict) once written."""
+    `consume=True` deletes each entry of `weights` (a dict) once written; `origin` (the external family the weights
+    came from) is kept as the root attribute `ORIGIN_ATTR`."""
     import h5py
 
     rn.validate_weights(config, weights)
@@ -145,6 +148,8 @@ def save_weights_h5(path: str | os.PathLike, config: TransformerConfig, weights:
         f.attrs[CONFIG_ATTR] = config.to_json()
         f.attrs["format"] = FORMAT_TAG
         f.attrs["format_version"] = FORMAT_VERSION
+        if origin is not None:
+            f.attrs[ORIGIN_ATTR] = origin
         for group, name in layer_groups(config).items():
             vars_group = f.require_group(f"{group}/vars" if group else "vars")
             vars_group.attrs["name"] = name

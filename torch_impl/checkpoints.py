@@ -148,12 +148,13 @@ def _numpy_state(state: Mapping[str, Any], path: Path | str, consume: bool = Fal
 # --- the project's .pt ------------------------------------------------------------------------------------------------
 
 def save_pt(path: str | os.PathLike, config: TransformerConfig, weights: Mapping[str, np.ndarray],
-            consume: bool = False) -> None:
+            consume: bool = False, origin: str | None = None) -> None:
     """Write the project's `.pt` (torch_impl state dict + config) to `path` (the caller makes it atomic);
-    `consume=True` empties `weights` (a dict) as it converts them."""
+    `consume=True` empties `weights` (a dict) as it converts them; `origin`: the external family they came from."""
     state = rn.to_framework_state(config, weights, weight_table(config), consume=consume)
     try:
         torch.save({"format": FORMAT_TAG, "format_version": FORMAT_VERSION, "config": config.to_json(),
+                    **({"origin": origin} if origin is not None else {}),
                     "state_dict": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}}, path)
     except RuntimeError as exc:  # PyTorch's zip writer reports a failed write (a full disk) as RuntimeError
         import shutil

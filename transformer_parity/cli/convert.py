@@ -154,6 +154,7 @@ def cmd_convert(args) -> int:
         reading[0] = False
         streamed = any(rn.mapping.is_lazy(v) for v in loaded.weights.values())
         _cast(loaded, args.dtype, out_format if to_layout is None else "layout", notes)
+        out_format = _kept_family(loaded, out_format, notes)
         record = _approximations(args, loaded, out_format if to_layout is None else "layout", notes)
         size_text = _size(loaded.weights)
         if streamed:
@@ -165,13 +166,38 @@ def cmd_convert(args) -> int:
                                                           args.force)
         else:
             path, fmt = formats.save(out_path, loaded.config, loaded.weights, out_format, args.force, on_written,
-                                     consume=True, notes=notes, max_shard_size=max_shard, record=record)
+                                     consume=True, notes=notes, max_shard_size=max_shard, record=record,
+                                     origin=loaded.origin)
     for note in loaded.notes + notes:
         print_note(args, note)
     if not args.quiet:
         make_console(args).print(f"converted {printable(in_path)} ({loaded.format}) -> {printable(path)} ({fmt}), "
                              f"{size_text}, in {time.perf_counter() - start:.1f} s", markup=False)
     return 0
+
+
+def _kept_family(loaded, out_format: str, notes: list[str]) -> str:
+    """`--to hf` / `--to kerashub` name no family: the one the weights came from (`Loaded.origin`, kept in canonical,
+    Keras and .pt files), or its namesake in the other library, where it expresses the model; else the first that
+    does, as before. A Phi-3 goes HF -> Keras -> HF as Phi-3, not as the Llama that computes the same function."""
+    from transformer_parity.layouts import HF_LAYOUTS, KERASHUB_LAYOUTS, hf
+    from transformer_parity.layouts import kerashub_preset as kh
+
+    worlds = {"hf": (HF_LAYOUTS, "hf-", hf.family_for_export), "kerashub": (KERASHUB_LAYOUTS, "kerashub-",
+                                                                            kh.family_for_export)}
+    if out_format not in worlds or loaded.origin is None:
+        return out_format
+    names, prefix, exporter = worlds[out_format]
+    candidate = prefix + loaded.origin.split("-", 1)[1]
+    if candidate not in names:
+        return out_format
+    try:
+        exporter(loaded.config, candidate)
+    except ValueError:
+        return out_format  # it does not express this model (any more): the first family that does
+    if candidate != loaded.format:
+        notes.append(f"written as {candidate}: the weights came from {loaded.origin}")
+    return candidate
 
 
 def _approximations(args, loaded, out_format: str, notes: list[str]):

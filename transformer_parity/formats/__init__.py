@@ -80,6 +80,13 @@ class Loaded:
     weights: dict[str, np.ndarray]
     notes: list[str] = field(default_factory=list)  # what was read from where, worth telling the user
     dropped: list[str] = field(default_factory=list)  # nonzero tensors left out because --allow-drop named them
+    origin: str | None = None  # the external family the weights came from (hf-phi3, kerashub-llama), when known
+
+    def __post_init__(self) -> None:
+        if self.format in HF_LAYOUTS or self.format in KERASHUB_LAYOUTS:
+            self.origin = self.format
+        elif self.origin not in (*HF_LAYOUTS, *KERASHUB_LAYOUTS):
+            self.origin = None  # a value this version does not know is not used
 
     @property
     def framework(self) -> str:
@@ -281,7 +288,7 @@ def _load_canonical(path: Path, fields: Mapping[str, Any], on_tensor: OnTensor |
                     ) -> Loaded:
     from transformer_parity.io.safetensors_io import read_canonical
 
-    stored, tensors, _ = read_canonical(path, on_tensor, lazy)
+    stored, tensors, metadata = read_canonical(path, on_tensor, lazy)
     config = (stored.replace(**fields) if stored is not None and fields
               else stored or _config_from_fields(path, fields, list(tensors)))
     from transformer_parity.io import limits
@@ -290,7 +297,8 @@ def _load_canonical(path: Path, fields: Mapping[str, Any], on_tensor: OnTensor |
         rn.validate_weights(config, tensors)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
-    return Loaded(path, "canonical", config, tensors, [] if lazy else _widened_notes([path]))
+    return Loaded(path, "canonical", config, tensors, [] if lazy else _widened_notes([path]),
+                  origin=metadata.get("origin"))
 
 
 def _widened_notes(files) -> list[str]:
@@ -309,7 +317,7 @@ def _load_torch(path: Path, fields: Mapping[str, Any]) -> Loaded:
     obj = tc.read_torch_file(path)
     if tc.is_project_file(obj):
         config, weights = tc.load_pt(obj, path, fields)
-        return Loaded(path, "torch", config, weights)
+        return Loaded(path, "torch", config, weights, origin=obj.get("origin"))
     hparams, lightning = tc.lightning_parts(obj, path) if tc.is_lightning_checkpoint(obj) else (None, None)
     state, wrapper = tc.unwrap_state_dict(obj, path)
     if nn.looks_like_nn_transformer(state):
@@ -399,7 +407,11 @@ def _load_keras(path: Path, fields: Mapping[str, Any], lazy: bool = False) -> Lo
         config, weights = kc.load_weights_h5(path, fields, lazy)
     except kc.NoStoredConfig as exc:
         raise missing_config(path, exc.names) from None
-    return Loaded(path, "keras", config, weights)
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        origin = f.attrs.get(kc.ORIGIN_ATTR)
+    return Loaded(path, "keras", config, weights, origin=origin.decode() if isinstance(origin, bytes) else origin)
 
 
 # --- writing ------------------------------------------------------------------------------------------------------
@@ -434,9 +446,10 @@ def output_format(path: str | os.PathLike, declared: str | None = None) -> str:
 def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
          fmt: str | None = None, force: bool = False, on_tensor: OnTensor | None = None,
          consume: bool = False, notes: list[str] | None = None, max_shard_size: int | None = None,
-         record=None) -> tuple[Path, str]:
+         record=None, origin: str | None = None) -> tuple[Path, str]:
     """Write canonical weights as `fmt` (default: from the extension), atomically; returns `(path, format)`.
-    `max_shard_size` (bytes) splits a Hugging Face directory's weights into shards (default 5 GB). `record` (a
+    `max_shard_size` (bytes) splits a Hugging Face directory's weights into shards (default 5 GB). `origin` (the
+    external family the weights came from) is kept in a canonical, Keras or .pt file. `record` (a
     `layouts.approximations.Record`, the approximations accepted to write `config`) goes into a KerasHub preset's
     metadata.json or a Hugging Face directory's config.json.
 
@@ -462,14 +475,14 @@ def save(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping
                 from tf_impl import checkpoints as writer
         with atomic_path(path, force, notes) as tmp:
             if fmt == "canonical":
-                writer.write_canonical(tmp, config, weights, on_tensor, consume)
+                writer.write_canonical(tmp, config, weights, on_tensor, consume, origin=origin)
             elif fmt == "torch":
-                writer.save_pt(tmp, config, weights, consume)
+                writer.save_pt(tmp, config, weights, consume, origin=origin)
             elif fmt == "nn-transformer":
                 from transformer_parity.layouts import nn_transformer
                 nn_transformer.save_nn_transformer(tmp, config, weights, consume)
             else:
-                writer.save_weights_h5(tmp, config, weights, on_tensor, consume)
+                writer.save_weights_h5(tmp, config, weights, on_tensor, consume, origin=origin)
     except ImportError as exc:
         raise UsageError(f"writing {fmt} needs {exc.name}, which is not installed") from None
     return path, fmt

@@ -206,12 +206,16 @@ def read_canonical(path: str | os.PathLike, on_tensor: Callable[[str, int], None
 
 
 def write_canonical(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
-                    on_tensor: Callable[[str, int], None] | None = None, consume: bool = False) -> None:
+                    on_tensor: Callable[[str, int], None] | None = None, consume: bool = False,
+                    origin: str | None = None) -> None:
     """Write weights in `parameter_shapes` order with the config in the metadata, tensor by tensor, to `path`
     (the caller owns atomicity: pass a temporary path and rename it). `consume=True` deletes each entry of
-    `weights` (a dict) once written."""
+    `weights` (a dict) once written. `origin`: the external family the weights came from (`hf-phi3`), kept so that
+    a later export writes that family again."""
     rn.validate_weights(config, weights)
     metadata = {"format": FORMAT_TAG, "format_version": FORMAT_VERSION, "config": config.to_json()}
+    if origin is not None:
+        metadata["origin"] = origin
     write_tensors(path, weights, list(rn.parameter_shapes(config)), metadata, on_tensor, consume)
 
 
