@@ -12,9 +12,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "parity_tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from test_task_heads import CASES, task_dir  # noqa: E402
+from parity_tests.test_task_heads import CASES, task_dir  # noqa: E402
 
 from transformer_parity.cli import main  # noqa: E402
 

@@ -24,6 +24,8 @@ import reference_numpy as rn
 from transformer_parity import formats
 from transformer_parity.cli import main
 
+from .support.hf_models import perturbed
+
 keras_hub = pytest.importorskip("keras_hub")
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -45,15 +47,7 @@ _cache: dict = {}
 def hf_dir(name: str, tmp_path_factory):
     """A `save_pretrained` directory of model `name`, built once, every parameter perturbed by 0.1 N(0, 1)."""
     if name not in _cache:
-        cls_name, config_name, settings = MODELS[name]
-        torch.manual_seed(sum(map(ord, name)))
-        model = getattr(transformers, cls_name)(getattr(transformers, config_name)(**settings)).eval()
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(0.1 * torch.randn_like(p))
-        path = tmp_path_factory.mktemp(name) / "model"
-        model.save_pretrained(path)
-        _cache[name] = path
+        _cache[name] = perturbed(*MODELS[name], name, tmp_path_factory.mktemp(name))[1]
     return _cache[name]
 
 

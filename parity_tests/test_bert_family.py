@@ -19,6 +19,7 @@ import reference_numpy as rn
 from transformer_parity import cli, formats
 from transformer_parity.layouts import hf_dir
 
+from .support.hf_models import perturbed
 from .tolerances import property_atol
 
 transformers = pytest.importorskip("transformers")
@@ -53,15 +54,7 @@ def hf_model(name: str, tmp_path_factory):
     """`(transformers model in eval mode, its save_pretrained directory)`, built once per session, every parameter
     perturbed by 0.1 N(0, 1)."""
     if name not in _cache:
-        cls_name, config_name, settings, _ = MODELS[name]
-        torch.manual_seed(sum(map(ord, name)))
-        model = getattr(transformers, cls_name)(getattr(transformers, config_name)(**settings)).eval()
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(0.1 * torch.randn_like(p))
-        path = tmp_path_factory.mktemp(name) / "model"
-        model.save_pretrained(path)
-        _cache[name] = model, path
+        _cache[name] = perturbed(*MODELS[name][:3], name, tmp_path_factory.mktemp(name))
     return _cache[name]
 
 

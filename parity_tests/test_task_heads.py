@@ -18,6 +18,8 @@ import pytest
 import reference_numpy as rn
 from transformer_parity import formats
 from transformer_parity.cli import main
+
+from .support.hf_models import perturbed
 from transformer_parity.layouts import HF_LAYOUTS, hf_layout, hf_tasks
 
 torch = pytest.importorskip("torch")
@@ -59,13 +61,7 @@ def task_dir(arch: str, tmp_path_factory) -> Path:
         extra = {} if names is None else {"id2label": dict(enumerate(names)), "label2id": {n: i for i, n in
                                                                                            enumerate(names)},
                                           "problem_type": "single_label_classification"}
-        torch.manual_seed(sum(map(ord, arch)))
-        model = getattr(transformers, arch)(getattr(transformers, config_class)(**settings, **extra)).eval()
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(0.1 * torch.randn_like(p))
-        _built[arch] = tmp_path_factory.mktemp(arch) / "model"
-        model.save_pretrained(_built[arch])
+        _built[arch] = perturbed(arch, config_class, {**settings, **extra}, arch, tmp_path_factory.mktemp(arch))[1]
     return _built[arch]
 
 
