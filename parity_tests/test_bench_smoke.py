@@ -237,9 +237,12 @@ def test_the_pytest_benchmark_suite_writes_valid_json_with_its_rate(tmp_path):
     pytest.importorskip("pytest_benchmark")
     test = "benchmarks/test_attention_bench.py::test_smoke_tiny"
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", test, "--benchmark-only", "-q", "-p", "no:cacheprovider",
+        # one process, as pytest-benchmark needs: without the suite's workers (-n) and outside the worker this runs in
+        [sys.executable, "-m", "pytest", test, "--benchmark-only", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "-o", "addopts=",
          f"--benchmark-json={tmp_path / 'bench.json'}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "BENCH_ROUNDS": "3"})
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}, "BENCH_ROUNDS": "3"})
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     data = json.loads((tmp_path / "bench.json").read_text())
     assert {"machine_info", "commit_info", "benchmarks", "datetime", "version"} <= set(data)

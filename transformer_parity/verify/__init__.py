@@ -434,7 +434,9 @@ def _choose_source(first, spec: str | None, expect, builtin: bool, others=()):
         if first is None:
             raise UsageError(f"{'--source' if spec else '--expect'} judges a checkpoint's weights against the model "
                              "they came from; give the checkpoint")
-        return (sources.from_file(spec) if spec else sources.from_expect(expect, first.config)), None
+        from transformer_parity.verify import probes
+
+        return (sources.from_file(spec) if spec else probes.from_expect(expect, first.config)), None
     if first is None:
         return None, "no source given (seeded weights have none)"
     if not builtin:
@@ -476,7 +478,9 @@ def write_probe(path: str | os.PathLike, checkpoints: Sequence[str | os.PathLike
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     probe = sources.batch_of(config, src, tgt, types)
-    sources.write_probe(path, probe, force)
+    from transformer_parity.verify import probes
+
+    probes.write_probe(path, probe, force)
     return probe
 
 
