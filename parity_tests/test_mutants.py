@@ -63,7 +63,8 @@ def test_each_named_test_fails_under_its_mutant(monkeypatch):
     """One nested session runs every named test, each with its own mutant planted."""
     monkeypatch.chdir(REPO)
     planted = Planted({test: key for key, test in CAUGHT_BY.items()})
-    code = pytest.main([*CAUGHT_BY.values(), "-q", "-p", "no:cacheprovider", "--no-header", "--tb=no"],
+    code = pytest.main([*CAUGHT_BY.values(), "-q", "-p", "no:cacheprovider", "--no-header", "--tb=no",
+                        "-n", "0"],  # in this process, where the plugin plants the mutants (not in -n workers)
                        plugins=[planted])
     survived = [f"{m} in {b}: {CAUGHT_BY[m, b]} {planted.outcomes.get(CAUGHT_BY[m, b], 'did not run')}"
                 for m, b in CAUGHT_BY if planted.outcomes.get(CAUGHT_BY[m, b]) != "failed"]
