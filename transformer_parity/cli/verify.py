@@ -114,7 +114,8 @@ def cmd_verify(args) -> int:
                             formats=declared or None,
                             dtype=args.dtype, **shape, progress=progress, outputs_only=args.outputs_only,
                             autocast=args.autocast, source=args.source, expect=args.expect,
-                            builtin_source=not args.no_source, allow_drop=args.allow_drop, stream=args.stream)
+                            builtin_source=not args.no_source, allow_drop=args.allow_drop, stream=args.stream,
+                            cover=args.cover)
     finally:
         if status is not None:
             status.stop()
@@ -176,6 +177,10 @@ def register(sub) -> None:
     p.add_argument("--expect", metavar="FILE.npz",
                    help="judge against outputs computed elsewhere: a --write-probe file with the model's 'output' "
                         "added (and optional intermediates under canonical names)")
+    p.add_argument("--cover", action="store_true",
+                   help="probe lengths that run every length-dependent path the config declares (past a sliding "
+                        "window or a late rope scaling, every learned position); without it the verdict lists what "
+                        "the probe did not exercise")
     p.add_argument("--no-source", action="store_true",
                    help="skip the built-in source (transformers for a Hugging Face directory, keras_hub for a KerasHub "
                         "preset, torch.nn for an nn-transformer file): the verdict is then self-consistent only")

@@ -34,6 +34,7 @@ import numpy as np
 import reference_numpy as rn
 
 from transformer_parity.errors import UsageError
+from transformer_parity.verify import coverage
 from .tolerances import (EPS32, EPS64, PAIR_RATIO_LIMIT, RATIO_LIMIT, compare, floors,  # noqa: F401 (the rule)
                          max_abs)
 
@@ -178,7 +179,8 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
                   seconds=seconds, problems=problems,
                   sources=[{"label": r.label, "name": source.name, "kind": source.kind,
                             "dtype": str(r.outputs[output_name(judge)].dtype)} for r in runs],
-                  self_consistent=None if source is not None else self_consistent, approximations=findings)
+                  self_consistent=None if source is not None else self_consistent, approximations=findings,
+                  not_exercised=coverage.not_exercised(config, src, tgt if config.is_encoder_decoder else None, types))
 
 
 def _run_source(source, config, judge, inputs, seconds: dict[str, float], progress: Progress | None) -> list:
@@ -245,7 +247,7 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         batch: int = 2, src_len: int | None = None, tgt_len: int | None = None, seed: int = 0,
         progress: Progress | None = None, outputs_only: bool = False, autocast: bool = False,
         source: str | None = None, expect: str | os.PathLike | None = None, builtin_source: bool = True,
-        allow_drop: Sequence[str] = (), stream: str = "auto") -> Report:
+        allow_drop: Sequence[str] = (), stream: str = "auto", cover: bool = False) -> Report:
     """Verify checkpoints (or, with none, the `preset` with seeded weights).
 
     - no checkpoint: seeded weights for `preset` (with `fields` applied) in every backend;
@@ -260,6 +262,8 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
     of inputs and outputs computed elsewhere), or by default the built-in one for its kind (`builtin_source`).
     `stream`: `on` runs one block at a time (`verify.streamed`: a model larger than memory, no source run), `off`
     the whole model, `auto` (the default) streams one checkpoint whose whole-model run would not fit in memory.
+    `cover`: lengths that run every length-dependent path the config declares (`coverage.cover_lengths`): past a
+    sliding window, past a late rope scaling, every learned position.
     """
     from transformer_parity import formats as fmt
 
@@ -340,7 +344,7 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         if streaming:
             from transformer_parity.verify import streamed
 
-            src_len, tgt_len = default_lengths(config, src_len, tgt_len, notes)
+            src_len, tgt_len = _lengths(config, src_len, tgt_len, notes, cover)
             why = ("no source given (seeded weights have none)" if first is None else
                    "--no-source" if not builtin_source else None)
             report = streamed.report(reference, subjects, dtype, batch, src_len, tgt_len, seed, progress, notes, why)
@@ -349,7 +353,7 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
     oracle, self_consistent = _choose_source(first, source, expect, builtin_source,
                                              loaded[1:] if len(checkpoints) >= 2 else ())
     if oracle is None or oracle.inputs is None:
-        src_len, tgt_len = default_lengths(reference.config, src_len, tgt_len, notes)
+        src_len, tgt_len = _lengths(reference.config, src_len, tgt_len, notes, cover)
     else:  # --expect: the file's own inputs, whatever the lengths say
         src_len, tgt_len = DEFAULT_SHAPE["src_len"], DEFAULT_SHAPE["tgt_len"]
     weight_rows = None
@@ -395,6 +399,20 @@ def _too_large_whole(item, dtype: str, batch: int, src_len: int | None, tgt_len:
     copies = 3 + (2 if dtype == "float64" else 1) * backends
     need = limits.estimate_bytes(item.config, batch, s, t, itemsize=4, weight_copies=copies, traces=copies)
     return need > limits.available_bytes()
+
+
+def _lengths(config: rn.TransformerConfig, src_len: int | None, tgt_len: int | None, notes: list[str],
+             cover: bool) -> tuple[int, int]:
+    """`default_lengths`, lengthened by `--cover` to what runs every length-dependent path (a note says so)."""
+    s, t = default_lengths(config, src_len, tgt_len, notes)
+    if cover:
+        s2, t2 = coverage.cover_lengths(config, s, t)
+        if (s2, t2) != (s, t):
+            notes.append(f"--cover: lengths {s2}" + (f" and {t2}" if config.is_encoder_decoder else "") +
+                         f" (from {s}" + (f" and {t}" if config.is_encoder_decoder else "") + "), to run every "
+                         "length-dependent path the config declares")
+        s, t = s2, t2
+    return s, t
 
 
 def default_lengths(config: rn.TransformerConfig, src_len: int | None, tgt_len: int | None,

@@ -242,6 +242,8 @@ def print_report(report: "Report", console: "Console") -> None:
         console.print(f"[yellow]config differs[/] {escape(line)}", soft_wrap=True)
     for line in report.notes:
         console.print(f"note: {line}", markup=False, soft_wrap=True)
+    for line in report.not_exercised:  # a PASS speaks for the paths the probe ran through (verify --cover)
+        console.print(f"not exercised: {line}", markup=False, soft_wrap=True)
 
 
 def to_json_text(report: "Report") -> str:
@@ -264,6 +266,7 @@ def to_json(report: "Report") -> dict[str, Any]:
         "inputs": report.inputs,
         "tolerance": _tolerance_json(report.dtype),
         "config_differences": report.config_differences, "notes": report.notes, "problems": report.problems,
+        "not_exercised": report.not_exercised,
         "weights": weight_diff.to_json(report.weights, report.weights_compared),
         "seconds": {k: round(v, 3) for k, v in report.seconds.items()},
         "rows": [r.to_json() for r in report.rows],

@@ -80,6 +80,7 @@ class Report:
     sources: list[dict[str, str]] = field(default_factory=list)  # label, name, kind, dtype of each source run
     self_consistent: str | None = "no source given"  # why no source judged the outputs (None: one did)
     approximations: list[dict[str, Any]] = field(default_factory=list)  # `approximation.judge`'s findings
+    not_exercised: list[str] = field(default_factory=list)  # paths the probe left out (`verify.coverage`)
 
     @property
     def passed(self) -> bool:
