@@ -64,3 +64,13 @@ def test_each_input_dependent_path_is_named_when_the_probe_leaves_it_out():
         late, np.ones((1, 20), int), None, None)[0]
     assert coverage.not_exercised(late, np.ones((1, 21), int), None, None) == []
     assert coverage.cover_lengths(late, 11, 11) == (21, 11)
+
+
+def test_a_streamed_verify_says_what_it_exercised_and_covers_it(mistral, tmp_path):
+    report = tmp_path / "report.json"
+    for extra, window_exercised in (([], False), (["--cover"], True)):
+        assert main(["--quiet", "verify", str(mistral), "--stream", "on", "--src-len", "11", "--json", str(report),
+                     "--force", *extra]) == 0
+        data = json.loads(report.read_text())
+        assert data["mode"] == "layer-streamed"
+        assert any("sliding window" in line for line in data["not_exercised"]) != window_exercised

@@ -28,6 +28,7 @@ from reference_numpy import blocks as rb
 
 from transformer_parity.errors import UsageError
 from transformer_parity.io.limits import human_bytes
+from . import coverage
 from .results import JUDGE, Report, Subject, nonfinite_problems, port_rows, recorded_inputs
 from .tolerances import PAIR_RATIO_LIMIT, RATIO_LIMIT, floors
 
@@ -141,5 +142,6 @@ def report(reference: Subject, subjects: Sequence[Subject], dtype: str, batch: i
                   notes=[f"{MODE}: {len(rb.blocks(config))} blocks run one at a time (largest {block.name}, "
                          f"{limits.human_bytes(stored)} of weights)"] + list(notes),
                   seconds=seconds, problems=problems, mode=MODE,
+                  not_exercised=coverage.not_exercised(config, src, tgt if config.is_encoder_decoder else None, types),
                   self_consistent=self_consistent or "a layer-streamed run does not load the source library, which "
                                                      "would hold the whole model")
