@@ -201,3 +201,17 @@ def test_a_keras_hub_text_classifier_matches_keras_hub_and_goes_to_transformers(
     assert main(["--quiet", "convert", str(tmp_path / "hf"), str(tmp_path / "again"), "--to", "kerashub"]) == 0
     again = keras_hub.models.TextClassifier.from_preset(str(tmp_path / "again"))
     np.testing.assert_array_equal(np.asarray(again(inputs)), np.asarray(task(inputs)))
+
+
+def test_a_head_keras_hub_has_no_class_for_is_refused_as_such_not_as_an_approximation(tmp_path_factory, tmp_path,
+                                                                                      capsys):
+    """ALBERT's GELU is an accepted approximation away from KerasHub's, but KerasHub has no multiple-choice class:
+    the refusal names the head, with or without --accept-approximation (the approximation's plan asks the family
+    through its text classifier, as the export does)."""
+    path = task_dir("AlbertForMultipleChoice", tmp_path_factory)
+    for extra in ([], ["--accept-approximation", "gelu_tanh"]):
+        capsys.readouterr()
+        assert main(["convert", str(path), str(tmp_path / "preset"), "--to", "kerashub-albert", *extra]) == 2
+        err = capsys.readouterr().err
+        assert "a choice head reading pooler (KerasHub AlbertTextClassifier has classifier='sequence'" in err, err
+        assert not (tmp_path / "preset").exists()

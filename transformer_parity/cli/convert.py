@@ -220,7 +220,7 @@ def _approximations(args, loaded, out_format: str, notes: list[str]):
         if accepted:  # the record settles it: the source's settings restored, or the record carried on
             raise UsageError(f"--accept-approximation {accepted[0]}: this preset records its accepted approximation(s) "
                              f"{', '.join(held.names)}; writing it as {out_format} needs no other")
-        return _held(held, loaded, out_format in HF_FORMATS, out_format in KERASHUB_DIRS, notes)
+        return _held(held, loaded, out_format in HF_FORMATS, notes)
     plan = kh.export_plan(loaded.config, out_format) if out_format in KERASHUB_DIRS else \
         hf.export_plan(loaded.config, out_format) if out_format in HF_FORMATS else None
     if plan is None:
@@ -231,7 +231,7 @@ def _approximations(args, loaded, out_format: str, notes: list[str]):
                 hf.family_for_export(loaded.config, out_format)
             raise UsageError(f"--accept-approximation {accepted[0]}: this model needs no approximation to be written "
                              f"as {out_format}")
-        return _held(held, loaded, out_format in HF_FORMATS, out_format in KERASHUB_DIRS, notes)
+        return None
     extra = [name for name in accepted if name not in plan.names]
     if extra:
         raise UsageError(f"--accept-approximation {extra[0]}: this model does not need it to be written as "
@@ -250,11 +250,10 @@ def _approximations(args, loaded, out_format: str, notes: list[str]):
     return Record(plan.names, list(plan.says), plan.source_settings, plan.target_settings, gap.to_json())
 
 
-def _held(record, loaded, to_hf: bool, to_kerashub: bool, notes: list[str]):
-    """A preset's record of accepted approximations on the way out: a Hugging Face export computes the source's
-    settings again (`Record.restore`), a KerasHub one carries the record on; None: nothing to write."""
-    if record is None or not record.holds(loaded.config, "target"):
-        return None
+def _held(record, loaded, to_hf: bool, notes: list[str]):
+    """A preset's record of accepted approximations (which its config still computes) on the way out: a Hugging
+    Face export computes the source's settings again (`Record.restore`), a KerasHub one carries the record on; None:
+    nothing to write."""
     if to_hf:
         from transformer_parity.layouts.approximations import settings_text
 
@@ -263,7 +262,7 @@ def _held(record, loaded, to_hf: bool, to_kerashub: bool, notes: list[str]):
         notes.append(f"restored the source's {settings} from the preset's record of the accepted approximation(s) "
                      f"{', '.join(record.names)} (the preset computes the approximation)")
         return None
-    return record if to_kerashub else None
+    return record
 
 
 def _measure(source, plan, weights):

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import Any, Callable
 
 # format name -> module: the Hugging Face families (model directories, `hf.py` reads and writes them) ...
 HF_LAYOUTS = {
@@ -108,6 +109,21 @@ def canonical_only(config, module: ModuleType | None = None) -> list[str]:
     return problems
 
 
+class Viewed:
+    """A family module whose export checks are a task head's (`hf_tasks.export_problems`,
+    `kerashub_classifiers.export_problems`), as `first_exporter` and `approximations.plan` ask a family; every other
+    attribute is the module's own (`module` is the module itself)."""
+
+    def __init__(self, module: ModuleType, problems: Callable[[ModuleType, Any], list[str]]):
+        self.module, self._problems = module, problems
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.module, name)
+
+    def export_problems(self, config) -> list[str]:
+        return self._problems(self.module, config)
+
+
 def first_exporter(names, load, config, what: str) -> ModuleType:
     """The first of the layout modules `load(name)` whose `export_problems(config)` is empty; otherwise a
     `ValueError` that says, for each, why this model has no `what` equivalent."""
@@ -116,7 +132,7 @@ def first_exporter(names, load, config, what: str) -> ModuleType:
         module = load(name)
         problems[name] = canonical_only(config, module) + module.export_problems(config)
         if not problems[name]:
-            return module
+            return module.module if isinstance(module, Viewed) else module
     raise ValueError(f"this model has no {what} equivalent here: " + "; ".join(
         f"as {name}: {', '.join(p)}" for name, p in problems.items()))
 

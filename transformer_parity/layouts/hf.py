@@ -193,38 +193,35 @@ def _legacy_norm_names(state: dict[str, np.ndarray]) -> int:
 
 def family_for_export(config: rn.TransformerConfig, declared: str | None = None):
     """The family a canonical config is written as: `declared` (`hf-bert`), or the one that can express it."""
-    from . import HF_LAYOUTS, first_exporter, hf_layout
+    from . import HF_LAYOUTS, first_exporter
 
     names = [n for n in HF_LAYOUTS if declared in (None, "hf", n)]
     if not names:
         raise ValueError(f"unknown Hugging Face format {declared!r}; choose hf or one of {', '.join(HF_LAYOUTS)}")
-    if hf_tasks.has_head(config):  # a task class: one of a family's heads on its base model
-        return first_exporter(names, lambda name: _TaskFamily(hf_layout(name)), config, "Hugging Face").family
-    return first_exporter(names, hf_layout, config, "Hugging Face")
+    return first_exporter(names, _exporter(config), config, "Hugging Face")
 
 
-class _TaskFamily:
-    """A family seen through its task heads (`hf_tasks`), as `first_exporter` asks a family."""
+def _exporter(config: rn.TransformerConfig):
+    """How a family is loaded to be asked whether it writes `config`: with a task head (`hf_tasks`), through its
+    task classes."""
+    from . import Viewed, hf_layout
 
-    def __init__(self, family):
-        self.family, self.NAME = family, family.NAME
-        self.EXPRESSES = getattr(family, "EXPRESSES", ())
-
-    def export_problems(self, config: rn.TransformerConfig) -> list[str]:
-        return hf_tasks.export_problems(self.family, config)
+    if hf_tasks.has_head(config):
+        return lambda name: Viewed(hf_layout(name), hf_tasks.export_problems)
+    return hf_layout
 
 
 def export_plan(config: rn.TransformerConfig, declared: str | None = None):
     """The `approximations.Plan` of a model that no family (of `declared`: hf or one family) takes as it is but one
     takes once its approximations are applied; None where one takes it exactly, or none even so."""
-    from . import HF_LAYOUTS, approximations, hf_layout
+    from . import HF_LAYOUTS, approximations
 
     try:
         family_for_export(config, declared)
         return None
     except ValueError:
         pass
-    return approximations.plan([n for n in HF_LAYOUTS if declared in (None, "hf", n)], hf_layout, config)
+    return approximations.plan([n for n in HF_LAYOUTS if declared in (None, "hf", n)], _exporter(config), config)
 
 
 def read_record(path: str | os.PathLike):

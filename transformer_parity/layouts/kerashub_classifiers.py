@@ -88,20 +88,15 @@ def serialized(module, task: str) -> tuple[str, str]:
     return path.replace("_backbone", "_text_classifier"), name.replace("_backbone", "_text_classifier")
 
 
-class Exporter:
-    """A family seen through its classifier, as `first_exporter` asks a family."""
-
-    def __init__(self, module):
-        self.module, self.NAME = module, module.NAME
-        self.EXPRESSES = getattr(module, "EXPRESSES", ())
-
-    def export_problems(self, config: rn.TransformerConfig) -> list[str]:
-        if not matches(self.module, config):
-            found = of(self.module)
-            return [f"a {config.classifier} head reading {config.classifier_input} (KerasHub "
-                    f"{found[0] if found else self.module.BACKBONE + ' has no classifier'}"
-                    + (f" reads {found[1].fields['classifier_input']})" if found else ")")]
-        return self.module.export_problems(base(config))
+def export_problems(module, config: rn.TransformerConfig) -> list[str]:
+    """Why a classifier config is not `module`'s text classifier on its backbone (empty if it is)."""
+    if not matches(module, config):
+        found = of(module)
+        if found is None:
+            return [f"a {config.classifier} head (KerasHub {module.BACKBONE} has no text classifier)"]
+        wanted = ", ".join(f"{k}={v!r}" for k, v in found[1].fields.items())
+        return [f"a {config.classifier} head reading {config.classifier_input} (KerasHub {found[0]} has {wanted})"]
+    return module.export_problems(base(config))
 
 
 def task_config(config: rn.TransformerConfig, task: str) -> dict[str, Any]:

@@ -346,9 +346,17 @@ def family_for_export(config: rn.TransformerConfig, declared: str | None = None)
     from . import first_exporter
 
     names = [n for n in PRESETS[1:] if declared in (None, "kerashub", n)] or [declared]
-    if config.classifier is not None:  # a text classifier on a family's backbone
-        return first_exporter(names, lambda name: classifiers.Exporter(family(name)), config, "KerasHub").module
-    return first_exporter(names, family, config, "KerasHub")
+    return first_exporter(names, _exporter(config), config, "KerasHub")
+
+
+def _exporter(config: rn.TransformerConfig):
+    """How a family is loaded to be asked whether it writes `config`: a classifier through its text classifier
+    (`kerashub_classifiers`)."""
+    from . import Viewed
+
+    if config.classifier is not None:
+        return lambda name: Viewed(family(name), classifiers.export_problems)
+    return family
 
 
 def export_plan(config: rn.TransformerConfig, declared: str | None = None):
@@ -361,7 +369,8 @@ def export_plan(config: rn.TransformerConfig, declared: str | None = None):
         return None
     except ValueError:
         pass
-    return approximations.plan([n for n in PRESETS[1:] if declared in (None, "kerashub", n)], family, config)
+    return approximations.plan([n for n in PRESETS[1:] if declared in (None, "kerashub", n)], _exporter(config),
+                               config)
 
 
 def known_approximations() -> list[str]:
