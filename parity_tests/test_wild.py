@@ -200,21 +200,28 @@ def test_a_tf_weight_stored_twice_with_different_values_is_refused(tmp_path, cap
     assert "is stored twice with different values" in _refusal(path, capsys)
 
 
-@pytest.mark.parametrize("fault", ["external-link", "oversized"])
-def test_a_tf_weight_that_is_a_link_or_larger_than_the_file_is_refused(tmp_path, capsys, fault):
+@pytest.mark.parametrize("fault, want", [
+    ("external-link", "is an external link (to /etc/hostname:/x); refusing to read another file"),
+    ("oversized", "needs 1073741824 bytes but stores 0 (the rest would be fill values)"),
+    ("compressed", "uses HDF5 filters ['deflate']"),  # a dataset that would expand beyond the file
+], ids=["external-link", "oversized", "compressed"])
+def test_a_tf_weight_that_is_a_link_or_larger_than_the_file_is_refused(tmp_path, capsys, fault, want):
+    """The hardened HDF5 reader's checks (`tf_impl.checkpoints`), run on the whole file before a weight is read."""
     import h5py
 
     path = _corpus_copy(tmp_path, "gpt2-lm-tf")
     with h5py.File(path / hf_dir.TF_H5, "r+") as f:
         node = _h5_weight(f, "ln_f/gamma:0")[0]
         group, leaf = node.parent, node.name.rpartition("/")[2]
+        values = node[()]
         del group[leaf]
         if fault == "external-link":
             group[leaf] = h5py.ExternalLink("/etc/hostname", "/x")
-        else:
+        elif fault == "oversized":
             group.create_dataset(leaf, shape=(1 << 28,), dtype="float32")  # 1 GiB declared, nothing written
+        else:
+            group.create_dataset(leaf, data=values, compression="gzip")
     err = _refusal(path, capsys)
-    want = "is a link or stored outside the file" if fault == "external-link" else "more than the whole file"
     assert "ln_f/gamma:0" in err and want in err, err
 
 

@@ -37,7 +37,7 @@ import numpy as np
 TF_WEIGHTS = "tf_model.h5"
 FLAX_WEIGHTS = "flax_model.msgpack"
 SHARD_SCOPE = "model_scope"  # stands for the scope a sharded tf_model.h5 leaves out (the first level, dropped anyway)
-# Array types a Hugging Face checkpoint holds, by the names NumPy (TF's h5) and Flax write them under.
+# Array types a Flax checkpoint holds, by the names flax writes them under.
 _DTYPES = {"float16", "float32", "float64", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool"}
 
 
@@ -104,8 +104,12 @@ def read_keras2_h5(file: str | Path) -> list[tuple[str, np.ndarray]]:
 
 
 def _read_h5(file: str | Path) -> tuple[list[tuple[str, np.ndarray]], bool]:
-    """`(read_keras2_h5's list, whether the file is a transformers shard)`."""
+    """`(read_keras2_h5's list, whether the file is a transformers shard)`. The whole file is checked first by the
+    hardened HDF5 reader's checks (`tf_impl.checkpoints._check_h5_layout`: no links, external storage, virtual
+    datasets or filters, float data stored in full, no more bytes declared than the file holds)."""
     import h5py
+
+    from tf_impl import checkpoints as kc
 
     file = Path(file)
     try:
@@ -117,22 +121,18 @@ def _read_h5(file: str | Path) -> tuple[list[tuple[str, np.ndarray]], bool]:
         if "layer_names" not in f.attrs:
             raise ValueError(f"{file} has no layer_names attribute, so it is not a Keras 2 save_weights file "
                              "(transformers 4's TF classes wrote tf_model.h5 so)")
-        size = file.stat().st_size
+        stored = kc._check_h5_layout(file, f, file.stat().st_size)  # every dataset: {path: shape}
         listed = _strings(f.attrs["layer_names"])
-        shard = bool(listed) and _stored_here(f, listed[0]) and isinstance(f.get(listed[0]), h5py.Dataset)
+        shard = bool(listed) and listed[0] in stored  # transformers' own shard: the weights listed at the root
         for layer in listed:
             group = f if shard else f.get(layer)
-            weights = [layer] if shard else _strings(getattr(group, "attrs", {}).get("weight_names", []))
             if not isinstance(group, h5py.Group):
                 raise ValueError(f"{file}: layer {layer!r} is listed in layer_names but has no group")
-            for weight in weights:
-                dataset = group.get(weight)
-                if not _stored_here(group, weight):
-                    raise ValueError(f"{file}: weight {weight!r} of layer {layer!r} is a link or stored outside the "
-                                     "file; refusing to follow it")
-                if not isinstance(dataset, h5py.Dataset):
+            for weight in [layer] if shard else _strings(group.attrs.get("weight_names", [])):
+                path = weight if shard else f"{layer}/{weight}"
+                if path not in stored:
                     raise ValueError(f"{file}: weight {weight!r} of layer {layer!r} is listed but not stored")
-                out.append((weight, _dataset(dataset, weight if shard else f"{layer}/{weight}", file, size)))
+                out.append((weight, np.asarray(kc.read_dataset(f[path]))))
     if not out:
         raise ValueError(f"{file} holds no weights")
     return out, shard
@@ -169,32 +169,6 @@ def _conv1d_bias(weight: str, array: np.ndarray, names: set[str]) -> bool:
     """Whether `weight` is a `TFConv1D` bias: `(1, n)`, named `bias` beside a `weight` of the same layer."""
     layer, _, leaf = weight.rpartition("/")
     return leaf == "bias:0" and array.ndim == 2 and array.shape[0] == 1 and f"{layer}/weight:0" in names
-
-
-def _stored_here(group, name: str) -> bool:
-    """Every level of `name` a hard link, and the dataset's bytes in this file (no external or virtual storage)."""
-    import h5py
-
-    node = group
-    for part in name.split("/"):
-        if part and not isinstance(node.get(part, getlink=True), (h5py.HardLink, type(None))):
-            return False
-        node = node.get(part) if part else node
-        if node is None:
-            return True  # missing: reported as such by the caller
-    return not (isinstance(node, h5py.Dataset) and (node.external or node.is_virtual))
-
-
-def _dataset(dataset, where: str, file: Path, file_size: int) -> np.ndarray:
-    """A dataset's array, its declared size checked against the file before it is read."""
-    dtype = dataset.dtype
-    if dtype.name not in _DTYPES:
-        raise ValueError(f"{file}: {where} has dtype {dtype}, which no checkpoint weight has")
-    declared = math.prod(dataset.shape) * dtype.itemsize
-    if dataset.compression is None and declared > file_size:
-        raise ValueError(f"{file}: {where} declares shape {dataset.shape} ({declared} bytes), more than the whole "
-                         f"file ({file_size} bytes)")
-    return dataset[()]
 
 
 # --- flax_model.msgpack -----------------------------------------------------------------------------------------------
