@@ -180,7 +180,7 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
                   sources=[{"label": r.label, "name": source.name, "kind": source.kind,
                             "dtype": str(r.outputs[output_name(judge)].dtype)} for r in runs],
                   self_consistent=None if source is not None else self_consistent, approximations=findings,
-                  not_exercised=coverage.not_exercised(config, src, tgt if config.is_encoder_decoder else None, types))
+                  not_exercised=coverage.not_exercised(config, src, tgt, types))
 
 
 def _run_source(source, config, judge, inputs, seconds: dict[str, float], progress: Progress | None) -> list:
@@ -404,15 +404,15 @@ def _too_large_whole(item, dtype: str, batch: int, src_len: int | None, tgt_len:
 def _lengths(config: rn.TransformerConfig, src_len: int | None, tgt_len: int | None, notes: list[str],
              cover: bool) -> tuple[int, int]:
     """`default_lengths`, lengthened by `--cover` to what runs every length-dependent path (a note says so)."""
-    s, t = default_lengths(config, src_len, tgt_len, notes)
-    if cover:
-        s2, t2 = coverage.cover_lengths(config, s, t)
-        if (s2, t2) != (s, t):
-            notes.append(f"--cover: lengths {s2}" + (f" and {t2}" if config.is_encoder_decoder else "") +
-                         f" (from {s}" + (f" and {t}" if config.is_encoder_decoder else "") + "), to run every "
-                         "length-dependent path the config declares")
-        s, t = s2, t2
-    return s, t
+    given = default_lengths(config, src_len, tgt_len, notes)
+    covered = coverage.cover_lengths(config, *given) if cover else given
+    if covered != given:
+        def shown(lengths):  # the one sequence's length, or both of an encoder-decoder
+            return " and ".join(map(str, lengths if config.is_encoder_decoder else lengths[:1]))
+
+        notes.append(f"--cover: lengths {shown(covered)} (from {shown(given)}), to run every length-dependent path "
+                     "the config declares")
+    return covered
 
 
 def default_lengths(config: rn.TransformerConfig, src_len: int | None, tgt_len: int | None,

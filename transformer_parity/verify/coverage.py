@@ -26,7 +26,7 @@ def _threshold(config: rn.TransformerConfig) -> int | None:
 def not_exercised(config: rn.TransformerConfig, src: np.ndarray, tgt: np.ndarray | None,
                   types: np.ndarray | None) -> list[str]:
     """The input-dependent paths of `config` that the probe `(src, tgt, types)` did not run through, one phrase each
-    (empty: it ran through every one this module knows)."""
+    (empty: it ran through every one this module knows); `tgt` counts only for an encoder-decoder."""
     seqs = [src] if tgt is None or not config.is_encoder_decoder else [src, tgt]
     longest = max(s.shape[1] for s in seqs)
     out = []

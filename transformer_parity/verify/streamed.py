@@ -142,6 +142,6 @@ def report(reference: Subject, subjects: Sequence[Subject], dtype: str, batch: i
                   notes=[f"{MODE}: {len(rb.blocks(config))} blocks run one at a time (largest {block.name}, "
                          f"{limits.human_bytes(stored)} of weights)"] + list(notes),
                   seconds=seconds, problems=problems, mode=MODE,
-                  not_exercised=coverage.not_exercised(config, src, tgt if config.is_encoder_decoder else None, types),
+                  not_exercised=coverage.not_exercised(config, src, tgt, types),
                   self_consistent=self_consistent or "a layer-streamed run does not load the source library, which "
                                                      "would hold the whole model")
