@@ -1,8 +1,9 @@
 """The wild corpus (`parity_tests/wild/`, written by `benchmarks/wild_corpus.py` in side environments that held the
 old libraries): tiny checkpoints saved by transformers 4.26 / 4.30 (PyTorch `pytorch_model.bin`, TF 2.13
-`tf_model.h5`, Flax 0.7 `flax_model.msgpack`; base models and fine-tuned task models), a hand-written tf.keras (Keras 2) model's `save_weights` `.h5` and
-keras-nlp 0.12 presets, each with the outputs its own library computed on the probe ids (`probe.npz`) and the library
-versions (`versions.json`). None of those libraries is installed here: the files are read as data.
+`tf_model.h5`, Flax 0.7 `flax_model.msgpack`; base models and fine-tuned task models), a hand-written tf.keras
+(Keras 2) model's `save_weights` `.h5` and keras-nlp 0.12 presets, each with the outputs its own library computed on
+the probe ids (`probe.npz`) and the library versions (`versions.json`). None of those libraries is installed here:
+the files are read as data.
 
 Every checkpoint converts to Keras, and the converted file, run by our NumPy, PyTorch and Keras twins, gives the
 source library's recorded outputs within WILD_ATOL; its weights read back bit for bit as the source's.

@@ -2,15 +2,17 @@
 one at a time, so that a model larger than memory can still be judged.
 
 A block is an embedding, one encoder or decoder layer, a stack's final norm, the pooler (and BERT's next-sentence
-scores on it), the head transform, the output projection or a classifier. `blocks(config)` lists them in execution order, `block_parameters(config, block)` names the
-canonical weights each one reads, and `run_block` runs one in NumPy on a `state` that carries the hidden states
-from block to block. Running every block in turn records exactly what `Transformer.trace` records (the names and,
-in float64, the values: `parity_tests/test_streamed_verify.py`). The twins have the same function
+scores on it), the head transform, the output projection or a classifier. `blocks(config)` lists them in execution
+order, `block_parameters(config, block)` names the canonical weights each one reads, and `run_block` runs one in
+NumPy on a `state` that carries the hidden states from block to block. Running every block in turn records exactly
+what `Transformer.trace` records (the names and, in float64, the values:
+`parity_tests/test_streamed_verify.py`). The twins have the same function
 (`torch_impl.blocks`, `tf_impl.blocks`).
 
 `state` holds the inputs (`src_ids`, `tgt_ids` and `src_type_ids` where the model reads them) and what the blocks
 pass on: `x`, the hidden states `(B, T, D)`; `memory`, the encoder's output, once the decoder starts (`begin`,
-called before each block); `pooled`, the pooler's output, which a classifier may read. After the last block, `final_record` adds what a bare backbone returns.
+called before each block); `pooled`, the pooler's output, which a classifier may read. After the last block,
+`final_record` adds what a bare backbone returns.
 """
 
 from __future__ import annotations

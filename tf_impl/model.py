@@ -351,7 +351,8 @@ class Classifier(ConfigSerializable, keras.layers.Layer):
         self.config = config
         self.dense = (keras.layers.Dense(config.d_model, dtype=self.dtype_policy, name="dense")
                       if config.classifier_dense else None)
-        self.activation = tf.math.tanh if config.classifier_dense == "tanh" else ACTIVATIONS.get(config.classifier_dense)
+        dense = config.classifier_dense
+        self.activation = tf.math.tanh if dense == "tanh" else ACTIVATIONS.get(dense)
 
     def build(self, x_shape):
         c = self.config

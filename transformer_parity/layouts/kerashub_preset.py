@@ -58,7 +58,8 @@ def _json(path: Path) -> dict[str, Any]:
 
 def is_preset(path: str | os.PathLike) -> bool:
     """A directory whose config.json is a serialized KerasHub object (`"registered_name": "keras_hub>..."`), or one
-    of keras-nlp, its name before keras-hub 0.16 (`keras_nlp>...`, the same classes and files). A config.json too large for any config file is refused here (`ValueError`), not taken for another format's."""
+    of keras-nlp, its name before keras-hub 0.16 (`keras_nlp>...`, the same classes and files). A config.json too
+    large for any config file is refused here (`ValueError`), not taken for another format's."""
     from transformer_parity.io.limits import FileTooLarge
 
     config = Path(path) / CONFIG
