@@ -44,6 +44,7 @@ HEADS = {  # the task heads (`classifier`, `next_sentence`): a block each, the l
     "bert-pretraining": ENCODER.replace(output_projection=True, tgt_vocab_size=TINY.src_vocab_size, pooler=True,
                                         head_transform=True, tie_embeddings=True, next_sentence=True),
     "bert-sequence-classifier": ENCODER.replace(pooler=True, classifier="sequence", num_labels=3),
+    "bert-next-sentence-alone": ENCODER.replace(pooler=True, next_sentence=True),
     "roberta-first-token-dense": ENCODER.replace(classifier="sequence", classifier_input="first",
                                                  classifier_dense="tanh", num_labels=5),
     "span": ENCODER.replace(classifier="span", num_labels=2),

@@ -55,9 +55,12 @@ _built: dict[str, Path] = {}
 def task_dir(arch: str, tmp_path_factory) -> Path:
     """A `save_pretrained` directory of `arch`, built once per session."""
     if arch not in _built:
-        family, task = arch.split("For")
+        family = max((f for f in FAMILIES if arch.startswith(f)), key=len)  # XLMRoberta, not Roberta
+        task = arch[len(family):].removeprefix("For")
         config_class, settings = FAMILIES[family]
         names = LABELS.get(task)
+        if arch.endswith(("LMHeadModel", "CausalLM")):  # BERT as a decoder: causal self-attention
+            settings = dict(settings, is_decoder=True)
         extra = {} if names is None else {"id2label": dict(enumerate(names)), "label2id": {n: i for i, n in
                                                                                            enumerate(names)},
                                           "problem_type": "single_label_classification"}
@@ -90,7 +93,9 @@ def transformers_logits(path: Path, arch: str, ids: np.ndarray, pad: int, config
     if arch.endswith("MultipleChoice"):  # one question, the rows its choices: (1, choices, length)
         inputs = {k: v[None] for k, v in inputs.items()}
     with torch.no_grad():
-        out = model(**inputs)
+        out = model(**inputs, output_hidden_states=True)
+    if arch.endswith("NextSentencePrediction"):  # the scores beside the bare model's hidden states
+        return {"next_sentence": out.logits.numpy(), "last_hidden_state": out.hidden_states[-1].numpy()}
     if arch.endswith("MultipleChoice"):
         return {"logits": out.logits.reshape(-1, 1).numpy()}
     if arch.endswith("QuestionAnswering"):
@@ -114,7 +119,7 @@ def test_a_task_model_matches_transformers_and_goes_both_ways_with_its_labels(ar
 
     loaded = formats.load(path)
     hf_config = json.loads((path / "config.json").read_text())
-    if not arch.endswith(("PreTraining", "MultipleChoice")):  # neither has labels: next-sentence, one score a choice
+    if loaded.config.classifier not in (None, "choice"):  # next-sentence scores, LM logits and choices have no labels
         id2label = hf_config.get("id2label") or {str(i): f"LABEL_{i}" for i in range(hf_config.get("num_labels", 2))}
         names = tuple(id2label[str(i)] for i in range(len(id2label)))
         assert loaded.config.label_names == names and loaded.config.num_labels == len(names)
@@ -142,16 +147,25 @@ def test_a_task_model_matches_transformers_and_goes_both_ways_with_its_labels(ar
             np.testing.assert_allclose(ours[name], value, rtol=0, atol=ATOL64, err_msg=f"{name}, left={left}")
 
 
-@pytest.mark.parametrize("arch", ["BertLMHeadModel", "GPT2DoubleHeadsModel"])
-def test_a_head_we_do_not_implement_is_refused_naming_it(arch, tmp_path, capsys):
-    config = transformers.BertConfig(**ENCODER) if arch.startswith("Bert") else transformers.GPT2Config(
-        vocab_size=61, n_embd=48, n_head=6, n_layer=2, n_positions=64)
-    getattr(transformers, arch)(config).save_pretrained(tmp_path / "model")
+def test_a_head_we_do_not_implement_is_refused_naming_it(tmp_path, capsys):
+    config = transformers.GPT2Config(vocab_size=61, n_embd=48, n_head=6, n_layer=2, n_positions=64)
+    transformers.GPT2DoubleHeadsModel(config).save_pretrained(tmp_path / "model")
     capsys.readouterr()
     assert main(["convert", str(tmp_path / "model"), str(tmp_path / "out.safetensors")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and arch in err and "never ported without its head" in err, err
+    assert len(err.splitlines()) == 1 and "GPT2DoubleHeadsModel" in err and "never ported without its head" in err, err
     assert "ForSequenceClassification" in err  # what is supported, task classes included
+
+
+def test_a_causal_lm_class_without_is_decoder_is_refused_as_the_other_model_it_runs(tmp_path, capsys):
+    """BertLMHeadModel with is_decoder=false attends both ways (transformers warns and runs a masked LM): reading it
+    as causal would be wrong, and reading it as bidirectional would port a model the user did not mean."""
+    transformers.BertLMHeadModel(transformers.BertConfig(**ENCODER)).save_pretrained(tmp_path / "model")
+    capsys.readouterr()
+    assert main(["convert", str(tmp_path / "model"), str(tmp_path / "out.safetensors")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is_decoder=false: BertLMHeadModel" in err, err
+    assert 'architectures to ["BertForMaskedLM"]' in err and not (tmp_path / "out.safetensors").exists()
 
 
 # --- KerasHub's text classifiers (`layouts.kerashub_classifiers`) ---------------------------------------------------

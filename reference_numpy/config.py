@@ -100,6 +100,9 @@ class TransformerConfig:
     # to this width for the output projection (tied: the token table). None = no factorization (d_model wide).
     embedding_size: int | None = None
     shared_layers: bool = False  # (ALBERT) every encoder layer applies one set of weights, `encoder.layers.0.*`
+    # (BERT as a decoder: BertLMHeadModel, RobertaForCausalLM) an encoder-only model whose self-attention is causal:
+    # position i attends the real positions j <= i
+    causal_encoder: bool = False
     # A task head on the final hidden states, in place of the output projection (`output_projection=False`); its
     # scores are the model's `logits`. `classifier`: "sequence" (one score vector per sequence, read from
     # `classifier_input`: the pooler's output, position 0, or the last non-pad position of a causal model),
@@ -128,7 +131,7 @@ class TransformerConfig:
             raise ValueError("a model needs at least one layer: num_encoder_layers and num_decoder_layers are both 0")
         for name in ("norm_first", "final_norm", "scale_embedding", "bias", "tie_embeddings", "output_projection",
                      "share_embeddings", "embed_norm", "head_transform", "pooler", "embed_bias",
-                     "positions_skip_pad", "shared_layers"):
+                     "positions_skip_pad", "shared_layers", "causal_encoder"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, received {getattr(self, name)!r}")
         if self.output_bias is not None and not isinstance(self.output_bias, bool):
@@ -203,6 +206,10 @@ class TransformerConfig:
             if self.output_projection and not self.head_transform:
                 raise ValueError("embedding_size with an output projection needs head_transform (ALBERT's head maps "
                                  "d_model back to embedding_size, which the output projection reads)")
+        if self.causal_encoder and not self.is_encoder_only:
+            raise ValueError("causal_encoder=True makes an encoder-only model's self-attention causal; this model has "
+                             f"num_encoder_layers={self.num_encoder_layers}, num_decoder_layers="
+                             f"{self.num_decoder_layers} (a decoder is causal already)")
         if self.shared_layers and not self.is_encoder_only:
             raise ValueError("shared_layers (ALBERT's one set of layer weights) needs an encoder-only model, received "
                              f"num_decoder_layers={self.num_decoder_layers}")

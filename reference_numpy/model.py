@@ -348,7 +348,8 @@ class Transformer:
         x = self.src_embed(src_ids, type_ids=type_ids)
         if record is not None:
             record["encoder.embed"] = x
-        return self.encoder(x, ops.attention_mask(src_mask, src_ids.shape[1]), record, attention_weights)
+        mask = ops.attention_mask(src_mask, src_ids.shape[1], causal=self.config.causal_encoder)
+        return self.encoder(x, mask, record, attention_weights)
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, record: Record | None = None,
                attention_weights: bool = False, *, last_only: bool = False):

@@ -75,7 +75,8 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
     elif block.kind == "layer":
         t = tf.shape(x)[1]
         if block.stack == "encoder":
-            x, sublayers = layer(x, attention_mask(padding_mask(ids["src"], config.pad_id), t))
+            mask = attention_mask(padding_mask(ids["src"], config.pad_id), t, causal=config.causal_encoder)
+            x, sublayers = layer(x, mask)
         else:
             self_mask = attention_mask(padding_mask(ids["tgt"], config.pad_id), t, causal=True,
                                        window=config.sliding_window)

@@ -581,8 +581,8 @@ class Transformer(ConfigSerializable, keras.Model):
         type_ids = self._type_ids(src_type_ids, src_ids)
         x = self.src_embed(src_ids, type_ids=type_ids, training=training)
         record: Record = {"encoder.embed": x}
-        memory, layers = self.encoder(x, attention_mask(src_mask, tf.shape(src_ids)[1]),
-                                      attention_weights=attention_weights, training=training)
+        mask = attention_mask(src_mask, tf.shape(src_ids)[1], causal=self.config.causal_encoder)
+        memory, layers = self.encoder(x, mask, attention_weights=attention_weights, training=training)
         return memory, {**record, **layers}
 
     def _decode(self, tgt_ids, memory, src_mask, tgt_mask, attention_weights, training, cache=None,

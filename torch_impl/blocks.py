@@ -74,7 +74,7 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
         elif block.kind == "layer":
             t = x.shape[1]
             if block.stack == "encoder":
-                mask = attention_mask(padding_mask(ids["src"], config.pad_id), t)
+                mask = attention_mask(padding_mask(ids["src"], config.pad_id), t, causal=config.causal_encoder)
                 x = module(x, mask, record, name=block.name)
             else:
                 self_mask = attention_mask(padding_mask(ids["tgt"], config.pad_id), t, causal=True,

@@ -530,7 +530,8 @@ class Transformer(nn.Module):
         x = self.src_embed.dropout(self.src_embed(src_ids, type_ids=type_ids))
         if record is not None:
             record["encoder.embed"] = x
-        return self.encoder(x, attention_mask(src_mask, src_ids.shape[1]), record, attention_weights)
+        mask = attention_mask(src_mask, src_ids.shape[1], causal=self.config.causal_encoder)
+        return self.encoder(x, mask, record, attention_weights)
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, record: Record | None = None,
                attention_weights: bool = False, cache: KVCache | None = None, *, last_only: bool = False):

@@ -23,6 +23,7 @@ VARIANTS = {
     "no-bias-unscaled": TINY.replace(bias=False, scale_embedding=False),
     "pad-id-3": TINY.replace(pad_id=3),
     "encoder-only": TINY.replace(num_decoder_layers=0, tgt_vocab_size=7),
+    "causal-encoder": TINY.replace(num_decoder_layers=0, tgt_vocab_size=7, causal_encoder=True),
     "asymmetric-depth": TINY.replace(num_encoder_layers=1, num_decoder_layers=3),
     "no-pad-id": TINY.replace(pad_id=None),
     "scale-by-d-model": TINY.replace(attention_scale="model"),

@@ -90,6 +90,7 @@ FAMILY_ONLY = {
     "embedding_size": "ALBERT's factorized embeddings",
     "shared_layers": "ALBERT's one set of layer weights",
     "qk_norm_eps": "q/k norms at an epsilon of their own, as KerasHub's Qwen3 computes them",
+    "causal_encoder": "an encoder with causal self-attention, as BertLMHeadModel's",
 }
 
 

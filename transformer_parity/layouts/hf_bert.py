@@ -14,7 +14,7 @@ from typing import Any, Collection
 import reference_numpy as rn
 
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
-from .hf_tasks import Head, encoder_heads, linear
+from .hf_tasks import Head, causal_lm, encoder_heads, linear
 
 NAME = "hf-bert"
 MODEL_TYPE = "bert"
@@ -159,8 +159,15 @@ def prefix(arch: str, keys: Collection[str] | None = None) -> str:
 
 
 # The task classes (`hf_tasks`): sequence scores from the pooler; token and span scores from every position (their
-# BertModel has no pooler); pretraining: the masked-LM model plus two next-sentence scores from the pooler.
+# BertModel has no pooler); pretraining: the masked-LM model plus two next-sentence scores from the pooler;
+# next-sentence prediction alone: those two scores beside the bare model's hidden states; the causal LM: the
+# masked-LM model with causal self-attention.
 TASK_HEADS = encoder_heads("Bert", {"classifier_input": "pooler", "pooler": True}, linear("classifier", "classifier"),
                            pooled_base=True) + (
-    Head("BertForPreTraining", "BertForMaskedLM", {"next_sentence": True, "pooler": True},
-         linear("next_sentence", "cls.seq_relationship"), {"pooler": False}),)
+    Head("BertForPreTraining", "BertForMaskedLM", {"next_sentence": True, "pooler": True, "output_projection": True},
+         linear("next_sentence", "cls.seq_relationship"), {"pooler": False}),
+    Head("BertForNextSentencePrediction", "BertModel", {"next_sentence": True, "pooler": True,
+                                                         "output_projection": False},
+         linear("next_sentence", "cls.seq_relationship")),
+    causal_lm("BertLMHeadModel", "BertForMaskedLM"))
+EXPRESSES = ("causal_encoder",)  # `layouts.FAMILY_ONLY` settings this family has (through BertLMHeadModel)

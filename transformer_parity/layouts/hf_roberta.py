@@ -21,12 +21,13 @@ import reference_numpy as rn
 
 from . import hf_bert
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
-from .hf_tasks import encoder_heads, linear
+from .hf_tasks import causal_lm, encoder_heads, linear
 
 NAME = "hf-roberta"
 MODEL_TYPE = "roberta"
 ARCHITECTURES = ("RobertaForMaskedLM", "RobertaModel")
-EXPRESSES = ("positions_skip_pad",)  # `layouts.FAMILY_ONLY` settings this family has
+# `layouts.FAMILY_ONLY` settings this family has (causal_encoder: through RobertaForCausalLM)
+EXPRESSES = ("positions_skip_pad", "causal_encoder")
 BASE_PREFIX = "roberta."  # where RobertaForMaskedLM keeps its RobertaModel
 CONFIG_KEYS = {**hf_bert.CONFIG_KEYS, "max_len": "max_position_embeddings", "position_offset": "pad_token_id"}
 TRANSFORMERS_CLASSES = ARCHITECTURES  # the source oracle: with an output projection, without one
@@ -152,4 +153,5 @@ config_from_hf, export_problems, config_to_hf, prefix = functions(ROBERTA)
 SEQUENCE_HEAD = ({"classifier_input": "first", "classifier_dense": "tanh", "pooler": False},
                  linear("classifier.dense", "classifier.dense") + linear("classifier", "classifier.out_proj"))
 CHOICE_HEAD = ({"classifier_input": "pooler", "pooler": True}, linear("classifier", "classifier"))  # its pooler
-TASK_HEADS = encoder_heads("Roberta", *SEQUENCE_HEAD, pooled_base=True, choice=CHOICE_HEAD)
+TASK_HEADS = encoder_heads("Roberta", *SEQUENCE_HEAD, pooled_base=True, choice=CHOICE_HEAD) + (
+    causal_lm("RobertaForCausalLM", "RobertaForMaskedLM"),)

@@ -11,6 +11,7 @@ A class a family does not list is refused by the family's own `architectures` ch
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable, Mapping
@@ -19,8 +20,10 @@ import reference_numpy as rn
 
 # The canonical fields a head sets, with the values that mean "no head".
 NO_HEAD = {"classifier": None, "num_labels": 0, "classifier_input": "pooler", "classifier_dense": None,
-           "classifier_bias": True, "next_sentence": False, "label_names": None, "problem_type": None}
-HEAD_FIELDS = ("classifier", "classifier_input", "classifier_dense", "classifier_bias", "next_sentence")
+           "classifier_bias": True, "next_sentence": False, "label_names": None, "problem_type": None,
+           "causal_encoder": False}
+HEAD_FIELDS = ("classifier", "classifier_input", "classifier_dense", "classifier_bias", "next_sentence",
+               "causal_encoder")
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class Head:
     weights: list[tuple[str, str, str]]  # its head weights: (canonical, external, transform)
     base_fields: dict[str, Any] = field(default_factory=dict)  # the base class's values of fields the head changes
     prefix: str | None = None  # where its base model sits when not the family's BASE_PREFIX (Llama QA: transformer.)
+    hf_keys: dict[str, Any] = field(default_factory=dict)  # config.json keys the class computes its head with
 
     def matches(self, config: rn.TransformerConfig) -> bool:
         """Whether `config`'s head is this one (every head field as it sets it, the others as without a head)."""
@@ -81,6 +85,12 @@ def decoder_heads(stem: str, qa_prefix: str | None = None, token_score: str = "s
                        prefix=qa_prefix),) if qa else ())
 
 
+def causal_lm(arch: str, base: str) -> Head:
+    """A BERT-like family's causal language model (`BertLMHeadModel`, `RobertaForCausalLM`): its masked-LM model
+    under `is_decoder=true`, which makes every self-attention causal."""
+    return Head(arch, base, {"causal_encoder": True}, [], hf_keys={"is_decoder": True})
+
+
 def heads(family: ModuleType) -> tuple[Head, ...]:
     return getattr(family, "TASK_HEADS", ())
 
@@ -106,7 +116,7 @@ def head_for(family: ModuleType, config: rn.TransformerConfig) -> Head | None:
 
 
 def has_head(config: rn.TransformerConfig) -> bool:
-    return config.classifier is not None or config.next_sentence
+    return config.classifier is not None or config.next_sentence or config.causal_encoder
 
 
 def labels(hf: Mapping[str, Any], head: Head) -> dict[str, Any]:
@@ -122,8 +132,8 @@ def labels(hf: Mapping[str, Any], head: Head) -> dict[str, Any]:
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"config.json num_labels must be a positive integer, received {count!r}")
         names = tuple(f"LABEL_{i}" for i in range(count))
-    if head.fields.get("next_sentence"):
-        return {}  # BertForPreTraining's two next-sentence scores are not labels
+    if "classifier" not in head.fields:
+        return {}  # BertForPreTraining's two next-sentence scores are not labels, nor a causal LM's logits
     if head.fields.get("classifier") == "choice":
         return {"num_labels": 1}  # one score per choice, whatever num_labels says (transformers ignores it there)
     problem = hf.get("problem_type")
@@ -146,6 +156,12 @@ def read(family: ModuleType, head: Head, hf: dict[str, Any], keys: list[str], to
     """`(config, architecture, notes, table)` of a task directory: the base model read by the family, the head
     applied. A causal family's base reads no pad id; its task classes do (`token_id`: `layouts.hf.token_id`)."""
     base_keys = [k for k in keys if not any(k == e for _, e, _ in head.weights)]
+    for key, value in head.hf_keys.items():
+        if hf.get(key) != value:
+            raise ValueError(f"config.json {key}={json.dumps(hf.get(key))}: {head.arch} computes its head with {key}="
+                             f"{json.dumps(value)} (otherwise transformers runs another model and warns); "
+                             f"set {key} to {json.dumps(value)}, or architectures to [\"{head.base}\"]")
+    hf = {k: v for k, v in hf.items() if k not in head.hf_keys}
     config, _, notes = family.config_from_hf({**hf, "architectures": [head.base]}, base_keys)
     pad = {}
     if config.is_decoder_only:
@@ -183,7 +199,7 @@ def write(family: ModuleType, config: rn.TransformerConfig) -> tuple[dict[str, A
     """`(config.json contents, architecture, table)` of a config with a task head `export_problems` accepts."""
     head = head_for(family, config)
     hf, _ = family.config_to_hf(head.base_config(config))
-    hf.update(architectures=[head.arch], **to_hf_labels(config))
+    hf.update(architectures=[head.arch], **head.hf_keys, **to_hf_labels(config))
     if config.is_decoder_only:
         hf["pad_token_id"] = config.pad_id
     return hf, head.arch, table(family, head, config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from . import hf_roberta
 from .hf_roberta import Family
-from .hf_tasks import encoder_heads
+from .hf_tasks import causal_lm, encoder_heads
 
 NAME = "hf-xlm-roberta"
 MODEL_TYPE = "xlm-roberta"
@@ -23,4 +23,5 @@ config_from_hf, export_problems, config_to_hf, prefix = hf_roberta.functions(FAM
 
 
 TASK_HEADS = encoder_heads("XLMRoberta", *hf_roberta.SEQUENCE_HEAD, pooled_base=True,  # RoBERTa's heads
-                           choice=hf_roberta.CHOICE_HEAD)
+                           choice=hf_roberta.CHOICE_HEAD) + (
+    causal_lm("XLMRobertaForCausalLM", "XLMRobertaForMaskedLM"),)
