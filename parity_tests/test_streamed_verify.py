@@ -48,6 +48,11 @@ HEADS = {  # the task heads (`classifier`, `next_sentence`): a block each, the l
     "roberta-first-token-dense": ENCODER.replace(classifier="sequence", classifier_input="first",
                                                  classifier_dense="tanh", num_labels=5),
     "span": ENCODER.replace(classifier="span", num_labels=2),
+    "bart-eos-sequence": FAMILIES["bart-like"].replace(output_projection=False, tie_embeddings=False, output_bias=None,
+                                                       classifier="sequence", classifier_input="eos", eos_id=2,
+                                                       classifier_dense="tanh", num_labels=3),
+    "bart-span": FAMILIES["bart-like"].replace(output_projection=False, tie_embeddings=False, output_bias=None,
+                                               classifier="span", num_labels=2),
     "gpt2-last-token": DECODER.replace(pad_id=3, classifier="sequence", classifier_input="last", num_labels=3,
                                        classifier_bias=False, output_projection=False),
 }

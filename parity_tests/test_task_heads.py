@@ -45,6 +45,10 @@ FAMILIES = {  # each family's config class and settings; its task classes are th
     "Qwen3": ("Qwen3Config", dict(DECODER, head_dim=16)),
     "Gemma": ("GemmaConfig", dict(DECODER, head_dim=16)),
     "Phi3": ("Phi3Config", dict(DECODER, num_key_value_heads=6)),
+    "Bart": ("BartConfig", dict(vocab_size=53, d_model=36, encoder_attention_heads=3, decoder_attention_heads=3,
+                                encoder_ffn_dim=37, decoder_ffn_dim=37, encoder_layers=2, decoder_layers=1,
+                                max_position_embeddings=40, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                                decoder_start_token_id=2)),
 }
 CASES = [head.arch for name in HF_LAYOUTS for head in hf_tasks.heads(hf_layout(name))]  # every head we implement
 LABELS = {"SequenceClassification": ["negative", "neutral", "positive"],
@@ -68,20 +72,27 @@ def task_dir(arch: str, tmp_path_factory) -> Path:
     return _built[arch]
 
 
-def probe(config, left: bool) -> np.ndarray:
-    """(2, 9) ids with 0 in every row (the pad id is 1 or 3); row 1 padded by three, on the left if `left`."""
+def probe(config, left: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """(2, 9) ids with 0 in every row (the pad id is 1 or 3); row 1 padded by three, on the left if `left`. An
+    encoder-decoder (BART) also gets its decoder input, the source shifted right after the eos id (BART's
+    decoder_start_token_id), and each source row ends with the eos id, which its sequence head reads."""
     rng = np.random.default_rng(7)
     vocab = config.src_vocab_size if config.has_encoder else config.tgt_vocab_size
     ids = rng.integers(4, vocab, (2, 9))
     ids[:, 4] = 0
+    if config.is_encoder_decoder:
+        ids[0, -1], ids[1, -4] = 2, 2
     if left:
         ids[1, :3] = config.pad_id
     else:
         ids[1, -3:] = config.pad_id
-    return ids
+    if not config.is_encoder_decoder:
+        return ids, None
+    return ids, np.concatenate([np.full((2, 1), 2), ids[:, :-1]], axis=1)
 
 
-def transformers_logits(path: Path, arch: str, ids: np.ndarray, pad: int, config) -> dict[str, np.ndarray]:
+def transformers_logits(path: Path, arch: str, ids: np.ndarray, tgt: np.ndarray | None, pad: int, config
+                        ) -> dict[str, np.ndarray]:
     """transformers' float64 scores, float64 throughout (its rotary angles and RMSNorms are float32 even in a float64
     model: `verify.source.exact_float64` computes them in float64, as verify's own source does)."""
     from transformer_parity.verify.source import exact_float64
@@ -90,6 +101,8 @@ def transformers_logits(path: Path, arch: str, ids: np.ndarray, pad: int, config
     if config.positional == "rope" or config.norm == "rms":
         exact_float64(model, config)
     inputs = {"input_ids": torch.as_tensor(ids), "attention_mask": torch.as_tensor(ids != pad).long()}
+    if tgt is not None:
+        inputs.update(decoder_input_ids=torch.as_tensor(tgt), decoder_attention_mask=torch.as_tensor(tgt != pad).long())
     if arch.endswith("MultipleChoice"):  # one question, the rows its choices: (1, choices, length)
         inputs = {k: v[None] for k, v in inputs.items()}
     with torch.no_grad():
@@ -100,8 +113,9 @@ def transformers_logits(path: Path, arch: str, ids: np.ndarray, pad: int, config
         return {"logits": out.logits.reshape(-1, 1).numpy()}
     if arch.endswith("QuestionAnswering"):
         return {"logits": torch.stack([out.start_logits, out.end_logits], -1).numpy()}
-    if arch.endswith("PreTraining"):
-        return {"logits": out.prediction_logits.numpy(), "next_sentence": out.seq_relationship_logits.numpy()}
+    if arch.endswith("PreTraining"):  # BERT's next-sentence scores, ALBERT's sentence-order scores
+        pair = out.sop_logits if arch.startswith("Albert") else out.seq_relationship_logits
+        return {"logits": out.prediction_logits.numpy(), "next_sentence": pair.numpy()}
     return {"logits": out.logits.numpy()}
 
 
@@ -138,10 +152,10 @@ def test_a_task_model_matches_transformers_and_goes_both_ways_with_its_labels(ar
 
     config = loaded.config
     for left in (False, True) if config.classifier_input == "last" else (False,):
-        ids = probe(config, left)
-        desired = transformers_logits(path, arch, ids, config.pad_id, config)
-        reloaded = transformers_logits(back, arch, ids, config.pad_id, config)
-        ours = rn.Transformer(config, loaded.weights).trace(ids, src_mask=ids != config.pad_id)
+        ids, tgt = probe(config, left)
+        desired = transformers_logits(path, arch, ids, tgt, config.pad_id, config)
+        reloaded = transformers_logits(back, arch, ids, tgt, config.pad_id, config)
+        ours = rn.Transformer(config, loaded.weights).trace(ids, tgt, src_mask=ids != config.pad_id)
         for name, value in desired.items():
             np.testing.assert_array_equal(reloaded[name], value, err_msg=name)
             np.testing.assert_allclose(ours[name], value, rtol=0, atol=ATOL64, err_msg=f"{name}, left={left}")

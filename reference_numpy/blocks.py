@@ -156,7 +156,8 @@ def run_block(config: TransformerConfig, block: Block, weights: Mapping[str, np.
     elif block.kind == "next_sentence":
         record["next_sentence"] = ops.linear(state["pooled"], w["next_sentence.kernel"], w["next_sentence.bias"])
     elif block.kind == "classifier":
-        mask = key_mask(config, state, block.side)
+        mask = key_mask(config, state, block.side) if config.classifier_input != "eos" else \
+            m.eos_mask(config, state["src_ids"], state["x"].shape[1])
         state["x"] = record["logits"] = m.Classifier(config, w, "classifier")(state["x"], mask, state.get("pooled"),
                                                                               record)
     elif block.kind == "head":

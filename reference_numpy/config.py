@@ -26,7 +26,7 @@ ATTENTION_SCALES = ("head", "model", "none")  # or a positive finite number
 HEAD_ORDERS = ("dense-activation-norm", "dense-norm-activation")
 # one score vector per sequence, one per position, start/end per position, one score per sequence that is one choice
 CLASSIFIERS = ("sequence", "token", "span", "choice")
-CLASSIFIER_INPUTS = ("pooler", "first", "last")  # what a sequence classifier reads
+CLASSIFIER_INPUTS = ("pooler", "first", "last", "eos")  # what a sequence classifier reads
 CLASSIFIER_DENSE = ("tanh", *ACTIVATIONS)  # the activation of a classifier's dense layer
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")  # transformers' names
 
@@ -105,12 +105,16 @@ class TransformerConfig:
     causal_encoder: bool = False
     # A task head on the final hidden states, in place of the output projection (`output_projection=False`); its
     # scores are the model's `logits`. `classifier`: "sequence" (one score vector per sequence, read from
-    # `classifier_input`: the pooler's output, position 0, or the last non-pad position of a causal model),
-    # "token" (per position), "span" (start and end scores per position: question answering, num_labels=2) or
-    # "choice" (multiple choice: each row of the batch one choice, scored once as "sequence" with num_labels=1).
+    # `classifier_input`: the pooler's output, position 0, the last non-pad position of a causal model, or the
+    # last position where the source holds `eos_id`), "token" (per position), "span" (start and end scores per
+    # position: question answering, num_labels=2) or "choice" (multiple choice: each row of the batch one choice,
+    # scored once as "sequence" with num_labels=1). An encoder-decoder's classifier reads the decoder's states.
     classifier: str | None = None
     num_labels: int = 0  # the classifier's scores per sequence or position
-    classifier_input: str = "pooler"  # classifier="sequence": "pooler", "first" or "last"
+    # classifier="sequence": "pooler", "first", "last" or "eos" (BART: the decoder's state at the source's last
+    # `eos_id`, so the decoder input is as long as the source)
+    classifier_input: str = "pooler"
+    eos_id: int | None = None  # classifier_input="eos": the end-of-sequence id whose last position it reads
     classifier_dense: str | None = None  # a dense layer with this activation before the scores (RoBERTa: tanh)
     classifier_bias: bool = True  # a bias on the scores (GPT-2's and Llama's `score` have none)
     next_sentence: bool = False  # (BERT pretraining) two scores from the pooler beside the masked-LM logits
@@ -264,6 +268,13 @@ class TransformerConfig:
         for name in ("classifier_bias", "next_sentence"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, received {getattr(self, name)!r}")
+        if self.eos_id is not None:
+            _check_int("eos_id", self.eos_id, minimum=0)
+            if self.eos_id >= self.src_vocab_size:
+                raise ValueError(f"eos_id={self.eos_id} is not a source id (src_vocab_size={self.src_vocab_size})")
+            if self.classifier_input != "eos":
+                raise ValueError(f"eos_id={self.eos_id} says where a classifier_input='eos' classifier reads; this "
+                                 f"model has classifier_input={self.classifier_input!r}")
         _check_choice("classifier_input", self.classifier_input, CLASSIFIER_INPUTS)
         if self.problem_type is not None:
             _check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
@@ -285,9 +296,9 @@ class TransformerConfig:
         if self.output_projection or self.head_transform:
             raise ValueError(f"classifier={self.classifier!r} scores the final hidden states in place of the output "
                              "projection: it needs output_projection=False and head_transform=False")
-        if self.is_encoder_decoder:
-            raise ValueError("a classifier needs an encoder-only or a decoder-only model (BART's reads the decoder: "
-                             "not supported yet)")
+        if self.is_encoder_decoder and self.classifier == "choice":
+            raise ValueError("classifier='choice' needs an encoder-only or a decoder-only model (no encoder-decoder "
+                             "family has a multiple-choice class)")
         if self.classifier == "span" and self.num_labels != 2:
             raise ValueError(f"classifier='span' scores a start and an end: num_labels must be 2, received "
                              f"{self.num_labels}")
@@ -298,11 +309,13 @@ class TransformerConfig:
             raise ValueError(f"classifier_input={self.classifier_input!r} says where a sequence classifier reads; "
                              f"classifier={self.classifier!r} reads every position")
         if self.pooled_classifier:
-            needs = {"pooler": self.pooler, "first": self.is_encoder_only, "last": self.is_decoder_only}
+            needs = {"pooler": self.pooler, "first": self.is_encoder_only, "last": self.is_decoder_only,
+                     "eos": self.is_encoder_decoder and self.eos_id is not None}
             if not needs[self.classifier_input]:
                 raise ValueError(f"classifier_input={self.classifier_input!r} needs " + {
                     "pooler": "pooler=True", "first": "an encoder-only model",
-                    "last": "a decoder-only (causal) model"}[self.classifier_input])
+                    "last": "a decoder-only (causal) model",
+                    "eos": "an encoder-decoder model and eos_id"}[self.classifier_input])
         if self.label_names is not None:
             names = self.label_names
             if not isinstance(names, (list, tuple)) or len(names) != self.num_labels or not all(

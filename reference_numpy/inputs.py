@@ -43,12 +43,22 @@ def sample_ids(config: TransformerConfig, batch: int, length: int, vocab_size: i
 def sample_batch(config: TransformerConfig, batch: int = 2, src_len: int = 37, tgt_len: int = 29, seed: int = 0
                  ) -> tuple[np.ndarray, np.ndarray | None]:
     """`(src_ids, tgt_ids)` with padding in both; `tgt_ids` is None for a one-sequence model. A decoder-only
-    model's one sequence (ids from the target vocabulary) comes first, `src_len` long, as the model takes it."""
+    model's one sequence (ids from the target vocabulary) comes first, `src_len` long, as the model takes it.
+
+    A classifier that reads the source's last `eos_id` (classifier_input="eos", BART's) gets what it needs: each
+    source row ends its real tokens with `eos_id` and holds it nowhere else (transformers requires the same count in
+    every row), and the target is as long as the source, whatever `tgt_len` says."""
     if config.is_decoder_only:
         return sample_ids(config, batch, src_len, config.tgt_vocab_size, seed), None
     src = sample_ids(config, batch, src_len, config.src_vocab_size, seed)
     if not config.is_encoder_decoder:
         return src, None
+    if config.classifier_input == "eos":
+        other = next(i for i in range(config.src_vocab_size) if i not in (config.eos_id, config.pad_id))
+        src = np.where(src == config.eos_id, other, src)
+        real = src != config.pad_id if config.pad_id is not None else np.ones_like(src, bool)
+        src[np.arange(batch), np.argmax(np.arange(src_len) * real, axis=-1)] = config.eos_id
+        tgt_len = src_len
     return src, sample_ids(config, batch, tgt_len, config.tgt_vocab_size, seed + 1)
 
 

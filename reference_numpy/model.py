@@ -263,7 +263,7 @@ class Classifier(_Module):
     def __call__(self, x: np.ndarray, mask: np.ndarray, pooled: np.ndarray | None,
                  record: Record | None = None) -> np.ndarray:
         c = self.config
-        if c.pooled_classifier:
+        if c.pooled_classifier:  # "last" and "eos" read the last position of `mask` (`Transformer.decode`)
             x = pooled if c.classifier_input == "pooler" else x[:, 0] if c.classifier_input == "first" else \
                 x[np.arange(x.shape[0]), last_positions(mask)]
         if c.classifier_dense is not None:
@@ -275,6 +275,22 @@ class Classifier(_Module):
             if record is not None:
                 record["classifier.dense"] = x
         return self.ops.linear(x, self.param("kernel"), self.weights.get("classifier.bias"))
+
+
+def eos_mask(config: TransformerConfig, src_ids, tgt_len: int) -> np.ndarray:
+    """`(B, S)` bool: where the source holds `eos_id`, the positions whose last a classifier_input="eos" classifier
+    reads in the decoder's states (BART's sentence representation). The decoder input must be as long as the source
+    (BART's is the source shifted right) and every row must hold `eos_id`; either is refused otherwise."""
+    src_ids = np.asarray(src_ids)
+    if tgt_len != src_ids.shape[1]:
+        raise ValueError(f"classifier_input='eos' reads the decoder at the source's eos position: tgt_ids must be as "
+                         f"long as src_ids ({src_ids.shape[1]}), received length {tgt_len}")
+    found = src_ids == config.eos_id
+    missing = np.flatnonzero(~found.any(axis=1))
+    if missing.size:
+        raise ValueError(f"classifier_input='eos' reads the last eos_id={config.eos_id} of each source row; rows "
+                         f"{missing.tolist()} hold none")
+    return found
 
 
 def last_positions(mask: np.ndarray) -> np.ndarray:
@@ -352,9 +368,10 @@ class Transformer:
         return self.encoder(x, mask, record, attention_weights)
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, record: Record | None = None,
-               attention_weights: bool = False, *, last_only: bool = False):
+               attention_weights: bool = False, *, last_only: bool = False, classifier_mask=None):
         """Target ids `(B, T)` and memory `(B, S, D)` -> logits `(B, T, tgt_vocab_size)` (a decoder-only model:
-        memory and src_mask are None).
+        memory and src_mask are None). `classifier_mask`: the positions whose last a sequence classifier reads
+        (default: the target's real positions; `eos_mask` for classifier_input="eos").
 
         `last_only`: the logits of the last position only, `(B, 1, tgt_vocab_size)`: what a decoding step reads.
         With a large vocabulary the output projection is a large share of the work per position (a third of the
@@ -369,7 +386,8 @@ class Transformer:
         cross_mask = None if memory is None else ops.attention_mask(np.asarray(src_mask), t)
         self_mask = ops.attention_mask(tgt_mask, t, causal=True, window=self.config.sliding_window)
         x = self.decoder(x, memory, self_mask, cross_mask, record, attention_weights)
-        return self._output(x[:, -1:] if last_only else x, record, tgt_mask)
+        return self._output(x[:, -1:] if last_only else x, record,
+                            tgt_mask if classifier_mask is None else classifier_mask)
 
     def __call__(self, src_ids, tgt_ids=None, *, src_mask=None, tgt_mask=None, src_type_ids=None) -> np.ndarray:
         """Logits `(B, T, tgt_vocab_size)` (encoder-only: `(B, S, ...)`; bare backbone: hidden states)."""
@@ -405,7 +423,8 @@ class Transformer:
                                                               self.weights["next_sentence.bias"])
         if c.is_encoder_only:
             return self._output(memory, record, src_mask, pooled)
-        return self.decode(tgt_ids, memory, src_mask, tgt_mask, record, attention_weights)
+        reads = eos_mask(c, src_ids, tgt_ids.shape[1]) if c.classifier_input == "eos" else None
+        return self.decode(tgt_ids, memory, src_mask, tgt_mask, record, attention_weights, classifier_mask=reads)
 
     def _output(self, x, record, mask, pooled=None):
         """Final hidden states -> (head transform ->) logits, or a classifier's scores (`logits` too); a bare

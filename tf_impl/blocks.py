@@ -92,7 +92,9 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
         record["next_sentence"] = layer(tf.convert_to_tensor(state["pooled"]))
     elif block.kind == "classifier":
         pooled = None if state.get("pooled") is None else tf.convert_to_tensor(state["pooled"])
-        x, sublayers = layer(x, padding_mask(ids[block.side], config.pad_id), pooled)
+        reads = padding_mask(ids[block.side], config.pad_id) if config.classifier_input != "eos" else \
+            tf.convert_to_tensor(rn.eos_mask(config, state["src_ids"], x.shape[1]))
+        x, sublayers = layer(x, reads, pooled)
         record.update(sublayers)
         record["logits"] = x
     elif block.kind == "output":

@@ -586,7 +586,7 @@ class Transformer(ConfigSerializable, keras.Model):
         return memory, {**record, **layers}
 
     def _decode(self, tgt_ids, memory, src_mask, tgt_mask, attention_weights, training, cache=None,
-                last_only=False):
+                last_only=False, classifier_mask=None):
         rn.check_stack(self.config, "decode")
         tgt_ids, tgt_mask = self._inputs("tgt", tgt_ids, tgt_mask, self.config.tgt_vocab_size)
         t = tf.shape(tgt_ids)[1]
@@ -620,7 +620,8 @@ class Transformer(ConfigSerializable, keras.Model):
             cache.key_mask = key_mask
             if cache.index is not None:
                 cache.index = offset + t
-        logits, head = self._output(x[:, -1:] if last_only else x, key_mask)
+        logits, head = self._output(x[:, -1:] if last_only else x,
+                                    key_mask if classifier_mask is None else classifier_mask)
         return logits, {**record, **layers, **head}
 
     def _forward(self, src_ids, tgt_ids, src_mask, tgt_mask, src_type_ids, attention_weights, training):
@@ -642,7 +643,12 @@ class Transformer(ConfigSerializable, keras.Model):
         if c.is_encoder_only:
             logits, head = self._output(memory, src_mask, record.get("pooler"))
             return logits, {**record, **head}
-        logits, decoder_record = self._decode(tgt_ids, memory, src_mask, tgt_mask, attention_weights, training)
+        reads = None
+        if c.classifier_input == "eos":  # checked as the reference checks it when eager; in a graph, computed only
+            reads = (tf.convert_to_tensor(rn.eos_mask(c, np.asarray(src_ids), int(np.shape(tgt_ids)[1])))
+                     if tf.executing_eagerly() else tf.equal(src_ids, c.eos_id))
+        logits, decoder_record = self._decode(tgt_ids, memory, src_mask, tgt_mask, attention_weights, training,
+                                              classifier_mask=reads)
         return logits, {**record, **decoder_record}
 
     def _output(self, x, mask, pooled=None):

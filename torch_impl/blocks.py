@@ -89,7 +89,9 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
             record["next_sentence"] = module(torch.from_numpy(state["pooled"]))
         elif block.kind == "classifier":
             pooled = None if state.get("pooled") is None else torch.from_numpy(state["pooled"])
-            x = record["logits"] = module(x, padding_mask(ids[block.side], config.pad_id), pooled, record)
+            reads = padding_mask(ids[block.side], config.pad_id) if config.classifier_input != "eos" else \
+                torch.as_tensor(rn.eos_mask(config, state["src_ids"], x.shape[1]))
+            x = record["logits"] = module(x, reads, pooled, record)
         elif block.kind == "output":
             tied = None
             if config.tie_embeddings:

@@ -534,9 +534,11 @@ class Transformer(nn.Module):
         return self.encoder(x, mask, record, attention_weights)
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, record: Record | None = None,
-               attention_weights: bool = False, cache: KVCache | None = None, *, last_only: bool = False):
+               attention_weights: bool = False, cache: KVCache | None = None, *, last_only: bool = False,
+               classifier_mask=None):
         """Target ids `(B, T)` and memory `(B, S, D)` -> logits `(B, T, tgt_vocab_size)` (a decoder-only model:
-        memory and src_mask are None).
+        memory and src_mask are None). `classifier_mask`: the positions whose last a sequence classifier reads
+        (default: the target's real positions; `reference_numpy.eos_mask` for classifier_input="eos").
 
         With a `cache` (from `new_cache()`), `tgt_ids` (and `tgt_mask`) are only the positions after those already
         decoded into it; their keys and values are appended, and the logits equal those of a full recomputation.
@@ -563,7 +565,8 @@ class Transformer(nn.Module):
         x = self.decoder(x, memory, self_mask, cross_mask, record, attention_weights, cache)
         if cache is not None:
             cache.key_mask = key_mask
-        return self._output(x[:, -1:] if last_only else x, record, key_mask)
+        return self._output(x[:, -1:] if last_only else x, record,
+                            key_mask if classifier_mask is None else classifier_mask)
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache for incremental decoding with `decode(..., cache=...)`."""
@@ -604,7 +607,10 @@ class Transformer(nn.Module):
                     record["next_sentence"] = self.next_sentence(pooled)
         if c.is_encoder_only:
             return self._output(memory, record, src_mask, pooled)
-        return self.decode(tgt_ids, memory, src_mask, tgt_mask, record, attention_weights)
+        reads = None
+        if c.classifier_input == "eos":  # checked as the reference checks it
+            reads = torch.as_tensor(rn.eos_mask(c, src_ids.cpu().numpy(), tgt_ids.shape[1]), device=memory.device)
+        return self.decode(tgt_ids, memory, src_mask, tgt_mask, record, attention_weights, classifier_mask=reads)
 
     def _output(self, x, record, mask, pooled=None):
         """Final hidden states -> (head transform ->) logits, or a classifier's scores (`logits` too); a bare

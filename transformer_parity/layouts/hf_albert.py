@@ -19,7 +19,7 @@ import reference_numpy as rn
 
 from . import hf_bert
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
-from .hf_tasks import encoder_heads, linear
+from .hf_tasks import Head, encoder_heads, linear
 
 NAME = "hf-albert"
 MODEL_TYPE = "albert"
@@ -145,6 +145,11 @@ def prefix(arch: str, keys: Collection[str] | None = None) -> str:
     return BASE_PREFIX if arch == "AlbertForMaskedLM" else ""
 
 
-# The task classes (`hf_tasks`): sequence scores from the pooler, token and span scores without one.
+# The task classes (`hf_tasks`): sequence scores from the pooler, token and span scores without one; pretraining:
+# the masked-LM model plus two sentence-order scores from the pooler (BERT's next-sentence head, as
+# `sop_classifier`).
 TASK_HEADS = encoder_heads("Albert", {"classifier_input": "pooler", "pooler": True}, linear("classifier", "classifier"),
-                           pooled_base=True)
+                           pooled_base=True) + (
+    Head("AlbertForPreTraining", "AlbertForMaskedLM",
+         {"next_sentence": True, "pooler": True, "output_projection": True},
+         linear("next_sentence", "sop_classifier.classifier"), {"pooler": False}),)

@@ -15,10 +15,12 @@ import reference_numpy as rn
 
 from . import hf_marian
 from .hf import architecture, refuse
+from .hf_tasks import Head, linear
 
 NAME = "hf-bart"
 MODEL_TYPE = "bart"
 ARCHITECTURES = ("BartForConditionalGeneration",)
+BASE_PREFIX = ""  # the table names full keys (`model.` included), as every BART class keeps them
 POSITION_OFFSET = 2  # BartLearnedPositionalEmbedding's fixed offset
 CONFIG_KEYS = hf_marian.CONFIG_KEYS
 TRANSFORMERS_CLASSES = ("BartForConditionalGeneration", "BartForConditionalGeneration")  # the source oracle
@@ -83,3 +85,17 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
 
 def prefix(arch: str, keys: Collection[str] | None = None) -> str:
     return ""  # the table names full keys
+
+
+# The task classes (`hf_tasks`): each reads the decoder's final states of its BartModel (under `model.`, with no
+# output projection). The sequence head reads the last position where the source holds eos_token_id through
+# `classification_head.dense`, tanh and `out_proj`; the span head scores every decoder position.
+_NO_OUTPUT = {"output_projection": False, "tie_embeddings": False, "output_bias": None}
+_OUTPUT = {"output_projection": True, "tie_embeddings": True, "output_bias": True}  # BartForConditionalGeneration's
+TASK_HEADS = (
+    Head("BartForSequenceClassification", ARCHITECTURES[0],
+         {"classifier": "sequence", "classifier_input": "eos", "classifier_dense": "tanh", **_NO_OUTPUT},
+         linear("classifier.dense", "classification_head.dense") + linear("classifier", "classification_head.out_proj"),
+         _OUTPUT, token_ids={"eos_id": "eos_token_id"}),
+    Head("BartForQuestionAnswering", ARCHITECTURES[0], {"classifier": "span", **_NO_OUTPUT},
+         linear("classifier", "qa_outputs"), _OUTPUT))

@@ -37,6 +37,7 @@ class Head:
     base_fields: dict[str, Any] = field(default_factory=dict)  # the base class's values of fields the head changes
     prefix: str | None = None  # where its base model sits when not the family's BASE_PREFIX (Llama QA: transformer.)
     hf_keys: dict[str, Any] = field(default_factory=dict)  # config.json keys the class computes its head with
+    token_ids: dict[str, str] = field(default_factory=dict)  # canonical id fields its head reads: config.json keys
 
     def matches(self, config: rn.TransformerConfig) -> bool:
         """Whether `config`'s head is this one (every head field as it sets it, the others as without a head)."""
@@ -45,7 +46,7 @@ class Head:
 
     def base_config(self, config: rn.TransformerConfig) -> rn.TransformerConfig:
         """The base class's config under `config`: the head's fields undone."""
-        return config.replace(**NO_HEAD, **self.base_fields)
+        return config.replace(**NO_HEAD, **self.base_fields, **{name: None for name in self.token_ids})
 
 
 def linear(canonical: str, external: str, bias: bool = True) -> list[tuple[str, str, str]]:
@@ -169,6 +170,11 @@ def read(family: ModuleType, head: Head, hf: dict[str, Any], keys: list[str], to
         notes.append(f"pad_token_id={pad['pad_id']} is what padding masks use" + (
             " and the last non-pad position the sequence head reads" if head.fields.get("classifier_input") == "last"
             else ""))
+    for name, key in head.token_ids.items():
+        pad[name] = token_id(hf, key, config.src_vocab_size)
+        if pad[name] is None:
+            raise ValueError(f"config.json has no {key}, which {head.arch}'s head reads; give it in config.json")
+        notes.append(f"{key}={pad[name]}: the classifier reads the decoder at the source's last {key}")
     config = config.replace(**{**NO_HEAD, **head.fields, **labels(hf, head), **pad})
     return config, head.arch, [n for n in notes if "pooler" not in n], table(family, head, config)
 
@@ -202,4 +208,5 @@ def write(family: ModuleType, config: rn.TransformerConfig) -> tuple[dict[str, A
     hf.update(architectures=[head.arch], **head.hf_keys, **to_hf_labels(config))
     if config.is_decoder_only:
         hf["pad_token_id"] = config.pad_id
+    hf.update({key: getattr(config, name) for name, key in head.token_ids.items()})
     return hf, head.arch, table(family, head, config)

@@ -433,6 +433,11 @@ def default_lengths(config: rn.TransformerConfig, src_len: int | None, tgt_len: 
             lengths.append(config.max_len)
         else:
             lengths.append(default)
+    if config.classifier_input == "eos" and lengths[1] != lengths[0]:  # `rn.sample_batch` makes them equal
+        if tgt_len is not None:
+            notes.append(f"--tgt-len {tgt_len} not used: the classifier reads the decoder at the source's eos "
+                         f"position, so the decoder input is as long as the source ({lengths[0]})")
+        lengths[1] = lengths[0]
     return lengths[0], lengths[1]
 
 

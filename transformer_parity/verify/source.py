@@ -432,8 +432,9 @@ def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad
         record["pooler"] = out.pooler_output
     if config.classifier == "span":  # question answering: start and end scores, stacked as the canonical head's
         final = torch.stack([out.start_logits, out.end_logits], dim=-1)
-    elif config.next_sentence:  # BertForPreTraining; BertForNextSentencePrediction beside its hidden states
-        final, record["next_sentence"] = ((out.prediction_logits, out.seq_relationship_logits)
+    elif config.next_sentence:  # Bert/AlbertForPreTraining; BertForNextSentencePrediction beside its hidden states
+        pair = getattr(out, "seq_relationship_logits", None)
+        final, record["next_sentence"] = ((out.prediction_logits, out.sop_logits if pair is None else pair)
                                           if config.output_projection else (out.hidden_states[-1], out.logits))
     elif config.classifier == "choice":  # (batch, choices) scores: our rows are the choices, one score each
         final = out.logits.reshape(-1, 1)
