@@ -53,6 +53,7 @@ HEADS = {  # the task heads (`classifier`, `next_sentence`): a block each, the l
                                                        classifier_dense="tanh", num_labels=3),
     "bart-span": FAMILIES["bart-like"].replace(output_projection=False, tie_embeddings=False, output_bias=None,
                                                classifier="span", num_labels=2),
+    "gpt2-double-heads": DECODER.replace(pad_id=3, choice_head=True),
     "gpt2-last-token": DECODER.replace(pad_id=3, classifier="sequence", classifier_input="last", num_labels=3,
                                        classifier_bias=False, output_projection=False),
 }

@@ -105,12 +105,16 @@ def transformers_logits(path: Path, arch: str, ids: np.ndarray, tgt: np.ndarray 
         inputs.update(decoder_input_ids=torch.as_tensor(tgt), decoder_attention_mask=torch.as_tensor(tgt != pad).long())
     if arch.endswith("MultipleChoice"):  # one question, the rows its choices: (1, choices, length)
         inputs = {k: v[None] for k, v in inputs.items()}
+    if arch == "GPT2DoubleHeadsModel":  # its score read at each row's last real token, as a tokenizer's [CLS] ends it
+        inputs["mc_token_ids"] = (torch.arange(ids.shape[1]) * torch.as_tensor(ids != pad).long()).argmax(-1)
     with torch.no_grad():
         out = model(**inputs, output_hidden_states=True)
     if arch.endswith("NextSentencePrediction"):  # the scores beside the bare model's hidden states
         return {"next_sentence": out.logits.numpy(), "last_hidden_state": out.hidden_states[-1].numpy()}
     if arch.endswith("MultipleChoice"):
         return {"logits": out.logits.reshape(-1, 1).numpy()}
+    if arch == "GPT2DoubleHeadsModel":
+        return {"logits": out.logits.numpy(), "choice": out.mc_logits.reshape(-1, 1).numpy()}
     if arch.endswith("QuestionAnswering"):
         return {"logits": torch.stack([out.start_logits, out.end_logits], -1).numpy()}
     if arch.endswith("PreTraining"):  # BERT's next-sentence scores, ALBERT's sentence-order scores
@@ -126,14 +130,15 @@ def test_a_task_model_matches_transformers_and_goes_both_ways_with_its_labels(ar
     assert main(["--quiet", "verify", str(path), "--src-len", "11", "--json", str(report)]) == 0, \
         json.loads(report.read_text())["verdict"]
     rows = json.loads(report.read_text())["rows"]
+    scores = ("logits", "next_sentence", "choice")
     for source, bar in (("transformers-f32", ATOL32), ("transformers-f64", ATOL64)):
-        worst = max(r["max_abs_err"] for r in rows
-                    if r["backends"] == [source, "numpy-f64"] and r["sublayer"] in ("logits", "next_sentence"))
+        worst = max(r["max_abs_err"] for r in rows if r["backends"] == [source, "numpy-f64"] and r["sublayer"] in scores)
         assert worst <= bar, (source, worst)
 
     loaded = formats.load(path)
     hf_config = json.loads((path / "config.json").read_text())
-    if loaded.config.classifier not in (None, "choice"):  # next-sentence scores, LM logits and choices have no labels
+    labelled = loaded.config.classifier not in (None, "choice")  # next-sentence, LM and choice scores have no labels
+    if labelled:
         id2label = hf_config.get("id2label") or {str(i): f"LABEL_{i}" for i in range(hf_config.get("num_labels", 2))}
         names = tuple(id2label[str(i)] for i in range(len(id2label)))
         assert loaded.config.label_names == names and loaded.config.num_labels == len(names)
@@ -143,7 +148,7 @@ def test_a_task_model_matches_transformers_and_goes_both_ways_with_its_labels(ar
     written = json.loads((back / "config.json").read_text())
     assert written["architectures"] == [arch]
     for key in ("id2label", "label2id", "problem_type"):
-        assert written.get(key) == hf_config.get(key) or key not in hf_config or arch.endswith("MultipleChoice"), key
+        assert written.get(key) == hf_config.get(key) or key not in hf_config or not labelled, key
     from safetensors.numpy import load_file
 
     source, again = load_file(path / "model.safetensors"), load_file(back / "model.safetensors")
@@ -151,7 +156,7 @@ def test_a_task_model_matches_transformers_and_goes_both_ways_with_its_labels(ar
     assert shared and all(np.array_equal(again[k], source[k]) for k in shared)
 
     config = loaded.config
-    for left in (False, True) if config.classifier_input == "last" else (False,):
+    for left in (False, True) if config.classifier_input == "last" or config.choice_head else (False,):
         ids, tgt = probe(config, left)
         desired = transformers_logits(path, arch, ids, tgt, config.pad_id, config)
         reloaded = transformers_logits(back, arch, ids, tgt, config.pad_id, config)
@@ -161,14 +166,15 @@ def test_a_task_model_matches_transformers_and_goes_both_ways_with_its_labels(ar
             np.testing.assert_allclose(ours[name], value, rtol=0, atol=ATOL64, err_msg=f"{name}, left={left}")
 
 
-def test_a_head_we_do_not_implement_is_refused_naming_it(tmp_path, capsys):
-    config = transformers.GPT2Config(vocab_size=61, n_embd=48, n_head=6, n_layer=2, n_positions=64)
-    transformers.GPT2DoubleHeadsModel(config).save_pretrained(tmp_path / "model")
+def test_a_class_we_do_not_implement_is_refused_naming_it(tmp_path, capsys):
+    """BartForCausalLM (BART's decoder alone, a language model) is not a model here: refused, naming what is."""
+    config = transformers.BartConfig(**FAMILIES["Bart"][1])
+    transformers.BartForCausalLM(config).save_pretrained(tmp_path / "model")
     capsys.readouterr()
     assert main(["convert", str(tmp_path / "model"), str(tmp_path / "out.safetensors")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "GPT2DoubleHeadsModel" in err and "never ported without its head" in err, err
-    assert "ForSequenceClassification" in err  # what is supported, task classes included
+    assert len(err.splitlines()) == 1 and "BartForCausalLM" in err and "never ported without its head" in err, err
+    assert "BartForSequenceClassification" in err  # what is supported, task classes included
 
 
 def test_a_causal_lm_class_without_is_decoder_is_refused_as_the_other_model_it_runs(tmp_path, capsys):

@@ -27,7 +27,7 @@ from . import ops
 from .config import TransformerConfig
 from .schema import parameter_shapes, tied_output_embedding, token_embedding
 
-KINDS = ("embed", "layer", "final_norm", "pooler", "next_sentence", "head", "output", "classifier")
+KINDS = ("embed", "layer", "final_norm", "pooler", "next_sentence", "choice_head", "head", "output", "classifier")
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,8 @@ def blocks(config: TransformerConfig) -> list[Block]:
             if config.next_sentence:
                 out.append(Block("next_sentence", stack))
     last = out[-1].stack
+    if config.choice_head:
+        out.append(Block("choice_head", last))
     if config.head_transform:
         out.append(Block("head", last))
     if config.output_projection:
@@ -155,6 +157,10 @@ def run_block(config: TransformerConfig, block: Block, weights: Mapping[str, np.
         record["pooler"] = state["pooled"] = m.Pooler(config, w, "pooler")(state["x"])
     elif block.kind == "next_sentence":
         record["next_sentence"] = ops.linear(state["pooled"], w["next_sentence.kernel"], w["next_sentence.bias"])
+    elif block.kind == "choice_head":
+        x = state["x"]
+        last = m.last_positions(key_mask(config, state, block.side))
+        record["choice"] = ops.linear(x[np.arange(x.shape[0]), last], w["choice_head.kernel"], w["choice_head.bias"])
     elif block.kind == "classifier":
         mask = key_mask(config, state, block.side) if config.classifier_input != "eos" else \
             m.eos_mask(config, state["src_ids"], state["x"].shape[1])

@@ -118,6 +118,9 @@ class TransformerConfig:
     classifier_dense: str | None = None  # a dense layer with this activation before the scores (RoBERTa: tanh)
     classifier_bias: bool = True  # a bias on the scores (GPT-2's and Llama's `score` have none)
     next_sentence: bool = False  # (BERT pretraining) two scores from the pooler beside the masked-LM logits
+    # (GPT-2 double heads) beside a causal model's logits, one multiple-choice score per row (a choice) from its last
+    # real position, traced as `choice`
+    choice_head: bool = False
     label_names: tuple | None = None  # the labels in id order (transformers' id2label): carried, computes nothing
     problem_type: str | None = None  # transformers' problem_type: carried, computes nothing
 
@@ -265,7 +268,7 @@ class TransformerConfig:
                 object.__setattr__(self, "qk_norm_eps", None)
 
     def _check_classifier(self) -> None:
-        for name in ("classifier_bias", "next_sentence"):
+        for name in ("classifier_bias", "next_sentence", "choice_head"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, received {getattr(self, name)!r}")
         if self.eos_id is not None:
@@ -282,6 +285,11 @@ class TransformerConfig:
             raise ValueError("next_sentence (BERT's pretraining head) reads the pooler: it needs an encoder-only model "
                              f"with pooler=True, received pooler={self.pooler}, num_decoder_layers="
                              f"{self.num_decoder_layers}")
+        if self.choice_head and not (self.is_decoder_only and self.output_projection and self.classifier is None):
+            raise ValueError("choice_head (GPT-2's multiple-choice score beside its logits) needs a decoder-only model "
+                             f"with an output projection and no classifier, received num_encoder_layers="
+                             f"{self.num_encoder_layers}, output_projection={self.output_projection}, classifier="
+                             f"{self.classifier!r}")
         if self.classifier is None:
             odd = {k: getattr(self, k) for k in ("num_labels", "classifier_dense", "label_names", "problem_type")
                    if getattr(self, k)}

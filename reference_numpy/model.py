@@ -434,6 +434,9 @@ class Transformer:
             if record is not None:
                 record["logits"] = logits
             return logits
+        if self.config.choice_head and record is not None and x.shape[1] == mask.shape[1]:
+            record["choice"] = self.ops.linear(x[np.arange(x.shape[0]), last_positions(mask)],
+                                               self.weights["choice_head.kernel"], self.weights["choice_head.bias"])
         if self.head is not None:
             x = self.head(x)
             if record is not None:

@@ -115,6 +115,8 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
         shapes.update(_norm("head.norm", e, config))
     if config.next_sentence:
         shapes.update(_linear("next_sentence", d, 2, True))
+    if config.choice_head:
+        shapes.update(_linear("choice_head", d, 1, True))
     if config.classifier_dense:
         shapes.update(_linear("classifier.dense", d, d, True))
     if config.classifier:

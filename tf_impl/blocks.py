@@ -15,7 +15,7 @@ from reference_numpy.blocks import Block, weight_layer
 from reference_numpy.schema import tied_output_embedding
 
 from .model import (Classifier, DecoderLayer, Embedding, EncoderLayer, HeadTransform, OutputProjection, Pooler,
-                    _zero_initializers, attention_mask, norm_layer, padding_mask, weight_table)
+                    _zero_initializers, attention_mask, last_positions, norm_layer, padding_mask, weight_table)
 
 
 def _layer(config, block: Block, dtype: str) -> tuple[keras.layers.Layer, tuple, str]:
@@ -32,8 +32,9 @@ def _layer(config, block: Block, dtype: str) -> tuple[keras.layers.Layer, tuple,
         return DecoderLayer(config, dtype=dtype, name=name), (states, memory), f"{block.stack}/"
     if block.kind == "final_norm":
         return norm_layer(config, "final_norm", dtype), (states,), f"{block.stack}/"
-    if block.kind == "next_sentence":
-        return keras.layers.Dense(2, dtype=dtype, name="next_sentence"), ((None, config.d_model),), ""
+    if block.kind in ("next_sentence", "choice_head"):
+        width = 2 if block.kind == "next_sentence" else 1
+        return keras.layers.Dense(width, dtype=dtype, name=block.kind), ((None, config.d_model),), ""
     layer = {"pooler": Pooler, "head": HeadTransform, "output": OutputProjection,
              "classifier": Classifier}[block.kind](config, dtype=dtype)
     return layer, ((None, None, config.embed_width if block.kind == "output" else config.d_model),), ""
@@ -90,6 +91,9 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
         state["pooled"] = np.asarray(record["pooler"])
     elif block.kind == "next_sentence":
         record["next_sentence"] = layer(tf.convert_to_tensor(state["pooled"]))
+    elif block.kind == "choice_head":
+        last = last_positions(padding_mask(ids[block.side], config.pad_id))
+        record["choice"] = layer(tf.gather(x, last, axis=1, batch_dims=1))
     elif block.kind == "classifier":
         pooled = None if state.get("pooled") is None else tf.convert_to_tensor(state["pooled"])
         reads = padding_mask(ids[block.side], config.pad_id) if config.classifier_input != "eos" else \

@@ -370,10 +370,8 @@ class Classifier(ConfigSerializable, keras.layers.Layer):
                 x = pooled
             elif c.classifier_input == "first":
                 x = x[:, 0]
-            else:  # transformers' last non-pad token: (arange(S) * mask).argmax(-1)
-                positions = tf.range(tf.shape(mask)[1], dtype=tf.int32)
-                last = tf.argmax(positions[None] * tf.cast(mask, tf.int32), axis=-1, output_type=tf.int32)
-                x = tf.gather(x, last, axis=1, batch_dims=1)
+            else:  # "last", "eos": the last position of `mask`
+                x = tf.gather(x, last_positions(mask), axis=1, batch_dims=1)
         record: Record = {}
         if self.dense is not None:
             x = record["classifier.dense"] = self.activation(self.dense(x))
@@ -460,6 +458,7 @@ class Transformer(ConfigSerializable, keras.Model):
         self.classifier = Classifier(config, dtype=policy) if config.classifier else None
         self.next_sentence = (keras.layers.Dense(2, dtype=policy, name="next_sentence") if config.next_sentence
                               else None)
+        self.choice_head = keras.layers.Dense(1, dtype=policy, name="choice_head") if config.choice_head else None
         # Ids arrive as arrays or tensors and are checked by `_inputs`; Keras must neither cast float "ids" to the
         # compute dtype (the error would then name the wrong dtype) nor reject a NumPy array passed positionally.
         self._convert_input_args = False
@@ -478,8 +477,9 @@ class Transformer(ConfigSerializable, keras.Model):
         for layer in (self.pooler, self.head, self.classifier):
             if layer is not None:
                 layer.build(states)
-        if self.next_sentence is not None:
-            self.next_sentence.build((None, c.d_model))
+        for dense in (self.next_sentence, self.choice_head):
+            if dense is not None:
+                dense.build((None, c.d_model))
         if self.output_projection is not None:  # after the head: ALBERT's logits come from the embedding width
             self.output_projection.build((None, None, c.embed_width))
 
@@ -659,6 +659,8 @@ class Transformer(ConfigSerializable, keras.Model):
             record["logits"] = logits
             return logits, record
         record: Record = {}
+        if self.choice_head is not None and x.shape[1] == mask.shape[1]:
+            record["choice"] = self.choice_head(tf.gather(x, last_positions(mask), axis=1, batch_dims=1))
         if self.head is not None:
             x = record["head"] = self.head(x)
         if self.output_projection is None:
@@ -751,6 +753,12 @@ def padding_mask(ids: tf.Tensor, pad_id: int | None) -> tf.Tensor:
     if pad_id is None:
         return tf.ones_like(ids, dtype=tf.bool)
     return tf.not_equal(ids, tf.constant(pad_id, ids.dtype))
+
+
+def last_positions(mask) -> tf.Tensor:
+    """The last True position of each row of `mask` `(B, S)`: transformers' `(arange(S) * mask).argmax(-1)`."""
+    positions = tf.range(tf.shape(mask)[1], dtype=tf.int32)
+    return tf.argmax(positions[None] * tf.cast(mask, tf.int32), axis=-1, output_type=tf.int32)
 
 
 def attention_mask(key_mask: tf.Tensor, query_len, causal: bool = False, first=None, window: int | None = None

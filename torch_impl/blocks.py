@@ -15,11 +15,12 @@ from reference_numpy.blocks import Block, weight_layer
 from reference_numpy.schema import tied_output_embedding
 
 from .model import (Classifier, DecoderLayer, Embedding, EncoderLayer, HeadTransform, OutputProjection, Pooler,
-                    attention_mask, norm_layer, padding_mask, weight_table)
+                    attention_mask, last_positions, norm_layer, padding_mask, weight_table)
 
 # The module a block's weights sit under in the whole model's state dict (`weight_table`).
 _PREFIX = {"embed": "{side}_embed.", "layer": "{stack}.layers.{index}.", "final_norm": "{stack}.final_norm.",
            "pooler": "pooler.", "head": "head.", "output": "output.", "next_sentence": "next_sentence.",
+           "choice_head": "choice_head.",
            "classifier": "classifier."}
 
 
@@ -33,6 +34,8 @@ def _module(config, block: Block) -> nn.Module:
         return norm_layer(config, config.d_model)
     if block.kind == "next_sentence":
         return nn.Linear(config.d_model, 2)
+    if block.kind == "choice_head":
+        return nn.Linear(config.d_model, 1)
     return {"pooler": Pooler, "head": HeadTransform, "output": OutputProjection,
             "classifier": Classifier}[block.kind](config)
 
@@ -87,6 +90,9 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
             state["pooled"] = record["pooler"].numpy()
         elif block.kind == "next_sentence":
             record["next_sentence"] = module(torch.from_numpy(state["pooled"]))
+        elif block.kind == "choice_head":
+            last = last_positions(padding_mask(ids[block.side], config.pad_id))
+            record["choice"] = module(x[torch.arange(x.shape[0]), last])
         elif block.kind == "classifier":
             pooled = None if state.get("pooled") is None else torch.from_numpy(state["pooled"])
             reads = padding_mask(ids[block.side], config.pad_id) if config.classifier_input != "eos" else \

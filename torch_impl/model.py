@@ -453,9 +453,8 @@ class Classifier(nn.Module):
                 x = pooled
             elif c.classifier_input == "first":
                 x = x[:, 0]
-            else:  # transformers' last non-pad token: (arange(S) * mask).argmax(-1)
-                last = (torch.arange(mask.shape[1], device=x.device) * mask.long()).argmax(-1)
-                x = x[torch.arange(x.shape[0], device=x.device), last]
+            else:  # "last", "eos": the last position of `mask`
+                x = x[torch.arange(x.shape[0], device=x.device), last_positions(mask)]
         if self.dense is not None:
             x = self.activation(self.dense(x))
             if record is not None:
@@ -492,6 +491,7 @@ class Transformer(nn.Module):
         self.output = OutputProjection(config) if config.output_projection else None
         self.classifier = Classifier(config) if config.classifier else None
         self.next_sentence = nn.Linear(config.d_model, 2) if config.next_sentence else None
+        self.choice_head = nn.Linear(config.d_model, 1) if config.choice_head else None
         self.to(dtype)
 
     # --- weights through the canonical form ---
@@ -620,6 +620,8 @@ class Transformer(nn.Module):
             if record is not None:
                 record["logits"] = logits
             return logits
+        if self.choice_head is not None and record is not None and x.shape[1] == mask.shape[1]:
+            record["choice"] = self.choice_head(x[torch.arange(x.shape[0], device=x.device), last_positions(mask)])
         if self.head is not None:
             x = self.head(x)
             if record is not None:
@@ -665,6 +667,11 @@ def _host(x) -> np.ndarray:
 def padding_mask(ids: torch.Tensor, pad_id: int | None) -> torch.Tensor:
     """`(B, T)` ids -> `(B, T)` bool, True = real token (every one when the model has no pad token)."""
     return torch.ones_like(ids, dtype=torch.bool) if pad_id is None else ids != pad_id
+
+
+def last_positions(mask: torch.Tensor) -> torch.Tensor:
+    """The last True position of each row of `mask` `(B, S)`: transformers' `(arange(S) * mask).argmax(-1)`."""
+    return (torch.arange(mask.shape[1], device=mask.device) * mask.long()).argmax(-1)
 
 
 def attention_mask(key_mask: torch.Tensor, query_len: int, causal: bool = False, window: int | None = None

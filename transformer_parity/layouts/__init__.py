@@ -91,6 +91,7 @@ FAMILY_ONLY = {
     "shared_layers": "ALBERT's one set of layer weights",
     "qk_norm_eps": "q/k norms at an epsilon of their own, as KerasHub's Qwen3 computes them",
     "causal_encoder": "an encoder with causal self-attention, as BertLMHeadModel's",
+    "choice_head": "a multiple-choice score beside the logits, as GPT2DoubleHeadsModel's",
 }
 
 

@@ -12,11 +12,12 @@ from typing import Any, Collection
 import reference_numpy as rn
 
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer, refuse, token_id
-from .hf_tasks import decoder_heads
+from .hf_tasks import Head, decoder_heads, linear
 
 NAME = "hf-gpt2"
 MODEL_TYPE = "gpt2"
 ARCHITECTURES = ("GPT2LMHeadModel", "GPT2Model")
+EXPRESSES = ("choice_head",)  # `layouts.FAMILY_ONLY` settings this family has (through GPT2DoubleHeadsModel)
 BASE_PREFIX = "transformer."  # where GPT2LMHeadModel keeps its GPT2Model
 CONFIG_KEYS = {"src_vocab_size": "vocab_size", "tgt_vocab_size": "vocab_size", "d_model": "n_embd",
                "num_heads": "n_head", "num_decoder_layers": "n_layer", "d_ff": "n_inner", "max_len": "n_positions"}
@@ -119,4 +120,10 @@ def prefix(arch: str, keys: Collection[str] | None = None) -> str:
 
 
 # The task classes (`hf_tasks`): the last non-pad position scored by `score`; per position by `classifier`.
-TASK_HEADS = decoder_heads("GPT2", token_score="classifier")
+TASK_HEADS = decoder_heads("GPT2", token_score="classifier") + (
+    # the LM model plus one multiple-choice score per row read at its last real position (transformers' default
+    # mc_token_ids is the last position; a tokenizer's classification token ends the real ones)
+    Head("GPT2DoubleHeadsModel", "GPT2LMHeadModel", {"choice_head": True},
+         linear("choice_head", "multiple_choice_head.summary"),
+         hf_keys={"summary_type": ("cls_index", "cls_index"), "summary_use_proj": (True, True),
+                  "summary_proj_to_labels": (True, True), "summary_activation": (None, None)}),)

@@ -21,9 +21,9 @@ import reference_numpy as rn
 # The canonical fields a head sets, with the values that mean "no head".
 NO_HEAD = {"classifier": None, "num_labels": 0, "classifier_input": "pooler", "classifier_dense": None,
            "classifier_bias": True, "next_sentence": False, "label_names": None, "problem_type": None,
-           "causal_encoder": False}
+           "causal_encoder": False, "choice_head": False}
 HEAD_FIELDS = ("classifier", "classifier_input", "classifier_dense", "classifier_bias", "next_sentence",
-               "causal_encoder")
+               "causal_encoder", "choice_head")
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,8 @@ class Head:
     weights: list[tuple[str, str, str]]  # its head weights: (canonical, external, transform)
     base_fields: dict[str, Any] = field(default_factory=dict)  # the base class's values of fields the head changes
     prefix: str | None = None  # where its base model sits when not the family's BASE_PREFIX (Llama QA: transformer.)
-    hf_keys: dict[str, Any] = field(default_factory=dict)  # config.json keys the class computes its head with
+    # config.json keys the class computes its head with: key -> (the value it needs, transformers' default)
+    hf_keys: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     token_ids: dict[str, str] = field(default_factory=dict)  # canonical id fields its head reads: config.json keys
 
     def matches(self, config: rn.TransformerConfig) -> bool:
@@ -89,7 +90,7 @@ def decoder_heads(stem: str, qa_prefix: str | None = None, token_score: str = "s
 def causal_lm(arch: str, base: str) -> Head:
     """A BERT-like family's causal language model (`BertLMHeadModel`, `RobertaForCausalLM`): its masked-LM model
     under `is_decoder=true`, which makes every self-attention causal."""
-    return Head(arch, base, {"causal_encoder": True}, [], hf_keys={"is_decoder": True})
+    return Head(arch, base, {"causal_encoder": True}, [], hf_keys={"is_decoder": (True, False)})
 
 
 def heads(family: ModuleType) -> tuple[Head, ...]:
@@ -117,7 +118,7 @@ def head_for(family: ModuleType, config: rn.TransformerConfig) -> Head | None:
 
 
 def has_head(config: rn.TransformerConfig) -> bool:
-    return config.classifier is not None or config.next_sentence or config.causal_encoder
+    return config.classifier is not None or config.next_sentence or config.causal_encoder or config.choice_head
 
 
 def labels(hf: Mapping[str, Any], head: Head) -> dict[str, Any]:
@@ -157,11 +158,11 @@ def read(family: ModuleType, head: Head, hf: dict[str, Any], keys: list[str], to
     """`(config, architecture, notes, table)` of a task directory: the base model read by the family, the head
     applied. A causal family's base reads no pad id; its task classes do (`token_id`: `layouts.hf.token_id`)."""
     base_keys = [k for k in keys if not any(k == e for _, e, _ in head.weights)]
-    for key, value in head.hf_keys.items():
-        if hf.get(key) != value:
-            raise ValueError(f"config.json {key}={json.dumps(hf.get(key))}: {head.arch} computes its head with {key}="
-                             f"{json.dumps(value)} (otherwise transformers runs another model and warns); "
-                             f"set {key} to {json.dumps(value)}, or architectures to [\"{head.base}\"]")
+    for key, (value, default) in head.hf_keys.items():
+        if hf.get(key, default) != value:
+            raise ValueError(f"config.json {key}={json.dumps(hf.get(key, default))}: {head.arch} is ported with "
+                             f"{key}={json.dumps(value)} only (otherwise transformers computes another head); set "
+                             f"{key} to {json.dumps(value)}, or architectures to [\"{head.base}\"]")
     hf = {k: v for k, v in hf.items() if k not in head.hf_keys}
     config, _, notes = family.config_from_hf({**hf, "architectures": [head.base]}, base_keys)
     pad = {}
@@ -205,7 +206,7 @@ def write(family: ModuleType, config: rn.TransformerConfig) -> tuple[dict[str, A
     """`(config.json contents, architecture, table)` of a config with a task head `export_problems` accepts."""
     head = head_for(family, config)
     hf, _ = family.config_to_hf(head.base_config(config))
-    hf.update(architectures=[head.arch], **head.hf_keys, **to_hf_labels(config))
+    hf.update(architectures=[head.arch], **{k: v for k, (v, _) in head.hf_keys.items()}, **to_hf_labels(config))
     if config.is_decoder_only:
         hf["pad_token_id"] = config.pad_id
     hf.update({key: getattr(config, name) for name, key in head.token_ids.items()})

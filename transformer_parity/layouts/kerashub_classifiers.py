@@ -72,7 +72,8 @@ def matches(module, config: rn.TransformerConfig) -> bool:
     found = of(module)
     if found is None or config.classifier is None:
         return False
-    wanted = {**{k: NO_HEAD[k] for k in ("classifier_dense", "classifier_bias", "next_sentence", "causal_encoder")},
+    wanted = {**{k: NO_HEAD[k] for k in ("classifier_dense", "classifier_bias", "next_sentence", "causal_encoder",
+                                             "choice_head")},
               **found[1].fields}
     return all(getattr(config, k) == v for k, v in wanted.items())
 

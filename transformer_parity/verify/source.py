@@ -402,6 +402,9 @@ def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad
                       decoder_attention_mask=mask(batch["tgt_ids"]))
     if config.classifier == "choice":  # a multiple-choice class takes (batch, choices, length): each row one choice
         kwargs.update({k: v[:, None] for k, v in kwargs.items() if isinstance(v, torch.Tensor)})
+    if config.choice_head:  # GPT2DoubleHeadsModel: the score read where ours reads it, the last real position
+        real = src != pad if pad is not None else torch.ones_like(src, dtype=torch.bool)
+        kwargs["mc_token_ids"] = (torch.arange(src.shape[1]) * real.long()).argmax(-1)
     base = model.base_model
     layers = {"encoder": config.num_encoder_layers, "decoder": config.num_decoder_layers}
     wanted = _expand(hf_layout(fmt).HOOKS, layers)
@@ -438,6 +441,8 @@ def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad
                                           if config.output_projection else (out.hidden_states[-1], out.logits))
     elif config.classifier == "choice":  # (batch, choices) scores: our rows are the choices, one score each
         final = out.logits.reshape(-1, 1)
+    elif config.choice_head:  # its (batch,) multiple-choice scores beside the LM logits
+        final, record["choice"] = out.logits, out.mc_logits.reshape(-1, 1)
     else:
         final = out.logits if config.output_projection or config.classifier else out.last_hidden_state
     return {OUTPUT: final, **record}
