@@ -50,6 +50,7 @@ FAMILIES = {  # each family's config class and settings; its task classes are th
                                 max_position_embeddings=40, pad_token_id=1, bos_token_id=0, eos_token_id=2,
                                 decoder_start_token_id=2)),
 }
+SCORES = ("logits", "next_sentence", "choice")  # the records a task class's scores are compared as
 CASES = [head.arch for name in HF_LAYOUTS for head in hf_tasks.heads(hf_layout(name))]  # every head we implement
 LABELS = {"SequenceClassification": ["negative", "neutral", "positive"],
           "TokenClassification": ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]}
@@ -130,9 +131,8 @@ def test_a_task_model_matches_transformers_and_goes_both_ways_with_its_labels(ar
     assert main(["--quiet", "verify", str(path), "--src-len", "11", "--json", str(report)]) == 0, \
         json.loads(report.read_text())["verdict"]
     rows = json.loads(report.read_text())["rows"]
-    scores = ("logits", "next_sentence", "choice")
     for source, bar in (("transformers-f32", ATOL32), ("transformers-f64", ATOL64)):
-        worst = max(r["max_abs_err"] for r in rows if r["backends"] == [source, "numpy-f64"] and r["sublayer"] in scores)
+        worst = max(r["max_abs_err"] for r in rows if r["backends"] == [source, "numpy-f64"] and r["sublayer"] in SCORES)
         assert worst <= bar, (source, worst)
 
     loaded = formats.load(path)
@@ -164,6 +164,29 @@ def test_a_task_model_matches_transformers_and_goes_both_ways_with_its_labels(ar
         for name, value in desired.items():
             np.testing.assert_array_equal(reloaded[name], value, err_msg=name)
             np.testing.assert_allclose(ours[name], value, rtol=0, atol=ATOL64, err_msg=f"{name}, left={left}")
+
+
+NOT_HERE = {"BartForCausalLM", "MarianForCausalLM", "BartModel", "MarianModel"}  # refused, naming what is supported
+
+
+def test_every_task_class_transformers_has_for_our_families_is_read():
+    """transformers' auto mappings (every task: sequence classification, QA, causal LM, pretraining, ...) name the
+    classes of each model type; every one of our families' classes is read, as a base model or a task head, but the
+    ones `NOT_HERE` (language models and bare models of the seq2seq families, refused below)."""
+    import re
+
+    from transformers.models.auto import modeling_auto
+
+    mappings = [m for name, m in vars(modeling_auto).items()
+                if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and isinstance(m, dict)]
+    for name in HF_LAYOUTS:
+        family = hf_layout(name)
+        stem = re.match(r"[A-Za-z0-9]+?(?=For|Model|LMHead)", family.ARCHITECTURES[0]).group(0)
+        listed = {c for m in mappings for c in np.atleast_1d(m.get(family.MODEL_TYPE, [])).tolist()
+                  if c.startswith(stem)}
+        ours = set(family.ARCHITECTURES) | {h.arch for h in hf_tasks.heads(family)}
+        assert listed, name
+        assert listed - ours <= NOT_HERE, (name, sorted(listed - ours))
 
 
 def test_a_class_we_do_not_implement_is_refused_naming_it(tmp_path, capsys):
