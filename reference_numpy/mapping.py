@@ -5,7 +5,8 @@ Every external layout uses it: the twins' own state dicts and `.weights.h5` file
 Hugging Face and KerasHub family, and a user's layout file (which is this table, read from TOML).
 
 - `canonical`: a canonical parameter name (`parameter_shapes`), in which `{i}` stands for a layer index, `{qkv}`
-  for one of the attention projections q, k, v, and `{gate_up}` for one of a gated feed-forward's input projections
+  for one of the attention projections q, k, v (`{kv}`: k or v, fused apart from q), and `{gate_up}` for one of a
+  gated feed-forward's input projections
   (`gate`, `linear1`);
 - `external`: the name in the other layout, with the same placeholders (`{qkv}` / `{gate_up}` left out for a fused
   entry: one external array holds all the parts);
@@ -39,10 +40,10 @@ missing, unused or of the wrong shape; writing produces exactly the entries a re
 the optional kinds check (`tied`, `sinusoid`, ...) and the messages a user sees are the product's
 (`transformer_parity.layouts.table`); this module is the language and the loop.
 
-Names are patterns: literal text with three placeholders, written exactly so: `{i}`, a layer index, written as Python
+Names are patterns: literal text with four placeholders, written exactly so: `{i}`, a layer index, written as Python
 writes an int (no sign, no leading zeros, so that filling a name back gives the key it was read from), `{qkv}`, one
-of `q`, `k`, `v`, and `{gate_up}`, one of `gate`, `linear1`. Anything else in braces is refused when the pattern is parsed. A placeholder used twice
-matches the same text both times. Patterns are matched and filled by the small parser here, never by `str.format`.
+of `q`, `k`, `v`, `{kv}`, one of `k`, `v`, and `{gate_up}`, one of `gate`, `linear1`. Anything else in braces is
+refused when the pattern is parsed. A placeholder used twice matches the same text both times. Patterns are matched and filled by the small parser here, never by `str.format`.
 """
 
 from __future__ import annotations
@@ -69,11 +70,11 @@ Plan = dict[str, tuple[str, str, tuple[int, int]]]
 
 # --- name patterns -------------------------------------------------------------------------------------------------
 
-PLACEHOLDERS = {"i": "the layer index", "qkv": "q, k or v",
+PLACEHOLDERS = {"i": "the layer index", "qkv": "q, k or v", "kv": "k or v (k and v fused, q apart: `to_kv`)",
                 "gate_up": "gate or linear1 (a gated feed-forward's two input projections)"}
-_GROUPS = {"i": "0|[1-9][0-9]{0,17}", "qkv": "[qkv]", "gate_up": "gate|linear1"}
+_GROUPS = {"i": "0|[1-9][0-9]{0,17}", "qkv": "[qkv]", "kv": "[kv]", "gate_up": "gate|linear1"}
 # The placeholders a fused entry packs, and their parts in the order the external array holds them.
-PARTS = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "linear1")}
+PARTS = {"qkv": ("q", "k", "v"), "kv": ("k", "v"), "gate_up": ("gate", "linear1")}
 _BRACES = re.compile(r"\{[^{}]*\}|[{}]")
 Part = str | tuple[str]  # literal text, or (placeholder name,)
 
@@ -90,7 +91,8 @@ def parse_pattern(pattern: str) -> tuple[Part, ...]:
         name = m.group()[1:-1]
         if name not in PLACEHOLDERS:
             raise ValueError(f"{pattern!r}: {m.group()!r} is not a placeholder; a name holds literal text, {{i}} (the "
-                             "layer index), {qkv} (q, k or v) and {gate_up} (gate or linear1) only, written exactly so "
+                             "layer index), {qkv} (q, k or v), {kv} (k or v) and {gate_up} (gate or linear1) only, "
+                             "written exactly so "
                              "(no format specs)")
         if m.start() > position:
             parts.append(pattern[position:m.start()])
@@ -167,7 +169,7 @@ def check_table(table: Sequence[Entry]) -> None:
         if entry[2] not in TRANSFORMS:
             raise ValueError(f"unknown transform {entry[2]!r} in {entry!r}; choose one of {', '.join(TRANSFORMS)}")
         if entry[2] in FUSED and len(placeholders(entry[0]) & set(PARTS)) != 1:
-            raise ValueError(f"a fused entry needs {{qkv}} or {{gate_up}} (one of them) in its canonical pattern, "
+            raise ValueError(f"a fused entry needs {{qkv}}, {{kv}} or {{gate_up}} (one of them) in its canonical pattern, "
                              f"received {entry!r}")
         if entry[2] in FUSED and "heads" in entry[2] and "qkv" not in placeholders(entry[0]):
             raise ValueError(f"{entry[2]} interleaves q, k and v per head: its canonical pattern needs {{qkv}}, "

@@ -26,7 +26,7 @@ import reference_numpy as rn
 
 from transformer_parity.verify import tolerances
 from transformer_parity.verify.tolerances import RATIO_LIMIT  # K of verify
-from transformer_parity.layouts import user
+from transformer_parity.layouts import roles, user
 
 Source = Callable[[dict[str, np.ndarray]], Any]
 
@@ -49,7 +49,10 @@ STAGED_START: dict[str, Any] = {  # where the later stages (or a verified match)
     "output_projection": False, "max_len": 512,
 }
 MAX_LEN_CAP = 8192  # the longest input probed when the weights hold no position table
-EPSILONS = (1e-5, 1e-6, 1e-12, 1e-3, 1e-8)  # PyTorch, many hand-written models, BERT, Keras, rare
+EPSILONS = (1e-5, 1e-6, 1e-12, 1e-3, 1e-8)
+# the relative error above which the names' layout is taken to have a role wrong (a wrong epsilon or pad id is
+# below 1e-3; a swapped projection or norm is of order 1), so the roles the source's calls give are tried
+NAMES_MISS = 1e-2  # PyTorch, many hand-written models, BERT, Keras, rare
 _FUSED_ALTERNATIVE = {"fused_qkv": "fused_qkv_heads", "fused_qkv_heads": "fused_qkv",
                       "fused_qkv_t": "fused_qkv_heads_t", "fused_qkv_heads_t": "fused_qkv_t"}
 
@@ -254,15 +257,21 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
     torch_style = sniff(path) != "hdf5"
     options, rows = alternatives(path, state, torch_style)
     unplaced = sorted(p for p, opts in options.items() if opts == [user.UNMAPPED])
-    if unplaced:
-        text = _render(path, {p: o[0] for p, o in options.items()}, {}, rows, None)
+    fixed = {p: o[0] for p, o in options.items()}
+    # what the source does with each tensor (`layouts.roles`): the candidates when names leave a tensor unplaced,
+    # the fallback when the names' layout does not match the source
+    traced, why = roles.candidates(_trace(user_source, state, torch_style), state, torch_style, fixed)
+    if unplaced and not traced:
+        text = _render(path, fixed, {}, rows, None)
         return Settled(text, math.inf, math.inf, math.inf, 0,
                        [f"no candidate for {len(unplaced)} tensor(s) whose name says nothing: "
-                        f"{', '.join(unplaced[:6])}; map them by hand (docs/layouts.md)"])
-    fixed = {p: o[0] for p, o in options.items()}
+                        f"{', '.join(unplaced[:6])}, and the source's calls do not place them ({why}); map them by "
+                        "hand (docs/layouts.md)"])
     # the alternatives are the fused q/k/v orders: one model uses one attention class, so one choice for all
     mappings = [fixed] + ([{p: o[-1] for p, o in options.items()}] if any(len(o) > 1 for o in options.values())
                           else [])
+    if unplaced:
+        mappings, traced = traced, []
 
     # stage 0: what the shapes say, from the first mapping that imports at all; every setting a layout must state
     # (`user.scaffold_fields`) is searched, measured, or (the pad id, epsilon) settled in a later stage
@@ -302,47 +311,55 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
     tried = 0
     outer = [n for n in ("num_heads", "attention_scale") if n in switches]  # they interact: every pair is tried
     inner = [n for n in switches if n not in outer]  # the rest by coordinate descent from each outer pair
-    for mapping in mappings:
-        for heads in switches.get("num_heads", (base_fields.get("num_heads"),)):
-            trial = {**base_fields, "num_heads": heads}
-            try:
-                config0, weights = _import(_layout(mapping, trial, path), checkpoint, trial)
-            except ValueError:
-                continue
-            for scale in switches.get("attention_scale", (None,)):
-                if scale == "model" and heads == 1:
-                    continue  # the same function as "head" with one head
-                current = {n: switches[n][0] for n in inner}
-                if scale is not None:
-                    current["attention_scale"] = scale
-                seen: dict[tuple, float] = {}
+    def search(mappings: list[dict[str, str]]) -> None:
+        nonlocal tried
+        for mapping in mappings:
+            for heads in switches.get("num_heads", (base_fields.get("num_heads"),)):
+                trial = {**base_fields, "num_heads": heads}
+                try:
+                    config0, weights = _import(_layout(mapping, trial, path), checkpoint, trial)
+                except ValueError:
+                    continue
+                for scale in switches.get("attention_scale", (None,)):
+                    if scale == "model" and heads == 1:
+                        continue  # the same function as "head" with one head
+                    current = {n: switches[n][0] for n in inner}
+                    if scale is not None:
+                        current["attention_scale"] = scale
+                    seen: dict[tuple, float] = {}
 
-                def error_of(values: Mapping[str, Any]) -> float:
-                    key = tuple(sorted(values.items()))
-                    if key not in seen:
-                        try:
-                            config = _with(config0, values)
-                            seen[key] = _relative(_forward(config, weights, batch), theirs)
-                        except ValueError:
-                            seen[key] = math.inf
-                        candidates.append(Candidate(mapping, {**trial, **values}, seen[key],
-                                                    _with(config0, values) if math.isfinite(seen[key]) else None,
-                                                    weights))
-                    return seen[key]
+                    def error_of(values: Mapping[str, Any]) -> float:
+                        key = tuple(sorted(values.items()))
+                        if key not in seen:
+                            try:
+                                config = _with(config0, values)
+                                seen[key] = _relative(_forward(config, weights, batch), theirs)
+                            except ValueError:
+                                seen[key] = math.inf
+                            candidates.append(Candidate(mapping, {**trial, **values}, seen[key],
+                                                        _with(config0, values) if math.isfinite(seen[key]) else None,
+                                                        weights))
+                        return seen[key]
 
-                best = error_of(current)
-                for _ in range(4):  # passes until nothing improves
-                    improved = False
-                    for name in inner:
-                        for value in switches[name]:
-                            error = error_of({**current, name: value})
-                            if error < best:
-                                best, current, improved = error, {**current, name: value}, True
-                    if not improved:
-                        break
-                tried += len(seen)
-                if progress:
-                    progress(f"tried {tried} candidate layouts")
+                    best = error_of(current)
+                    for _ in range(4):  # passes until nothing improves
+                        improved = False
+                        for name in inner:
+                            for value in switches[name]:
+                                error = error_of({**current, name: value})
+                                if error < best:
+                                    best, current, improved = error, {**current, name: value}, True
+                        if not improved:
+                            break
+                    tried += len(seen)
+                    if progress:
+                        progress(f"tried {tried} candidate layouts")
+
+
+    search(mappings)
+    if traced and not any(c.config is not None and c.error <= NAMES_MISS for c in candidates):
+        search(traced)  # the names' layout is far off the source: what the source does settles the roles
+        mappings = mappings + traced
     candidates = [c for c in candidates if c.config is not None]
     if not candidates:
         error = _first_error(mappings, path, checkpoint, base_fields)
@@ -389,6 +406,19 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
     head, _, rest = text.partition("\n")
     text = "\n".join([head] + [f"# {note}" for note in notes] + [rest])
     return Settled(text, error, floor, error / floor, tried, unsettled, source_dtype)
+
+
+def _trace(source: Source, state: Mapping[str, np.ndarray], torch_style: bool) -> roles.Trace:
+    """The source's module calls (`roles.trace`) on a small batch of ids 2..4 (any vocabulary has them): the
+    source ids alone, or with target ids when the source needs them (an encoder-decoder); [] if it takes neither."""
+    src = np.array([[2, 3, 4, 2, 3], [3, 4, 2, 4, 4]], np.int64)
+    tgt = np.array([[4, 2, 3, 3], [2, 2, 4, 3]], np.int64)
+    for batch in ({"src_ids": src}, {"src_ids": src, "tgt_ids": tgt}):
+        try:
+            return roles.trace(source, batch, state, torch_style)
+        except Exception:  # noqa: BLE001 (the user's code: a batch it does not take is tried the other way)
+            continue
+    return roles.Trace([], [])
 
 
 def _with(config: rn.TransformerConfig, values: Mapping[str, Any]) -> rn.TransformerConfig:
