@@ -260,17 +260,23 @@ def candidates(traced: Trace, state: Mapping[str, np.ndarray], torch_style: bool
         return [], f"{len(order)} layer stacks in the trace (one or two are understood)"
     names = ["encoder", "decoder"] if len(order) == 2 else None
     kinds = [names] if names else [["encoder"], ["decoder"]]  # one stack: encoder-only or decoder-only, probed
-    out = []
+    out, whys = [], []
     for kind in kinds:
         per_stack = []
         for stack, name in zip(order, kind):
-            options, why = _layer_roles(layer0[stack], d, torch_style, name, traced.softmax)
+            options, why = _layer_roles(layer0[stack], d, torch_style, name, len(kind) == 2 and name == "decoder",
+                                        traced.softmax)
             if not options:
-                return [], f"the first layer of {stack}{{i}}: {why}"
+                whys.append(f"read as {name} layers, the first of {stack}{{i}} has {why}")
+                break
             per_stack.append(options)
-        outside, why = _outside_roles(calls, where, order, kind, torch_style, d)
-        if outside is None:
-            return [], why
+        else:
+            outside, why = _outside_roles(calls, where, order, kind, torch_style, d)
+            if outside is None:
+                whys.append(why)
+                continue
+        if len(per_stack) != len(kind):
+            continue
         for combo in itertools.product(*per_stack):
             by_key = dict(outside)
             for roles in combo:
@@ -279,7 +285,7 @@ def candidates(traced: Trace, state: Mapping[str, np.ndarray], torch_style: bool
             for key, value in by_key.items():
                 mapping[where[key][0]] = value
             out.append(mapping)
-    return out, None
+    return out, None if out else "; ".join(whys)
 
 
 def _role(call: Call, key: str) -> str:
@@ -307,20 +313,22 @@ def _dims(call: Call, torch_style: bool) -> tuple[int, int]:
     return (shape[1], shape[0]) if torch_style else (shape[0], shape[1])
 
 
-def _layer_roles(calls: list[Call], d: int, torch_style: bool, stack: str, softmax: list[frozenset[str]]
-                 ) -> tuple[list[dict[str, str]], str | None]:
-    """The candidate role sets of one layer's calls: key -> "canonical [transform]"."""
+def _layer_roles(calls: list[Call], d: int, torch_style: bool, stack: str, cross: bool,
+                 softmax: list[frozenset[str]]) -> tuple[list[dict[str, str]], str | None]:
+    """The candidate role sets of one layer's calls (`cross`: a decoder layer with cross-attention): key ->
+    "canonical [transform]"."""
     prefix = f"{stack}.layers.{{i}}."
     norms = [c for c in calls if c.kind == "norm"]
     linears = [c for c in calls if c.kind == "linear"]
-    expected = 3 if stack == "decoder" else 2
+    expected = 3 if cross else 2
     if len(norms) != expected:
-        return [], f"{len(norms)} norms (a {stack} layer has {expected})"
+        return [], f"{len(norms)} norms (such a layer has {expected})"
     fixed: dict[str, str] = {}
-    for n, c in enumerate(norms, start=1):
-        fixed[c.weight] = f"{prefix}norm{n}.gamma"
+    names = ("norm1", "norm3") if stack == "decoder" and not cross else ("norm1", "norm2", "norm3")  # norm2: cross
+    for name, c in zip(names, norms):
+        fixed[c.weight] = f"{prefix}{name}.gamma"
         if c.bias:
-            fixed[c.bias] = f"{prefix}norm{n}.beta"
+            fixed[c.bias] = f"{prefix}{name}.beta"
     attentions, pending, ffn = [], [], []
     for c in linears:
         d_in, d_out = _dims(c, torch_style)
@@ -334,10 +342,10 @@ def _layer_roles(calls: list[Call], d: int, torch_style: bool, stack: str, softm
             ffn.append(c)
     if pending:
         return [], f"projections of {sum(_dims(p, torch_style)[1] for p in pending)} columns with no output projection"
-    wanted = 2 if stack == "decoder" else 1
+    wanted = 2 if cross else 1
     if len(attentions) != wanted:
-        return [], f"{len(attentions)} attentions (a {stack} layer has {wanted})"
-    if stack == "decoder" and _is_cross(attentions[0][0]) and not _is_cross(attentions[1][0]):
+        return [], f"{len(attentions)} attentions (such a layer has {wanted})"
+    if cross and _is_cross(attentions[0][0]) and not _is_cross(attentions[1][0]):
         attentions.reverse()  # the self-attention is the one whose projections read one tensor
     attention_options = []
     for (projections, o), attn in zip(attentions, ("self_attn", "cross_attn")):
