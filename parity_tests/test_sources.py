@@ -180,6 +180,38 @@ def test_a_wrong_layout_fails_against_the_source(tmp_path, monkeypatch, capsys):
                      "--source", spec]) == 1, kind
 
 
+@pytest.mark.parametrize("name", ["tutorial_seq2seq_renamed", "to_kv_encoder_renamed", "c_attn_decoder_renamed"])
+def test_roles_settled_by_the_source_fail_when_changed(name, tmp_path, monkeypatch, capsys):
+    """The layout the source's calls settle for a model whose names say nothing, with another head count, or with
+    two of its self-attention's projections swapped (q and k; q and o beside a fused k/v; a fused q/k/v read as
+    interleaved per head), fails against the source: exit 1.
+    The scaffold prints how long probing took."""
+    from transformer_parity.cli import main
+
+    pytest.importorskip("torch")
+    model = sources.module(name)
+    path = model.save_checkpoint(tmp_path / f"model{model.CHECKPOINT_SUFFIX}", seed=0)
+    monkeypatch.setenv("TP_SOURCE_CKPT", str(path))
+    spec = f"{Path(model.__file__)}:forward"
+    assert main(["layout", "--scaffold", str(path), "--source", spec]) == 0
+    captured = capsys.readouterr()
+    settled = captured.out
+    seconds = float(re.search(r"settled: \d+ candidate layouts tried in ([\d.]+) s", captured.err)[1])
+    assert 0 < seconds < 60
+    other = 2 if model.NUM_HEADS != 2 else 3
+    pair = "qk" if "self_attn.k." in settled else "qo"  # k fused with v (to_kv): q and the output projection
+    swapped = re.sub(rf"self_attn\.([{pair}])\.", lambda m: f"self_attn.{pair[m[1] == pair[0]]}.", settled)
+    if "{qkv}" in settled:  # one fused q/k/v array: its other order
+        swapped = settled.replace("fused_qkv_t", "fused_qkv_heads_t")
+    wrong = {"heads": settled.replace(f"num_heads = {model.NUM_HEADS}", f"num_heads = {other}"), "roles": swapped}
+    for kind, text in wrong.items():
+        assert text != settled, kind
+        layout = tmp_path / f"{kind}.toml"
+        layout.write_text(text)
+        assert main(["--quiet", "verify", "--layout", str(layout), str(path), "--backends", "torch",
+                     "--source", spec]) == 1, kind
+
+
 def test_fused_qkv_in_the_wrong_order_fails_against_the_source(tmp_path, monkeypatch, capsys):
     """The Lightning model interleaves q, k, v per head in one projection: the settled layout says so
     (`fused_qkv_heads_t`); read as concatenated (`fused_qkv_t`) the port fails against the source, exit 1."""

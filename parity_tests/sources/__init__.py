@@ -11,6 +11,13 @@ One module per model kind, each at odd sizes with every LayerNorm and every bias
 - `keras_encoder`: a Keras 3 encoder, Dense wq/wk/wv/dense, additive mask, epsilon 1e-6; `.weights.h5`; pad id 0.
 - `nn_transformer_4heads`: PyTorch's translation tutorial around `torch.nn.Transformer(nhead=4)`; `.pt` state dict;
   pad id 1 (the tutorial's PAD_IDX).
+- `tutorial_seq2seq`: a video tutorial's encoder-decoder, `values`/`keys`/`queries`/`fc_out`, a decoder block holding
+  its own `norm` and a `transformer_block`, scores over sqrt(d_model); pad id 1.
+- `to_kv_encoder`: an attention library's pre-LN encoder, `to_q`, a fused `to_kv`, `to_out`, `PreNorm` wrappers;
+  pad id 3.
+- `c_attn_decoder`: a minimal GPT, one fused `c_attn`, `c_proj`, `ln_1`/`ln_2`/`ln_f`, untied `lm_head`; no pad id.
+- `*_renamed`: the three above with every module attribute renamed `m0`, `m1`, ...: names that say nothing, so
+  that only what the source does can place each tensor (`layouts/roles.py`).
 
 Each module has:
 
@@ -44,7 +51,9 @@ from types import ModuleType
 import numpy as np
 
 CHECKPOINT_ENV = "TP_SOURCE_CKPT"
-MODELS = ("w_qkvo_encoder", "dmodel_scale_seq2seq", "lightning_encoder", "keras_encoder", "nn_transformer_4heads")
+MODELS = ("w_qkvo_encoder", "dmodel_scale_seq2seq", "lightning_encoder", "keras_encoder", "nn_transformer_4heads",
+          "tutorial_seq2seq", "tutorial_seq2seq_renamed", "to_kv_encoder", "to_kv_encoder_renamed", "c_attn_decoder",
+          "c_attn_decoder_renamed")
 DTYPES = ("float32", "float64")
 LAYOUTS = Path(__file__).resolve().parent / "layouts"
 

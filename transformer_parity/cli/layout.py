@@ -4,6 +4,7 @@ where one is given."""
 from __future__ import annotations
 
 import sys
+import time
 
 from transformer_parity.config_fields import parse_fields
 from transformer_parity.errors import UsageError
@@ -46,13 +47,16 @@ def cmd_layout(args) -> int:
 
     fields = parse_fields(args.config, args.sets)
     fn = src.load_callable(args.source)
+    started = time.perf_counter()
     settled = probe.settle(path, fn, fields, where=f"--source {args.source}")
+    seconds = time.perf_counter() - started
     sys.stdout.write(settled.text)
     for line in settled.unsettled:
         print(f"{PROG}: not settled: {one_line(line)}", file=sys.stderr)
     if not args.quiet:
         make_console(args, stderr=True).print(
-            f"{'settled' if settled.passed else 'NOT settled'}: {settled.tried} candidate layouts tried; the chosen one "
+            f"{'settled' if settled.passed else 'NOT settled'}: {settled.tried} candidate layouts tried in {seconds:.1f} s; "
+            "the chosen one "
             f"is {settled.error:.3g} off the source's {settled.source_dtype} output ({settled.ratio:.2f} floors, "
             f"limit {probe.RATIO_LIMIT:g})", markup=False)
     return 0 if settled.passed else 1
