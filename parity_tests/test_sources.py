@@ -18,7 +18,7 @@ from parity_tests.tolerances import atol
 @pytest.fixture(scope="module", params=sources.MODELS, ids=list(sources.MODELS))
 def saved(request, tmp_path_factory):
     """(module, checkpoint path) for each fixture model, seed 0."""
-    if request.param == "keras_encoder":
+    if request.param.startswith("keras"):
         pytest.importorskip("tensorflow")
         pytest.importorskip("keras")
     else:
@@ -80,8 +80,9 @@ def test_norms_and_biases_are_away_from_init(saved):
 
     model, path = saved
     state = read_state(path)
-    if model.CHECKPOINT_SUFFIX == ".weights.h5":  # Keras: gamma is vars/0, beta and a Dense's bias vars/1
-        norms = [k for k in state if "layernorm" in k]
+    if model.CHECKPOINT_SUFFIX == ".weights.h5":  # Keras: gamma is a 1-D vars/0, beta and a Dense's bias vars/1
+        gammas = [k for k in state if k.endswith("/vars/0") and np.ndim(state[k]) == 1]
+        norms = gammas + [k[:-1] + "1" for k in gammas]
         biases = [k for k in state if k.endswith("/vars/1")]
     else:
         norms = [k for k in state if k.rsplit(".", 1)[0] in _torch_norms(model)]
@@ -180,7 +181,8 @@ def test_a_wrong_layout_fails_against_the_source(tmp_path, monkeypatch, capsys):
                      "--source", spec]) == 1, kind
 
 
-@pytest.mark.parametrize("name", ["tutorial_seq2seq_renamed", "to_kv_encoder_renamed", "c_attn_decoder_renamed"])
+@pytest.mark.parametrize("name", ["tutorial_seq2seq_renamed", "to_kv_encoder_renamed", "c_attn_decoder_renamed",
+                                  "keras_dense_n_renamed"])
 def test_roles_settled_by_the_source_fail_when_changed(name, tmp_path, monkeypatch, capsys):
     """The layout the source's calls settle for a model whose names say nothing, with another head count, or with
     two of its self-attention's projections swapped (q and k; q and o beside a fused k/v; a fused q/k/v read as
@@ -188,7 +190,7 @@ def test_roles_settled_by_the_source_fail_when_changed(name, tmp_path, monkeypat
     The scaffold prints how long probing took."""
     from transformer_parity.cli import main
 
-    pytest.importorskip("torch")
+    pytest.importorskip("keras" if name.startswith("keras") else "torch")
     model = sources.module(name)
     path = model.save_checkpoint(tmp_path / f"model{model.CHECKPOINT_SUFFIX}", seed=0)
     monkeypatch.setenv("TP_SOURCE_CKPT", str(path))

@@ -16,7 +16,9 @@ One module per model kind, each at odd sizes with every LayerNorm and every bias
 - `to_kv_encoder`: an attention library's pre-LN encoder, `to_q`, a fused `to_kv`, `to_out`, `PreNorm` wrappers;
   pad id 3.
 - `c_attn_decoder`: a minimal GPT, one fused `c_attn`, `c_proj`, `ln_1`/`ln_2`/`ln_f`, untied `lm_head`; no pad id.
-- `*_renamed`: the three above with every module attribute renamed `m0`, `m1`, ...: names that say nothing, so
+- `keras_dense_n`: a Keras 3 pre-LN encoder whose layers keep Keras's default names (`dense`, `dense_1`, ... in the
+  order they are made), in lists; `.weights.h5`; pad id 2.
+- `*_renamed`: the four above with every module attribute renamed `m0`, `m1`, ...: names that say nothing, so
   that only what the source does can place each tensor (`layouts/roles.py`).
 
 Each module has:
@@ -53,7 +55,7 @@ import numpy as np
 CHECKPOINT_ENV = "TP_SOURCE_CKPT"
 MODELS = ("w_qkvo_encoder", "dmodel_scale_seq2seq", "lightning_encoder", "keras_encoder", "nn_transformer_4heads",
           "tutorial_seq2seq", "tutorial_seq2seq_renamed", "to_kv_encoder", "to_kv_encoder_renamed", "c_attn_decoder",
-          "c_attn_decoder_renamed")
+          "c_attn_decoder_renamed", "keras_dense_n", "keras_dense_n_renamed")
 DTYPES = ("float32", "float64")
 LAYOUTS = Path(__file__).resolve().parent / "layouts"
 
