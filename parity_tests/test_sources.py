@@ -4,6 +4,7 @@ inputs they are probed with, and that each model's own forward is the model it c
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -253,3 +254,41 @@ def test_probing_names_what_it_cannot_settle(tmp_path, monkeypatch, capsys):
     assert main(["layout", "--scaffold", str(path), "--source", f"{raising}:forward"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "raised RuntimeError on a probe batch" in err and "CUDA out of memory" in err, err
+
+
+def test_verify_and_convert_settle_what_the_file_does_not_say_by_probing_the_source(tmp_path, monkeypatch, capsys):
+    """An nn.Transformer state dict does not say its head count, activation, norm placement, epsilon, embedding
+    scale or pad id. With --source and nothing stated, verify settles each by probing (listing the value, its error
+    and the runner-up's) and passes with the same errors as with every setting typed by hand; convert writes the
+    same model. Without a source the refusal stands."""
+    from transformer_parity import formats
+    from transformer_parity.cli import main
+
+    pytest.importorskip("torch")
+    model = sources.module("nn_transformer_4heads")
+    path = model.save_checkpoint(tmp_path / "model.pt", seed=0)
+    monkeypatch.setenv("TP_SOURCE_CKPT", str(path))
+    spec = f"{Path(model.__file__)}:forward"
+    typed = ["--set", f"num_heads={model.NUM_HEADS}", "--set", "activation=relu", "--set", "norm_first=false",
+             "--set", "layer_norm_eps=1e-5", "--set", "scale_embedding=true", "--set", f"pad_id={model.PAD_ID}"]
+    reports = {}
+    for kind, extra in (("settled", []), ("typed", typed)):
+        out = tmp_path / f"{kind}.json"
+        assert main(["--quiet", "verify", str(path), "--source", spec, "--json", str(out), *extra]) == 0, kind
+        reports[kind] = json.loads(out.read_text())
+    assert reports["settled"]["rows"] == reports["typed"]["rows"]
+    notes = [n for n in reports["settled"]["notes"] if n.startswith("settled by probing --source: ")]
+    assert [n.split(": ", 1)[1].split(" ")[0] for n in notes] == [
+        f"num_heads={model.NUM_HEADS}", "activation='relu'", "norm_first=False", "layer_norm_eps=1e-05",
+        "scale_embedding=True", f"pad_id={model.PAD_ID}"]
+    assert all("off the source; the runner-up " in n for n in notes), notes
+
+    capsys.readouterr()
+    assert main(["verify", str(path)]) == 2  # no source: the file alone does not say them
+    assert "does not say num_heads" in capsys.readouterr().err
+    out = tmp_path / "ported.safetensors"
+    assert main(["--quiet", "convert", str(path), str(out), "--source", spec]) == 0
+    loaded = formats.load(out)
+    assert (loaded.config.num_heads, loaded.config.pad_id, loaded.config.activation) == (model.NUM_HEADS,
+                                                                                        model.PAD_ID, "relu")
+    assert main(["--quiet", "verify", str(out), "--source", spec]) == 0

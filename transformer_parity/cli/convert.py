@@ -149,8 +149,12 @@ def cmd_convert(args) -> int:
     max_shard = parse_size(args.max_shard_size) if args.max_shard_size else None
     with BytesProgress(args, f"reading {printable(in_path.name)}", size) as bar:
         reading = [True]  # a streamed input is read while the output is written: the bar then counts the writes
-        loaded = formats.load(in_path, input_format(args), fields, lambda name, n: reading[0] and bar.advance(name, n),
-                              allow_drop=args.allow_drop, lazy=True)
+        from transformer_parity.verify.probe import load_settled
+
+        loaded, _ = load_settled(lambda given: formats.load(in_path, input_format(args), given,
+                                                            lambda name, n: reading[0] and bar.advance(name, n),
+                                                            allow_drop=args.allow_drop, lazy=True),
+                                 in_path, fields, args.source, notes)
         reading[0] = False
         streamed = any(rn.mapping.is_lazy(v) for v in loaded.weights.values())
         _cast(loaded, args.dtype, out_format if to_layout is None else "layout", notes)
@@ -303,6 +307,8 @@ def register(sub) -> None:
                    "know (docs/layouts.md)")
     p.add_argument("--to-layout", metavar="FILE.toml", help="write OUT under the names of a layout file, for your own "
                    "model's load_state_dict / load_weights (.pt, .safetensors or .weights.h5)")
+    p.add_argument("--source", metavar="FILE.py:NAME", help="the model's own code (verify's source contract): "
+                   "settings IN does not tell are settled by probing it, each listed with its error")
     add_config_options(p)
     add_allow_drop(p)
     p.add_argument("--dtype", choices=tuple(CAST), help="write the weights in this dtype (default: as stored; "

@@ -14,6 +14,15 @@ from typing import Any, Iterator, Mapping
 PREFIX = "hparam:"
 
 
+class Unstated(ValueError):
+    """A checkpoint that does not tell config fields its model needs (`missing`): the user gives them, or a source
+    settles them by probing (`verify --source`, `convert --source`)."""
+
+    def __init__(self, message: str, missing: list[str]):
+        super().__init__(message)
+        self.missing = list(missing)
+
+
 def is_reference(value: Any) -> bool:
     return isinstance(value, str) and value.startswith(PREFIX)
 

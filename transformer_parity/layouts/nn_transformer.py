@@ -261,9 +261,10 @@ def import_nn_transformer(state: Mapping[str, Any], path: str | os.PathLike = "<
         if missing:
             example = f"{missing[0]}={EXAMPLES[missing[0]]}"
             also = f"; hyper_parameters name some ambiguously: {', '.join(ambiguous)}" if ambiguous else ""
-            raise ValueError(f"{Path(path).name} (nn-transformer) does not say {', '.join(missing)}: give them with "
-                             f"--set FIELD=VALUE (e.g. --set {example}) or --config FILE.json (the values of the "
-                             f"model's constructor; pad_id: its padding token, or none){also}")
+            raise hp.Unstated(f"{Path(path).name} (nn-transformer) does not say {', '.join(missing)}: give them with "
+                              f"--set FIELD=VALUE (e.g. --set {example}) or --config FILE.json (the values of the "
+                              f"model's constructor; pad_id: its padding token, or none), or --source FILE.py:NAME "
+                              f"(the model's code settles them){also}", missing)
     config_dict = {**base, **inferred, **fields}
     try:
         config = TransformerConfig.from_dict(config_dict)

@@ -203,9 +203,9 @@ def infer_config(shapes: Mapping[str, tuple[int, ...]], fields: Mapping[str, Any
         missing = unstated(inferred, fields)
         if missing:
             example = f"{missing[0]} = {_toml_value(EXAMPLES.get(missing[0], 0))}"
-            raise ValueError(f"{source}: the weights do not tell {', '.join(missing)}: state them in the layout's "
-                             f"[config] (e.g. {example}) or give them with --set FIELD=VALUE, as the model's code "
-                             "has them")
+            raise hp.Unstated(f"{source}: the weights do not tell {', '.join(missing)}: state them in the layout's "
+                              f"[config] (e.g. {example}) or give them with --set FIELD=VALUE, as the model's code "
+                              "has them", missing)
     if "num_heads" not in fields:
         raise ValueError(f"{source}: num_heads is not in the layout's [config] (the weights cannot tell it); add "
                          "num_heads = N")

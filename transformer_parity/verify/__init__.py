@@ -303,8 +303,12 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         if checkpoints:
             if progress:
                 progress(f"reading {Path(checkpoints[0]).name}")
-            first = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop,
-                             lazy=stream != "off")
+            from transformer_parity.verify.probe import load_settled
+
+            first, found = load_settled(lambda given: fmt.load(checkpoints[0], (formats or [None])[0], given,
+                                                               allow_drop=allow_drop, lazy=stream != "off"),
+                                        checkpoints[0], dict(fields or {}), source, notes)
+            fields = {**dict(fields or {}), **found}  # what probing settled holds for every later read
             config = first.config
         else:
             try:

@@ -77,6 +77,10 @@ class Settled:
     tried: int
     unsettled: list[str] = field(default_factory=list)  # one line per setting that could not be settled
     source_dtype: str = "float32"
+    fields: dict[str, Any] = field(default_factory=dict)  # the settled config values
+    # field -> (its error against the source, the runner-up value, the runner-up's error), absolute: the best
+    # candidate that differs in that field alone is the runner-up (None where no candidate differed)
+    evidence: dict[str, tuple[float, Any, float]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -393,8 +397,9 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
 
     # stage 3: the pad id
     chosen = dict(best.fields)
+    pad_evidence: dict[str, tuple[float, Any, float]] = {}
     if "pad_id" not in fields and not unsettled:
-        chosen["pad_id"], pad_note = _settle_pad(best, pads, source)
+        chosen["pad_id"], pad_note, pad_evidence = _settle_pad(best, pads, source)
         if pad_note:
             unsettled.append(pad_note)
     ours = _forward(best.config.replace(pad_id=chosen["pad_id"]) if "pad_id" in chosen else best.config,
@@ -405,7 +410,24 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
     text = _render(path, best.mapping, settled, rows, (error, floor, source_dtype, tried, unsettled))
     head, _, rest = text.partition("\n")
     text = "\n".join([head] + [f"# {note}" for note in notes] + [rest])
-    return Settled(text, error, floor, error / floor, tried, unsettled, source_dtype)
+    evidence = {**_evidence(best, candidates + survivors, settled, scale), **pad_evidence}
+    return Settled(text, error, floor, error / floor, tried, unsettled, source_dtype, settled, evidence)
+
+
+def _evidence(best: Candidate, tried: Sequence[Candidate], settled: Mapping[str, Any], scale: float
+              ) -> dict[str, tuple[float, Any, float]]:
+    """For each settled field the search varied: the chosen candidate's error and that of the best candidate with
+    the same mapping and another value of that field (absolute, as the source's output is)."""
+    out = {}
+    for name, value in settled.items():
+        if name == "pad_id":  # the structure ran on inputs without padding: `_settle_pad` has its evidence
+            continue
+        others = [c for c in tried if c.mapping == best.mapping and name in c.fields and c.fields[name] != value
+                  and math.isfinite(c.error)]
+        if others:
+            runner = min(others, key=lambda c: c.error)
+            out[name] = (best.error * scale, runner.fields[name], runner.error * scale)
+    return out
 
 
 def _trace(source: Source, state: Mapping[str, np.ndarray], torch_style: bool) -> roles.Trace:
@@ -503,11 +525,12 @@ def _disagreements(passing: Sequence[Candidate], names, source, base) -> list[st
     return out
 
 
-def _settle_pad(best: Candidate, pads, source) -> tuple[int | None, str | None]:
+def _settle_pad(best: Candidate, pads, source) -> tuple[int | None, str | None, dict]:
     """The pad id: for each candidate id, inputs whose second row ends in three of it. The id is padding when the
     source's output matches the chosen layout with that id masked, within the verify rule, and does not match it
-    unmasked; no id behaving so means no pad token. Returns (pad id, what could not be settled or None)."""
-    masked, off = [], []
+    unmasked; no id behaving so means no pad token. Returns (pad id, what could not be settled or None, evidence:
+    {"pad_id": (its error, the runner-up, the runner-up's error)}: masked against unmasked on its padded probe)."""
+    masked, off, errors = [], [], {}
     for pad in pads:
         batch = _probe_batch(best.config, [p for p in pads if p != pad], seed=2, pad=pad)
         theirs = source(batch)
@@ -516,17 +539,23 @@ def _settle_pad(best: Candidate, pads, source) -> tuple[int | None, str | None]:
                                          else "float32") / (float(np.max(np.abs(theirs))) or 1.0)
         as_pad = _relative(_forward(config, best.weights, batch), theirs)
         as_token = _relative(_forward(best.config.replace(pad_id=None), best.weights, batch), theirs)
+        errors[pad] = (as_pad, as_token, float(np.max(np.abs(theirs))) or 1.0)
         if as_pad <= tolerance < as_token:
             masked.append(pad)
         elif as_pad > tolerance and as_token > tolerance:
             off.append(pad)
     if off:
         return None, (f"padding: inputs padded with id {off[0]} match the source neither masked nor unmasked; the "
-                      "model treats padding in a way this tool does not express, or pads with another id")
+                      "model treats padding in a way this tool does not express, or pads with another id"), {}
     if len(masked) > 1:
         return masked[0], (f"pad_id: ids {', '.join(map(str, masked))} are all masked by the source; state pad_id "
-                           "in [config]")
-    return (masked[0] if masked else None), None
+                           "in [config]"), {}
+    pad = masked[0] if masked else None
+    first = pad if pad is not None else pads[0]
+    as_pad, as_token, scale = errors[first]
+    evidence = (as_pad * scale, None, as_token * scale) if pad is not None else (as_token * scale, first,
+                                                                                   as_pad * scale)
+    return pad, None, {"pad_id": evidence}
 
 
 def _render(path: Path, mapping: Mapping[str, str], settled: Mapping[str, Any], rows,
@@ -557,3 +586,39 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return f'"{value}"'
     return repr(value)
+
+
+def load_settled(load: Callable[[Mapping[str, Any]], Any], path: str | Path, fields: Mapping[str, Any],
+                 spec: str | None, notes: list[str]) -> tuple[Any, dict[str, Any]]:
+    """`(load(fields), {})`, and where the checkpoint does not tell some settings (`hparams.Unstated`) and a source is
+    given (`spec`, FILE.py:NAME), those settings settled by probing it, as `layout --scaffold --source` does: each
+    settled value goes into `notes` with its error against the source and that of the runner-up, and the settled
+    values are returned beside. Without a source, or when probing cannot settle them, the refusal stands (naming what
+    probing found)."""
+    from transformer_parity.layouts.hparams import Unstated
+    from transformer_parity.verify import source as src
+
+    try:
+        return load(fields), {}
+    except Unstated as exc:
+        if spec is None:
+            raise
+        missing = exc.missing
+    settled = settle(path, src.load_callable(spec), fields, where=f"--source {spec}")
+    found = {name: settled.fields[name] for name in missing if name in settled.fields}
+    if not settled.passed or len(found) != len(missing):
+        why = settled.unsettled[0] if settled.unsettled else f"the closest layout is {settled.ratio:.1f} floors off"
+        raise Unstated(f"{Path(path).name} does not say {', '.join(missing)}, and probing --source {spec} did not "
+                       f"settle them ({why}); give them with --set FIELD=VALUE", missing)
+    for name, value in found.items():
+        shown = "none" if value is None else repr(value)
+        if name in settled.evidence:
+            error, other, other_error = settled.evidence[name]
+            why = (f"{error:.2g} off the source; the runner-up {name}={'none' if other is None else repr(other)}: "
+                   f"{other_error:.2g}")
+        else:
+            why = f"{settled.error:.2g} off the source"
+        notes.append(f"settled by probing --source: {name}={shown} ({why})")
+    notes.append(f"probing --source: {settled.tried} candidate layouts tried; the chosen one {settled.error:.2g} off "
+                 f"the source's {settled.source_dtype} output ({settled.ratio:.2f} floors)")
+    return load({**fields, **found}), found
