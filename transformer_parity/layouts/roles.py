@@ -14,10 +14,12 @@ each stack:
 - outside the layers: token embeddings are the lookups of the input ids, position tables the other lookups, a norm
   after a stack's last layer is its final norm, and a linear after everything is the output projection.
 
-What the trace leaves open, the order of q, k and v among projections that read the same tensor (and k and v in a
-cross-attention, gate and linear1 in a gated block), becomes candidate mappings that `verify.probe.settle` runs
-against the source: at most 6 x 2 x 2 = 24 of them, the call order (q, k, v as called) first. Every layer of a
-stack must be laid out as its first layer is (one block class per stack), which the trace checks.
+What the trace leaves open becomes candidate mappings that `verify.probe.settle` runs against the source, each
+`Choice` made once for the whole model (one attention class, one feed-forward class): which of three separate
+projections are q, k and v (six orders; under PyTorch the softmax's lineage names q and k, leaving two), whether a
+fused array is concatenated or interleaved per head, which of a gated block's inputs is the gate, and whether a lone
+stack is encoder or decoder layers: at most 6 x 2 x 2 x 2 = 48, deduplicated, the call order first. The pattern of
+the first layer stands for every layer of its stack (the `{i}` patterns say they hold the same tensors).
 """
 
 from __future__ import annotations
@@ -201,6 +203,7 @@ class _keras_hook:
 
         if "keras" not in sys.modules:  # a source that never imported Keras runs no Keras layer
             return self
+        import tf_impl.startup  # noqa: F401 (TensorFlow's start-up notices kept off the terminal)
         import keras
 
         original = self.original = keras.layers.Layer.__call__
@@ -222,6 +225,7 @@ class _keras_hook:
 
     def __exit__(self, *exc):
         if self.original is not None:
+            import tf_impl.startup  # noqa: F401
             import keras
 
             keras.layers.Layer.__call__ = self.original
@@ -229,19 +233,33 @@ class _keras_hook:
 
 # --- roles from the trace ---------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Choice:
+    """What the trace leaves open, chosen once for the whole model (one attention class, one feed-forward class):
+    which of three separate projections, by call position, are q, k and v; how a fused q/k/v array is laid out;
+    which of a gated block's two input projections is the gate."""
+
+    qkv: tuple[int, int, int] = (0, 1, 2)  # call positions of q, k, v
+    fused: str = "fused_qkv"  # or "fused_qkv_heads": interleaved per head
+    gate_first: bool = True
+
+
+CHOICES = [Choice(qkv, fused, gate) for qkv in itertools.permutations(range(3))
+           for fused in ("fused_qkv", "fused_qkv_heads") for gate in (True, False)]
+
+
 def candidates(traced: Trace, state: Mapping[str, np.ndarray], torch_style: bool, guesses: Mapping[str, str]
                ) -> tuple[list[dict[str, str]], str | None]:
     """`(mappings, why none)`: the candidate mappings (external pattern -> "canonical [transform]") the trace
-    allows, the call order first; every pattern the trace did not meet keeps its name guess (`guesses`)."""
+    allows, the call order first; every pattern the trace did not meet keeps its name guess (`guesses`). At most
+    6 q/k/v orders x 2 fused layouts x 2 gate orders x 2 readings of a lone stack (encoder or decoder layers) = 48,
+    fewer where the model has no such choice or where the trace rules one out (a softmax names q and k)."""
     calls = traced.calls
     if not calls:
         return [], "the source ran no PyTorch module or Keras layer holding a checkpoint tensor"
     stacks = user.layer_stacks({k: np.shape(v) for k, v in state.items()}, torch_style)
-    where = {}  # checkpoint key -> (pattern, layer index)
-    for key in state:
-        where[key] = user._generalize(key, torch_style, stacks)
-    embeddings = [c for c in calls if c.kind == "embedding"]
-    token = [c for c in embeddings if c.ids_input in ("src", "tgt")]
+    where = {key: user._generalize(key, torch_style, stacks) for key in state}  # key -> (pattern, layer index)
+    token = [c for c in calls if c.kind == "embedding" and c.ids_input in ("src", "tgt")]
     if not token:
         return [], "no lookup of the input ids in the trace (no token embedding)"
     d = token[0].shapes[_role(token[0], token[0].weight)][-1]
@@ -258,34 +276,29 @@ def candidates(traced: Trace, state: Mapping[str, np.ndarray], torch_style: bool
             layer0.setdefault(stack, []).append(c)
     if not order or len(order) > 2:
         return [], f"{len(order)} layer stacks in the trace (one or two are understood)"
-    names = ["encoder", "decoder"] if len(order) == 2 else None
-    kinds = [names] if names else [["encoder"], ["decoder"]]  # one stack: encoder-only or decoder-only, probed
+    kinds = [["encoder", "decoder"]] if len(order) == 2 else [["encoder"], ["decoder"]]  # a lone stack: probed
     out, whys = [], []
     for kind in kinds:
-        per_stack = []
-        for stack, name in zip(order, kind):
-            options, why = _layer_roles(layer0[stack], d, torch_style, name, len(kind) == 2 and name == "decoder",
-                                        traced.softmax)
-            if not options:
-                whys.append(f"read as {name} layers, the first of {stack}{{i}} has {why}")
-                break
-            per_stack.append(options)
-        else:
-            outside, why = _outside_roles(calls, where, order, kind, torch_style, d)
-            if outside is None:
-                whys.append(why)
-                continue
-        if len(per_stack) != len(kind):
+        outside, why = _outside_roles(calls, where, order, kind, torch_style, d)
+        if outside is None:
+            whys.append(why)
             continue
-        for combo in itertools.product(*per_stack):
+        for choice in CHOICES:
             by_key = dict(outside)
-            for roles in combo:
+            for stack, name in zip(order, kind):
+                roles, why = _layer_roles(layer0[stack], d, torch_style, name, len(kind) == 2 and name == "decoder",
+                                          traced.softmax, choice)
+                if roles is None:
+                    whys.append(f"read as {name} layers, the first of {stack}{{i}} has {why}")
+                    break
                 by_key.update(roles)
-            mapping = dict(guesses)
-            for key, value in by_key.items():
-                mapping[where[key][0]] = value
-            out.append(mapping)
-    return out, None if out else "; ".join(whys)
+            else:
+                mapping = dict(guesses)
+                for key, value in by_key.items():
+                    mapping[where[key][0]] = value
+                if mapping not in out:
+                    out.append(mapping)
+    return out, None if out else "; ".join(dict.fromkeys(whys))
 
 
 def _role(call: Call, key: str) -> str:
@@ -314,21 +327,20 @@ def _dims(call: Call, torch_style: bool) -> tuple[int, int]:
 
 
 def _layer_roles(calls: list[Call], d: int, torch_style: bool, stack: str, cross: bool,
-                 softmax: list[frozenset[str]]) -> tuple[list[dict[str, str]], str | None]:
-    """The candidate role sets of one layer's calls (`cross`: a decoder layer with cross-attention): key ->
-    "canonical [transform]"."""
+                 softmax: list[frozenset[str]], choice: Choice) -> tuple[dict[str, str] | None, str | None]:
+    """One layer's roles under `choice` (`cross`: a decoder layer with cross-attention): key -> "canonical
+    [transform]", or None and why the calls do not read as such a layer (or not under this choice)."""
     prefix = f"{stack}.layers.{{i}}."
     norms = [c for c in calls if c.kind == "norm"]
     linears = [c for c in calls if c.kind == "linear"]
-    expected = 3 if cross else 2
-    if len(norms) != expected:
-        return [], f"{len(norms)} norms (such a layer has {expected})"
-    fixed: dict[str, str] = {}
-    names = ("norm1", "norm3") if stack == "decoder" and not cross else ("norm1", "norm2", "norm3")  # norm2: cross
+    names = ("norm1", "norm2", "norm3") if cross else ("norm1", "norm3") if stack == "decoder" else ("norm1", "norm2")
+    if len(norms) != len(names):  # a decoder layer's norm2 is its cross-attention's
+        return None, f"{len(norms)} norms (such a layer has {len(names)})"
+    roles: dict[str, str] = {}
     for name, c in zip(names, norms):
-        fixed[c.weight] = f"{prefix}{name}.gamma"
+        roles[c.weight] = f"{prefix}{name}.gamma"
         if c.bias:
-            fixed[c.bias] = f"{prefix}{name}.beta"
+            roles[c.bias] = f"{prefix}{name}.beta"
     attentions, pending, ffn = [], [], []
     for c in linears:
         d_in, d_out = _dims(c, torch_style)
@@ -341,79 +353,63 @@ def _layer_roles(calls: list[Call], d: int, torch_style: bool, stack: str, cross
         else:
             ffn.append(c)
     if pending:
-        return [], f"projections of {sum(_dims(p, torch_style)[1] for p in pending)} columns with no output projection"
+        width = sum(_dims(p, torch_style)[1] for p in pending)
+        return None, f"projections of {width} columns with no output projection"
     wanted = 2 if cross else 1
     if len(attentions) != wanted:
-        return [], f"{len(attentions)} attentions (such a layer has {wanted})"
+        return None, f"{len(attentions)} attentions (such a layer has {wanted})"
     if cross and _is_cross(attentions[0][0]) and not _is_cross(attentions[1][0]):
         attentions.reverse()  # the self-attention is the one whose projections read one tensor
-    attention_options = []
     for (projections, o), attn in zip(attentions, ("self_attn", "cross_attn")):
-        options = []
-        for assignment in _qkv_assignments(projections, attn == "cross_attn", torch_style, d, softmax):
-            roles = dict(_linear(o, f"{prefix}{attn}.o", torch_style))
-            for call, (part, fused) in assignment:
-                roles.update(_linear(call, f"{prefix}{attn}.{part}", torch_style, fused))
-            options.append(roles)
-        attention_options.append(options)
-    ffn_options = _ffn_assignments(ffn, d, torch_style, prefix)
-    if not ffn_options:
-        return [], f"{len(ffn)} feed-forward linears that are not into an inner width and back"
-    out = []
-    for parts in itertools.product(*attention_options, ffn_options):
-        roles = dict(fixed)
-        for part in parts:
-            roles.update(part)
-        out.append(roles)
-    return out, None
+        assignment = _qkv_assignment(projections, attn == "cross_attn", torch_style, d, softmax, choice)
+        if assignment is None:
+            return None, "projections this choice of q, k and v does not fit"
+        roles.update(_linear(o, f"{prefix}{attn}.o", torch_style))
+        for call, (part, fused) in assignment:
+            roles.update(_linear(call, f"{prefix}{attn}.{part}", torch_style, fused))
+    ffn_roles = _ffn_roles(ffn, d, torch_style, prefix, choice.gate_first)
+    if ffn_roles is None:
+        return None, f"{len(ffn)} feed-forward linears that are not into an inner width and back"
+    return {**roles, **ffn_roles}, None
 
 
 def _is_cross(projections: list[Call]) -> bool:
     return len({p.inputs[:1] for p in projections}) > 1
 
 
-def _qkv_assignments(projections: list[Call], cross: bool, torch_style: bool, d: int, softmax: list[frozenset[str]]):
-    """Each way of reading the projections as q, k and v: `[(call, (part, fused transform or None))]`. Of three
-    separate projections, the two behind a softmax's scores are q and k, the third v (where the trace saw it)."""
+def _qkv_assignment(projections: list[Call], cross: bool, torch_style: bool, d: int, softmax: list[frozenset[str]],
+                    choice: Choice) -> list | None:
+    """The projections read as q, k and v under `choice`: `[(call, (part, fused transform or None))]`, or None when
+    the trace rules the choice out: a cross-attention's query is the projection that reads the decoder's state (the
+    other two read the memory), and where a softmax's scores came from two of three projections, those are q and k
+    and the third v."""
     widths = [_dims(p, torch_style)[1] for p in projections]
     if widths == [3 * d]:  # one fused array: q, k, v concatenated, or interleaved per head
-        return [[(projections[0], ("{qkv}", "fused_qkv"))], [(projections[0], ("{qkv}", "fused_qkv_heads"))]]
+        return [(projections[0], ("{qkv}", choice.fused))]
     if sorted(widths) == [d, 2 * d]:  # q, and k with v fused
-        q = projections[widths.index(d)]
-        kv = projections[widths.index(2 * d)]
-        return [[(q, ("q", None)), (kv, ("{kv}", "fused_qkv"))]]
+        return [(projections[widths.index(d)], ("q", None)), (projections[widths.index(2 * d)], ("{kv}", "fused_qkv"))]
     if widths != [d, d, d]:
-        return []
+        return None
+    q, k, v = (projections[i] for i in choice.qkv)
     scores = next((s & {p.weight for p in projections} for s in softmax
                    if len(s & {p.weight for p in projections}) == 2), None)
-    if scores is not None:
-        v = next(p for p in projections if p.weight not in scores)
-        q_k = [p for p in projections if p.weight in scores]
-        if cross:  # the query reads the decoder's state, the key the memory
-            q = next(p for p in q_k if p.inputs[:1] != v.inputs[:1])
-            return [[(q, ("q", None)), (next(p for p in q_k if p is not q), ("k", None)), (v, ("v", None))]]
-        return [[(a, ("q", None)), (b, ("k", None)), (v, ("v", None))] for a, b in (q_k, q_k[::-1])]
-    if cross:  # the query reads the decoder's state, k and v the memory
-        groups: dict[tuple, list[Call]] = {}
-        for p in projections:
-            groups.setdefault(p.inputs[:1], []).append(p)
-        q = next(ps[0] for ps in groups.values() if len(ps) == 1)
-        k_v = [p for p in projections if p is not q]
-        return [[(q, ("q", None)), (a, ("k", None)), (b, ("v", None))] for a, b in (k_v, k_v[::-1])]
-    return [[(c, (part, None)) for c, part in zip(perm, ("q", "k", "v"))]
-            for perm in itertools.permutations(projections)]
+    if scores is not None and {q.weight, k.weight} != scores:
+        return None
+    if cross and (q.inputs[:1] == k.inputs[:1] or k.inputs[:1] != v.inputs[:1]):
+        return None
+    return [(q, ("q", None)), (k, ("k", None)), (v, ("v", None))]
 
 
-def _ffn_assignments(ffn: list[Call], d: int, torch_style: bool, prefix: str) -> list[dict[str, str]]:
+def _ffn_roles(ffn: list[Call], d: int, torch_style: bool, prefix: str, gate_first: bool) -> dict[str, str] | None:
     dims = [_dims(c, torch_style) for c in ffn]
     if len(ffn) == 2 and dims[0][0] == d and dims[1] == (dims[0][1], d):
-        return [{**_linear(ffn[0], f"{prefix}ffn.linear1", torch_style),
-                 **_linear(ffn[1], f"{prefix}ffn.linear2", torch_style)}]
+        return {**_linear(ffn[0], f"{prefix}ffn.linear1", torch_style),
+                **_linear(ffn[1], f"{prefix}ffn.linear2", torch_style)}
     if len(ffn) == 3 and dims[0] == dims[1] and dims[0][0] == d and dims[2] == (dims[0][1], d):
-        down = _linear(ffn[2], f"{prefix}ffn.linear2", torch_style)
-        return [{**_linear(a, f"{prefix}ffn.gate", torch_style), **_linear(b, f"{prefix}ffn.linear1", torch_style),
-                 **down} for a, b in (ffn[:2], ffn[1::-1])]
-    return []
+        gate, up = ffn[:2] if gate_first else ffn[1::-1]
+        return {**_linear(gate, f"{prefix}ffn.gate", torch_style), **_linear(up, f"{prefix}ffn.linear1", torch_style),
+                **_linear(ffn[2], f"{prefix}ffn.linear2", torch_style)}
+    return None
 
 
 def _outside_roles(calls: list[Call], where, order: list[str], kind: list[str], torch_style: bool, d: int
