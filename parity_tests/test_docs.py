@@ -105,12 +105,16 @@ FRESH_DIRECTORY = ["cd", "$(mktemp -d)"]
 
 def from_repository(argv: list[str], cwd: Path) -> list[str]:
     """Arguments that name a file or directory of the repository by a relative path (and none in `cwd`), made
-    absolute (the wild corpus's checkpoints are directories)."""
+    absolute (the wild corpus's checkpoints are directories), a source's `FILE.py:NAME` too."""
     def is_repository_file(a: str) -> bool:
         return (re.fullmatch(r"[\w.-]+(/[\w.-]+)+", a) is not None and not (cwd / a).exists()
                 and (REPO / a).exists())
 
-    return [str(REPO / a) if is_repository_file(a) else a for a in argv]
+    def absolute(a: str) -> str:
+        path, colon, name = a.partition(":")
+        return str(REPO / path) + colon + name if is_repository_file(path) else a
+
+    return [absolute(a) for a in argv]
 
 
 @pytest.mark.parametrize("path", RUNNABLE, ids=[str(p.relative_to(REPO)) for p in RUNNABLE])

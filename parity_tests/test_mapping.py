@@ -480,3 +480,19 @@ def test_read_ahead_reads_what_the_page_cache_lacks_and_skips_what_it_holds(tmp_
     assert sum(n for _, n in reads) == 90_000
     rio.read_through((str(tmp_path / "gone.bin"), 0, 10))  # a hint: the conversion's own read reports a missing file
     rio.read_through((str(path), 99_000, 5_000))  # past the end: stops at the end, quietly
+
+
+def test_k_and_v_fused_apart_from_q_read_and_write_back():
+    """`{kv}` (an attention library's `to_kv`: one Linear holding k then v, q apart): read into k and v, written
+    back into one array equal to the original."""
+    d, rng = 6, np.random.default_rng(3)
+    table = [("encoder.layers.{i}.self_attn.q.kernel", "l.{i}.to_q.weight", "transpose"),
+             ("encoder.layers.{i}.self_attn.{kv}.kernel", "l.{i}.to_kv.weight", "fused_qkv_t")]
+    state = {"l.0.to_q.weight": rng.standard_normal((d, d)), "l.0.to_kv.weight": rng.standard_normal((2 * d, d))}
+    names = [f"encoder.layers.0.self_attn.{p}.kernel" for p in "qkv"]
+    plan = mapping.plan(names, table)
+    weights = mapping.read(plan, dict(state), {n: (d, d) for n in names})
+    np.testing.assert_array_equal(weights[names[1]], state["l.0.to_kv.weight"][:d].T)  # k first
+    np.testing.assert_array_equal(weights[names[2]], state["l.0.to_kv.weight"][d:].T)
+    back = mapping.write(plan, weights)
+    assert set(back) == set(state) and all(np.array_equal(back[k], state[k]) for k in state)

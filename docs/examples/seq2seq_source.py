@@ -3,7 +3,9 @@ author's own code, for `transformer-parity verify CHECKPOINT --source seq2seq_so
 
 The model is PyTorch's translation tutorial (`Seq2SeqTransformer`, sequence-first, around `torch.nn.Transformer`) at a
 tiny size. Its hyperparameters are stated here, in the code, as in any training script; the weights come from the
-checkpoint named by the SOURCE_CHECKPOINT environment variable (default `seq2seq.pt` beside this file).
+checkpoint named by the SOURCE_CHECKPOINT environment variable (default `seq2seq.pt` in the current directory, else
+beside this file). `python seq2seq_source.py OUT.pt` saves the model as its training script would (seeded, every
+LayerNorm and bias moved away from its initial value) to try the commands on.
 
 `verify` calls `forward(batch)` once, with `batch["src_ids"]` `(B, S)` and `batch["tgt_ids"]` `(B, T)` int64 NumPy
 arrays, and compares what it returns with its own reference and every backend. `forward` returns the logits
@@ -26,7 +28,8 @@ PAD_IDX = 1  # the tutorial's padding token
 
 
 def checkpoint() -> Path:
-    return Path(os.environ.get("SOURCE_CHECKPOINT", Path(__file__).with_name("seq2seq.pt")))
+    here = Path("seq2seq.pt")
+    return Path(os.environ.get("SOURCE_CHECKPOINT", here if here.is_file() else Path(__file__).with_name(here.name)))
 
 
 def sinusoids(emb_size, maxlen, dtype=torch.float32):
@@ -123,6 +126,24 @@ def forward_with_sublayers(batch):
     return {"output": out.numpy(), **{name: value.numpy() for name, value in found.items()}}
 
 
-if __name__ == "__main__":  # a quick look: python seq2seq_source.py (with a seq2seq.pt beside it)
-    rng = np.random.default_rng(0)
-    print(forward({"src_ids": rng.integers(2, SRC_VOCAB, (2, 7)), "tgt_ids": rng.integers(2, TGT_VOCAB, (2, 5))}).shape)
+def save(path: str) -> None:
+    """The model, seeded, its LayerNorms and biases moved off their initial values (as training would), saved with
+    `torch.save(model.state_dict(), path)`."""
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.ndim == 1:  # LayerNorm weights and biases, Linear biases
+                param.add_(0.1 * torch.randn_like(param))
+    torch.save(model.state_dict(), path)
+
+
+if __name__ == "__main__":  # python seq2seq_source.py OUT.pt: save one; with no argument, a quick look at seq2seq.pt
+    import sys
+
+    if len(sys.argv) > 1:
+        save(sys.argv[1])
+    else:
+        rng = np.random.default_rng(0)
+        print(forward({"src_ids": rng.integers(2, SRC_VOCAB, (2, 7)),
+                       "tgt_ids": rng.integers(2, TGT_VOCAB, (2, 5))}).shape)
