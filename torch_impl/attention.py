@@ -17,7 +17,8 @@ IMPLS = ("fused", "explicit")
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                  mask: torch.Tensor | None = None, *, causal: bool = False,
                                  need_weights: bool = False, impl: str = "fused", dropout_p: float = 0.0,
-                                 scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                                 scale: float | None = None, grouped: bool = False
+                                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """softmax(scale q k^T) v (equation 1 with scale = 1/sqrt(d_k)).
 
     Args:
@@ -29,6 +30,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
             (matmul, softmax, matmul in plain ops). The caller picks; nothing is feature-detected.
         dropout_p: dropout on the attention weights (training only).
         scale: what the scores are multiplied by (`TransformerConfig.attention_scale_factor`); None = 1/sqrt(d_k).
+        grouped: k and v hold fewer heads than q (grouped-query attention), each serving `H / KV` consecutive query
+            heads; the fused path only (`enable_gqa`), the explicit one takes them repeated.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)` or None. A query row with no key it may attend
@@ -36,6 +39,9 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
+    if grouped and (impl != "fused" or need_weights):
+        raise ValueError("grouped k/v heads go to the fused kernel only; repeat them for the explicit path")
+    gqa = {"enable_gqa": True} if grouped else {}
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor (True = may attend), received dtype {mask.dtype}")
     if scale is None:
@@ -43,7 +49,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     tq, tk = q.shape[-2], k.shape[-2]
     if causal:
         if mask is None and tq == tk and not need_weights and impl == "fused":
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale, **gqa)
             return out, None
         allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(diagonal=tk - tq)
         mask = allowed if mask is None else mask & allowed
@@ -53,9 +59,10 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         if has_key is not None and q.device.type == "cpu" and bool(has_key.all()):
             # No blind row (padding leaves every query a key): skip the repair, two more passes over the mask and
             # one over the output (6-12% of the kernel's time on CPU, benchmarks/). On CUDA the check would sync.
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale), None
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale,
+                                                  **gqa), None
         safe_mask = None if mask is None else mask | ~has_key
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout_p, scale=scale)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout_p, scale=scale, **gqa)
         return (out if has_key is None else out.masked_fill(~has_key, 0)), None
     scores = q @ k.transpose(-2, -1) * scale  # (B, H, Tq, Tk)
     if mask is not None:
