@@ -44,8 +44,11 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-# Llama-3.2-1B and Llama-3.1-8B shapes (tied and untied heads), and a tiny one for the test.
+# Llama-3.2-1B and Llama-3.1-8B shapes (tied and untied heads), a 1.5 GB one (774 M parameters: what a default
+# verify's memory mode is measured on, docs/verify.md) and a tiny one for the test.
 SIZES = {
+    "1.5gb": dict(hidden_size=1536, intermediate_size=6144, num_hidden_layers=18, num_attention_heads=24,
+                  num_key_value_heads=8, vocab_size=49152, tie_word_embeddings=False),
     "tiny": dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=1000, tie_word_embeddings=True),
     "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,

@@ -329,7 +329,7 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         if not chosen:
             raise UsageError("no backend to compare with the reference: install torch and/or tensorflow+keras")
         streaming = stream == "on" or (stream == "auto" and first is not None and
-                                       _too_large_whole(first, dtype, batch, src_len, tgt_len, len(chosen)))
+                                       _too_large_whole(first, dtype, batch, src_len, tgt_len, len(chosen), notes))
         if streaming and (source or expect):
             raise UsageError("a layer-streamed verify does not run a source; give --source/--expect with --stream off "
                              "on a machine where the whole model fits")
@@ -392,9 +392,16 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
 STREAM_MODES = ("auto", "on", "off")
 
 
-def _too_large_whole(item, dtype: str, batch: int, src_len: int | None, tgt_len: int | None, backends: int) -> bool:
-    """`--stream auto`: whether a lazily read checkpoint's whole-model run would not fit in the memory available now,
-    by the estimate `judge_subjects` checks (the judge, the floor and every backend's model at once)."""
+WHOLE_SHARE = 0.5  # `--stream auto` runs the whole model only when its estimate is at most this share of free memory
+
+
+def _too_large_whole(item, dtype: str, batch: int, src_len: int | None, tgt_len: int | None, backends: int,
+                     notes: list[str]) -> bool:
+    """`--stream auto`: whether a lazily read checkpoint's whole-model run would take more than half of the memory
+    available now, by the estimate `judge_subjects` checks (the judge, the floor, every backend's model and the
+    source library's at once); a note says which mode runs and why. Half, not all: the estimate leaves out what the
+    frameworks keep besides the weights and activations, and the rest of the machine keeps running (a 1.5 GB
+    bfloat16 Llama-shaped directory took 17 GB whole)."""
     if not any(rn.mapping.is_lazy(v) for v in item.weights.values()):
         return False
     from transformer_parity.io import limits
@@ -402,7 +409,13 @@ def _too_large_whole(item, dtype: str, batch: int, src_len: int | None, tgt_len:
     s, t = default_lengths(item.config, src_len, tgt_len, [])
     copies = 3 + (2 if dtype == "float64" else 1) * backends
     need = limits.estimate_bytes(item.config, batch, s, t, itemsize=4, weight_copies=copies, traces=copies)
-    return need > limits.available_bytes()
+    free = limits.available_bytes()
+    streamed = need > WHOLE_SHARE * free
+    notes.append(f"--stream auto: the whole-model run would take about {limits.human_bytes(need)}, "
+                 f"{'more than' if streamed else 'at most'} half of the {limits.human_bytes(free)} available now: "
+                 + ("run one block at a time (--stream off runs it whole, with the source)" if streamed else
+                    "run whole"))
+    return streamed
 
 
 def _lengths(config: rn.TransformerConfig, src_len: int | None, tgt_len: int | None, notes: list[str],
