@@ -18,3 +18,30 @@ class Names:
 
     def get(self, module, role: str):
         return getattr(module, self.map[role])
+
+
+def renamed_fixture(base) -> dict:
+    """The fixture API (`parity_tests.sources`) of `base`'s model with every module renamed: its constants, and
+    `build`, `save_checkpoint`, `make_source`, `forward`, `forward_f64` passing `renamed=True`. A `*_renamed` module
+    puts these in its namespace, so that `verify --source FILE.py:forward` finds them there."""
+    from parity_tests.sources import checkpoint_path
+
+    def build(seed: int = 0):
+        return base.build(seed, renamed=True)
+
+    def save_checkpoint(path, seed: int = 0):
+        return base.save_checkpoint(path, seed, renamed=True)
+
+    def make_source(path):
+        return base.make_source(path, renamed=True)
+
+    def forward(batch):
+        return make_source(checkpoint_path())(batch)
+
+    def forward_f64(batch):
+        return forward({**batch, "dtype": "float64"})
+
+    names = ("PAD_ID", "ENCODER_DECODER", "SRC_VOCAB", "TGT_VOCAB", "NUM_HEADS", "MAX_LEN", "CHECKPOINT_SUFFIX")
+    return {**{name: getattr(base, name) for name in names}, "RENAMED": True, "build": build,
+            "save_checkpoint": save_checkpoint, "make_source": make_source, "forward": forward,
+            "forward_f64": forward_f64}

@@ -76,3 +76,46 @@ def model_for(loader: Callable[[str, str], nn.Module], path: str | Path, dtype: 
 
 def numpy(x: torch.Tensor) -> np.ndarray:
     return x.detach().cpu().numpy()
+
+
+def loaders(build: Callable[[bool], nn.Module]) -> dict[bool, Callable[[str, str], nn.Module]]:
+    """`{renamed: loader(path, dtype)}` for a fixture whose model is `build(renamed)` (`_named`): made once per
+    module, so that `model_for`'s cache meets the same loader on every call."""
+    return {renamed: functools.partial(_load_built, build, renamed) for renamed in (False, True)}
+
+
+def _load_built(build: Callable[[bool], nn.Module], renamed: bool, path: str, dtype: str) -> nn.Module:
+    return load(lambda: build(renamed), read_state(path), dtype)
+
+
+def fixture(cls: Callable[[bool], nn.Module], run: Callable[[nn.Module, dict], torch.Tensor]) -> dict:
+    """The fixture API (`parity_tests.sources`) of a model built as `cls(renamed)` whose output on a batch is
+    `run(model, batch)`: `build`, `save_checkpoint` (a `torch.save` of the state dict), `make_source`, `forward` and
+    `forward_f64`, each taking `renamed` where it builds the model."""
+    from parity_tests.sources import batch_dtype, checkpoint_path
+
+    models = loaders(cls)
+
+    def build(seed: int = 0, renamed: bool = False) -> nn.Module:
+        """The model, float32, eval mode, LayerNorms and biases perturbed away from init."""
+        return seeded(lambda: cls(renamed), seed)
+
+    def save_checkpoint(path, seed: int = 0, renamed: bool = False) -> Path:
+        torch.save(build(seed, renamed).state_dict(), path)
+        return Path(path)
+
+    def make_source(path, renamed: bool = False):
+        def source(batch) -> np.ndarray:
+            model = model_for(models[renamed], path, batch_dtype(batch))
+            with torch.no_grad():
+                return numpy(run(model, batch))
+        return source
+
+    def forward(batch) -> np.ndarray:
+        return make_source(checkpoint_path())(batch)
+
+    def forward_f64(batch) -> np.ndarray:
+        return forward({**batch, "dtype": "float64"})
+
+    return {"build": build, "save_checkpoint": save_checkpoint, "make_source": make_source, "forward": forward,
+            "forward_f64": forward_f64}

@@ -10,13 +10,11 @@ The checkpoint is `torch.save(model.state_dict(), path)`.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
-from parity_tests.sources import _torch, batch_dtype, batch_ids, checkpoint_path
+from parity_tests.sources import _torch, batch_ids
 from parity_tests.sources._named import Names
 
 PAD_ID = None
@@ -97,37 +95,10 @@ class GPT(nn.Module):
         return n.get(self, "lm_head")(n.get(body, "ln_f")(x))
 
 
-def build(seed: int = 0, renamed: bool = RENAMED) -> GPT:
-    return _torch.seeded(lambda: GPT(renamed), seed)
+def _run(model: GPT, batch) -> torch.Tensor:
+    """Logits `(B, T, SRC_VOCAB)`."""
+    return model(torch.from_numpy(batch_ids(batch, "src_ids", SRC_VOCAB)))
 
 
-def save_checkpoint(path: str | Path, seed: int = 0, renamed: bool = RENAMED) -> Path:
-    torch.save(build(seed, renamed).state_dict(), path)
-    return Path(path)
-
-
-def _load(path: str, dtype: str) -> GPT:
-    return _torch.load(lambda: GPT(False), _torch.read_state(path), dtype)
-
-
-def _load_renamed(path: str, dtype: str) -> GPT:
-    return _torch.load(lambda: GPT(True), _torch.read_state(path), dtype)
-
-
-def make_source(path: str | Path, renamed: bool = RENAMED):
-    """The source function of the checkpoint at `path`: `batch -> logits (B, T, SRC_VOCAB)`."""
-    def source(batch) -> np.ndarray:
-        dtype = batch_dtype(batch)
-        ids = batch_ids(batch, "src_ids", SRC_VOCAB)
-        model = _torch.model_for(_load_renamed if renamed else _load, path, dtype)
-        with torch.no_grad():
-            return _torch.numpy(model(torch.from_numpy(ids)))
-    return source
-
-
-def forward(batch) -> np.ndarray:
-    return make_source(checkpoint_path())(batch)
-
-
-def forward_f64(batch) -> np.ndarray:
-    return forward({**batch, "dtype": "float64"})
+# build, save_checkpoint, make_source, forward, forward_f64 (`renamed`: every module `m0`, `m1`, ...)
+globals().update(_torch.fixture(GPT, _run))

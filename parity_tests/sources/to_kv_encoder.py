@@ -10,13 +10,11 @@ The checkpoint is `torch.save(model.state_dict(), path)`.
 
 from __future__ import annotations
 
-from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
-from parity_tests.sources import _torch, batch_dtype, batch_ids, checkpoint_path
+from parity_tests.sources import _torch, batch_ids
 from parity_tests.sources._named import Names
 
 PAD_ID = 3
@@ -93,37 +91,10 @@ class Encoder(nn.Module):
         return n.get(self, "to_logits")(n.get(self, "final_norm")(x))
 
 
-def build(seed: int = 0, renamed: bool = RENAMED) -> Encoder:
-    return _torch.seeded(lambda: Encoder(renamed), seed)
+def _run(model: Encoder, batch) -> torch.Tensor:
+    """Logits `(B, S, SRC_VOCAB)`."""
+    return model(torch.from_numpy(batch_ids(batch, "src_ids", SRC_VOCAB)))
 
 
-def save_checkpoint(path: str | Path, seed: int = 0, renamed: bool = RENAMED) -> Path:
-    torch.save(build(seed, renamed).state_dict(), path)
-    return Path(path)
-
-
-def _load(path: str, dtype: str) -> Encoder:
-    return _torch.load(lambda: Encoder(False), _torch.read_state(path), dtype)
-
-
-def _load_renamed(path: str, dtype: str) -> Encoder:
-    return _torch.load(lambda: Encoder(True), _torch.read_state(path), dtype)
-
-
-def make_source(path: str | Path, renamed: bool = RENAMED):
-    """The source function of the checkpoint at `path`: `batch -> logits (B, S, SRC_VOCAB)`."""
-    def source(batch) -> np.ndarray:
-        dtype = batch_dtype(batch)
-        ids = batch_ids(batch, "src_ids", SRC_VOCAB)
-        model = _torch.model_for(_load_renamed if renamed else _load, path, dtype)
-        with torch.no_grad():
-            return _torch.numpy(model(torch.from_numpy(ids)))
-    return source
-
-
-def forward(batch) -> np.ndarray:
-    return make_source(checkpoint_path())(batch)
-
-
-def forward_f64(batch) -> np.ndarray:
-    return forward({**batch, "dtype": "float64"})
+# build, save_checkpoint, make_source, forward, forward_f64 (`renamed`: every module `m0`, `m1`, ...)
+globals().update(_torch.fixture(Encoder, _run))

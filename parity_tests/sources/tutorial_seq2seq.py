@@ -11,13 +11,11 @@ The checkpoint is `torch.save(model.state_dict(), path)`.
 
 from __future__ import annotations
 
-from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
-from parity_tests.sources import _torch, batch_dtype, batch_ids, checkpoint_path
+from parity_tests.sources import _torch, batch_ids
 from parity_tests.sources._named import Names
 
 PAD_ID = 1
@@ -122,38 +120,11 @@ class Transformer(nn.Module):
         return n.get(decoder, "fc_out")(x)
 
 
-def build(seed: int = 0, renamed: bool = RENAMED) -> Transformer:
-    """The model, float32, eval mode, LayerNorms and biases perturbed away from init."""
-    return _torch.seeded(lambda: Transformer(renamed), seed)
+def _run(model: Transformer, batch) -> torch.Tensor:
+    """Logits `(B, T, TGT_VOCAB)`."""
+    src, tgt = batch_ids(batch, "src_ids", SRC_VOCAB), batch_ids(batch, "tgt_ids", TGT_VOCAB)
+    return model(torch.from_numpy(src), torch.from_numpy(tgt))
 
 
-def save_checkpoint(path: str | Path, seed: int = 0, renamed: bool = RENAMED) -> Path:
-    torch.save(build(seed, renamed).state_dict(), path)
-    return Path(path)
-
-
-def _load(path: str, dtype: str) -> Transformer:
-    return _torch.load(lambda: Transformer(False), _torch.read_state(path), dtype)
-
-
-def _load_renamed(path: str, dtype: str) -> Transformer:
-    return _torch.load(lambda: Transformer(True), _torch.read_state(path), dtype)
-
-
-def make_source(path: str | Path, renamed: bool = RENAMED):
-    """The source function of the checkpoint at `path`: `batch -> logits (B, T, TGT_VOCAB)`."""
-    def source(batch) -> np.ndarray:
-        dtype = batch_dtype(batch)
-        src, tgt = batch_ids(batch, "src_ids", SRC_VOCAB), batch_ids(batch, "tgt_ids", TGT_VOCAB)
-        model = _torch.model_for(_load_renamed if renamed else _load, path, dtype)
-        with torch.no_grad():
-            return _torch.numpy(model(torch.from_numpy(src), torch.from_numpy(tgt)))
-    return source
-
-
-def forward(batch) -> np.ndarray:
-    return make_source(checkpoint_path())(batch)
-
-
-def forward_f64(batch) -> np.ndarray:
-    return forward({**batch, "dtype": "float64"})
+# build, save_checkpoint, make_source, forward, forward_f64 (`renamed`: every module `m0`, `m1`, ...)
+globals().update(_torch.fixture(Transformer, _run))
