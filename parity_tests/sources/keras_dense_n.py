@@ -27,7 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 from keras import layers, ops  # noqa: E402
 
-from parity_tests.sources.keras_encoder import dtype_policy  # noqa: E402
+from parity_tests.sources.keras_encoder import dtype_policy, seed_weights  # noqa: E402
 
 PAD_ID = 2
 ENCODER_DECODER = False
@@ -94,23 +94,8 @@ def _built(dtype: str, renamed: bool = RENAMED) -> Encoder:
 def build(seed: int = 0, renamed: bool = RENAMED) -> Encoder:
     """The model, float32, every weight drawn from `seed`: kernels Glorot-uniform, embeddings N(0, 0.3), LayerNorm
     gammas 1 + 0.1 N(0, 1), betas and biases 0.1 N(0, 1)."""
-    model = _built("float32", renamed)
-    rng = np.random.default_rng([seed, 7717])
-    values = []
-    for variable in model.weights:
-        shape, leaf = tuple(variable.shape), variable.path.rsplit("/", 1)[-1]
-        if leaf == "kernel":
-            limit = np.sqrt(6.0 / (shape[0] + shape[1]))
-            value = rng.uniform(-limit, limit, shape)
-        elif leaf == "embeddings":
-            value = 0.3 * rng.standard_normal(shape)
-        elif leaf == "gamma":
-            value = 1 + 0.1 * rng.standard_normal(shape)
-        else:
-            value = 0.1 * rng.standard_normal(shape)
-        values.append(value.astype(np.float32))
-    model.set_weights(values)
-    return model
+    return seed_weights(_built("float32", renamed), np.random.default_rng([seed, 7717]),
+                        lambda rng, shape: 0.3 * rng.standard_normal(shape))
 
 
 def save_checkpoint(path: str | Path, seed: int = 0, renamed: bool = RENAMED) -> Path:

@@ -121,8 +121,13 @@ def _built(dtype: str) -> Encoder:
 def build(seed: int = 0) -> Encoder:
     """The model, float32, with every weight drawn from `seed` (no global Keras seed is touched): kernels
     Glorot-uniform, embeddings uniform(-0.05, 0.05), LayerNorm gammas 1 + 0.1 N(0, 1), betas and biases 0.1 N(0, 1)."""
-    model = _built("float32")
-    rng = np.random.default_rng([seed, 7919])
+    return seed_weights(_built("float32"), np.random.default_rng([seed, 7919]),
+                        lambda rng, shape: rng.uniform(-0.05, 0.05, shape))
+
+
+def seed_weights(model, rng: np.random.Generator, embeddings) -> keras.Model:
+    """Every weight of `model` drawn from `rng`: kernels Glorot-uniform, embeddings `embeddings(rng, shape)`,
+    LayerNorm gammas 1 + 0.1 N(0, 1), betas and biases 0.1 N(0, 1)."""
     values = []
     for variable in model.weights:
         shape, leaf = tuple(variable.shape), variable.path.rsplit("/", 1)[-1]
@@ -130,7 +135,7 @@ def build(seed: int = 0) -> Encoder:
             limit = np.sqrt(6.0 / (shape[0] + shape[1]))
             value = rng.uniform(-limit, limit, shape)
         elif leaf == "embeddings":
-            value = rng.uniform(-0.05, 0.05, shape)
+            value = embeddings(rng, shape)
         elif leaf == "gamma":
             value = 1 + 0.1 * rng.standard_normal(shape)
         elif leaf in ("beta", "bias"):
