@@ -247,6 +247,21 @@ def _probe_batch(config: rn.TransformerConfig, avoid: Sequence[int], seed: int, 
 
 # --- the search ---------------------------------------------------------------------------------------------------------
 
+@dataclass
+class _Search:
+    """What every stage of `settle` reads: the checkpoint, the probe inputs and the source's output on them."""
+
+    path: Path
+    checkpoint: Any
+    batch: dict[str, np.ndarray]
+    theirs: np.ndarray
+    base_fields: dict[str, Any]
+    switches: dict[str, tuple]
+    progress: Callable[[str], None] | None
+    candidates: list[Candidate] = field(default_factory=list)
+    tried: int = 0
+
+
 def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = None,
            progress: Callable[[str], None] | None = None, where: str = "the source") -> Settled:
     """Probe `source` to settle the layout of the checkpoint at `path` (see the module docstring)."""
@@ -257,13 +272,34 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
     path = Path(path)
     fields = dict(fields or {})
     checkpoint = user.read_checkpoint(path)
-    state = checkpoint.state
     torch_style = sniff(path) != "hdf5"
+    found = _mappings(path, checkpoint, user_source, torch_style)
+    if isinstance(found, Settled):
+        return found
+    mappings, traced, rows = found
+    search, base, _, notes, pads = _stage0(path, checkpoint, mappings, source, fields, progress)
+    _search_mappings(search, mappings)
+    if traced and not any(c.config is not None and c.error <= NAMES_MISS for c in search.candidates):
+        _search_mappings(search, traced)  # the names' layout is far off the source: what the source does settles
+        mappings = mappings + traced
+    candidates = sorted((c for c in search.candidates if c.config is not None), key=lambda c: c.error)
+    if not candidates:
+        error = _first_error(mappings, path, checkpoint, search.base_fields)
+        raise ValueError(f"{path}: no candidate layout reads these weights: {error}")
+    survivors = candidates[:24]
+    if "layer_norm_eps" not in fields:  # stage 2: epsilon, on the survivors
+        survivors = _refine_epsilon(search, survivors)
+    return _conclude(search, survivors, candidates, base, source, fields, rows, notes, pads)
+
+
+def _mappings(path: Path, checkpoint, user_source: Source, torch_style: bool):
+    """`(mappings, traced, rows)`: the names' layouts to try (the scaffold's guesses; a fused q/k/v's other order)
+    and the roles the source's calls give (`layouts.roles`), tried when the names' layout is far off; the roles
+    alone when names leave a tensor unplaced. A `Settled` that says why when neither places every tensor."""
+    state = checkpoint.state
     options, rows = alternatives(path, state, torch_style)
     unplaced = sorted(p for p, opts in options.items() if opts == [user.UNMAPPED])
     fixed = {p: o[0] for p, o in options.items()}
-    # what the source does with each tensor (`layouts.roles`): the candidates when names leave a tensor unplaced,
-    # the fallback when the names' layout does not match the source
     traced, why = roles.candidates(_trace(user_source, state, torch_style), state, torch_style, fixed)
     if unplaced and not traced:
         text = _render(path, fixed, {}, rows, None)
@@ -274,11 +310,13 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
     # the alternatives are the fused q/k/v orders: one model uses one attention class, so one choice for all
     mappings = [fixed] + ([{p: o[-1] for p, o in options.items()}] if any(len(o) > 1 for o in options.values())
                           else [])
-    if unplaced:
-        mappings, traced = traced, []
+    return (traced, [], rows) if unplaced else (mappings, traced, rows)
 
-    # stage 0: what the shapes say, from the first mapping that imports at all; every setting a layout must state
-    # (`user.scaffold_fields`) is searched, measured, or (the pad id, epsilon) settled in a later stage
+
+def _stage0(path: Path, checkpoint, mappings, source, fields: dict[str, Any], progress) -> tuple:
+    """Stage 0: what the shapes say, from the first mapping that imports at all; every setting a layout must state
+    (`user.scaffold_fields`) is searched, measured (`max_len`), or (the pad id, epsilon) settled in a later stage.
+    Returns `(search, base config, needed fields, notes, candidate pad ids)`."""
     needed = [n for n in user.scaffold_fields(list(mappings[0].values())) if n not in fields]
     base_fields = {"dropout": 0.0, **{n: STAGED_START[n] for n in needed if n in STAGED_START}, **fields}
     base_fields.update({n: options[0] for n, options in {**SWITCHES, **HEAD_SWITCHES, **SEARCHED}.items()
@@ -303,88 +341,89 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
     vocab = min(base.src_vocab_size, base.tgt_vocab_size)
     pads = tuple(dict.fromkeys(p for p in (0, 1, 2, 3, vocab - 1) if 0 <= p < vocab))
     batch = _probe_batch(base, pads, seed=0)
-    theirs = source(batch)
-    source_dtype = "float64" if theirs.dtype == np.float64 else "float32"
-
-    switches = {n: {**SWITCHES, **HEAD_SWITCHES, **SEARCHED}[n] for n in needed
-                if n in {**SWITCHES, **HEAD_SWITCHES, **SEARCHED}}
+    everything = {**SWITCHES, **HEAD_SWITCHES, **SEARCHED}
+    switches = {n: everything[n] for n in needed if n in everything}
     if "num_heads" in needed:
         switches["num_heads"] = tuple(h for h in range(1, base.d_model + 1) if base.d_model % h == 0
                                       and base.d_model // h >= 2)
-    candidates: list[Candidate] = []
-    tried = 0
-    outer = [n for n in ("num_heads", "attention_scale") if n in switches]  # they interact: every pair is tried
-    inner = [n for n in switches if n not in outer]  # the rest by coordinate descent from each outer pair
-    def search(mappings: list[dict[str, str]]) -> None:
-        nonlocal tried
-        for mapping in mappings:
-            for heads in switches.get("num_heads", (base_fields.get("num_heads"),)):
-                trial = {**base_fields, "num_heads": heads}
-                try:
-                    config0, weights = _import(_layout(mapping, trial, path), checkpoint, trial)
-                except ValueError:
-                    continue
-                for scale in switches.get("attention_scale", (None,)):
-                    if scale == "model" and heads == 1:
-                        continue  # the same function as "head" with one head
-                    current = {n: switches[n][0] for n in inner}
-                    if scale is not None:
-                        current["attention_scale"] = scale
-                    seen: dict[tuple, float] = {}
-
-                    def error_of(values: Mapping[str, Any]) -> float:
-                        key = tuple(sorted(values.items()))
-                        if key not in seen:
-                            try:
-                                config = _with(config0, values)
-                                seen[key] = _relative(_forward(config, weights, batch), theirs)
-                            except ValueError:
-                                seen[key] = math.inf
-                            candidates.append(Candidate(mapping, {**trial, **values}, seen[key],
-                                                        _with(config0, values) if math.isfinite(seen[key]) else None,
-                                                        weights))
-                        return seen[key]
-
-                    best = error_of(current)
-                    for _ in range(4):  # passes until nothing improves
-                        improved = False
-                        for name in inner:
-                            for value in switches[name]:
-                                error = error_of({**current, name: value})
-                                if error < best:
-                                    best, current, improved = error, {**current, name: value}, True
-                        if not improved:
-                            break
-                    tried += len(seen)
-                    if progress:
-                        progress(f"tried {tried} candidate layouts")
+    search = _Search(path, checkpoint, batch, source(batch), base_fields, switches, progress)
+    return search, base, needed, notes, pads
 
 
-    search(mappings)
-    if traced and not any(c.config is not None and c.error <= NAMES_MISS for c in candidates):
-        search(traced)  # the names' layout is far off the source: what the source does settles the roles
-        mappings = mappings + traced
-    candidates = [c for c in candidates if c.config is not None]
-    if not candidates:
-        error = _first_error(mappings, path, checkpoint, base_fields)
-        raise ValueError(f"{path}: no candidate layout reads these weights: {error}")
-    candidates.sort(key=lambda c: c.error)
-    survivors = candidates[:24]
+def _search_mappings(search: _Search, mappings: list[dict[str, str]]) -> None:
+    """Stage 1, for each mapping: every head count with every attention scale (they interact), and from each pair
+    the other switches by coordinate descent; every candidate run is kept in `search.candidates`."""
+    switches = search.switches
+    outer = [n for n in ("num_heads", "attention_scale") if n in switches]
+    inner = [n for n in switches if n not in outer]
+    for mapping in mappings:
+        for heads in switches.get("num_heads", (search.base_fields.get("num_heads"),)):
+            trial = {**search.base_fields, "num_heads": heads}
+            try:
+                config0, weights = _import(_layout(mapping, trial, search.path), search.checkpoint, trial)
+            except ValueError:
+                continue
+            for scale in switches.get("attention_scale", (None,)):
+                if scale == "model" and heads == 1:
+                    continue  # the same function as "head" with one head
+                start = {n: switches[n][0] for n in inner}
+                if scale is not None:
+                    start["attention_scale"] = scale
+                _descend(search, mapping, trial, config0, weights, start, inner)
 
-    # stage 2: epsilon, on the survivors
-    if "layer_norm_eps" not in fields:
-        refined = []
-        for c in survivors:
-            for eps in EPSILONS:
-                trial = {**c.fields, "layer_norm_eps": eps}
-                tried += 1
-                config = c.config.replace(layer_norm_eps=eps)
-                refined.append(Candidate(c.mapping, trial, _relative(_forward(config, c.weights, batch), theirs),
-                                         config, c.weights))
-        survivors = sorted(refined, key=lambda c: c.error)[:24]
+
+def _descend(search: _Search, mapping, trial, config0, weights, current: dict[str, Any], inner: list[str]) -> None:
+    """Coordinate descent over the `inner` switches from `current`, each candidate run once."""
+    seen: dict[tuple, float] = {}
+
+    def error_of(values: Mapping[str, Any]) -> float:
+        key = tuple(sorted(values.items()))
+        if key not in seen:
+            try:
+                seen[key] = _relative(_forward(_with(config0, values), weights, search.batch), search.theirs)
+            except ValueError:
+                seen[key] = math.inf
+            search.candidates.append(Candidate(mapping, {**trial, **values}, seen[key],
+                                               _with(config0, values) if math.isfinite(seen[key]) else None,
+                                               weights))
+        return seen[key]
+
+    best = error_of(current)
+    for _ in range(4):  # passes until nothing improves
+        improved = False
+        for name in inner:
+            for value in search.switches[name]:
+                error = error_of({**current, name: value})
+                if error < best:
+                    best, current, improved = error, {**current, name: value}, True
+        if not improved:
+            break
+    search.tried += len(seen)
+    if search.progress:
+        search.progress(f"tried {search.tried} candidate layouts")
+
+
+def _refine_epsilon(search: _Search, survivors: list[Candidate]) -> list[Candidate]:
+    """Stage 2: each survivor at every epsilon of `EPSILONS`; the best 24."""
+    refined = []
+    for c in survivors:
+        for eps in EPSILONS:
+            search.tried += 1
+            config = c.config.replace(layer_norm_eps=eps)
+            refined.append(Candidate(c.mapping, {**c.fields, "layer_norm_eps": eps},
+                                     _relative(_forward(config, c.weights, search.batch), search.theirs),
+                                     config, c.weights))
+    return sorted(refined, key=lambda c: c.error)[:24]
+
+
+def _conclude(search: _Search, survivors, candidates, base, source, fields, rows, notes, pads) -> Settled:
+    """The verify rule on the best candidate, the settings matching candidates disagree on, stage 3 (the pad id),
+    and the layout text with its evidence."""
     best = survivors[0]
-    floor = _floor(best.config, best.weights, batch, source_dtype)
-    scale = float(np.max(np.abs(theirs))) or 1.0
+    floor = _floor(best.config, best.weights, search.batch,
+                   "float64" if search.theirs.dtype == np.float64 else "float32")
+    source_dtype = "float64" if search.theirs.dtype == np.float64 else "float32"
+    scale = float(np.max(np.abs(search.theirs))) or 1.0
     tolerance = RATIO_LIMIT * floor / scale  # relative, as the candidates' errors are
     passing = [c for c in survivors if c.error <= tolerance]
     unsettled = []
@@ -393,25 +432,23 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
                          f"({best.error * scale / floor:.1f} floors; {_describe(best)}); the model may use something "
                          "this tool does not express")
     else:
-        unsettled += _disagreements(passing, list(switches) + ["layer_norm_eps"], source, base)
-
-    # stage 3: the pad id
+        unsettled += _disagreements(passing, list(search.switches) + ["layer_norm_eps"], source, base)
     chosen = dict(best.fields)
     pad_evidence: dict[str, tuple[float, Any, float]] = {}
-    if "pad_id" not in fields and not unsettled:
+    if "pad_id" not in fields and not unsettled:  # stage 3: the pad id
         chosen["pad_id"], pad_note, pad_evidence = _settle_pad(best, pads, source)
         if pad_note:
             unsettled.append(pad_note)
     ours = _forward(best.config.replace(pad_id=chosen["pad_id"]) if "pad_id" in chosen else best.config,
-                    best.weights, batch)
-    error = float(np.max(np.abs(ours - theirs)))
+                    best.weights, search.batch)
+    error = float(np.max(np.abs(ours - search.theirs)))
     chosen.pop("dropout", None)
     settled = {k: v for k, v in chosen.items() if k not in fields}
-    text = _render(path, best.mapping, settled, rows, (error, floor, source_dtype, tried, unsettled))
+    text = _render(search.path, best.mapping, settled, rows, (error, floor, source_dtype, search.tried, unsettled))
     head, _, rest = text.partition("\n")
     text = "\n".join([head] + [f"# {note}" for note in notes] + [rest])
     evidence = {**_evidence(best, candidates + survivors, settled, scale), **pad_evidence}
-    return Settled(text, error, floor, error / floor, tried, unsettled, source_dtype, settled, evidence)
+    return Settled(text, error, floor, error / floor, search.tried, unsettled, source_dtype, settled, evidence)
 
 
 def _evidence(best: Candidate, tried: Sequence[Candidate], settled: Mapping[str, Any], scale: float
