@@ -101,44 +101,16 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
         if value < 1:
             raise UsageError(f"--{name} must be >= 1, received {value}")
     config = reference.config
-    differences = []
-    for s in subjects:
-        if rn.parameter_shapes(s.config) != rn.parameter_shapes(config):
-            changed = {k: (getattr(config, k), v) for k, v in s.config.to_dict().items() if getattr(config, k) != v}
-            raise UsageError(f"{s.label} is not the same architecture as {reference.label}: (reference, this) = "
-                             f"{changed}")
-        name, ref = s.source or s.label, reference.source or reference.label
-        differences += [f"{name} ({s.label}): {k}={v!r} (reference {ref}: {getattr(config, k)!r})"
-                        for k, v in s.config.to_dict().items() if getattr(config, k) != v]
+    differences = _differences(reference, subjects)
     given = source.inputs if source is not None and source.inputs is not None else None
     if given is not None:  # --expect: the inputs the expected outputs were computed on
         batch, src_len = given["src_ids"].shape
         tgt_len = given["tgt_ids"].shape[1] if "tgt_ids" in given else tgt_len
-    from transformer_parity.io import limits
-    per_subject = 2 if dtype == "float64" else 1  # in float32 units: the judge is float64, the floor float32
-    limits.check_run(config, "verify", batch=batch, src_len=src_len, tgt_len=tgt_len, itemsize=4,
-                     weight_copies=3 + per_subject * len(subjects), traces=3 + per_subject * len(subjects))
-    if given is not None:
-        src, tgt, types = given["src_ids"], given.get("tgt_ids"), given.get("src_type_ids")
-    else:
-        try:
-            src, tgt = rn.sample_batch(config, batch, src_len, tgt_len, seed)
-            types = rn.sample_type_ids(config, src, seed)  # segments 0 and 1 (and more), where the model has them
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+    src, tgt, types = _probe_inputs(config, given, batch, src_len, tgt_len, seed,
+                                    3 + (2 if dtype == "float64" else 1) * len(subjects))
 
     seconds: dict[str, float] = {}
-
-    def run(label: str, backend: str, cfg, weights, run_dtype: str) -> dict[str, np.ndarray]:
-        if progress:
-            progress(label)
-        start = time.perf_counter()
-        if lowp.is_reduced(run_dtype):
-            out = lowp.trace(backend, cfg, weights, run_dtype, autocast, src, tgt, types)
-        else:
-            out = trace(backend, cfg, weights, run_dtype, src, tgt, types)
-        seconds[label] = time.perf_counter() - start
-        return out
+    run = _timed(seconds, progress, autocast, src, tgt, types)
 
     judge = run(JUDGE, "numpy", config, reference.weights, "float64")
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below, not as a warning
@@ -162,13 +134,12 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
         runs = _run_source(source, config, judge, (src, tgt, types), seconds, progress)
         rows += _source_rows(judge, floor32, floor, dtype, runs, subjects, outputs)
     findings = []
-    if approximated:
+    if approximated:  # each run with its recorded setting, judged against the reference run so
         from transformer_parity.verify import approximation
 
-        more, findings = approximation.judge(
-            approximated, reference.source or reference.label,
-            lambda label, cfg: run(label, "numpy", cfg, reference.weights, "float64"),
-            judge, floor, floor32 if floor32 is not None else floor, outputs, runs, limit)
+        more, findings = approximation.judge(approximated, reference.source or reference.label,
+                                             lambda label, cfg: run(label, "numpy", cfg, reference.weights, "float64"),
+                                             judge, floor, floor32 or floor, outputs, runs, limit)
         rows += more
     inputs = recorded_inputs(config, batch, src_len, tgt_len, None if given is not None else seed)
     return Report(sublayers=list(judge), floors=floor, rows=rows,
@@ -181,6 +152,56 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
                             "dtype": str(r.outputs[output_name(judge)].dtype)} for r in runs],
                   self_consistent=None if source is not None else self_consistent, approximations=findings,
                   not_exercised=coverage.not_exercised(config, src, tgt, types))
+
+
+def _timed(seconds: dict[str, float], progress, autocast: bool, src, tgt, types):
+    """`run(label, backend, config, weights, dtype)`: that backend's trace on the inputs, its time in `seconds`."""
+    from transformer_parity.verify import lowp
+
+    def run(label: str, backend: str, cfg, weights, run_dtype: str) -> dict[str, np.ndarray]:
+        if progress:
+            progress(label)
+        start = time.perf_counter()
+        if lowp.is_reduced(run_dtype):
+            out = lowp.trace(backend, cfg, weights, run_dtype, autocast, src, tgt, types)
+        else:
+            out = trace(backend, cfg, weights, run_dtype, src, tgt, types)
+        seconds[label] = time.perf_counter() - start
+        return out
+
+    return run
+
+
+def _differences(reference: Subject, subjects: Sequence[Subject]) -> list[str]:
+    """The config fields on which each subject differs from the reference (reported, then run as they are); a
+    subject of another architecture (other parameter shapes) is refused."""
+    config, differences = reference.config, []
+    for s in subjects:
+        if rn.parameter_shapes(s.config) != rn.parameter_shapes(config):
+            changed = {k: (getattr(config, k), v) for k, v in s.config.to_dict().items() if getattr(config, k) != v}
+            raise UsageError(f"{s.label} is not the same architecture as {reference.label}: (reference, this) = "
+                             f"{changed}")
+        name, ref = s.source or s.label, reference.source or reference.label
+        differences += [f"{name} ({s.label}): {k}={v!r} (reference {ref}: {getattr(config, k)!r})"
+                        for k, v in s.config.to_dict().items() if getattr(config, k) != v]
+    return differences
+
+
+def _probe_inputs(config: rn.TransformerConfig, given, batch: int, src_len: int, tgt_len: int, seed: int,
+                  copies: int) -> tuple:
+    """`(src, tgt, types)`: an --expect file's inputs (`given`) or seeded ones, after checking that the run fits in
+    memory (`copies` of the weights and traces, in float32 units: the judge is float64, the floor float32)."""
+    from transformer_parity.io import limits
+
+    limits.check_run(config, "verify", batch=batch, src_len=src_len, tgt_len=tgt_len, itemsize=4,
+                     weight_copies=copies, traces=copies)
+    if given is not None:
+        return given["src_ids"], given.get("tgt_ids"), given.get("src_type_ids")
+    try:
+        src, tgt = rn.sample_batch(config, batch, src_len, tgt_len, seed)
+        return src, tgt, rn.sample_type_ids(config, src, seed)  # segments 0 and 1 (and more), where it has them
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _run_source(source, config, judge, inputs, seconds: dict[str, float], progress: Progress | None) -> list:
@@ -265,8 +286,6 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
     `cover`: lengths that run every length-dependent path the config declares (`coverage.cover_lengths`): past a
     sliding window, past a late rope scaling, every learned position.
     """
-    from transformer_parity import formats as fmt
-
     notes: list[str] = []
     if stream not in STREAM_MODES:
         raise UsageError(f"--stream must be one of {', '.join(STREAM_MODES)}, received {stream!r}")
@@ -277,85 +296,23 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
         from transformer_parity import backends as registry
 
         backends = [registry.canonical_name(b) for b in backends]  # `tf` is `keras`; an unknown name is refused
+    loaded: list = []
     if len(checkpoints) >= 2:
         if backends is not None:
             raise UsageError("--backends applies to zero or one checkpoint; with several, each runs in its own "
                              "framework")
-        loaded = []
-        for i, path in enumerate(checkpoints):
-            if progress:
-                progress(f"reading {Path(path).name}")
-            loaded.append(fmt.load(path, (formats or [None] * len(checkpoints))[i], fields, allow_drop=allow_drop))
-        labels = _labels([item.framework for item in loaded])
-        sources = _sources(loaded)
-        subjects = [Subject(label, item.framework, item.config, item.weights, source)
-                    for label, item, source in zip(labels, loaded, sources)]
-        for name, item in zip(sources, loaded):
-            notes += [f"{name}: {n}" for n in item.notes]
-        reference = subjects[0]
-        first = loaded[0]
-        from transformer_parity.verify import approximation
-        approximated = approximation.find(loaded, labels)  # a preset recording an accepted approximation
+        loaded, subjects, approximated = _several(checkpoints, formats, fields, allow_drop, progress, notes)
+        reference, first = subjects[0], loaded[0]
         if outputs_only:
             notes.append("weights not compared (--outputs-only)")
     else:
-        first, approximated = None, []
-        if checkpoints:
-            if progress:
-                progress(f"reading {Path(checkpoints[0]).name}")
-            from transformer_parity.verify.probe import load_settled
-
-            first, found = load_settled(lambda given: fmt.load(checkpoints[0], (formats or [None])[0], given,
-                                                               allow_drop=allow_drop, lazy=stream != "off"),
-                                        checkpoints[0], dict(fields or {}), source, notes)
-            fields = {**dict(fields or {}), **found}  # what probing settled holds for every later read
-            config = first.config
-        else:
-            try:
-                config = rn.TransformerConfig.preset(preset, **dict(fields or {}))
-            except (TypeError, ValueError) as exc:
-                raise UsageError(f"invalid config: {exc}") from None
-            from transformer_parity.io import limits
-            limits.check_run(config, f"verify --preset {preset}" + "".join(f" --set {k}={v}" for k, v in
-                                                                         dict(fields or {}).items()),
-                             itemsize=4, weight_copies=1)
-        installed = available_backends()
-        chosen = list(backends) if backends is not None else installed
-        missing = [b for b in chosen if b != "numpy" and b not in installed]
-        if missing:
-            raise UsageError(f"backend(s) {missing} not installed (pip install 'transformer-parity[torch,tf]')")
-        if backends is None:
-            notes += [f"{b} not installed: skipped" for b in ("torch", "keras") if b not in installed]
-        if not chosen:
-            raise UsageError("no backend to compare with the reference: install torch and/or tensorflow+keras")
-        streaming = stream == "on" or (stream == "auto" and first is not None and
-                                       _too_large_whole(first, dtype, batch, src_len, tgt_len, len(chosen), notes))
-        if streaming and (source or expect):
-            raise UsageError("a layer-streamed verify does not run a source; give --source/--expect with --stream off "
-                             "on a machine where the whole model fits")
-        if first is not None:
-            if not streaming and any(rn.mapping.is_lazy(v) for v in first.weights.values()):  # read it whole
-                first = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop)
-            notes += [f"{first.path.name}: {n}" for n in first.notes]
-            config, weights, label = first.config, first.weights, first.path.name
-        else:
-            if progress:
-                progress(f"seeding {preset} weights")
-            weights, label = seeded_weights(config, seed), f"{preset} preset, seed {seed}"
-        reference = Subject(label, "numpy", config, weights, label)
-        numpy_label = {"bfloat16": "numpy-bf16", "float16": "numpy-f16"}.get(dtype, f"numpy-f{dtype[5:]}")
-        subjects = [Subject(b if b != "numpy" else numpy_label, b, config, weights, label) for b in chosen]
-        if streaming:
-            from transformer_parity.verify import streamed
-
-            src_len, tgt_len = _lengths(config, src_len, tgt_len, notes, cover)
-            why = ("no source given (seeded weights have none)" if first is None else
-                   "--no-source" if not builtin_source else None)
-            report = streamed.report(reference, subjects, dtype, batch, src_len, tgt_len, seed, progress, notes, why)
-            report.dropped = [f"{label}: {name}" for name in first.dropped] if first is not None else []
-            return report
-    oracle, self_consistent = _choose_source(first, source, expect, builtin_source,
-                                             loaded[1:] if len(checkpoints) >= 2 else ())
+        one = _one(checkpoints, preset, fields, backends, formats, dtype, batch, src_len, tgt_len, seed, progress,
+                   source, expect, builtin_source, allow_drop, stream, cover, notes)
+        if isinstance(one, Report):  # layer-streamed
+            return one
+        reference, subjects, first = one
+        approximated = []
+    oracle, self_consistent = _choose_source(first, source, expect, builtin_source, loaded[1:])
     if oracle is None or oracle.inputs is None:
         src_len, tgt_len = _lengths(reference.config, src_len, tgt_len, notes, cover)
     else:  # --expect: the file's own inputs, whatever the lengths say
@@ -377,16 +334,115 @@ def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", 
     except UsageError as exc:  # e.g. other architectures: the weight rows already say what differs
         if not weight_rows or all(w.passed for w in weight_rows):
             raise
-        report = Report(sublayers=[], floors={}, rows=[],
-                        subjects=[{"label": s.label, "backend": s.backend, "source": s.source} for s in subjects],
-                        judge=f"{JUDGE} on {reference.source or reference.label}", dtype=dtype,
-                        inputs=recorded_inputs(reference.config, batch, src_len, tgt_len, seed),
-                        notes=notes + [f"outputs not compared: {exc}"])
+        inputs = recorded_inputs(reference.config, batch, src_len, tgt_len, seed)
+        report = _weights_only(reference, subjects, dtype, inputs, notes + [f"outputs not compared: {exc}"])
     if weight_rows is not None:
         report.weights, report.weights_compared = weight_rows, True
     items = loaded if len(checkpoints) >= 2 else [first] if first is not None else []
     report.dropped = [f"{item.path.name}: {name}" for item in items for name in item.dropped]
     return report
+
+
+def _weights_only(reference: Subject, subjects, dtype: str, inputs, notes: list[str]) -> Report:
+    """The report of checkpoints whose outputs could not be compared (the weight rows say why)."""
+    return Report(sublayers=[], floors={}, rows=[],
+                  subjects=[{"label": s.label, "backend": s.backend, "source": s.source} for s in subjects],
+                  judge=f"{JUDGE} on {reference.source or reference.label}", dtype=dtype, inputs=inputs, notes=notes)
+
+
+def _several(checkpoints, formats, fields, allow_drop, progress, notes: list[str]) -> tuple:
+    """`(loaded, subjects, approximated)` of two or more checkpoints, each in its own framework, the first the
+    reference; their read notes go into `notes`."""
+    from transformer_parity import formats as fmt
+    from transformer_parity.verify import approximation
+
+    loaded = []
+    for i, path in enumerate(checkpoints):
+        if progress:
+            progress(f"reading {Path(path).name}")
+        loaded.append(fmt.load(path, (formats or [None] * len(checkpoints))[i], fields, allow_drop=allow_drop))
+    labels = _labels([item.framework for item in loaded])
+    sources = _sources(loaded)
+    subjects = [Subject(label, item.framework, item.config, item.weights, source)
+                for label, item, source in zip(labels, loaded, sources)]
+    for name, item in zip(sources, loaded):
+        notes += [f"{name}: {n}" for n in item.notes]
+    return loaded, subjects, approximation.find(loaded, labels)  # a preset recording an accepted approximation
+
+
+def _one(checkpoints, preset, fields, backends, formats, dtype, batch, src_len, tgt_len, seed, progress, source,
+         expect, builtin_source, allow_drop, stream, cover, notes: list[str]):
+    """One checkpoint (or a preset's seeded weights) in every chosen backend: `(reference, subjects, first loaded
+    or None)`, or the layer-streamed `Report` when the whole model is not run (`--stream`)."""
+    from transformer_parity import formats as fmt
+
+    first = None
+    if checkpoints:
+        if progress:
+            progress(f"reading {Path(checkpoints[0]).name}")
+        from transformer_parity.verify.probe import load_settled
+
+        first, found = load_settled(lambda given: fmt.load(checkpoints[0], (formats or [None])[0], given,
+                                                           allow_drop=allow_drop, lazy=stream != "off"),
+                                    checkpoints[0], dict(fields or {}), source, notes)
+        fields = {**dict(fields or {}), **found}  # what probing settled holds for every later read
+        config = first.config
+    else:
+        config = _preset_config(preset, fields)
+    chosen = _chosen_backends(backends, notes)
+    streaming = stream == "on" or (stream == "auto" and first is not None and
+                                   _too_large_whole(first, dtype, batch, src_len, tgt_len, len(chosen), notes))
+    if streaming and (source or expect):
+        raise UsageError("a layer-streamed verify does not run a source; give --source/--expect with --stream off "
+                         "on a machine where the whole model fits")
+    if first is not None:
+        if not streaming and any(rn.mapping.is_lazy(v) for v in first.weights.values()):  # read it whole
+            first = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop)
+        notes += [f"{first.path.name}: {n}" for n in first.notes]
+        config, weights, label = first.config, first.weights, first.path.name
+    else:
+        if progress:
+            progress(f"seeding {preset} weights")
+        weights, label = seeded_weights(config, seed), f"{preset} preset, seed {seed}"
+    reference = Subject(label, "numpy", config, weights, label)
+    numpy_label = {"bfloat16": "numpy-bf16", "float16": "numpy-f16"}.get(dtype, f"numpy-f{dtype[5:]}")
+    subjects = [Subject(b if b != "numpy" else numpy_label, b, config, weights, label) for b in chosen]
+    if not streaming:
+        return reference, subjects, first
+    from transformer_parity.verify import streamed
+
+    src_len, tgt_len = _lengths(config, src_len, tgt_len, notes, cover)
+    why = ("no source given (seeded weights have none)" if first is None else
+           "--no-source" if not builtin_source else None)
+    report = streamed.report(reference, subjects, dtype, batch, src_len, tgt_len, seed, progress, notes, why)
+    report.dropped = [f"{label}: {name}" for name in first.dropped] if first is not None else []
+    return report
+
+
+def _preset_config(preset: str, fields) -> rn.TransformerConfig:
+    try:
+        config = rn.TransformerConfig.preset(preset, **dict(fields or {}))
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"invalid config: {exc}") from None
+    from transformer_parity.io import limits
+    limits.check_run(config, f"verify --preset {preset}" + "".join(f" --set {k}={v}" for k, v in
+                                                                 dict(fields or {}).items()),
+                     itemsize=4, weight_copies=1)
+    return config
+
+
+def _chosen_backends(backends, notes: list[str]) -> list[str]:
+    """The backends to run: those asked for, all installed ones by default (a note names each one skipped)."""
+    installed = available_backends()
+    chosen = list(backends) if backends is not None else installed
+    missing = [b for b in chosen if b != "numpy" and b not in installed]
+    if missing:
+        raise UsageError(f"backend(s) {missing} not installed (pip install 'transformer-parity[torch,tf]')")
+    if backends is None:
+        notes += [f"{b} not installed: skipped" for b in ("torch", "keras") if b not in installed]
+    if not chosen:
+        raise UsageError("no backend to compare with the reference: install torch and/or tensorflow+keras")
+    return chosen
 
 
 STREAM_MODES = ("auto", "on", "off")
