@@ -96,7 +96,7 @@ def transformers_logits(path: Path, arch: str, ids: np.ndarray, tgt: np.ndarray 
                         ) -> dict[str, np.ndarray]:
     """transformers' float64 scores, float64 throughout (its rotary angles and RMSNorms are float32 even in a float64
     model: `verify.source.exact_float64` computes them in float64, as verify's own source does)."""
-    from transformer_parity.verify.source import exact_float64
+    from transformer_parity.verify.source_hf import exact_float64
 
     model = getattr(transformers, arch).from_pretrained(path, dtype=torch.float64).eval()
     if config.positional == "rope" or config.norm == "rms":

@@ -42,11 +42,11 @@ def cmd_layout(args) -> int:
             raise UsageError(f"reading {path} needs {exc.name}, which is not installed") from None
         sys.stdout.write(text)
         return 0
-    from transformer_parity.verify import source as src
+    from transformer_parity.verify.source_file import load_callable
     from transformer_parity.verify import probe
 
     fields = parse_fields(args.config, args.sets)
-    fn = src.load_callable(args.source)
+    fn = load_callable(args.source)
     started = time.perf_counter()
     settled = probe.settle(path, fn, fields, where=f"--source {args.source}")
     seconds = time.perf_counter() - started

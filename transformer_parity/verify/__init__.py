@@ -206,13 +206,13 @@ def _probe_inputs(config: rn.TransformerConfig, given, batch: int, src_len: int,
 
 def _run_source(source, config, judge, inputs, seconds: dict[str, float], progress: Progress | None) -> list:
     """Run `source` once on the judge's inputs; its outputs checked against the judge's names and shapes."""
-    from transformer_parity.verify import source as sources
+    from transformer_parity.verify import source_contract as contract
 
     if progress:
         progress(f"source {source.name}")
     start = time.perf_counter()
     try:
-        runs = source.run(sources.batch_of(config, *inputs))
+        runs = source.run(contract.batch_of(config, *inputs))
     except UsageError:
         raise
     except Exception as exc:  # a built-in library's own failure (a user's file already says its own)
@@ -222,7 +222,7 @@ def _run_source(source, config, judge, inputs, seconds: dict[str, float], progre
     seconds[f"source {source.name}"] = time.perf_counter() - start
     shapes = {name: value.shape for name, value in judge.items()}
     for r in runs:
-        sources.check_outputs(r, shapes, output_name(judge), source.where)
+        contract.check_outputs(r, shapes, output_name(judge), source.where)
     return runs
 
 
@@ -522,7 +522,7 @@ def _choose_source(first, spec: str | None, expect, builtin: bool, others=()):
     """`(source.Source or None, why there is none)` for the reference checkpoint (`formats.Loaded`, None: a preset).
     The built-in source of every other checkpoint from another library joins it (`HF_DIR KERASHUB_PRESET`: transformers
     and keras_hub, judged against each other too)."""
-    from transformer_parity.verify import source as sources
+    from transformer_parity.verify import source as sources, source_file
 
     if spec and expect:
         raise UsageError("give --source or --expect, not both: each is the source the outputs are judged against")
@@ -532,7 +532,7 @@ def _choose_source(first, spec: str | None, expect, builtin: bool, others=()):
                              "they came from; give the checkpoint")
         from transformer_parity.verify import probes
 
-        return (sources.from_file(spec) if spec else probes.from_expect(expect, first.config)), None
+        return (source_file.from_file(spec) if spec else probes.from_expect(expect, first.config)), None
     if first is None:
         return None, "no source given (seeded weights have none)"
     if not builtin:
@@ -552,7 +552,7 @@ def write_probe(path: str | os.PathLike, checkpoints: Sequence[str | os.PathLike
     """`verify --write-probe`: the inputs verify would feed the first checkpoint's model (or the preset's), written to
     an .npz that `--expect` reads back once `output` is added to it. Returns the arrays written."""
     from transformer_parity import formats as fmt
-    from transformer_parity.verify import source as sources
+    from transformer_parity.verify import source_contract
 
     if checkpoints:
         config = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop).config
@@ -573,7 +573,7 @@ def write_probe(path: str | os.PathLike, checkpoints: Sequence[str | os.PathLike
         types = rn.sample_type_ids(config, src, seed)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    probe = sources.batch_of(config, src, tgt, types)
+    probe = source_contract.batch_of(config, src, tgt, types)
     from transformer_parity.verify import probes
 
     probes.write_probe(path, probe, force)

@@ -633,7 +633,7 @@ def load_settled(load: Callable[[Mapping[str, Any]], Any], path: str | Path, fie
     values are returned beside. Without a source, or when probing cannot settle them, the refusal stands (naming what
     probing found)."""
     from transformer_parity.layouts.hparams import Unstated
-    from transformer_parity.verify import source as src
+    from transformer_parity.verify.source_file import load_callable
 
     try:
         return load(fields), {}
@@ -641,7 +641,7 @@ def load_settled(load: Callable[[Mapping[str, Any]], Any], path: str | Path, fie
         if spec is None:
             raise
         missing = exc.missing
-    settled = settle(path, src.load_callable(spec), fields, where=f"--source {spec}")
+    settled = settle(path, load_callable(spec), fields, where=f"--source {spec}")
     found = {name: settled.fields[name] for name in missing if name in settled.fields}
     if not settled.passed or len(found) != len(missing):
         why = settled.unsettled[0] if settled.unsettled else f"the closest layout is {settled.ratio:.1f} floors off"

@@ -12,7 +12,7 @@ import numpy as np
 import reference_numpy as rn
 from transformer_parity.errors import UsageError
 
-from .source import INPUT_KEYS, OUTPUT, Batch, Source, SourceRun, _one_line
+from .source_contract import INPUT_KEYS, OUTPUT, Batch, Source, SourceRun, _one_line
 
 
 def write_probe(path: str | Path, batch: Batch, force: bool = False) -> Path:

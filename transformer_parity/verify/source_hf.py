@@ -1,0 +1,172 @@
+"""The built-in source for a Hugging Face directory: transformers' own class (the task class the directory names, or
+the family's), run in float32 as it ships and in float64 made exact (`exact_float64`), its sublayers hooked under
+canonical names (the family's `HOOKS`)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import reference_numpy as rn
+
+from transformer_parity.errors import UsageError
+from transformer_parity.layouts import hf_layout, hf_tasks
+from .source_contract import OUTPUT, Batch, Source, SourceRun, _expand, _hook_outputs
+
+
+def _hf_source(path: Path, fmt: str, config: rn.TransformerConfig) -> Source:
+    """transformers' own model class on the directory, in float32 and float64. Its attention mask marks the probe's
+    padding, as a tokenizer's would: the probe pads with the port's pad id only (none when the port has no pad token;
+    GPT-2 derives no padding from ids even when config.json names a pad_token_id)."""
+    from transformer_parity.layouts import hf_dir
+
+    hf_dir.read_config(path)  # the directory's config.json is checked as the port read it
+    family = hf_layout(fmt)
+    head = hf_tasks.head_for(family, config)  # a task class (BertForSequenceClassification, ...), else the family's
+    cls_name = head.arch if head is not None else family.TRANSFORMERS_CLASSES[0 if config.output_projection else 1]
+    pad = config.pad_id
+    notes = [f"transformers {cls_name}: attention mask " + (f"0 where the probe pads (pad id {pad})"
+                                                            if pad is not None else "all ones (no pad token)")]
+    state: dict[str, Any] = {}
+
+    def model32():
+        if "model" not in state:
+            import torch
+            import transformers
+
+            from transformers.utils import logging as hf_logging
+
+            cls = getattr(transformers, cls_name)
+            verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+            hf_logging.set_verbosity_error()  # its load report: the keys are checked below
+            hf_logging.disable_progress_bar()  # its "Loading weights" bar: the verdict says what was loaded
+            try:
+                model, info = cls.from_pretrained(str(path), output_loading_info=True, dtype=torch.float32)
+            finally:
+                hf_logging.set_verbosity(verbosity)
+                if bars:
+                    hf_logging.enable_progress_bar()
+            missing = [k for k in info.get("missing_keys", ()) if not (k.startswith("pooler.") and not config.pooler)]
+            if missing or info.get("mismatched_keys"):
+                raise UsageError(f"transformers cannot load {path} as {cls_name}: missing "
+                                 f"{missing[:4] or 'nothing'}, mismatched {list(info.get('mismatched_keys', ()))[:4]}"
+                                 "; pass --no-source to verify without it")
+            state["model"] = model.eval()
+        return state["model"]
+
+    def run(batch: Batch) -> list[SourceRun]:
+        import torch
+
+        model = model32()
+        model64 = copy.deepcopy(model).double()
+        if fmt == "hf-marian":  # transformers builds the fixed sinusoids in float32, even for a float64 model
+            with torch.no_grad():
+                for stack in (model64.model.encoder, model64.model.decoder):
+                    table = stack.embed_positions.weight
+                    table.copy_(torch.as_tensor(rn.sinusoidal_positions(table.shape[0], table.shape[1],
+                                                                        config.sinusoid_layout)))
+        if config.positional == "rope" or config.norm == "rms":
+            exact_float64(model64, config)
+        return [SourceRun("transformers-f32", _hf_forward(model, fmt, config, batch, pad)),
+                SourceRun("transformers-f64", _hf_forward(model64, fmt, config, batch, pad))]
+
+    if fmt == "hf-marian":
+        notes.append("transformers-f64: Marian's sinusoid tables, which transformers builds in float32, replaced by "
+                     "the exact ones")
+    if config.positional == "rope" or config.norm == "rms":
+        notes.append("transformers-f64: the rotary angles and RMSNorms (and Gemma's embedding scale), which "
+                     "transformers computes in float32 even in a float64 model, computed in float64; the float32 run "
+                     "is transformers as it ships")
+    return Source(f"transformers {cls_name}", "builtin", run, notes)
+
+
+def exact_float64(model64, config: rn.TransformerConfig) -> None:
+    """Make a float64 transformers model float64 throughout: its rotary embedding computes the angles in float32
+    from float32 frequencies, its RMSNorms upcast to float32 only, and Gemma's embedding scale is a float32 constant,
+    so the 'float64' model is float32 there. Each is replaced by the same formula in float64 (the frequencies by
+    the reference's, `ops.rope_frequencies`, which the float32 run checks against transformers' own)."""
+    import types
+
+    import torch
+
+    def rotary(self, x, position_ids, layer_type=None):
+        inv_freq, scaling = rn.ops.rope_frequencies(config, int(position_ids.max()) + 1)
+        freqs = position_ids[..., None].double() * torch.as_tensor(inv_freq)  # (B, T, r/2)
+        angles = torch.cat((freqs, freqs), dim=-1)
+        return (angles.cos() * scaling).to(x.dtype), (angles.sin() * scaling).to(x.dtype)
+
+    def rms(self, x):
+        eps = getattr(self, "variance_epsilon", getattr(self, "eps", None))
+        scale = self.weight + config.norm_weight_offset if config.norm_weight_offset else self.weight
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * scale
+
+    for module in model64.modules():
+        kind = type(module).__name__
+        if kind.endswith("RotaryEmbedding"):
+            module.forward = types.MethodType(rotary, module)
+        elif kind.endswith("RMSNorm"):
+            module.forward = types.MethodType(rms, module)
+        elif isinstance(getattr(module, "embed_scale", None), torch.Tensor):
+            module.embed_scale = torch.tensor(float(module.scalar_embed_scale), dtype=torch.float64)
+
+
+def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad: int | None) -> dict[str, Any]:
+    import torch
+
+    def mask(ids):
+        return None if pad is None else torch.as_tensor(ids != pad).long()
+
+    src = torch.as_tensor(batch["src_ids"])
+    kwargs: dict[str, Any] = {"input_ids": src, "attention_mask": mask(batch["src_ids"]), "output_hidden_states": True}
+    if "src_type_ids" in batch:
+        kwargs["token_type_ids"] = torch.as_tensor(batch["src_type_ids"])
+    if "tgt_ids" in batch:
+        kwargs.update(decoder_input_ids=torch.as_tensor(batch["tgt_ids"]),
+                      decoder_attention_mask=mask(batch["tgt_ids"]))
+    if config.classifier == "choice":  # a multiple-choice class takes (batch, choices, length): each row one choice
+        kwargs.update({k: v[:, None] for k, v in kwargs.items() if isinstance(v, torch.Tensor)})
+    if config.choice_head:  # GPT2DoubleHeadsModel: the score read where ours reads it, the last real position
+        real = src != pad if pad is not None else torch.ones_like(src, dtype=torch.bool)
+        kwargs["mc_token_ids"] = (torch.arange(src.shape[1]) * real.long()).argmax(-1)
+    base = model.base_model
+    layers = {"encoder": config.num_encoder_layers, "decoder": config.num_decoder_layers}
+    wanted = _expand(hf_layout(fmt).HOOKS, layers)
+    if not config.final_norm:
+        wanted.pop("decoder.final_norm", None)
+    modules = {name: base.get_submodule(module) for name, module in wanted.items()}
+    head = getattr(hf_layout(fmt), "HEAD_HOOK", None)  # BertForMaskedLM's dense -> activation -> LayerNorm, ...
+    if head and config.head_transform:
+        modules["head"] = model.get_submodule(head)
+    if config.pooler and hf_tasks.has_head(config):  # a task class returns no pooler_output: its pooler is hooked
+        modules["pooler"] = getattr(base, "pooler_activation", None) or base.pooler  # ALBERT's tanh is its own
+    record: dict[str, Any] = {}
+    handles = _hook_outputs(modules, record)
+    try:
+        with torch.no_grad():
+            out = model(**kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if config.is_decoder_only:
+        record["decoder.embed"] = out.hidden_states[0]  # the last has ln_f applied: the layers are hooked instead
+    elif config.is_encoder_only:
+        record["encoder.embed"] = out.hidden_states[0]
+    else:
+        record["encoder.embed"] = out.encoder_hidden_states[0]
+        record["decoder.embed"] = out.decoder_hidden_states[0]
+    if config.pooler and getattr(out, "pooler_output", None) is not None:
+        record["pooler"] = out.pooler_output
+    if config.classifier == "span":  # question answering: start and end scores, stacked as the canonical head's
+        final = torch.stack([out.start_logits, out.end_logits], dim=-1)
+    elif config.next_sentence:  # Bert/AlbertForPreTraining; BertForNextSentencePrediction beside its hidden states
+        pair = getattr(out, "seq_relationship_logits", None)
+        final, record["next_sentence"] = ((out.prediction_logits, out.sop_logits if pair is None else pair)
+                                          if config.output_projection else (out.hidden_states[-1], out.logits))
+    elif config.classifier == "choice":  # (batch, choices) scores: our rows are the choices, one score each
+        final = out.logits.reshape(-1, 1)
+    elif config.choice_head:  # its (batch,) multiple-choice scores beside the LM logits
+        final, record["choice"] = out.logits, out.mc_logits.reshape(-1, 1)
+    else:
+        final = out.logits if config.output_projection or config.classifier else out.last_hidden_state
+    return {OUTPUT: final, **record}
