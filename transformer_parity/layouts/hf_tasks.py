@@ -165,18 +165,18 @@ def read(family: ModuleType, head: Head, hf: dict[str, Any], keys: list[str], to
                              f"{key} to {json.dumps(value)}, or architectures to [\"{head.base}\"]")
     hf = {k: v for k, v in hf.items() if k not in head.hf_keys}
     config, _, notes = family.config_from_hf({**hf, "architectures": [head.base]}, base_keys)
-    pad = {}
+    ids = {}  # the token ids the head reads, besides the base model's
     if config.is_decoder_only:
-        pad = {"pad_id": token_id(hf, "pad_token_id", config.tgt_vocab_size)}
-        notes.append(f"pad_token_id={pad['pad_id']} is what padding masks use" + (
+        ids = {"pad_id": token_id(hf, "pad_token_id", config.tgt_vocab_size)}
+        notes.append(f"pad_token_id={ids['pad_id']} is what padding masks use" + (
             " and the last non-pad position the sequence head reads" if head.fields.get("classifier_input") == "last"
             else ""))
     for name, key in head.token_ids.items():
-        pad[name] = token_id(hf, key, config.src_vocab_size)
-        if pad[name] is None:
+        ids[name] = token_id(hf, key, config.src_vocab_size)
+        if ids[name] is None:
             raise ValueError(f"config.json has no {key}, which {head.arch}'s head reads; give it in config.json")
-        notes.append(f"{key}={pad[name]}: the classifier reads the decoder at the source's last {key}")
-    config = config.replace(**{**NO_HEAD, **head.fields, **labels(hf, head), **pad})
+        notes.append(f"{key}={ids[name]}: the classifier reads the decoder at the source's last {key}")
+    config = config.replace(**{**NO_HEAD, **head.fields, **labels(hf, head), **ids})
     return config, head.arch, [n for n in notes if "pooler" not in n], table(family, head, config)
 
 

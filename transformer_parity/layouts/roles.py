@@ -94,7 +94,8 @@ def trace(source: Callable[[dict], Any], batch: Mapping[str, np.ndarray], state:
     for n, (params, inputs, output) in enumerate(raw):
         matched, shapes = {}, {}
         for role, value in params.items():
-            keys = [k for k in by_value.get(_digest(value), []) if k not in used] or by_value.get(_digest(value), [])
+            same = by_value.get(_digest(value), [])  # a tied table is stored under two keys: one for each call
+            keys = [k for k in same if k not in used] or same
             if keys:
                 matched[role], shapes[role] = keys[0], tuple(np.shape(value))
         if not matched or len(matched) != len(params) or len(matched) > 2:
@@ -108,7 +109,6 @@ def trace(source: Callable[[dict], Any], batch: Mapping[str, np.ndarray], state:
         calls.append(Call(matched, shapes, tuple(x[0] for x in inputs), output, ids))
         call_of[n] = calls[-1].weight
     softmax = [frozenset(call_of[n] for n in origins if n in call_of) for origins in lineage.softmax]
-    del keep
     return Trace(calls, softmax)
 
 
@@ -211,7 +211,7 @@ class _keras_hook:
 
         def call(layer, *args, **kwargs):
             out = original(layer, *args, **kwargs)
-            own = [v for v in layer._trainable_variables + layer._non_trainable_variables]
+            own = layer._trainable_variables + layer._non_trainable_variables
             if own:
                 params = {v.path.rsplit("/", 1)[-1]: np.asarray(v.numpy(), np.float32) for v in own}
                 inputs = [a for a in args if hasattr(a, "shape") and hasattr(a, "dtype")]
@@ -279,7 +279,7 @@ def candidates(traced: Trace, state: Mapping[str, np.ndarray], torch_style: bool
     kinds = [["encoder", "decoder"]] if len(order) == 2 else [["encoder"], ["decoder"]]  # a lone stack: probed
     out, whys = [], []
     for kind in kinds:
-        outside, why = _outside_roles(calls, where, order, kind, torch_style, d)
+        outside, why = _outside_roles(calls, where, order, kind, torch_style)
         if outside is None:
             whys.append(why)
             continue
@@ -320,6 +320,14 @@ def _linear(call: Call, canonical: str, torch_style: bool, fused: str | None = N
     return out
 
 
+def _norm(call: Call, canonical: str) -> dict[str, str]:
+    """A norm's entries: its scale as `canonical.gamma`, its shift (if it has one) as `canonical.beta`."""
+    out = {call.weight: f"{canonical}.gamma"}
+    if call.bias:
+        out[call.bias] = f"{canonical}.beta"
+    return out
+
+
 def _dims(call: Call, torch_style: bool) -> tuple[int, int]:
     """`(in, out)` of a linear."""
     shape = call.shapes[_role(call, call.weight)]
@@ -338,9 +346,7 @@ def _layer_roles(calls: list[Call], d: int, torch_style: bool, stack: str, cross
         return None, f"{len(norms)} norms (such a layer has {len(names)})"
     roles: dict[str, str] = {}
     for name, c in zip(names, norms):
-        roles[c.weight] = f"{prefix}{name}.gamma"
-        if c.bias:
-            roles[c.bias] = f"{prefix}{name}.beta"
+        roles.update(_norm(c, f"{prefix}{name}"))
     attentions, pending, ffn = [], [], []
     for c in linears:
         d_in, d_out = _dims(c, torch_style)
@@ -412,7 +418,7 @@ def _ffn_roles(ffn: list[Call], d: int, torch_style: bool, prefix: str, gate_fir
     return None
 
 
-def _outside_roles(calls: list[Call], where, order: list[str], kind: list[str], torch_style: bool, d: int
+def _outside_roles(calls: list[Call], where, order: list[str], kind: list[str], torch_style: bool
                    ) -> tuple[dict[str, str] | None, str | None]:
     """Embeddings, final norms and the output projection: the calls outside the layer stacks."""
     out: dict[str, str] = {}
@@ -421,7 +427,6 @@ def _outside_roles(calls: list[Call], where, order: list[str], kind: list[str], 
     stack_of = {stack: name for stack, name in zip(order, kind)}
     current = None  # the stack the last layered call belonged to
     last_side = None
-    after_all = False
     for c in calls:
         pattern, index = where[c.weight]
         if index is not None:
@@ -439,18 +444,12 @@ def _outside_roles(calls: list[Call], where, order: list[str], kind: list[str], 
                 return None, f"{c.weight}: a lookup before any token embedding"
             current = None
         elif c.kind == "norm" and current is not None:
-            out[c.weight] = f"{current}.final_norm.gamma"
-            if c.bias:
-                out[c.bias] = f"{current}.final_norm.beta"
+            out.update(_norm(c, f"{current}.final_norm"))
         elif c.kind == "norm" and last_side is not None:
-            out[c.weight] = f"{last_side}_embed_norm.gamma"
-            if c.bias:
-                out[c.bias] = f"{last_side}_embed_norm.beta"
+            out.update(_norm(c, f"{last_side}_embed_norm"))
         elif c.kind == "linear" and current == kind[-1]:
             out.update(_linear(c, "output", torch_style))
-            after_all = True
         else:
             return None, f"{c.weight}: a {c.kind} outside the layers that is neither an embedding, a final norm " \
                          "nor the output projection"
-    del after_all
     return out, None

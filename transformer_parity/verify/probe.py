@@ -276,11 +276,13 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
     found = _mappings(path, checkpoint, user_source, torch_style)
     if isinstance(found, Settled):
         return found
-    mappings, traced, rows = found
+    mappings, roles_of_calls, rows = found
     search, base, _, notes, pads = _stage0(path, checkpoint, mappings, source, fields, progress)
     _search_mappings(search, mappings)
-    if traced and not any(c.config is not None and c.error <= NAMES_MISS for c in search.candidates):
-        _search_mappings(search, traced)  # the names' layout is far off the source: what the source does settles
+    if roles_of_calls is not None and not any(c.config is not None and c.error <= NAMES_MISS
+                                              for c in search.candidates):
+        traced = roles_of_calls()  # the names' layout is far off the source: what the source does settles the roles
+        _search_mappings(search, traced)
         mappings = mappings + traced
     candidates = sorted((c for c in search.candidates if c.config is not None), key=lambda c: c.error)
     if not candidates:
@@ -293,15 +295,22 @@ def settle(path: str | Path, source: Source, fields: Mapping[str, Any] | None = 
 
 
 def _mappings(path: Path, checkpoint, user_source: Source, torch_style: bool):
-    """`(mappings, traced, rows)`: the names' layouts to try (the scaffold's guesses; a fused q/k/v's other order)
-    and the roles the source's calls give (`layouts.roles`), tried when the names' layout is far off; the roles
-    alone when names leave a tensor unplaced. A `Settled` that says why when neither places every tensor."""
+    """`(mappings, roles_of_calls, rows)`: the names' layouts to try (the scaffold's guesses; a fused q/k/v's other
+    order) and a function giving the roles the source's calls give (`layouts.roles`: one traced source call), for
+    when the names' layout is far off; the roles alone (and None) when names leave a tensor unplaced. A `Settled`
+    that says why when neither places every tensor."""
     state = checkpoint.state
     options, rows = alternatives(path, state, torch_style)
     unplaced = sorted(p for p, opts in options.items() if opts == [user.UNMAPPED])
     fixed = {p: o[0] for p, o in options.items()}
-    traced, why = roles.candidates(_trace(user_source, state, torch_style), state, torch_style, fixed)
-    if unplaced and not traced:
+
+    def roles_of_calls() -> list[dict[str, str]]:
+        return roles.candidates(_trace(user_source, state, torch_style), state, torch_style, fixed)[0]
+
+    if unplaced:
+        traced, why = roles.candidates(_trace(user_source, state, torch_style), state, torch_style, fixed)
+        if traced:
+            return traced, None, rows
         text = _render(path, fixed, {}, rows, None)
         return Settled(text, math.inf, math.inf, math.inf, 0,
                        [f"no candidate for {len(unplaced)} tensor(s) whose name says nothing: "
@@ -310,7 +319,7 @@ def _mappings(path: Path, checkpoint, user_source: Source, torch_style: bool):
     # the alternatives are the fused q/k/v orders: one model uses one attention class, so one choice for all
     mappings = [fixed] + ([{p: o[-1] for p, o in options.items()}] if any(len(o) > 1 for o in options.values())
                           else [])
-    return (traced, [], rows) if unplaced else (mappings, traced, rows)
+    return mappings, roles_of_calls, rows
 
 
 def _stage0(path: Path, checkpoint, mappings, source, fields: dict[str, Any], progress) -> tuple:
@@ -420,9 +429,8 @@ def _conclude(search: _Search, survivors, candidates, base, source, fields, rows
     """The verify rule on the best candidate, the settings matching candidates disagree on, stage 3 (the pad id),
     and the layout text with its evidence."""
     best = survivors[0]
-    floor = _floor(best.config, best.weights, search.batch,
-                   "float64" if search.theirs.dtype == np.float64 else "float32")
     source_dtype = "float64" if search.theirs.dtype == np.float64 else "float32"
+    floor = _floor(best.config, best.weights, search.batch, source_dtype)
     scale = float(np.max(np.abs(search.theirs))) or 1.0
     tolerance = RATIO_LIMIT * floor / scale  # relative, as the candidates' errors are
     passing = [c for c in survivors if c.error <= tolerance]
