@@ -86,7 +86,7 @@ def parameters(size: str) -> int:
 def generate(path: Path, size: str) -> int:
     """Write the synthetic directory; returns its weight bytes."""
     sys.path.insert(0, str(REPO))
-    from reference_numpy.mapping import LazyArray
+    from transformer_parity.streaming.lazy import LazyArray
     from transformer_parity.io.safetensors_io import bfloat16
     from transformer_parity.layouts.hf_dir import write_dir
 
@@ -288,9 +288,9 @@ def main(argv=None) -> int:
 def _transpose_isa() -> str:
     """The vector instructions the compiled transpose uses here, or why it does not run."""
     sys.path.insert(0, str(REPO))
-    from reference_numpy import mapping
+    from transformer_parity.streaming import transpose
 
-    return "numpy (no compiled transpose)" if mapping._tiles is None else mapping._tiles.ISA
+    return "numpy (no compiled transpose)" if transpose._tiles is None else transpose._tiles.ISA
 
 
 def _cpu() -> str:

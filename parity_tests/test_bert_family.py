@@ -174,7 +174,8 @@ def test_round_trip_through_keras_is_bit_identical(name, tmp_path_factory, tmp_p
 
 def test_a_roberta_model_has_no_bert_or_distilbert_equivalent(tmp_path_factory, tmp_path, capsys):
     loaded = formats.load(hf_model("roberta-mlm", tmp_path_factory)[1])
-    with pytest.raises(ValueError, match=r"as hf-bert: positions_skip_pad=True \(RoBERTa's positions"):
+    with pytest.raises(ValueError, match=r"as hf-bert: positions_skip_pad=True \(positions counted over non-pad "
+                                         r"ids, which hf-roberta and hf-xlm-roberta have; hf-bert has none\)"):
         formats.save(tmp_path / "bert", loaded.config, dict(loaded.weights), "hf-bert")
     with pytest.raises(ValueError, match="as hf-distilbert: positions_skip_pad=True"):
         formats.save(tmp_path / "distil", loaded.config, dict(loaded.weights), "hf-distilbert")
@@ -262,8 +263,10 @@ def test_albert_and_roberta_models_have_no_bert_equivalent_and_back(tmp_path_fac
     albert = formats.load(hf_model("albert-mlm", tmp_path_factory)[1])
     with pytest.raises(ValueError) as info:
         formats.save(tmp_path / "bert", albert.config, dict(albert.weights), "hf-bert")
-    assert "embedding_size=20 (ALBERT's factorized embeddings; hf-bert has none)" in str(info.value)
-    assert "shared_layers=True (ALBERT's one set of layer weights; hf-bert has none)" in str(info.value)
+    assert ("embedding_size=20 (factorized embeddings, which hf-albert and kerashub-albert have; hf-bert has none)"
+            in str(info.value))
+    assert ("shared_layers=True (one set of layer weights run by every layer, which hf-albert and kerashub-albert "
+            "have; hf-bert has none)" in str(info.value))
     bert = albert.config.replace(embedding_size=None, shared_layers=False)
     with pytest.raises(ValueError, match=r"as hf-albert: embedding_size=None \(ALBERT's embeddings are factorized"):
         formats.save(tmp_path / "albert", bert, rn.init_weights(bert), "hf-albert")
@@ -283,7 +286,7 @@ def _h5_structure(path):
 def test_keras_weights_h5_is_what_keras_writes_and_reads(name, tmp_path_factory, tmp_path):
     """The `.weights.h5` layout of the new settings (the embedding projection, the one shared layer) is the one Keras
     itself writes for tf_impl, and Keras reads ours back to the same weights."""
-    from tf_impl import checkpoints as kc
+    from transformer_parity.formats import keras_file as kc
     from tf_impl.model import Transformer
 
     loaded = formats.load(hf_model(name, tmp_path_factory)[1])

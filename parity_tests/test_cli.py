@@ -250,7 +250,7 @@ def test_debug_shows_the_traceback(tmp_path, capsys):
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, OSError], ids=["ctrl-c", "disk-error"])
 @pytest.mark.parametrize("target", ["out.safetensors", "out.weights.h5"])
 def test_interrupted_writes_leave_nothing_behind(tmp_path, tiny_file, capsys, monkeypatch, interrupt, target):
-    from tf_impl import checkpoints as kc
+    from transformer_parity.formats import keras_file as kc
 
     from transformer_parity.io import safetensors_io
 

@@ -138,7 +138,7 @@ EMBED_BIAS = {"gpt2-like+embed-bias": FAMILIES["gpt2-like"].replace(embed_bias=T
                                   "encoder-only", "asymmetric-depth", "embed-bias", "head-norm-before-activation",
                                   *FAMILIES, *EMBED_BIAS])
 def test_keras_weights_h5_is_what_keras_writes_and_reads(tmp_path, name):
-    from tf_impl import checkpoints as kc
+    from transformer_parity.formats import keras_file as kc
     from tf_impl.model import Transformer
 
     config = VARIANTS.get(name) or FAMILIES.get(name) or EMBED_BIAS[name]
@@ -161,7 +161,7 @@ def test_keras_weights_h5_is_what_keras_writes_and_reads(tmp_path, name):
 def test_keras_multi_head_attention_mapping(num_heads, bias):
     import keras
 
-    from tf_impl.checkpoints import canonical_to_keras_mha, keras_mha_to_canonical
+    from tf_impl.saved_names import canonical_to_keras_mha, keras_mha_to_canonical
 
     config = TINY.replace(num_heads=num_heads, bias=bias)
     d = config.d_model

@@ -118,9 +118,9 @@ REFUSED = [  # (builders, model, --to, what the one line names)
     (decoders, "qwen2", "kerashub-mistral", "tie_embeddings=True (MistralCausalLM's head is never tied)"),
     (decoders, "gemma", "kerashub-gemma", "layer_norm_eps=1e-05 (KerasHub Gemma has 1e-06)"),
     (decoders, "phi3", "kerashub-phi3", "rotary_fraction=0.5 (KerasHub Phi3 has 1.0)"),
-    (encoders, "roberta-mlm", "kerashub-roberta", "positions_skip_pad=True (RoBERTa's positions, counted over non-pad"),
-    (encoders, "roberta", "kerashub-roberta", "positions_skip_pad=True (RoBERTa's positions, counted over non-pad"),
-    (encoders, "xlm-roberta-mlm", "kerashub-roberta", "positions_skip_pad=True (RoBERTa's positions"),
+    (encoders, "roberta-mlm", "kerashub-roberta", "positions_skip_pad=True (positions counted over non-pad ids, which"),
+    (encoders, "roberta", "kerashub-roberta", "positions_skip_pad=True (positions counted over non-pad ids, which"),
+    (encoders, "xlm-roberta-mlm", "kerashub-roberta", "positions_skip_pad=True (positions counted over non-pad ids"),
     (encoders, "distilbert-mlm", "kerashub-distilbert",  # an approximation: refused with its gap (test_approximations)
      "head_norm_eps: KerasHub's DistilBertMaskedLM normalizes its masked-LM head at epsilon 1e-05, the source at "
      "1e-12"),

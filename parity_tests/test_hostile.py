@@ -547,7 +547,7 @@ def test_hostile_files_under_a_memory_limit(tmp_path):
 
 
 def test_a_full_disk_while_writing_pt_is_an_oserror():
-    from torch_impl import checkpoints as tc
+    from transformer_parity.formats import torch_file as tc
 
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full here")

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import reference_numpy as rn
-from reference_numpy.mapping import LazyArray
+from transformer_parity.streaming import lazy as lz
+from transformer_parity.streaming import writer as rio
+from transformer_parity.streaming.lazy import LazyArray
 from transformer_parity import formats
 from transformer_parity.cli import main
 from transformer_parity.io import limits, safetensors_io
@@ -111,7 +113,6 @@ def test_a_disk_that_fills_while_writing_ends_in_one_line_and_leaves_nothing(bf1
     destination, whichever path wrote."""
     import errno
 
-    import reference_numpy.io as rio
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -149,7 +150,7 @@ def test_a_streamed_tensor_is_written_a_band_at_a_time(bf16_llama, tmp_path):
     """Writing a `.weights.h5` never asks a lazy tensor for its whole value: a file's bytes, a transpose and a
     widening are each made a band of rows at a time (here 1 KiB, so every large tensor takes several bands)."""
     h5py = pytest.importorskip("h5py")
-    from tf_impl import checkpoints as kc
+    from transformer_parity.streaming import hdf5
 
     _, path = bf16_llama
     loaded = formats.load(path, lazy=True)
@@ -159,7 +160,7 @@ def test_a_streamed_tensor_is_written_a_band_at_a_time(bf16_llama, tmp_path):
         value._compute = lambda name=name: whole.append(name)
     with h5py.File(tmp_path / "banded.h5", "w") as f:
         for name, value in loaded.weights.items():
-            kc.write_dataset(f, name, value.astype(np.float32), max_bytes=1024)
+            hdf5.write_dataset(f, name, value.astype(np.float32), max_bytes=1024)
     assert whole == []
     with h5py.File(tmp_path / "banded.h5") as f:
         for name, value in eager.weights.items():
@@ -270,18 +271,18 @@ def test_a_chunked_hdf5_dataset_reads_lazily_through_hdf5(tmp_path):
     """A dataset stored in chunks (not what Keras writes, but HDF5 allows it) has no single span of the file: it is
     read through h5py, with the same values; a contiguous one is read from the file's bytes."""
     h5py = pytest.importorskip("h5py")
-    from tf_impl import checkpoints as kc
+    from transformer_parity.streaming import hdf5
 
     values = np.arange(7 * 5, dtype=np.float32).reshape(7, 5) - 3.5
     with h5py.File(tmp_path / "w.h5", "w") as f:
         f.create_dataset("plain", data=values)
         f.create_dataset("chunked", data=values, chunks=(2, 5))
     with h5py.File(tmp_path / "w.h5") as f:
-        plain, chunked = kc.read_dataset(f["plain"], lazy=True), kc.read_dataset(f["chunked"], lazy=True)
+        plain, chunked = hdf5.read_dataset(f["plain"], lazy=True), hdf5.read_dataset(f["chunked"], lazy=True)
     assert plain.span is not None and chunked.span is None
     for lazy in (plain, chunked):
         np.testing.assert_array_equal(np.asarray(lazy), values)
-        assert [b for _, _, b in rn.mapping.row_bands(lazy, 40)][0].shape == (2, 5)
+        assert [b for _, _, b in lz.row_bands(lazy, 40)][0].shape == (2, 5)
 
 
 @pytest.mark.parametrize("to", ["kerashub-llama", "keras"])
@@ -302,7 +303,6 @@ def test_each_made_tensor_has_its_source_read_ahead_and_each_copied_one_not(bf16
     """While one tensor is written, the file bytes of the tensors after it that are made rather than copied (a
     transpose, a widening) are read on a second thread (`BandWriter.read_ahead`); a tensor copied as it is stored is
     left to the kernel. Every transposed Linear's source span is asked for, once, and the output is unchanged."""
-    import reference_numpy.io as rio
 
     _, path = bf16_llama
     asked: list[tuple[str, int, int]] = []
@@ -311,8 +311,8 @@ def test_each_made_tensor_has_its_source_read_ahead_and_each_copied_one_not(bf16
     out = tmp_path / to if to != "hf-dir" else tmp_path / "hf"
     assert main(["convert", str(path), str(out), "-q", *(["--to", "hf"] if to == "hf-dir" else [])]) == 0
     loaded = formats.load(path, lazy=True)
-    spans = {rn.mapping.file_span(v) for v in loaded.weights.values()}
-    made = {rn.mapping.file_span(v) for v in loaded.weights.values() if v.span is None}
+    spans = {lz.file_span(v) for v in loaded.weights.values()}
+    made = {lz.file_span(v) for v in loaded.weights.values() if v.span is None}
     assert asked and set(asked) == made and made <= spans and len(asked) == len(set(asked))
     back = formats.load(out)
     for name, value in formats.load(path).weights.items():
@@ -324,7 +324,7 @@ def test_file_span_follows_transposes_and_casts_to_the_stored_bytes(bf16_llama):
     _, path = bf16_llama
     loaded = formats.load(path, lazy=True)
     for name, value in loaded.weights.items():
-        span = rn.mapping.file_span(value)
+        span = lz.file_span(value)
         assert span is not None and span[2] == value.size * 2, name  # bfloat16 bytes in a shard of the directory
-        assert rn.mapping.file_span(value.astype(np.float32)) == span
-    assert rn.mapping.file_span(np.zeros(3)) is None
+        assert lz.file_span(value.astype(np.float32)) == span
+    assert lz.file_span(np.zeros(3)) is None

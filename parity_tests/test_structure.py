@@ -16,7 +16,8 @@ ROOMS = [
     ("reference_numpy",),
     ("torch_impl", "tf_impl"),
     ("transformer_parity.__init__", "transformer_parity.errors", "transformer_parity.quiet",
-     "transformer_parity.config_fields", "transformer_parity.io"),  # __init__: the version, nothing else
+     "transformer_parity.config_fields", "transformer_parity.io",
+     "transformer_parity.streaming"),  # __init__: the version, nothing else
     ("transformer_parity.layouts",),
     ("transformer_parity.formats",),
     ("transformer_parity.backends",),
@@ -179,3 +180,50 @@ def test_one_mapping_language():
     second = [str(p.relative_to(REPO)) for package in PRODUCT for p in (REPO / package).rglob("*.py")
               if "Rule(" in p.read_text() or "map_names(" in p.read_text()]
     assert not second, f"a second mapping engine in {second}"
+
+
+# What the contract may import: the standard library, NumPy and ml_dtypes (bfloat16), and safetensors (its one file
+# format, imported inside the functions that read and write it).
+CONTRACT_IMPORTS = {"numpy", "ml_dtypes", "safetensors"}
+CONTRACT_FORBIDDEN = {"threading": "threads", "concurrent": "threads", "mmap": "memory-mapped files",
+                      "ctypes": "compiled code", "O_DIRECT": "direct writes", "posix_fadvise": "page-cache hints",
+                      "preadv": "read-ahead", "copy_file_range": "kernel copies"}
+
+
+def contract_problems(package: Path) -> list[str]:
+    """What in `package` is not the contract: an import outside the standard library and `CONTRACT_IMPORTS`, threads,
+    direct writes, page-cache hints, memory maps, compiled code (a `.c` file, a built extension, ctypes)."""
+    import sys
+
+    found = [f"{p.name}: compiled code" for p in package.iterdir() if p.suffix in (".c", ".so", ".pyd")]
+    for path in package.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            for name in names:
+                top = name.split(".")[0]
+                if top in CONTRACT_FORBIDDEN:
+                    found.append(f"{path.name}:{node.lineno} imports {name} ({CONTRACT_FORBIDDEN[top]})")
+                elif top not in sys.stdlib_module_names and top not in CONTRACT_IMPORTS:
+                    found.append(f"{path.name}:{node.lineno} imports {name}")
+            if isinstance(node, (ast.Attribute, ast.Name)):
+                word = node.attr if isinstance(node, ast.Attribute) else node.id
+                if word in CONTRACT_FORBIDDEN:
+                    found.append(f"{path.name}:{node.lineno} uses {word} ({CONTRACT_FORBIDDEN[word]})")
+    return found
+
+
+def test_the_contract_package_holds_only_the_contract(tmp_path):
+    """`reference_numpy` is config, canonical names and shapes, the mapping language, the math, blocks, reduced
+    precision and the canonical safetensors file: NumPy (and ml_dtypes) only, no threads, no direct writes, no
+    read-ahead, no compiled code. The disk machinery of streaming lives in `transformer_parity.streaming`."""
+    assert contract_problems(REPO / "reference_numpy") == []
+    # the check can fail: each kind of intruder, planted in a copy, is named
+    planted = tmp_path / "reference_numpy"
+    planted.mkdir()
+    (planted / "io.py").write_text("import threading\nimport os\nimport torch\nflags = os.O_DIRECT\n")
+    (planted / "_fast.c").write_text("/* */")
+    problems = contract_problems(planted)
+    assert any("threading" in p for p in problems) and any("torch" in p for p in problems)
+    assert any("O_DIRECT" in p for p in problems) and any("compiled code" in p for p in problems)

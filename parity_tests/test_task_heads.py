@@ -20,7 +20,7 @@ from transformer_parity import formats
 from transformer_parity.cli import main
 
 from .support.hf_models import perturbed
-from transformer_parity.layouts import HF_LAYOUTS, hf_layout, hf_tasks
+from transformer_parity.layouts import hf_families
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -51,7 +51,7 @@ FAMILIES = {  # each family's config class and settings; its task classes are th
                                 decoder_start_token_id=2)),
 }
 SCORES = ("logits", "next_sentence", "choice")  # the records a task class's scores are compared as
-CASES = [head.arch for name in HF_LAYOUTS for head in hf_tasks.heads(hf_layout(name))]  # every head we implement
+CASES = [head.arch for family in hf_families() for head in family.task_heads]  # every head we implement
 LABELS = {"SequenceClassification": ["negative", "neutral", "positive"],
           "TokenClassification": ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]}
 _built: dict[str, Path] = {}
@@ -179,14 +179,13 @@ def test_every_task_class_transformers_has_for_our_families_is_read():
 
     mappings = [m for name, m in vars(modeling_auto).items()
                 if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and isinstance(m, dict)]
-    for name in HF_LAYOUTS:
-        family = hf_layout(name)
-        stem = re.match(r"[A-Za-z0-9]+?(?=For|Model|LMHead)", family.ARCHITECTURES[0]).group(0)
-        listed = {c for m in mappings for c in np.atleast_1d(m.get(family.MODEL_TYPE, [])).tolist()
+    for family in hf_families():
+        stem = re.match(r"[A-Za-z0-9]+?(?=For|Model|LMHead)", family.architectures[0]).group(0)
+        listed = {c for m in mappings for c in np.atleast_1d(m.get(family.model_type, [])).tolist()
                   if c.startswith(stem)}
-        ours = set(family.ARCHITECTURES) | {h.arch for h in hf_tasks.heads(family)}
-        assert listed, name
-        assert listed - ours <= NOT_HERE, (name, sorted(listed - ours))
+        ours = set(family.architectures) | {h.arch for h in family.task_heads}
+        assert listed, family.name
+        assert listed - ours <= NOT_HERE, (family.name, sorted(listed - ours))
 
 
 def test_a_class_we_do_not_implement_is_refused_naming_it(tmp_path, capsys):

@@ -206,7 +206,7 @@ def test_a_tf_weight_stored_twice_with_different_values_is_refused(tmp_path, cap
     ("compressed", "uses HDF5 filters ['deflate']"),  # a dataset that would expand beyond the file
 ], ids=["external-link", "oversized", "compressed"])
 def test_a_tf_weight_that_is_a_link_or_larger_than_the_file_is_refused(tmp_path, capsys, fault, want):
-    """The hardened HDF5 reader's checks (`tf_impl.checkpoints`), run on the whole file before a weight is read."""
+    """The hardened HDF5 reader's checks (`streaming.hdf5`), run on the whole file before a weight is read."""
     import h5py
 
     path = _corpus_copy(tmp_path, "gpt2-lm-tf")

@@ -49,9 +49,8 @@ refused when the pattern is parsed. A placeholder used twice matches the same te
 from __future__ import annotations
 
 import functools
-import os
 import re
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -281,25 +280,21 @@ def canonical_shape(transform: str, shape: tuple[int, ...], parts: int = 3) -> t
 
 def transposed(array: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """A C-ordered transpose of a 2-D array (any other rank, or a small one: `.T` copied), in a fresh array or in
-    `out` (C-ordered, the transposed shape, the same dtype). Copied on the bits in cache-sized tiles by the compiled
-    `reference_numpy._transpose` where it was built (the package's one C file, optional; vector blocks as wide as the
-    CPU has), else by NumPy in blocks of 8 rows by at most 512 columns (docs/formats.md has both speeds). A column
-    slice of a larger matrix (`m[:, a:b]`) is copied the same way."""
+    `out` (C-ordered, the transposed shape, the same dtype). A large one is copied on the bits in blocks of 8 rows by
+    at most 512 columns, which keeps both sides in the cache (`transformer_parity.streaming.transpose` has the
+    compiled tiles a streamed conversion uses; docs/formats.md has both speeds). A column slice of a larger matrix
+    (`m[:, a:b]`) is copied the same way."""
     if out is not None and (out.shape != array.shape[::-1] or out.dtype != array.dtype
                             or not out.flags.c_contiguous or not out.flags.writeable):
         raise ValueError(f"transposed: out must be a writable C-ordered {array.dtype} array of shape "
                          f"{array.shape[::-1]}, got {out.dtype} {out.shape}")
-    if (array.ndim != 2 or array.dtype.itemsize not in (1, 2, 4, 8) or array.strides[1] != array.dtype.itemsize
-            or array.strides[0] < 0 or array.nbytes <= 1 << 16):
+    if not is_tileable(array):
         if out is None:
             return np.array(array.T, order="C")
         out[...] = array.T
         return out
     bits = array.view(f"u{array.dtype.itemsize}")
     out = np.empty(bits.shape[::-1], bits.dtype) if out is None else out.view(bits.dtype)
-    if _tiles is not None:
-        _tiles.transpose(bits, out)
-        return out.view(array.dtype)
     for first in range(0, bits.shape[1], 512):
         source, target = bits[:, first:first + 512], out[first:first + 512]
         for start in range(0, bits.shape[0], 8):
@@ -307,12 +302,10 @@ def transposed(array: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return out.view(array.dtype)
 
 
-try:  # the compiled tiles; set TRANSFORMER_PARITY_NO_C=1 to time or test the NumPy path alone
-    from reference_numpy import _transpose as _tiles
-except ImportError:
-    _tiles = None
-if os.environ.get("TRANSFORMER_PARITY_NO_C"):
-    _tiles = None
+def is_tileable(array: np.ndarray) -> bool:
+    """A 2-D array worth copying in tiles: large (over 64 KiB), of 1, 2, 4 or 8-byte items, rows contiguous."""
+    return (array.ndim == 2 and array.dtype.itemsize in (1, 2, 4, 8) and array.strides[1] == array.dtype.itemsize
+            and array.strides[0] >= 0 and array.nbytes > 1 << 16)
 
 
 def to_canonical(array: np.ndarray, transform: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -370,188 +363,6 @@ def fuse(parts: Sequence[np.ndarray], transform: str, head_dim: int = 1) -> np.n
     return transposed(fused) if transform.endswith("_t") else fused  # (in, 3D) -> (3D, in)
 
 
-# --- lazy arrays: a model streamed tensor by tensor ------------------------------------------------------------------
-
-# A streamed tensor is rearranged, cast and written this many bytes at a time, at most: a few bands stay in the
-# core's share of the cache, and a writer keeps a few of them as reused buffers (`row_bands(..., out=)`).
-BAND_BYTES = 8 << 20
-
-# (rows per band, out=None) -> (start, stop, rows[start:stop]) for each band; `out(shape, dtype)`, where given, is the
-# array a band that is made afresh (a transpose) is written into: a writer's recycled buffer, since an array
-# allocated afresh for every band costs a page fault and a zeroed page for every 4 KiB of it.
-Bands = Callable[..., Iterator[tuple[int, int, np.ndarray]]]
-
-
-class LazyArray:
-    """An array not yet in memory: its shape and dtype now, its values when `np.asarray` asks (each time, nothing
-    kept). A checkpoint read lazily is a dict of these; the engine below maps them to more of them, so a writer that
-    takes one entry at a time holds a few tensors, never the model. `row_bands` gives the values a band of rows at a
-    time: from the file's bytes (`span`), or from `bands`, which a transpose or a cast defines over its source."""
-
-    __slots__ = ("shape", "dtype", "_compute", "span", "bands", "source")
-
-    def __init__(self, shape: tuple[int, ...], dtype, compute: Callable[[], np.ndarray],
-                 span: tuple[str, int, int] | None = None, bands: Bands | None = None, source: Any = None):
-        self.shape, self.dtype, self._compute = tuple(shape), np.dtype(dtype), compute
-        self.span = span  # (file, offset, nbytes) when the values are those bytes of a file, C order, little-endian
-        self.bands = bands  # rows per band -> its bands, without the whole array where the source allows
-        self.source = source  # the one array the values are made from (a transpose's, a cast's), where there is one
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        array = self._compute()
-        return array if dtype is None else array.astype(dtype, copy=False)
-
-    def astype(self, dtype) -> "LazyArray":
-        """The same array cast to `dtype` when it is read (a band at a time by `row_bands`)."""
-        if np.dtype(dtype) == self.dtype:
-            return self
-        return LazyArray(self.shape, dtype, lambda: cast(np.asarray(self), dtype),
-                         bands=lambda rows, out=None: ((a, b, cast(x, dtype)) for a, b, x in _bands(self, rows)),
-                         source=self)  # a cast makes its own array: `out` is not for its source
-
-    def __repr__(self) -> str:
-        return f"LazyArray(shape={self.shape}, dtype={self.dtype})"
-
-
-def widen_bfloat16(bits: np.ndarray) -> np.ndarray:
-    """bfloat16 values (ml_dtypes' bfloat16, or their 2-byte bits: uint16, an opaque HDF5 type) as float32, on the
-    bits: a bfloat16 is the top half of a float32, so this is exact, and several times faster than the element-wise
-    conversion."""
-    bits = np.asarray(bits)
-    wide = (bits if bits.dtype.kind == "u" else bits.view(np.uint16)).astype(np.uint32)  # "<u2" read from a file
-    wide <<= 16  # in place: one buffer
-    return wide.view(np.float32)
-
-
-def cast(array: np.ndarray, dtype) -> np.ndarray:
-    """`array.astype(dtype)`; bfloat16 -> float32 on the bits (`widen_bfloat16`)."""
-    dtype = np.dtype(dtype)
-    if array.dtype.name == "bfloat16" and dtype == np.float32:
-        return widen_bfloat16(array)
-    return array.astype(dtype)
-
-
-def row_bands(array, max_bytes: int = BAND_BYTES, itemsize: int = 0,
-              out: Callable[[tuple[int, ...], np.dtype], np.ndarray] | None = None,
-              ) -> Iterator[tuple[int, int, np.ndarray]]:
-    """`(start, stop, array[start:stop])` along axis 0, in order, each band at most `max_bytes` (counted at the wider
-    of the array's itemsize and `itemsize`, the dtype the caller makes of it; at least one row). A `LazyArray` is
-    read a band at a time where it can be (a file's bytes, a transpose, a cast of either); otherwise it is read
-    whole and sliced. A 0-d array is one band. With `out(shape, dtype)`, a band made afresh (a transpose) is written
-    into the array it returns, which the caller may reuse once it is done with the band (`Bands`)."""
-    shape = tuple(array.shape)
-    if not shape:
-        yield 0, 1, np.asarray(array)
-        return
-    row = int(np.prod(shape[1:], dtype=np.int64)) * max(itemsize, array.dtype.itemsize)
-    yield from _bands(array, max(1, max_bytes // max(row, 1)), out)
-
-
-def _bands(array, rows: int, out=None) -> Iterator[tuple[int, int, np.ndarray]]:
-    """`row_bands` with the rows per band given."""
-    shape = tuple(array.shape)
-    if getattr(array, "bands", None) is not None:
-        yield from array.bands(rows, out)
-        return
-    span = getattr(array, "span", None)
-    if span is not None and shape:
-        file, offset, _ = span
-        row = int(np.prod(shape[1:], dtype=np.int64)) * array.dtype.itemsize
-        with open(file, "rb") as f:
-            f.seek(offset)
-            for a in range(0, shape[0], rows):
-                b = min(a + rows, shape[0])
-                raw = np.fromfile(f, dtype=np.uint8, count=(b - a) * row)  # the next rows, in order
-                if raw.size != (b - a) * row:
-                    raise ValueError(f"{file} ended inside a tensor (truncated while being read?)")
-                yield a, b, raw.view(_little(array.dtype)).reshape((b - a,) + shape[1:]).astype(array.dtype,
-                                                                                                  copy=False)
-        return
-    whole = np.asarray(array)
-    for a in range(0, shape[0], rows):
-        yield a, min(a + rows, shape[0]), whole[a:a + rows]
-
-
-def _little(dtype: np.dtype) -> np.dtype:
-    return dtype if dtype.byteorder in ("|", "<") or dtype.kind == "V" else dtype.newbyteorder("<")
-
-
-def _transposed_bands(source) -> Bands:
-    """The bands of a 2-D `source`'s transpose: the source read once (in its own dtype), the transpose copied a band
-    of its rows (the source's columns) at a time, so a transposed tensor is never held twice."""
-    def bands(rows: int, out=None):
-        whole = mapped(source)  # (out, in)
-        for a in range(0, whole.shape[1], rows):
-            b = min(a + rows, whole.shape[1])
-            target = None if out is None else out((b - a, whole.shape[0]), whole.dtype)
-            yield a, b, transposed(whole[:, a:b], target)  # (in[a:b], out)
-    return bands
-
-
-def mapped(array) -> np.ndarray:
-    """The values of `array`: for a `LazyArray` whose values are a file's bytes (`span`), a read-only view of the
-    file mapped into memory (the pages the page cache already holds, with no copy into a fresh buffer, which for a
-    large tensor costs a page fault per page); otherwise `np.asarray`. The mapping closes with the last view."""
-    span = getattr(array, "span", None)
-    dtype = getattr(array, "dtype", None)
-    if span is None or dtype is None or dtype.hasobject:
-        return np.asarray(array)
-    import mmap
-    file, offset, nbytes = span
-    start = offset - offset % mmap.ALLOCATIONGRANULARITY
-    with open(file, "rb") as f:
-        if os.fstat(f.fileno()).st_size < offset + nbytes:
-            raise ValueError(f"{file} ended inside a tensor (truncated while being read?)")
-        if nbytes == 0:
-            return np.asarray(array)
-        region = mmap.mmap(f.fileno(), offset + nbytes - start, access=mmap.ACCESS_READ, offset=start)
-    flat = np.frombuffer(region, dtype=np.uint8, count=nbytes, offset=offset - start)
-    return flat.view(_little(np.dtype(dtype))).reshape(array.shape)
-
-
-def _reshaped_bands(source, shape: tuple[int, ...]) -> Bands | None:
-    """The bands of `source` reshaped (C order) to `shape`, where a row of `shape` is whole rows of the source
-    (identity, a split last axis, a leading unit axis, heads split off the first axis); else None."""
-    if not shape or not source.shape:
-        return None
-    inner, source_inner = int(np.prod(shape[1:], dtype=np.int64)), int(np.prod(source.shape[1:], dtype=np.int64))
-    if source_inner == 0 or inner % source_inner:
-        return None
-    k = inner // source_inner  # source rows per row of `shape`
-
-    def bands(rows: int, out=None):
-        for a, b, band in _bands(source, rows * k, out):
-            yield a // k, -(-b // k), band.reshape((-1,) + shape[1:])
-    return bands
-
-
-def is_lazy(array: Any) -> bool:
-    return isinstance(array, LazyArray)
-
-
-def file_span(array: Any) -> tuple[str, int, int] | None:
-    """The bytes of a file that `array`'s values are made from, through any transposes and casts (`source`); None
-    when they are not one file's bytes (an array in memory, a fused tensor's several sources)."""
-    while array is not None:
-        span = getattr(array, "span", None)
-        if span is not None:
-            return span
-        array = getattr(array, "source", None)
-    return None
-
-
 # --- the engine: a whole table, both directions --------------------------------------------------------------------
 
 class ShapeMismatch(ValueError):
@@ -595,16 +406,22 @@ def check_shapes(mapping: Plan, state: Mapping[str, Any], shapes: Mapping[str, t
         raise ShapeMismatch(problems)
 
 
+# How an array that is not read yet is made (`transformer_parity.streaming.lazy.deferred`): `defer(shape, dtype,
+# compute, source, transform)` returns an object with that shape and dtype whose values are `compute()`, made from
+# the one array `source` by `transform` (None: from several, a fused tensor's parts). The engine itself reads nothing.
+Defer = Callable[[tuple[int, ...], Any, Callable[[], np.ndarray], Any, str], Any]
+
+
 def read(mapping: Plan, state: dict[str, np.ndarray], shapes: Mapping[str, tuple[int, ...]], head_dim: int = 1,
-         consume: bool = False, lazy: bool = False) -> dict[str, np.ndarray]:
+         consume: bool = False, defer: Defer | None = None) -> dict[str, np.ndarray]:
     """{external name: array} -> canonical weights, after checking every array's shape (`ShapeMismatch`).
-    `consume=True` deletes each external entry once its last canonical part is read. `lazy=True` gives
-    `LazyArray`s that read their external array when asked (and leaves `state` whole: it is read from)."""
+    `consume=True` deletes each external entry once its last canonical part is read. With `defer`, each canonical
+    array is `defer(...)` of the external one, read when asked (and `state` is left whole: it is read from)."""
     check_shapes(mapping, state, shapes, head_dim)
     groups = fused_groups(mapping)
-    if lazy:
-        return {name: _lazy_canonical(state, external, transform, part, shapes[name],
-                                      [shapes[n][-1] for n in groups.get(external, ())], head_dim)
+    if defer is not None:
+        return {name: _deferred_canonical(defer, state, external, transform, part, shapes[name],
+                                          [shapes[n][-1] for n in groups.get(external, ())], head_dim)
                 for name, (external, transform, (part, _)) in mapping.items()}
     uses: dict[str, int] = {}
     for external, _, _ in mapping.values():
@@ -622,32 +439,22 @@ def read(mapping: Plan, state: dict[str, np.ndarray], shapes: Mapping[str, tuple
     return weights
 
 
-def _lazy_canonical(state, external: str, transform: str, part: int, shape: tuple[int, ...], widths: list[int],
-                    head_dim: int) -> LazyArray:
+def _deferred_canonical(defer: Defer, state, external: str, transform: str, part: int, shape: tuple[int, ...],
+                        widths: list[int], head_dim: int):
     source = state[external]
     if transform in FUSED:
-        return LazyArray(shape, source.dtype, lambda: fused_part(state[external], transform, part, widths, head_dim))
-    return LazyArray(shape, source.dtype, lambda: to_canonical(state[external], transform, shape),
-                     getattr(source, "span", None) if transform in RESHAPES else None,
-                     _lazy_bands(source, transform, shape), source)
-
-
-def _lazy_bands(source, transform: str, shape: tuple[int, ...]) -> Bands | None:
-    """The bands of `source` under `transform` (to `shape`), where they can be made band by band."""
-    if transform == "transpose" and len(source.shape) == 2:
-        return _transposed_bands(source)
-    if transform in RESHAPES:
-        return _reshaped_bands(source, shape)
-    return None
+        return defer(shape, source.dtype, lambda: fused_part(state[external], transform, part, widths, head_dim),
+                     None, transform)
+    return defer(shape, source.dtype, lambda: to_canonical(state[external], transform, shape), source, transform)
 
 
 def write(mapping: Plan, weights: dict[str, np.ndarray], head_dim: int = 1, consume: bool = False,
-          lazy: bool = False) -> dict[str, np.ndarray]:
+          defer: Defer | None = None) -> dict[str, np.ndarray]:
     """Canonical weights -> {external name: array}, in plan order. `consume=True` empties `weights` as it goes.
-    `lazy=True` gives `LazyArray`s that read their canonical arrays when asked (a shared external array is then
-    the first canonical copy's: the twins never share one on writing)."""
+    With `defer`, each external array is `defer(...)` of its canonical ones, read when asked (a shared external
+    array is then the first canonical copy's: the twins never share one on writing)."""
     groups = fused_groups(mapping)
-    if lazy:
+    if defer is not None:
         out = {}
         for name, (external, transform, _) in mapping.items():
             if external in out:
@@ -655,11 +462,9 @@ def write(mapping: Plan, weights: dict[str, np.ndarray], head_dim: int = 1, cons
             names = groups[external] if transform in FUSED else [name]
             shape = external_shape(transform, tuple(weights[name].shape), head_dim,
                                    tuple(tuple(weights[n].shape) for n in names) if transform in FUSED else ())
-            out[external] = LazyArray(shape, weights[name].dtype, functools.partial(
-                _external_of, weights, names, transform, head_dim),
-                getattr(weights[name], "span", None) if transform in RESHAPES else None,
-                None if transform in FUSED else _lazy_bands(weights[name], transform, shape),
-                None if transform in FUSED else weights[name])
+            out[external] = defer(shape, weights[name].dtype,
+                                  functools.partial(_external_of, weights, names, transform, head_dim),
+                                  None if transform in FUSED else weights[name], transform)
         return out
     fused: dict[str, dict[str, np.ndarray]] = {}
     out = {}

@@ -241,16 +241,16 @@ def to_framework_state(config: TransformerConfig, weights: Mapping[str, np.ndarr
 
 
 def from_framework_state(config: TransformerConfig, state: Mapping[str, np.ndarray], table: Sequence[mapping.Entry],
-                         *, consume: bool = False, shared: bool = False, lazy: bool = False
+                         *, consume: bool = False, shared: bool = False, defer: mapping.Defer | None = None
                          ) -> dict[str, np.ndarray]:
     """{framework name: array} -> canonical weights through `table`; fails on any missing, unused or misshaped
     entry. `consume=True` removes each entry from `state` (a dict) once it is mapped; `shared`: see `mapping.plan`;
-    `lazy=True`: `mapping.LazyArray`s that read `state` when asked (see `mapping.read`)."""
+    `defer`: arrays read from `state` when asked (see `mapping.read`)."""
     shapes = parameter_shapes(config)
     plan = mapping.plan(shapes, table, shared=shared)
     mapping.check_keys(plan, state)
     weights = mapping.read(plan, state if consume else dict(state), shapes, config.head_dim, consume=consume,
-                           lazy=lazy)
+                           defer=defer)
     validate_weights(config, weights)
     return weights
 

@@ -1,7 +1,8 @@
 """The Keras 3 (TensorFlow backend) twin of `reference_numpy`: same classes, same canonical weights, same function.
 
-The names below load Keras and TensorFlow on first use (PEP 562), so that `tf_impl.checkpoints` (h5py and NumPy
-only) can read and write `.weights.h5` files without the ~3 s and ~0.5 GB a TensorFlow import costs.
+The names below load Keras and TensorFlow on first use (PEP 562), so that `tf_impl.saved_names` (the names Keras gives
+the model's variables in a `.weights.h5`, NumPy only) serves the file's reader and writer
+(`transformer_parity.formats.keras_file`) without the ~3 s and ~0.5 GB a TensorFlow import costs.
 """
 
 import importlib

@@ -168,14 +168,10 @@ def nn_transformer_model(config, weights, dtype):
 
 
 def _nn_export():
-    """The project's canonical -> nn.Transformer export (moving into transformer_parity.layouts)."""
-    for module, name in (("transformer_parity.layouts.nn_transformer", "export_nn_transformer"),
-                         ("torch_impl.checkpoints", "export_nn_transformer")):
-        try:
-            return getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError):
-            continue
-    raise Unsupported("the nn.Transformer layout export (export_nn_transformer) was not found")
+    """The project's canonical -> nn.Transformer export."""
+    from transformer_parity.layouts.nn_transformer import export_nn_transformer
+
+    return export_nn_transformer
 
 
 def _build_nn_transformer(problem, weights, inputs) -> Runner:

@@ -7,13 +7,12 @@ import argparse
 import os
 
 from transformer_parity.errors import UsageError
-from transformer_parity.layouts import HF_LAYOUTS, KERASHUB_LAYOUTS
+from transformer_parity import formats
 from transformer_parity.io.safe_text import one_line
 
 
 PROG = "transformer-parity"
-FORMAT_CHOICES = ("canonical", "torch", "nn-transformer", "keras", "hf", *HF_LAYOUTS)
-FORMAT_CHOICES += ("kerashub", *KERASHUB_LAYOUTS)  # formats.KERASHUB_FORMATS
+FORMAT_CHOICES = formats.names()  # every format's name and every family's (`hf-FAMILY`, `kerashub-FAMILY`)
 
 
 class Parser(argparse.ArgumentParser):

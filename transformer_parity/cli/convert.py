@@ -12,6 +12,7 @@ from transformer_parity.config_fields import parse_fields
 from transformer_parity.errors import UsageError
 from transformer_parity.io.limits import check_streaming, parse_size
 from transformer_parity.io.safe_text import printable
+from transformer_parity.streaming.lazy import is_lazy
 
 from .common import (FORMAT_CHOICES, BytesProgress, Formatter, add_allow_drop, add_config_options, input_format,
                      make_console, print_note)
@@ -82,21 +83,31 @@ examples:
   transformer-parity convert base.weights.h5 back.safetensors --force  # overwrite an existing file
   # a model built around torch.nn.Transformer (e.g. PyTorch's translation tutorial): what its weights cannot tell
   # (num_heads, activation, norm_first, layer_norm_eps, scale_embedding, pad_id) given in a JSON file:
-  transformer-parity convert seq2seq.pt seq2seq.safetensors --from nn-transformer --config tutorial.json
+  transformer-parity convert translator.pt translator.safetensors --from nn-transformer --config tutorial.json
   # canonical -> the tutorial's own state-dict layout (loads with model.load_state_dict):
   transformer-parity convert model.safetensors tutorial.pt --to nn-transformer
   # a Hugging Face model directory (save_pretrained's config.json + weights) to Keras, and back:
-  transformer-parity convert gpt2-dir gpt2.weights.h5
-  transformer-parity convert gpt2.weights.h5 gpt2-again --to hf
-  # where KerasHub's class computes a nearby function (its BertBackbone the tanh GELU for BERT's exact one, its
-  # Qwen3 q/k norms at epsilon 1e-5), convert refuses and says by how much the outputs differ on this model;
+  transformer-parity convert model-dir model.weights.h5
+  transformer-parity convert model.weights.h5 model-again --to hf
+  # where KerasHub's class computes a nearby function (the tanh GELU for the source's exact one, q/k norms at an
+  # epsilon of its own), convert refuses and says by how much the outputs differ on this model;
   # name the approximation to write it anyway (recorded in the preset's metadata.json; --to hf restores it):
-  transformer-parity convert bert-dir bert-preset --to kerashub --accept-approximation gelu_tanh
-
-formats: canonical (.safetensors), torch (.pt/.pth), nn-transformer (.pt/.pth/.bin, a torch.nn.Transformer
-model's state dict), keras (.weights.h5), hf (a Hugging Face model directory: GPT-2, BERT, Marian or BART;
-hf-gpt2, hf-bert, hf-marian, hf-bart name the family). Inferred from content and extension; --from/--to override.
+  transformer-parity convert model-dir preset-dir --to kerashub --accept-approximation gelu_tanh
 """
+
+
+def _convert_examples() -> str:
+    """CONVERT_EXAMPLES and the formats, the families named as the registry (`layouts`) lists them."""
+    import textwrap
+
+    from transformer_parity.layouts import HF_LAYOUTS, KERASHUB_LAYOUTS
+
+    family_names = (f"formats: canonical (.safetensors), torch (.pt/.pth), nn-transformer (.pt/.pth/.bin, a "
+                    f"torch.nn.Transformer model's state dict), keras (.weights.h5), hf (a Hugging Face model "
+                    f"directory; {', '.join(HF_LAYOUTS)} name its family), kerashub (a KerasHub preset directory or "
+                    f"bare .weights.h5; {', '.join(KERASHUB_LAYOUTS)} name its family). Inferred from content and "
+                    "extension; --from/--to override.")
+    return CONVERT_EXAMPLES + "\n" + textwrap.fill(family_names, 116, break_on_hyphens=False) + "\n"
 
 
 # Where a checkpoint's bfloat16 / float16 is kept as it is (a KerasHub preset as KerasHub's own bfloat16 presets, a
@@ -108,11 +119,11 @@ CAST = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bf
 def _cast(loaded, dtype: str | None, out_format: str, notes: list[str]) -> None:
     """Cast the weights to --dtype as they are written; without it keep their dtype, unless the output format cannot
     hold half precision (then float32, exactly, and a note)."""
-    from transformer_parity.formats import HF_FORMATS, KERASHUB_DIRS
+    from transformer_parity.formats import writes_directory
     from transformer_parity.io.safetensors_io import bfloat16
 
     current = rn.weights_dtype(loaded.weights)
-    keeps = out_format in KEEPS_HALF or out_format in HF_FORMATS or out_format in KERASHUB_DIRS
+    keeps = out_format in KEEPS_HALF or writes_directory(out_format)
     if dtype in ("bfloat16", "float16") and not keeps:
         raise UsageError(f"--dtype {dtype}: {out_format} is written in float32 or float64 here; {dtype} is kept in "
                          "canonical .safetensors, Keras .weights.h5, Hugging Face directories and KerasHub presets")
@@ -126,7 +137,7 @@ def _cast(loaded, dtype: str | None, out_format: str, notes: list[str]) -> None:
     if target == current:
         return
     for name, value in loaded.weights.items():
-        loaded.weights[name] = (value.astype(target) if rn.mapping.is_lazy(value)
+        loaded.weights[name] = (value.astype(target) if is_lazy(value)
                                 else np.asarray(value).astype(target))
 
 
@@ -156,7 +167,7 @@ def cmd_convert(args) -> int:
                                                             allow_drop=args.allow_drop, lazy=True),
                                  in_path, fields, args.source, notes)
         reading[0] = False
-        streamed = any(rn.mapping.is_lazy(v) for v in loaded.weights.values())
+        streamed = any(is_lazy(v) for v in loaded.weights.values())
         _cast(loaded, args.dtype, out_format if to_layout is None else "layout", notes)
         out_format = _kept_family(loaded, out_format, notes)
         record = _approximations(args, loaded, out_format if to_layout is None else "layout", notes)
@@ -183,7 +194,7 @@ def cmd_convert(args) -> int:
 def _kept_family(loaded, out_format: str, notes: list[str]) -> str:
     """`--to hf` / `--to kerashub` name no family: the one the weights came from (`Loaded.origin`, kept in canonical,
     Keras and .pt files), or its namesake in the other library, where it expresses the model; else the first that
-    does, as before. A Phi-3 goes HF -> Keras -> HF as Phi-3, not as the Llama that computes the same function."""
+    does, as before. A family goes HF -> Keras -> HF as itself, not as another that computes the same function."""
     from transformer_parity.layouts import HF_LAYOUTS, KERASHUB_LAYOUTS, hf
     from transformer_parity.layouts import kerashub_preset as kh
 
@@ -209,7 +220,7 @@ def _approximations(args, loaded, out_format: str, notes: list[str]):
     set to what the target computes; a refusal (exit 2) that names each approximation the export needs and the gap
     measured on this model when one is not accepted, or when a name is unknown or not needed. A preset that records
     approximations gives its source's settings back to a Hugging Face export and its record to a KerasHub one."""
-    from transformer_parity.formats import HF_FORMATS, KERASHUB_DIRS
+    from transformer_parity.formats import is_directory_family
     from transformer_parity.layouts import hf
     from transformer_parity.layouts import kerashub_preset as kh
 
@@ -219,19 +230,20 @@ def _approximations(args, loaded, out_format: str, notes: list[str]):
     if unknown:
         raise UsageError(f"--accept-approximation {printable(unknown[0])!r} is not an approximation this tool knows; "
                          f"known: {', '.join(known)}")
-    held = kh.read_record(loaded.path) if loaded.format in KERASHUB_DIRS else None
-    if held is not None and held.holds(loaded.config, "target") and out_format in HF_FORMATS + KERASHUB_DIRS:
+    to_hf, to_kerashub = is_directory_family(out_format, "hf"), is_directory_family(out_format, "kerashub")
+    held = kh.read_record(loaded.path) if is_directory_family(loaded.format, "kerashub") else None
+    if held is not None and held.holds(loaded.config, "target") and (to_hf or to_kerashub):
         if accepted:  # the record settles it: the source's settings restored, or the record carried on
             raise UsageError(f"--accept-approximation {accepted[0]}: this preset records its accepted approximation(s) "
                              f"{', '.join(held.names)}; writing it as {out_format} needs no other")
-        return _held(held, loaded, out_format in HF_FORMATS, notes)
-    plan = kh.export_plan(loaded.config, out_format) if out_format in KERASHUB_DIRS else \
-        hf.export_plan(loaded.config, out_format) if out_format in HF_FORMATS else None
+        return _held(held, loaded, to_hf, notes)
+    plan = kh.export_plan(loaded.config, out_format) if to_kerashub else \
+        hf.export_plan(loaded.config, out_format) if to_hf else None
     if plan is None:
         if accepted:
-            if out_format in KERASHUB_DIRS:
+            if to_kerashub:
                 kh.family_for_export(loaded.config, out_format)  # a structural refusal says itself
-            elif out_format in HF_FORMATS:
+            elif to_hf:
                 hf.family_for_export(loaded.config, out_format)
             raise UsageError(f"--accept-approximation {accepted[0]}: this model needs no approximation to be written "
                              f"as {out_format}")
@@ -239,17 +251,17 @@ def _approximations(args, loaded, out_format: str, notes: list[str]):
     extra = [name for name in accepted if name not in plan.names]
     if extra:
         raise UsageError(f"--accept-approximation {extra[0]}: this model does not need it to be written as "
-                         f"{plan.module.NAME} (it needs {', '.join(plan.names)})")
+                         f"{plan.family.name} (it needs {', '.join(plan.names)})")
     gap = _measure(loaded.config, plan, loaded.weights)
     if len(accepted) < len(plan.names):
         flags = " ".join(f"--accept-approximation {name}" for name in plan.names)
-        raise UsageError(f"this model has no exact {plan.module.NAME} equivalent: {'; '.join(plan.says)}; on this "
+        raise UsageError(f"this model has no exact {plan.family.name} equivalent: {'; '.join(plan.says)}; on this "
                          f"model {gap.phrase()}; pass {flags} to write it anyway")
     from transformer_parity.layouts.approximations import Record
 
-    notes.append(f"written as {plan.module.NAME} with the accepted approximation(s) {'; '.join(plan.says)}; on this "
+    notes.append(f"written as {plan.family.name} with the accepted approximation(s) {'; '.join(plan.says)}; on this "
                  f"model {gap.phrase()}; recorded in its "
-                 f"{'config.json' if out_format in HF_FORMATS else 'metadata.json'}")
+                 f"{'config.json' if to_hf else 'metadata.json'}")
     loaded.config = plan.config
     return Record(plan.names, list(plan.says), plan.source_settings, plan.target_settings, gap.to_json())
 
@@ -295,7 +307,7 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="overwrite PATH if it exists")
     p.set_defaults(func=cmd_init)
 
-    p = sub.add_parser("convert", help="convert a checkpoint to another format", epilog=CONVERT_EXAMPLES,
+    p = sub.add_parser("convert", help="convert a checkpoint to another format", epilog=_convert_examples(),
                        formatter_class=Formatter,
                        description="Read a checkpoint in any supported format and write it in another, atomically\n"
                                    "(a temporary file renamed into place; nothing is left behind on error or Ctrl-C).")

@@ -22,7 +22,7 @@ examples:
   transformer-parity verify model.safetensors quantised.pt --outputs-only   # weights differ on purpose
   transformer-parity verify model.pt model.weights.h5 --json report.json
   transformer-parity verify model.pt --backends torch --dtype float64 --batch 4 --src-len 64 --tgt-len 48
-  transformer-parity verify seq2seq.pt --config tutorial.json   # config-less files take --set/--config
+  transformer-parity verify translator.pt --config tutorial.json   # config-less files take --set/--config
   transformer-parity verify model.safetensors --dtype bfloat16 [--autocast]   # a bfloat16 port
   transformer-parity verify model.safetensors --source my_model.py:forward   # judged against the model's own code
   transformer-parity verify hf-dir                           # a Hugging Face directory: judged by transformers

@@ -20,10 +20,12 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 import reference_numpy as rn
-from reference_numpy.io import FORMAT_TAG, FORMAT_VERSION, BandWriter
+from reference_numpy.io import FORMAT_TAG, FORMAT_VERSION
 
 from transformer_parity.io import limits
 from transformer_parity.io.safe_text import printable, quoted
+from transformer_parity.streaming.lazy import LazyArray, widen_bfloat16
+from transformer_parity.streaming.writer import BandWriter
 
 DTYPES = {"F16": np.dtype("<f2"), "F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "I64": np.dtype("<i8"),
           "I32": np.dtype("<i4"), "U8": np.dtype("u1"), "BOOL": np.dtype("?")}
@@ -123,7 +125,7 @@ def read_tensors(header: SafetensorsHeader, names: Iterable[str] | None = None,
             code = header.stored.get(name)
             if code is not None:  # bfloat16 / float16 -> float32, exactly
                 raw = np.fromfile(f, dtype=WIDENED[code], count=math.prod(shape)).reshape(shape)
-                tensors[name] = rn.mapping.widen_bfloat16(raw) if code == "BF16" else raw.astype(np.float32)
+                tensors[name] = widen_bfloat16(raw) if code == "BF16" else raw.astype(np.float32)
             else:
                 array = np.fromfile(f, dtype=dtype, count=math.prod(shape)).reshape(shape)
                 tensors[name] = array.astype(dtype.newbyteorder("="), copy=False)
@@ -148,7 +150,7 @@ def stored_dtype(header: SafetensorsHeader, name: str) -> np.dtype:
 
 
 def lazy_tensors(header: SafetensorsHeader, on_tensor: Callable[[str, int], None] | None = None,
-                 keep_dtype: bool = True) -> dict[str, rn.mapping.LazyArray]:
+                 keep_dtype: bool = True) -> dict[str, LazyArray]:
     """{name: LazyArray} over a file's tensors: each read from disk when asked, in its stored dtype
     (`keep_dtype=False`: bfloat16 and float16 widened to float32, as `read_tensors` does). Nothing is held."""
     def reader(name: str, dtype: np.dtype):
@@ -162,7 +164,7 @@ def lazy_tensors(header: SafetensorsHeader, on_tensor: Callable[[str, int], None
             if on_tensor is not None:
                 on_tensor(name, end - begin)
             if code == "BF16":
-                return raw.view(bfloat16()) if keep_dtype else rn.mapping.widen_bfloat16(raw)
+                return raw.view(bfloat16()) if keep_dtype else widen_bfloat16(raw)
             return raw.astype(dtype.newbyteorder("="), copy=False)
         return read
 
@@ -171,7 +173,7 @@ def lazy_tensors(header: SafetensorsHeader, on_tensor: Callable[[str, int], None
         dtype = stored_dtype(header, name) if keep_dtype else header.entries[name][0].newbyteorder("=")
         as_stored = keep_dtype or name not in header.stored
         span = (str(header.path), header.data_start + begin, end - begin) if as_stored else None
-        out[name] = rn.mapping.LazyArray(shape, dtype, reader(name, dtype), span)
+        out[name] = LazyArray(shape, dtype, reader(name, dtype), span)
     return out
 
 

@@ -1,39 +1,30 @@
 """External checkpoint layouts: one module per layout, each with its detection, config mapping (saying what it
 assumed) and one declarative table (`layouts.table`), importing no framework until its weights are read or written.
 
-Adding a layout is adding one module and one line here.
+A family (a Hugging Face model type, a KerasHub backbone and its tasks) is one module, `hf_NAME.py` or
+`kerashub_NAME.py`, that ends with its record, `FAMILY` (`family.HFFamily` or `family.KerasHubFamily`): its name and
+the classes it is recognised by, its config both ways, its weight table and where the base model sits, the library
+classes that judge it and the modules that compute its sublayers, its task heads or text classifier, the settings
+only it expresses, its approximations and its quirks. Every field is stated, a hook it lacks as absent; shared code
+(`hf`, `hf_tasks`, `kerashub_preset`, `kerashub_classifiers`, `approximations`, `verify`, the command line) reads
+records only, through `hf_family` / `kerashub_family`, and names no family. Adding a family is adding its module
+(and its tests) and one line in one of the registries below; `parity_tests/test_family_records.py` holds every
+family to this.
 
-| format           | module           | what                                                              |
-|------------------|------------------|-------------------------------------------------------------------|
-| `hf-gpt2`        | `hf_gpt2`        | Hugging Face `GPT2LMHeadModel` / `GPT2Model` directories           |
-| `hf-bert`        | `hf_bert`        | Hugging Face `BertForMaskedLM` / `BertModel` directories           |
-| `hf-roberta`     | `hf_roberta`     | Hugging Face `RobertaForMaskedLM` / `RobertaModel` directories     |
-| `hf-xlm-roberta` | `hf_xlm_roberta` | Hugging Face `XLMRobertaForMaskedLM` / `XLMRobertaModel` (RoBERTa's table) |
-| `hf-distilbert`  | `hf_distilbert`  | Hugging Face `DistilBertForMaskedLM` / `DistilBertModel` directories |
-| `hf-albert`      | `hf_albert`      | Hugging Face `AlbertForMaskedLM` / `AlbertModel` directories       |
-| `hf-marian`      | `hf_marian`      | Hugging Face `MarianMTModel` directories                           |
-| `hf-bart`        | `hf_bart`        | Hugging Face `BartForConditionalGeneration` directories            |
-| `hf-llama`       | `hf_llama`       | Hugging Face `LlamaForCausalLM` / `LlamaModel` directories         |
-| `hf-mistral`, `hf-qwen2`, `hf-qwen3`, `hf-gemma` | `hf_mistral`, ... | Llama's table with their own config fields |
-| `hf-phi3`        | `hf_phi3`        | Hugging Face `Phi3ForCausalLM` (fused q/k/v and gate/up)           |
-| `nn-transformer` | `nn_transformer` | state dicts of models built around `torch.nn.Transformer`          |
-| `kerashub-gpt2`  | `kerashub_gpt2`  | KerasHub `GPT2Backbone` / `GPT2CausalLM` presets and weights       |
-| `kerashub-bert`  | `kerashub_bert`  | KerasHub `BertBackbone` presets and weights                        |
-| `kerashub-roberta`, `-distilbert`, `-albert` | `kerashub_roberta`, ... | KerasHub RoBERTa, DistilBERT, ALBERT |
-| `kerashub-llama`, `-mistral`, `-qwen`, `-qwen3`, `-gemma`, `-phi3` | `kerashub_llama`, ... | KerasHub causal LMs |
-| `kerashub-bart`  | `kerashub_bart`  | KerasHub `BartBackbone` / `BartSeq2SeqLM` presets                  |
-| `kerashub-seq2seq` | `kerashub_seq2seq` | keras.io's English-to-Spanish KerasHub model's `.weights.h5`   |
-| `--layout FILE`  | `user`           | a layout file a user writes (TOML) for a model this tool never saw |
-
-The KerasHub families are listed in `kerashub_preset.FAMILIES` (`kerashub_preset` reads and writes their preset
-directories); their tables are layout files (`kerashub_*.toml`), read by `user`, the format users write.
+The other layouts: `nn_transformer` (state dicts of models built around `torch.nn.Transformer`, `FILE_LAYOUTS`) and
+`user` (a layout file a user writes, TOML, for a model this tool never saw: `--layout FILE`). The KerasHub families'
+tables are layout files too (`kerashub_*.toml`), read by `user`; `kerashub_preset` reads and writes their preset
+directories, `hf` the Hugging Face model directories.
 """
 
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from .family import HFFamily, KerasHubFamily
 
 # format name -> module: the Hugging Face families (model directories, `hf.py` reads and writes them) ...
 HF_LAYOUTS = {
@@ -52,9 +43,8 @@ HF_LAYOUTS = {
     "hf-gemma": "hf_gemma",
     "hf-phi3": "hf_phi3",
 }
-# ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them; kerashub-seq2seq is
-# keras.io's seq2seq model, a bare .weights.h5) ...
-KERASHUB_LAYOUTS = {
+# ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
+KERASHUB_PRESET_LAYOUTS = {
     "kerashub-gpt2": "kerashub_gpt2",
     "kerashub-bert": "kerashub_bert",
     "kerashub-roberta": "kerashub_roberta",
@@ -67,41 +57,61 @@ KERASHUB_LAYOUTS = {
     "kerashub-gemma": "kerashub_gemma",
     "kerashub-phi3": "kerashub_phi3",
     "kerashub-bart": "kerashub_bart",
+}
+# ... the Keras models that have no preset, only a bare .weights.h5 (`kerashub_preset.py` reads and writes it) ...
+KERASHUB_WEIGHTS_LAYOUTS = {
     "kerashub-seq2seq": "kerashub_seq2seq",
 }
-KERASHUB_PRESETS = ("kerashub", *(name for name in KERASHUB_LAYOUTS if name != "kerashub-seq2seq"))
+KERASHUB_LAYOUTS = {**KERASHUB_PRESET_LAYOUTS, **KERASHUB_WEIGHTS_LAYOUTS}  # every KerasHub family
+KERASHUB_PRESETS = ("kerashub", *KERASHUB_PRESET_LAYOUTS)  # the formats of preset directories
 # ... and the single-file layouts.
 FILE_LAYOUTS = {
     "nn-transformer": "nn_transformer",
 }
 
 
-def hf_layout(name: str) -> ModuleType:
-    """The module of a Hugging Face family format (`hf-gpt2`, ...)."""
+def hf_family(name: str) -> HFFamily:
+    """The record (`family.HFFamily`) of a Hugging Face family format (`HF_LAYOUTS`' keys)."""
     if name not in HF_LAYOUTS:
         raise ValueError(f"unknown Hugging Face format {name!r}; choose one of {', '.join(HF_LAYOUTS)}")
-    return importlib.import_module(f"{__name__}.{HF_LAYOUTS[name]}")
+    return importlib.import_module(f"{__name__}.{HF_LAYOUTS[name]}").FAMILY
 
 
-# Settings only some families express (each names them in its module's `EXPRESSES`): any other exports them as a
+def kerashub_family(name: str) -> KerasHubFamily:
+    """The record (`family.KerasHubFamily`) of a KerasHub family format (`KERASHUB_LAYOUTS`' keys)."""
+    if name not in KERASHUB_LAYOUTS:
+        raise ValueError(f"unknown KerasHub format {name!r}; choose one of {', '.join(KERASHUB_LAYOUTS)}")
+    return importlib.import_module(f"{__name__}.{KERASHUB_LAYOUTS[name]}").FAMILY
+
+
+def hf_families() -> list[HFFamily]:
+    return [hf_family(name) for name in HF_LAYOUTS]
+
+
+def kerashub_families() -> list[KerasHubFamily]:
+    return [kerashub_family(name) for name in KERASHUB_LAYOUTS]
+
+
+# Settings only some families express (each lists them in its record's `expresses`): any other exports them as a
 # model that computes something else.
 FAMILY_ONLY = {
-    "positions_skip_pad": "RoBERTa's positions, counted over non-pad ids",
-    "embedding_size": "ALBERT's factorized embeddings",
-    "shared_layers": "ALBERT's one set of layer weights",
-    "qk_norm_eps": "q/k norms at an epsilon of their own, as KerasHub's Qwen3 computes them",
-    "causal_encoder": "an encoder with causal self-attention, as BertLMHeadModel's",
-    "choice_head": "a multiple-choice score beside the logits, as GPT2DoubleHeadsModel's",
+    "positions_skip_pad": "positions counted over non-pad ids",
+    "embedding_size": "factorized embeddings",
+    "shared_layers": "one set of layer weights run by every layer",
+    "qk_norm_eps": "q/k norms at an epsilon of their own",
+    "causal_encoder": "an encoder with causal self-attention",
+    "choice_head": "a multiple-choice score beside the logits",
 }
 
 
-def canonical_only(config, module: ModuleType | None = None) -> list[str]:
+def canonical_only(config, family: HFFamily | KerasHubFamily | None = None) -> list[str]:
     """The settings of `config` that no built-in external family expresses (Hugging Face, KerasHub,
-    torch.nn.Transformer), and those of `FAMILY_ONLY` that `module` (None: any family without `EXPRESSES`) does
-    not: each would export as a model that computes something else."""
-    problems = [f"{field}={getattr(config, field)!r} ({what}; {getattr(module, 'NAME', 'this layout')} has none)"
+    torch.nn.Transformer), and those of `FAMILY_ONLY` that `family` (None: any family expressing none) does not,
+    each saying which families do: each would export as a model that computes something else."""
+    problems = [f"{field}={getattr(config, field)!r} ({what}{_expressed_by(field)}; "
+                f"{family.name if family is not None else 'this layout'} has none)"
                 for field, what in FAMILY_ONLY.items()
-                if getattr(config, field) and field not in getattr(module, "EXPRESSES", ())]
+                if getattr(config, field) and field not in (family.expresses if family is not None else ())]
     if config.attention_scale != "head":
         problems.append(f"attention_scale={config.attention_scale!r} (scores scaled by 1/sqrt(d_head) there)")
     if config.embed_bias:
@@ -111,32 +121,32 @@ def canonical_only(config, module: ModuleType | None = None) -> list[str]:
     return problems
 
 
-class Viewed:
-    """A family module whose export checks are a task head's (`hf_tasks.export_problems`,
-    `kerashub_classifiers.export_problems`), as `first_exporter` and `approximations.plan` ask a family; every other
-    attribute is the module's own (`module` is the module itself)."""
-
-    def __init__(self, module: ModuleType, problems: Callable[[ModuleType, Any], list[str]]):
-        self.module, self._problems = module, problems
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.module, name)
-
-    def export_problems(self, config) -> list[str]:
-        return self._problems(self.module, config)
+def _expressed_by(field: str) -> str:
+    """`, which hf-x and kerashub-y have`: the families whose records express `field`."""
+    names = [family.name for family in hf_families() + kerashub_families() if field in family.expresses]
+    if not names:
+        return ""
+    return f", which {' and '.join(names) if len(names) < 3 else ', '.join(names[:-1]) + ' and ' + names[-1]} " + (
+        "has" if len(names) == 1 else "have")
 
 
-def first_exporter(names, load, config, what: str) -> ModuleType:
-    """The first of the layout modules `load(name)` whose `export_problems(config)` is empty; otherwise a
+def why_not(family, config, problems: Callable[[Any, Any], list[str]] | None = None) -> list[str]:
+    """Why the family record `family` does not write `config` (empty: it does): `canonical_only`, then
+    `problems(family, config)`, by default the family's own `export_problems` (a task head's checks,
+    `hf_tasks.export_problems` or `kerashub_classifiers.export_problems`, where the model has one)."""
+    return canonical_only(config, family) + (problems(family, config) if problems else family.export_problems(config))
+
+
+def first_exporter(families, config, what: str, problems: Callable[[Any, Any], list[str]] | None = None):
+    """The first of the family records `families` that writes `config` (`why_not`, with `problems`); otherwise a
     `ValueError` that says, for each, why this model has no `what` equivalent."""
-    problems = {}
-    for name in names:
-        module = load(name)
-        problems[name] = canonical_only(config, module) + module.export_problems(config)
-        if not problems[name]:
-            return module.module if isinstance(module, Viewed) else module
+    found = {}
+    for family in families:
+        found[family.name] = why_not(family, config, problems)
+        if not found[family.name]:
+            return family
     raise ValueError(f"this model has no {what} equivalent here: " + "; ".join(
-        f"as {name}: {', '.join(p)}" for name, p in problems.items()))
+        f"as {name}: {', '.join(p)}" for name, p in found.items()))
 
 
 def file_layout(name: str) -> ModuleType:

@@ -2,20 +2,19 @@
 (the tanh GELU for the exact one, a fixed epsilon for the model's own), as opposed to a structural difference (a
 missing pooler, another position scheme), which stays a refusal.
 
-A family lists its approximations in its module's `APPROXIMATIONS`; each names the setting (`gelu_tanh`,
-`qk_norm_eps`, ...), says in words what the target computes and what the source does, and gives the canonical fields
-the target computes for a config (none where it does not apply). `plan` finds the family that takes a model once its
-approximations are applied. `convert` refuses such an export, saying by how much the two functions differ on the
-model (`verify.approximation.measure`), and writes it only when `--accept-approximation NAME` names every one; the
-output then carries a `Record` (a KerasHub preset: in its metadata.json, which keras_hub does not read), so that
-reading it back says so, `verify` reports the gap as such (never PASS), and an export back to the source's format
-restores the source's settings.
+A family lists its approximations in its record's `approximations` (`layouts.family`); each names the setting
+(`gelu_tanh`, `qk_norm_eps`, ...), says in words what the target computes and what the source does, and gives the
+canonical fields the target computes for a config (none where it does not apply). `plan` finds the family that takes
+a model once its approximations are applied. `convert` refuses such an export, saying by how much the two functions
+differ on the model (`verify.approximation.measure`), and writes it only when `--accept-approximation NAME` names
+every one; the output then carries a `Record` (a KerasHub preset: in its metadata.json, which keras_hub does not
+read), so that reading it back says so, `verify` reports the gap as such (never PASS), and an export back to the
+source's format restores the source's settings.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any, Callable, Mapping, Sequence
 
 import reference_numpy as rn
@@ -28,7 +27,7 @@ class Approximation:
     """One setting a family cannot express, and the nearby function it computes instead."""
 
     name: str  # what --accept-approximation names: gelu_tanh
-    computes: str  # what the target computes: "KerasHub's BertBackbone computes tanh-approximated GELU"
+    computes: str  # what the target computes: "KerasHub's <Stem>Backbone computes tanh-approximated GELU"
     fields: Callable[[rn.TransformerConfig], dict[str, Any]]  # the fields the target computes for a config; {}: n/a
     source: Callable[[rn.TransformerConfig], str]  # what the source computes: "the source exact GELU"
     site: str  # where in a sublayer it acts, in words: "the feed-forward's activation"
@@ -39,7 +38,7 @@ class Approximation:
         return {k: v for k, v in self.fields(config).items() if getattr(config, k) != v}
 
     def says(self, config: rn.TransformerConfig) -> str:
-        """`gelu_tanh: KerasHub's BertBackbone computes tanh-approximated GELU, the source exact GELU`."""
+        """`gelu_tanh: KerasHub's <Stem>Backbone computes tanh-approximated GELU, the source exact GELU`."""
         return f"{self.name}: {self.computes}, {self.source(config)}"
 
 
@@ -47,7 +46,7 @@ class Approximation:
 class Plan:
     """How a model is exported with approximations: the family, what it computes and what was changed."""
 
-    module: ModuleType  # the family that takes the approximated model
+    family: Any  # the family record (`layouts.family`) that takes the approximated model
     config: rn.TransformerConfig  # what the target computes
     needed: tuple[Approximation, ...]
     says: tuple[str, ...]  # each one's `says(source config)`
@@ -59,14 +58,13 @@ class Plan:
         return [a.name for a in self.needed]
 
 
-def plan(names: Sequence[str], load: Callable[[str], ModuleType], config: rn.TransformerConfig) -> Plan | None:
-    """The first family of `names` (each loaded by `load`) that takes `config` once the approximations it lists
-    are applied; None where none does (call it once no family takes the model exactly)."""
-    from . import canonical_only
-
-    for name in names:
-        module = load(name)
-        needed = [a for a in getattr(module, "APPROXIMATIONS", ()) if a.changes(config)]
+def plan(families: Sequence[Any], config: rn.TransformerConfig,
+         why_not: Callable[[Any, rn.TransformerConfig], list[str]]) -> Plan | None:
+    """The first of the family records `families` that takes `config` once the approximations it lists are applied
+    (`why_not(family, config)` empty: `layouts.why_not`); None where none does (call it once no family takes the
+    model exactly)."""
+    for family in families:
+        needed = [a for a in family.approximations if a.changes(config)]
         if not needed:
             continue
         changes = {k: v for a in needed for k, v in a.changes(config).items()}
@@ -74,22 +72,22 @@ def plan(names: Sequence[str], load: Callable[[str], ModuleType], config: rn.Tra
             approximated = config.replace(**changes)
         except ValueError:
             continue
-        if not canonical_only(approximated, module) + module.export_problems(approximated):
-            return Plan(module, approximated, tuple(needed), tuple(a.says(config) for a in needed),
+        if not why_not(family, approximated):
+            return Plan(family, approximated, tuple(needed), tuple(a.says(config) for a in needed),
                         {k: getattr(config, k) for k in changes}, {k: getattr(approximated, k) for k in changes})
     return None
 
 
-def known(names: Sequence[str], load: Callable[[str], ModuleType]) -> list[str]:
-    """Every approximation name the families `names` list, sorted."""
-    return sorted({a.name for name in names for a in getattr(load(name), "APPROXIMATIONS", ())})
+def known(families: Sequence[Any]) -> list[str]:
+    """Every approximation name the family records `families` list, sorted."""
+    return sorted({a.name for family in families for a in family.approximations})
 
 
-def named(wanted: Sequence[str], names: Sequence[str], load: Callable[[str], ModuleType]) -> list[Approximation]:
-    """The approximation of each name in `wanted` as the first of the families `names` lists it (families that
-    share a name compute the same function in the same place); a name none lists (a record written by another
+def named(wanted: Sequence[str], families: Sequence[Any]) -> list[Approximation]:
+    """The approximation of each name in `wanted` as the first of the family records `families` lists it (families
+    that share a name compute the same function in the same place); a name none lists (a record written by another
     version of this tool) is left out."""
-    every = [a for name in names for a in getattr(load(name), "APPROXIMATIONS", ())]
+    every = [a for family in families for a in family.approximations]
     return [next(a for a in every if a.name == name) for name in wanted if any(a.name == name for a in every)]
 
 

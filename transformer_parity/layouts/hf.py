@@ -1,9 +1,8 @@
-"""Hugging Face model directories <-> canonical weights, through the per-family layout modules.
+"""Hugging Face model directories <-> canonical weights, through the families' records.
 
-Each family module (`hf_gpt2`, `hf_bert`, `hf_marian`, `hf_bart`: `layouts.HF_LAYOUTS`) provides `NAME`,
-`MODEL_TYPE`, `ARCHITECTURES`, `config_from_hf`, `export_problems`, `config_to_hf`, `prefix` and `table`; this
-module reads and writes the directory (`hf_dir`) and applies the table (`table.import_state` / `export_state`).
-Neither imports transformers.
+Each family module (`layouts.HF_LAYOUTS`) exports its record, `FAMILY` (`layouts.family.HFFamily`: its name, model
+type and classes, its config both ways, its table and where the base model sits); this module reads and writes the
+directory (`hf_dir`) and applies the table (`table.import_state` / `export_state`). Neither imports transformers.
 """
 
 from __future__ import annotations
@@ -114,14 +113,14 @@ def _get(hf: Mapping[str, Any], key: str, default: Any, where: str) -> Any:
 
 
 def family_for(hf: Mapping[str, Any], path: str | os.PathLike, declared: str | None = None):
-    """The layout module for a config.json (`declared`, e.g. `hf-gpt2`, must agree with its model_type)."""
-    from . import HF_LAYOUTS, hf_layout
+    """The family record for a config.json (`declared`, a family's format name, must agree with its model_type)."""
+    from . import hf_families
 
     model_type = hf.get("model_type")
-    modules = [hf_layout(name) for name in HF_LAYOUTS]
-    found = next((m for m in modules if m.MODEL_TYPE == model_type), None)
+    families = hf_families()
+    found = next((f for f in families if f.model_type == model_type), None)
     if found is None:
-        supported = ", ".join(f"{m.MODEL_TYPE} ({', '.join(m.ARCHITECTURES)})" for m in modules)
+        supported = ", ".join(f"{f.model_type} ({', '.join(f.architectures)})" for f in families)
         if model_type is None:  # not a Hugging Face config at all: say what else a directory may be
             from .kerashub_preset import supported_classes
             raise ValueError(f"{path}: config.json has no model_type, so it is not a Hugging Face model directory, "
@@ -129,8 +128,8 @@ def family_for(hf: Mapping[str, Any], path: str | os.PathLike, declared: str | N
                              f"Face model types {supported}; KerasHub presets of {supported_classes()}")
         raise ValueError(f"{path}: config.json model_type={model_type!r} is not supported; supported model types: "
                          + supported)
-    if declared not in (None, "hf", found.NAME):
-        raise ValueError(f"{path} holds a {model_type} model (format {found.NAME}), not {declared}")
+    if declared not in (None, "hf", found.name):
+        raise ValueError(f"{path} holds a {model_type} model (format {found.name}), not {declared}")
     return found
 
 
@@ -147,7 +146,7 @@ def load_dir(path: str | os.PathLike, declared: str | None = None, fields: Mappi
     files = hf_dir.weight_files(path)  # fails on a missing shard or no weights before anything is read
     state = hf_dir.read_state(path, on_tensor, lazy)
     try:
-        head = hf_tasks.head_named(family, hf)  # a task class (BertForSequenceClassification, ...): its base, then it
+        head = hf_tasks.head_named(family, hf)  # a task class (a sequence classifier, ...): its base, then it
         if head is not None:
             config, arch, notes, table = hf_tasks.read(family, head, hf, list(state), token_id)
         else:
@@ -164,23 +163,23 @@ def load_dir(path: str | os.PathLike, declared: str | None = None, fields: Mappi
     if renamed:
         notes.append(f"renamed {renamed} LayerNorm gamma/beta entries to weight/bias (an older transformers' names)")
     dropped = sorted(k for k in state if any(t == "ignore" and regex(e).fullmatch(k) for _, e, t in table))
-    origins = {**{name: f"config.json {key}" for name, key in family.CONFIG_KEYS.items()},
+    origins = {**{name: f"config.json {key}" for name, key in family.config_keys.items()},
                **{name: "--set/--config" for name in fields or {}}}
     skipped: list[str] = []
     weights = import_state(config, state, table, source=str(path), consume=True, drops=drops, origins=origins,
                            lazy=lazy, skipped=skipped)
-    notes.insert(0, f"read {arch} ({family.NAME}) from {', '.join(f.name for f in files)}")
+    notes.insert(0, f"read {arch} ({family.name}) from {', '.join(f.name for f in files)}")
     if skipped:
         notes.append(f"skipped {len(skipped)} buffer(s) the model recomputes, each checked to hold what it "
                      "recomputes: " + ", ".join(skipped[:3]) + (", ..." if len(skipped) > 3 else ""))
     if dropped:
         notes.append(f"left out {len(dropped)} tensor(s) that are not parameters of {arch}: "
                      + ", ".join(dropped[:4]) + (", ..." if len(dropped) > 4 else ""))
-    return config, weights, notes, family.NAME
+    return config, weights, notes, family.name
 
 
 def _legacy_norm_names(state: dict[str, np.ndarray]) -> int:
-    """`...LayerNorm.gamma` / `.beta` (TF-era BERT checkpoints) -> `.weight` / `.bias`, as transformers renames them
+    """`...LayerNorm.gamma` / `.beta` (TF-era checkpoints) -> `.weight` / `.bias`, as transformers renames them
     on load. Returns how many were renamed."""
     count = 0
     for key in [k for k in state if k.endswith((".gamma", ".beta"))]:
@@ -192,36 +191,41 @@ def _legacy_norm_names(state: dict[str, np.ndarray]) -> int:
 
 
 def family_for_export(config: rn.TransformerConfig, declared: str | None = None):
-    """The family a canonical config is written as: `declared` (`hf-bert`), or the one that can express it."""
-    from . import HF_LAYOUTS, first_exporter
+    """The family record a canonical config is written as: `declared` (a family's format name), or the first that
+    can express it."""
+    from . import first_exporter
+
+    return first_exporter(_candidates(declared), config, "Hugging Face", _problems(config))
+
+
+def _candidates(declared: str | None) -> list:
+    """The family records `declared` (hf: every one) names."""
+    from . import HF_LAYOUTS, hf_family
 
     names = [n for n in HF_LAYOUTS if declared in (None, "hf", n)]
     if not names:
         raise ValueError(f"unknown Hugging Face format {declared!r}; choose hf or one of {', '.join(HF_LAYOUTS)}")
-    return first_exporter(names, _exporter(config), config, "Hugging Face")
+    return [hf_family(name) for name in names]
 
 
-def _exporter(config: rn.TransformerConfig):
-    """How a family is loaded to be asked whether it writes `config`: with a task head (`hf_tasks`), through its
-    task classes."""
-    from . import Viewed, hf_layout
-
-    if hf_tasks.has_head(config):
-        return lambda name: Viewed(hf_layout(name), hf_tasks.export_problems)
-    return hf_layout
+def _problems(config: rn.TransformerConfig):
+    """How a family is asked whether it writes `config`: with a task head (`hf_tasks`), through its task classes;
+    None: its own `export_problems`."""
+    return hf_tasks.export_problems if hf_tasks.has_head(config) else None
 
 
 def export_plan(config: rn.TransformerConfig, declared: str | None = None):
     """The `approximations.Plan` of a model that no family (of `declared`: hf or one family) takes as it is but one
     takes once its approximations are applied; None where one takes it exactly, or none even so."""
-    from . import HF_LAYOUTS, approximations
+    from . import approximations, why_not
 
     try:
         family_for_export(config, declared)
         return None
     except ValueError:
         pass
-    return approximations.plan([n for n in HF_LAYOUTS if declared in (None, "hf", n)], _exporter(config), config)
+    problems = _problems(config)
+    return approximations.plan(_candidates(declared), config, lambda family, c: why_not(family, c, problems))
 
 
 def read_record(path: str | os.PathLike):
@@ -237,9 +241,9 @@ def read_record(path: str | os.PathLike):
 
 def known_approximations() -> list[str]:
     """The approximation names the Hugging Face families define."""
-    from . import HF_LAYOUTS, approximations, hf_layout
+    from . import approximations, hf_families
 
-    return approximations.known(list(HF_LAYOUTS), hf_layout)
+    return approximations.known(hf_families())
 
 
 def save_dir(path: str | os.PathLike, config: rn.TransformerConfig, weights: dict[str, np.ndarray],
@@ -261,7 +265,9 @@ def save_dir(path: str | os.PathLike, config: rn.TransformerConfig, weights: dic
         hf[RECORD_KEY] = record.to_json()
     dtype = rn.weights_dtype(weights)
     hf["dtype"] = str(dtype)  # transformers loads the weights in this dtype
-    lazy = any(rn.mapping.is_lazy(v) for v in weights.values())
+    from transformer_parity.streaming.lazy import is_lazy
+
+    lazy = any(is_lazy(v) for v in weights.values())
     state = export_state(config, weights, table, consume=consume, lazy=lazy)
     hf_dir.write_dir(path, hf, state, force, on_tensor, consume=True, notes=notes, max_shard_size=max_shard_size)
-    return family.NAME
+    return family.name

@@ -18,22 +18,16 @@ from typing import Any, Collection
 import reference_numpy as rn
 
 from . import hf_bert
+from .family import HFFamily
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
 from .hf_tasks import Head, encoder_heads, linear
 
 NAME = "hf-albert"
 MODEL_TYPE = "albert"
 ARCHITECTURES = ("AlbertForMaskedLM", "AlbertModel")
-EXPRESSES = ("embedding_size", "shared_layers")  # `layouts.FAMILY_ONLY` settings this family has
 BASE_PREFIX = "albert."  # where AlbertForMaskedLM keeps its AlbertModel
 CONFIG_KEYS = {**hf_bert.CONFIG_KEYS, "embedding_size": "embedding_size"}
 _LAYER = "encoder.albert_layer_groups.0.albert_layers.0."  # the one layer every layer runs
-# The source oracle (`verify`): transformers' class with an output projection and without one, and the modules
-# whose outputs are canonical sublayers, under the base model (one module for every layer: its k-th call is layer k).
-TRANSFORMERS_CLASSES = ARCHITECTURES
-HOOKS = {"encoder.layers.{i}.self_attn": _LAYER + "attention.dense", "encoder.layers.{i}.ffn": _LAYER + "ffn_output",
-         "encoder.layers.{i}": _LAYER[:-1]}
-HEAD_HOOK = "predictions.LayerNorm"  # the head transform's output (dense -> activation -> LayerNorm), under the model
 
 BACKBONE = [
     # canonical                                   AlbertModel                                        transform
@@ -153,3 +147,18 @@ TASK_HEADS = encoder_heads("Albert", {"classifier_input": "pooler", "pooler": Tr
     Head("AlbertForPreTraining", "AlbertForMaskedLM",
          {"next_sentence": True, "pooler": True, "output_projection": True},
          linear("next_sentence", "sop_classifier.classifier"), {"pooler": False}),)
+
+
+FAMILY = HFFamily(
+    name=NAME, model_type=MODEL_TYPE, architectures=ARCHITECTURES,
+    config_from_hf=config_from_hf, export_problems=export_problems, config_to_hf=config_to_hf, config_keys=CONFIG_KEYS,
+    table=table, prefix=prefix, base_prefix=BASE_PREFIX,
+    # the source oracle (`verify`): transformers' class with an output projection and without one, the modules whose
+    # outputs are canonical sublayers, under the base model (one module for every layer: its k-th call is layer k),
+    # and the head transform's (dense -> activation -> LayerNorm), under the model
+    transformers_classes=ARCHITECTURES,
+    hooks={"encoder.layers.{i}.self_attn": _LAYER + "attention.dense", "encoder.layers.{i}.ffn": _LAYER + "ffn_output",
+           "encoder.layers.{i}": _LAYER[:-1]},
+    head_hook="predictions.LayerNorm", task_heads=TASK_HEADS,
+    expresses=("embedding_size", "shared_layers"),  # `layouts.FAMILY_ONLY` settings it has
+    approximations=(), float64_fix=None)

@@ -14,6 +14,7 @@ from typing import Any, Collection
 import reference_numpy as rn
 
 from . import hf_marian
+from .family import HFFamily
 from .hf import architecture, refuse
 from .hf_tasks import Head, linear
 
@@ -23,8 +24,6 @@ ARCHITECTURES = ("BartForConditionalGeneration",)
 BASE_PREFIX = ""  # the table names full keys (`model.` included), as every BART class keeps them
 POSITION_OFFSET = 2  # BartLearnedPositionalEmbedding's fixed offset
 CONFIG_KEYS = hf_marian.CONFIG_KEYS
-TRANSFORMERS_CLASSES = ("BartForConditionalGeneration", "BartForConditionalGeneration")  # the source oracle
-HOOKS = hf_marian.HOOKS
 LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default; config.json has no field for it
 
 TABLE = [
@@ -99,3 +98,12 @@ TASK_HEADS = (
          _OUTPUT, token_ids={"eos_id": "eos_token_id"}),
     Head("BartForQuestionAnswering", ARCHITECTURES[0], {"classifier": "span", **_NO_OUTPUT},
          linear("classifier", "qa_outputs"), _OUTPUT))
+
+
+FAMILY = HFFamily(
+    name=NAME, model_type=MODEL_TYPE, architectures=ARCHITECTURES,
+    config_from_hf=config_from_hf, export_problems=export_problems, config_to_hf=config_to_hf, config_keys=CONFIG_KEYS,
+    table=table, prefix=prefix, base_prefix=BASE_PREFIX,
+    # the source oracle (it always has its output layer), and Marian's sublayers
+    transformers_classes=("BartForConditionalGeneration", "BartForConditionalGeneration"), hooks=hf_marian.HOOKS,
+    head_hook=None, task_heads=TASK_HEADS, expresses=(), approximations=(), float64_fix=None)

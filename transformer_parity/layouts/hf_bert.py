@@ -13,6 +13,7 @@ from typing import Any, Collection
 
 import reference_numpy as rn
 
+from .family import HFFamily
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
 from .hf_tasks import Head, causal_lm, encoder_heads, linear
 
@@ -23,12 +24,6 @@ BASE_PREFIX = "bert."  # where BertForMaskedLM keeps its BertModel
 CONFIG_KEYS = {"src_vocab_size": "vocab_size", "tgt_vocab_size": "vocab_size", "d_model": "hidden_size",
                "num_heads": "num_attention_heads", "num_encoder_layers": "num_hidden_layers",
                "d_ff": "intermediate_size", "max_len": "max_position_embeddings", "type_vocab_size": "type_vocab_size"}
-# The source oracle (`verify`): transformers' class with an output projection and without one, and the modules
-# whose outputs are canonical sublayers, under the base model.
-TRANSFORMERS_CLASSES = ("BertForMaskedLM", "BertModel")
-HOOKS = {"encoder.layers.{i}.self_attn": "encoder.layer.{i}.attention.output.dense",
-         "encoder.layers.{i}.ffn": "encoder.layer.{i}.output.dense", "encoder.layers.{i}": "encoder.layer.{i}"}
-HEAD_HOOK = "cls.predictions.transform"  # the head transform's output (dense -> activation -> LayerNorm)
 
 
 _LAYER = "encoder.layer.{i}."
@@ -170,4 +165,17 @@ TASK_HEADS = encoder_heads("Bert", {"classifier_input": "pooler", "pooler": True
                                                          "output_projection": False},
          linear("next_sentence", "cls.seq_relationship")),
     causal_lm("BertLMHeadModel", "BertForMaskedLM"))
-EXPRESSES = ("causal_encoder",)  # `layouts.FAMILY_ONLY` settings this family has (through BertLMHeadModel)
+
+
+FAMILY = HFFamily(
+    name=NAME, model_type=MODEL_TYPE, architectures=ARCHITECTURES,
+    config_from_hf=config_from_hf, export_problems=export_problems, config_to_hf=config_to_hf, config_keys=CONFIG_KEYS,
+    table=table, prefix=prefix, base_prefix=BASE_PREFIX,
+    # the source oracle (`verify`): transformers' class with an output projection and without one, the modules whose
+    # outputs are canonical sublayers, under the base model, and the head transform's (dense -> activation -> norm)
+    transformers_classes=("BertForMaskedLM", "BertModel"),
+    hooks={"encoder.layers.{i}.self_attn": "encoder.layer.{i}.attention.output.dense",
+           "encoder.layers.{i}.ffn": "encoder.layer.{i}.output.dense", "encoder.layers.{i}": "encoder.layer.{i}"},
+    head_hook="cls.predictions.transform", task_heads=TASK_HEADS,
+    expresses=("causal_encoder",),  # `layouts.FAMILY_ONLY` settings it has (through BertLMHeadModel)
+    approximations=(), float64_fix=None)

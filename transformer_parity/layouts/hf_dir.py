@@ -184,7 +184,7 @@ def _read_safetensors(file: Path, on_tensor: OnTensor | None, lazy: bool = False
 def _read_bin(file: Path, on_tensor: OnTensor | None = None, lazy: bool = False) -> dict[str, np.ndarray]:
     import torch
 
-    from torch_impl.checkpoints import read_torch_file
+    from transformer_parity.io.torch_files import read_torch_file
 
     obj = read_torch_file(file)
     if not isinstance(obj, Mapping) or not all(isinstance(v, torch.Tensor) for v in obj.values()):

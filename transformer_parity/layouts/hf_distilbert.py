@@ -18,6 +18,7 @@ from typing import Any, Collection
 import reference_numpy as rn
 
 from . import hf_bert
+from .family import HFFamily
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
 from .hf_tasks import encoder_heads, linear
 
@@ -29,12 +30,6 @@ CONFIG_KEYS = {"src_vocab_size": "vocab_size", "tgt_vocab_size": "vocab_size", "
                "num_heads": "n_heads", "num_encoder_layers": "n_layers", "d_ff": "hidden_dim",
                "max_len": "max_position_embeddings"}
 LAYER_NORM_EPS = 1e-12  # every DistilBERT LayerNorm's, in transformers' code
-# The source oracle (`verify`): transformers' class with an output projection and without one, and the modules
-# whose outputs are canonical sublayers, under the base model.
-TRANSFORMERS_CLASSES = ARCHITECTURES
-HOOKS = {"encoder.layers.{i}.self_attn": "transformer.layer.{i}.attention.out_lin",
-         "encoder.layers.{i}.ffn": "transformer.layer.{i}.ffn.lin2", "encoder.layers.{i}": "transformer.layer.{i}"}
-HEAD_HOOK = "vocab_layer_norm"  # the head transform's output (dense -> activation -> LayerNorm), under the model
 
 _LAYER = "transformer.layer.{i}."
 BACKBONE = [
@@ -125,3 +120,16 @@ def prefix(arch: str, keys: Collection[str] | None = None) -> str:
 TASK_HEADS = encoder_heads("DistilBert", {"classifier_input": "first", "classifier_dense": "relu", "pooler": False},
                            linear("classifier.dense", "pre_classifier") + linear("classifier", "classifier"),
                            pooled_base=False)
+
+
+FAMILY = HFFamily(
+    name=NAME, model_type=MODEL_TYPE, architectures=ARCHITECTURES,
+    config_from_hf=config_from_hf, export_problems=export_problems, config_to_hf=config_to_hf, config_keys=CONFIG_KEYS,
+    table=table, prefix=prefix, base_prefix=BASE_PREFIX,
+    # the source oracle (`verify`): transformers' class with an output projection and without one, the modules whose
+    # outputs are canonical sublayers, under the base model, and the head transform's, under the model
+    transformers_classes=ARCHITECTURES,
+    hooks={"encoder.layers.{i}.self_attn": "transformer.layer.{i}.attention.out_lin",
+           "encoder.layers.{i}.ffn": "transformer.layer.{i}.ffn.lin2", "encoder.layers.{i}": "transformer.layer.{i}"},
+    head_hook="vocab_layer_norm", task_heads=TASK_HEADS,
+    expresses=(), approximations=(), float64_fix=None)

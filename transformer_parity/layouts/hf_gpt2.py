@@ -11,21 +11,16 @@ from typing import Any, Collection
 
 import reference_numpy as rn
 
+from .family import HFFamily
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer, refuse, token_id
 from .hf_tasks import Head, decoder_heads, linear
 
 NAME = "hf-gpt2"
 MODEL_TYPE = "gpt2"
 ARCHITECTURES = ("GPT2LMHeadModel", "GPT2Model")
-EXPRESSES = ("choice_head",)  # `layouts.FAMILY_ONLY` settings this family has (through GPT2DoubleHeadsModel)
 BASE_PREFIX = "transformer."  # where GPT2LMHeadModel keeps its GPT2Model
 CONFIG_KEYS = {"src_vocab_size": "vocab_size", "tgt_vocab_size": "vocab_size", "d_model": "n_embd",
                "num_heads": "n_head", "num_decoder_layers": "n_layer", "d_ff": "n_inner", "max_len": "n_positions"}
-# The source oracle (`verify`): transformers' class with an output projection and without one, and the modules
-# whose outputs are canonical sublayers, under the base model.
-TRANSFORMERS_CLASSES = ("GPT2LMHeadModel", "GPT2Model")
-HOOKS = {"decoder.layers.{i}.self_attn": "h.{i}.attn", "decoder.layers.{i}.ffn": "h.{i}.mlp",
-         "decoder.layers.{i}": "h.{i}", "decoder.final_norm": "ln_f"}
 
 
 BACKBONE = [
@@ -127,3 +122,17 @@ TASK_HEADS = decoder_heads("GPT2", token_score="classifier") + (
          linear("choice_head", "multiple_choice_head.summary"),
          hf_keys={"summary_type": ("cls_index", "cls_index"), "summary_use_proj": (True, True),
                   "summary_proj_to_labels": (True, True), "summary_activation": (None, None)}),)
+
+
+FAMILY = HFFamily(
+    name=NAME, model_type=MODEL_TYPE, architectures=ARCHITECTURES,
+    config_from_hf=config_from_hf, export_problems=export_problems, config_to_hf=config_to_hf, config_keys=CONFIG_KEYS,
+    table=table, prefix=prefix, base_prefix=BASE_PREFIX,
+    # the source oracle (`verify`): transformers' class with an output projection and without one, and the modules
+    # whose outputs are canonical sublayers, under the base model
+    transformers_classes=("GPT2LMHeadModel", "GPT2Model"),
+    hooks={"decoder.layers.{i}.self_attn": "h.{i}.attn", "decoder.layers.{i}.ffn": "h.{i}.mlp",
+           "decoder.layers.{i}": "h.{i}", "decoder.final_norm": "ln_f"},
+    head_hook=None, task_heads=TASK_HEADS,
+    expresses=("choice_head",),  # `layouts.FAMILY_ONLY` settings it has (through GPT2DoubleHeadsModel)
+    approximations=(), float64_fix=None)

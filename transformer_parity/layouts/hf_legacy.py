@@ -105,11 +105,11 @@ def read_keras2_h5(file: str | Path) -> list[tuple[str, np.ndarray]]:
 
 def _read_h5(file: str | Path) -> tuple[list[tuple[str, np.ndarray]], bool]:
     """`(read_keras2_h5's list, whether the file is a transformers shard)`. The whole file is checked first by the
-    hardened HDF5 reader's checks (`tf_impl.checkpoints._check_h5_layout`: no links, external storage, virtual
+    hardened HDF5 reader's checks (`streaming.hdf5.check_layout`: no links, external storage, virtual
     datasets or filters, float data stored in full, no more bytes declared than the file holds)."""
     import h5py
 
-    from tf_impl import checkpoints as kc
+    from transformer_parity.streaming import hdf5
 
     file = Path(file)
     try:
@@ -121,7 +121,7 @@ def _read_h5(file: str | Path) -> tuple[list[tuple[str, np.ndarray]], bool]:
         if "layer_names" not in f.attrs:
             raise ValueError(f"{file} has no layer_names attribute, so it is not a Keras 2 save_weights file "
                              "(transformers 4's TF classes wrote tf_model.h5 so)")
-        stored = kc._check_h5_layout(file, f, file.stat().st_size)  # every dataset: {path: shape}
+        stored = hdf5.check_layout(file, f, file.stat().st_size)  # every dataset: {path: shape}
         listed = _strings(f.attrs["layer_names"])
         shard = bool(listed) and listed[0] in stored  # transformers' own shard: the weights listed at the root
         for layer in listed:
@@ -132,7 +132,7 @@ def _read_h5(file: str | Path) -> tuple[list[tuple[str, np.ndarray]], bool]:
                 path = weight if shard else f"{layer}/{weight}"
                 if path not in stored:
                     raise ValueError(f"{file}: weight {weight!r} of layer {layer!r} is listed but not stored")
-                out.append((weight, np.asarray(kc.read_dataset(f[path]))))
+                out.append((weight, np.asarray(hdf5.read_dataset(f[path]))))
     if not out:
         raise ValueError(f"{file} holds no weights")
     return out, shard

@@ -18,6 +18,7 @@ from typing import Any, Callable, Collection, Mapping
 
 import reference_numpy as rn
 
+from .family import HFFamily
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer, refuse
 from .hf_tasks import decoder_heads
 
@@ -29,7 +30,7 @@ CONFIG_KEYS = {"src_vocab_size": "vocab_size", "tgt_vocab_size": "vocab_size", "
                "num_heads": "num_attention_heads", "num_kv_heads": "num_key_value_heads",
                "num_decoder_layers": "num_hidden_layers", "d_ff": "intermediate_size",
                "max_len": "max_position_embeddings", "head_size": "head_dim", "layer_norm_eps": "rms_norm_eps"}
-TRANSFORMERS_CLASSES = ARCHITECTURES  # the source oracle: with an output projection, without one
+# The modules whose outputs are canonical sublayers, under the base model (`verify`'s source oracle).
 HOOKS = {"decoder.layers.{i}.self_attn": "layers.{i}.self_attn", "decoder.layers.{i}.ffn": "layers.{i}.mlp",
          "decoder.layers.{i}": "layers.{i}", "decoder.final_norm": "norm"}
 
@@ -316,14 +317,23 @@ def prefix(arch: str, keys: Collection[str] | None = None) -> str:
     return prefix_for(arch, keys, LLAMA, BASE_PREFIX)
 
 
-def functions(spec: FamilySpec, attention: list = ATTENTION, mlp: list = MLP) -> tuple[Callable, ...]:
-    """A Llama-style family's module functions, in the order `table, config_from_hf, export_problems, config_to_hf,
-    prefix = functions(SPEC)` binds them (what `layouts.hf` calls on every family module)."""
-    return (lambda config, prefix: build_table(config, prefix, attention, mlp),
-            lambda hf, keys: read_config(hf, keys, spec, BASE_PREFIX),
-            lambda config: problems_for(config, spec),
-            lambda config: write_config(config, spec),
-            lambda arch, keys=None: prefix_for(arch, keys, spec, BASE_PREFIX))
+def functions(spec: FamilySpec, attention: list = ATTENTION, mlp: list = MLP) -> dict[str, Callable]:
+    """A Llama-style family's config and table hooks, by their `HFFamily` field names (`table`, `config_from_hf`,
+    `export_problems`, `config_to_hf`, `prefix`): this module's, with `spec`'s fields and `attention` / `mlp`
+    entries."""
+    return {"table": lambda config, prefix: build_table(config, prefix, attention, mlp),
+            "config_from_hf": lambda hf, keys: read_config(hf, keys, spec, BASE_PREFIX),
+            "export_problems": lambda config: problems_for(config, spec),
+            "config_to_hf": lambda config: write_config(config, spec),
+            "prefix": lambda arch, keys=None: prefix_for(arch, keys, spec, BASE_PREFIX)}
 
 
 TASK_HEADS = decoder_heads("Llama", qa_prefix="transformer.")  # `hf_tasks`
+
+
+FAMILY = HFFamily(
+    name=NAME, model_type=MODEL_TYPE, architectures=ARCHITECTURES,
+    config_from_hf=config_from_hf, export_problems=export_problems, config_to_hf=config_to_hf, config_keys=CONFIG_KEYS,
+    table=table, prefix=prefix, base_prefix=BASE_PREFIX,
+    transformers_classes=ARCHITECTURES,  # the source oracle: with an output projection, without one
+    hooks=HOOKS, head_hook=None, task_heads=TASK_HEADS, expresses=(), approximations=(), float64_fix=None)

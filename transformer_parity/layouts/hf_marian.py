@@ -12,6 +12,7 @@ from typing import Any, Collection
 
 import reference_numpy as rn
 
+from .family import Float64Fix, HFFamily
 from .hf import (TO_HF_ACTIVATION as HF_NAMES, activation, architecture, boolean, integer, number, optional_integer,
                  refuse, token_id)
 
@@ -22,9 +23,7 @@ BASE_PREFIX = "model."
 CONFIG_KEYS = {"src_vocab_size": "vocab_size", "tgt_vocab_size": "vocab_size", "d_model": "d_model",
                "num_heads": "encoder_attention_heads", "num_encoder_layers": "encoder_layers",
                "num_decoder_layers": "decoder_layers", "d_ff": "encoder_ffn_dim", "max_len": "max_position_embeddings"}
-# The source oracle (`verify`): transformers' class with an output projection and without one, and the modules
-# whose outputs are canonical sublayers, under the base model.
-TRANSFORMERS_CLASSES = ("MarianMTModel", "MarianMTModel")
+# The modules whose outputs are canonical sublayers, under the base model (`verify`'s source oracle).
 HOOKS = {"encoder.layers.{i}.self_attn": "encoder.layers.{i}.self_attn",
          "encoder.layers.{i}.ffn": "encoder.layers.{i}.fc2", "encoder.layers.{i}": "encoder.layers.{i}",
          "decoder.layers.{i}.self_attn": "decoder.layers.{i}.self_attn",
@@ -148,3 +147,25 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
 
 def prefix(arch: str, keys: Collection[str] | None = None) -> str:
     return ""  # the table names full keys
+
+
+def exact_sinusoids(model64, config: rn.TransformerConfig) -> None:
+    """transformers builds Marian's fixed sinusoid tables in float32, even for a float64 model: the exact ones, in
+    place (`verify`'s float64 run of the source)."""
+    import torch
+
+    with torch.no_grad():
+        for stack in (model64.model.encoder, model64.model.decoder):
+            positions = stack.embed_positions.weight
+            positions.copy_(torch.as_tensor(rn.sinusoidal_positions(positions.shape[0], positions.shape[1],
+                                                                    config.sinusoid_layout)))
+
+
+FAMILY = HFFamily(
+    name=NAME, model_type=MODEL_TYPE, architectures=ARCHITECTURES,
+    config_from_hf=config_from_hf, export_problems=export_problems, config_to_hf=config_to_hf, config_keys=CONFIG_KEYS,
+    table=table, prefix=prefix, base_prefix=BASE_PREFIX,
+    transformers_classes=("MarianMTModel", "MarianMTModel"),  # the source oracle: it always has its output layer
+    hooks=HOOKS, head_hook=None, task_heads=(), expresses=(), approximations=(),
+    float64_fix=Float64Fix("Marian's sinusoid tables, which transformers builds in float32, replaced by the exact ones",
+                           exact_sinusoids))

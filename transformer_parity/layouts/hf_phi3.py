@@ -6,16 +6,13 @@ where config.json says so, and a sliding window where it sets one."""
 from __future__ import annotations
 
 from . import hf_llama
+from .family import HFFamily
 from .hf_llama import FamilySpec
 from .hf_tasks import decoder_heads
 
 NAME = "hf-phi3"
 MODEL_TYPE = "phi3"
 ARCHITECTURES = ("Phi3ForCausalLM", "Phi3Model")
-BASE_PREFIX = hf_llama.BASE_PREFIX
-CONFIG_KEYS = hf_llama.CONFIG_KEYS
-TRANSFORMERS_CLASSES = ARCHITECTURES  # the source oracle: with an output projection, without one
-HOOKS = hf_llama.HOOKS
 SPEC = FamilySpec("phi3", ARCHITECTURES, attention_bias=None, mlp_bias=None, sliding=True, partial_rotary=True)
 
 _L = "layers.{i}."
@@ -29,7 +26,14 @@ MLP = [
     ("decoder.layers.{i}.ffn.linear2.kernel",           _L + "mlp.down_proj.weight",            "transpose"),
 ]
 
-table, config_from_hf, export_problems, config_to_hf, prefix = hf_llama.functions(SPEC, ATTENTION, MLP)
-
 
 TASK_HEADS = decoder_heads("Phi3", qa=False)  # `hf_tasks`
+
+
+FAMILY = HFFamily(
+    name=NAME, model_type=MODEL_TYPE, architectures=ARCHITECTURES,
+    **hf_llama.functions(SPEC, ATTENTION, MLP),  # table, config_from_hf, ...: Llama's, with SPEC and these entries
+    config_keys=hf_llama.CONFIG_KEYS, base_prefix=hf_llama.BASE_PREFIX,
+    transformers_classes=ARCHITECTURES,  # the source oracle: with an output projection, without one
+    hooks=hf_llama.HOOKS, head_hook=None, task_heads=TASK_HEADS, expresses=(), approximations=(),
+    float64_fix=None)

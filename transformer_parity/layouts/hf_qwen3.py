@@ -9,19 +9,15 @@ from __future__ import annotations
 
 from . import hf_llama
 from .approximations import Approximation
+from .family import HFFamily
 from .hf_llama import FamilySpec
 from .hf_tasks import decoder_heads
 
 NAME = "hf-qwen3"
 MODEL_TYPE = "qwen3"
 ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3Model")
-BASE_PREFIX = hf_llama.BASE_PREFIX
-CONFIG_KEYS = hf_llama.CONFIG_KEYS
-TRANSFORMERS_CLASSES = ARCHITECTURES  # the source oracle: with an output projection, without one
-HOOKS = hf_llama.HOOKS
 SPEC = FamilySpec("qwen3", ARCHITECTURES, mlp_bias=None, qk_norm=True, sliding=True)
 
-table, config_from_hf, export_problems, config_to_hf, prefix = hf_llama.functions(SPEC)
 APPROXIMATIONS = (
     Approximation("qk_norm_eps", "transformers' Qwen3 normalizes q and k at rms_norm_eps",
                   lambda c: {"qk_norm_eps": None} if c.qk_norm and c.qk_norm_eps is not None else {},
@@ -30,3 +26,12 @@ APPROXIMATIONS = (
 
 
 TASK_HEADS = decoder_heads("Qwen3", qa_prefix="transformer.")  # `hf_tasks`
+
+
+FAMILY = HFFamily(
+    name=NAME, model_type=MODEL_TYPE, architectures=ARCHITECTURES,
+    **hf_llama.functions(SPEC),  # table, config_from_hf, export_problems, config_to_hf, prefix: Llama's
+    config_keys=hf_llama.CONFIG_KEYS, base_prefix=hf_llama.BASE_PREFIX,
+    transformers_classes=ARCHITECTURES,  # the source oracle: with an output projection, without one
+    hooks=hf_llama.HOOKS, head_hook=None, task_heads=TASK_HEADS, expresses=(), approximations=APPROXIMATIONS,
+    float64_fix=None)

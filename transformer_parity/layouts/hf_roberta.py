@@ -9,7 +9,7 @@ token can read). The head is `lm_head`: dense -> GELU (the exact one, whatever `
 a decoder tied to the word embeddings with its own bias (`lm_head.bias`). `RobertaModel` has a pooler; its logits are
 the final hidden states.
 
-XLM-RoBERTa (`hf_xlm_roberta`) is this module with its own model type and class names (`Family`).
+XLM-RoBERTa (`hf_xlm_roberta`) is this module with its own model type and class names (`Names`).
 """
 
 from __future__ import annotations
@@ -20,18 +20,17 @@ from typing import Any, Callable, Collection
 import reference_numpy as rn
 
 from . import hf_bert
+from .family import HFFamily
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
 from .hf_tasks import causal_lm, encoder_heads, linear
 
 NAME = "hf-roberta"
 MODEL_TYPE = "roberta"
 ARCHITECTURES = ("RobertaForMaskedLM", "RobertaModel")
-# `layouts.FAMILY_ONLY` settings this family has (causal_encoder: through RobertaForCausalLM)
-EXPRESSES = ("positions_skip_pad", "causal_encoder")
 BASE_PREFIX = "roberta."  # where RobertaForMaskedLM keeps its RobertaModel
 CONFIG_KEYS = {**hf_bert.CONFIG_KEYS, "max_len": "max_position_embeddings", "position_offset": "pad_token_id"}
-TRANSFORMERS_CLASSES = ARCHITECTURES  # the source oracle: with an output projection, without one
-HOOKS = hf_bert.HOOKS
+# `layouts.FAMILY_ONLY` settings it has (causal_encoder: through its causal LM)
+EXPRESSES = ("positions_skip_pad", "causal_encoder")
 HEAD_HOOK = "lm_head.layer_norm"  # the head transform's output (dense -> GELU -> LayerNorm), under the model
 HEAD_ACTIVATION = "gelu"  # RobertaLMHead calls transformers' `gelu` (erf) whatever hidden_act is
 PAD_DEFAULT = 1  # RobertaConfig's pad_token_id when config.json has none
@@ -50,7 +49,7 @@ HEAD = [
 
 
 @dataclass(frozen=True)
-class Family:
+class Names:
     """One RoBERTa-architecture family's names (RoBERTa, XLM-RoBERTa)."""
 
     name: str  # our format name
@@ -58,7 +57,7 @@ class Family:
     architectures: tuple[str, str]  # the masked-LM class, the bare model
 
 
-ROBERTA = Family(NAME, MODEL_TYPE, ARCHITECTURES)
+ROBERTA = Names(NAME, MODEL_TYPE, ARCHITECTURES)
 
 
 def table(config: rn.TransformerConfig, prefix: str) -> list[tuple[str, str, str]]:
@@ -66,8 +65,8 @@ def table(config: rn.TransformerConfig, prefix: str) -> list[tuple[str, str, str
     return [(c, prefix + e, t) for c, e, t in hf_bert.BACKBONE] + HEAD
 
 
-def read_config(hf: dict[str, Any], keys: Collection[str], family: Family) -> tuple[rn.TransformerConfig, str,
-                                                                                      list[str]]:
+def read_config(hf: dict[str, Any], keys: Collection[str], family: Names) -> tuple[rn.TransformerConfig, str,
+                                                                                     list[str]]:
     """`(config, architecture, notes)` from a RoBERTa-architecture `config.json` (and the saved key names)."""
     arch = architecture(hf, family.model_type, family.architectures,
                         any(k.startswith(("lm_head.", BASE_PREFIX)) for k in keys))
@@ -105,7 +104,7 @@ def read_config(hf: dict[str, Any], keys: Collection[str], family: Family) -> tu
     return config, arch, notes
 
 
-def problems_for(config: rn.TransformerConfig, family: Family) -> list[str]:
+def problems_for(config: rn.TransformerConfig, family: Names) -> list[str]:
     """Why `config` has no equivalent in a RoBERTa-architecture family (empty if it has one)."""
     wanted = {"positions_skip_pad": True}
     if config.pad_id is not None:
@@ -114,7 +113,7 @@ def problems_for(config: rn.TransformerConfig, family: Family) -> list[str]:
                                     head_activation=HEAD_ACTIVATION)
 
 
-def write_config(config: rn.TransformerConfig, family: Family) -> tuple[dict[str, Any], str]:
+def write_config(config: rn.TransformerConfig, family: Names) -> tuple[dict[str, Any], str]:
     """`(config.json contents, architecture)` for a config `problems_for` accepts."""
     arch = family.architectures[0 if config.output_projection else 1]
     hf = {"model_type": family.model_type, "architectures": [arch], "vocab_size": config.src_vocab_size,
@@ -128,7 +127,7 @@ def write_config(config: rn.TransformerConfig, family: Family) -> tuple[dict[str
     return hf, arch
 
 
-def prefix_for(arch: str, keys: Collection[str] | None, family: Family) -> str:
+def prefix_for(arch: str, keys: Collection[str] | None, family: Names) -> str:
     """Where the base model sits: under `roberta.` in the masked-LM class, at the top in the bare model; when
     reading, wherever the saved keys put it."""
     if keys is not None:
@@ -136,16 +135,13 @@ def prefix_for(arch: str, keys: Collection[str] | None, family: Family) -> str:
     return BASE_PREFIX if arch == family.architectures[0] else ""
 
 
-def functions(family: Family) -> tuple[Callable, ...]:
-    """A RoBERTa-architecture family's module functions, in the order `config_from_hf, export_problems,
-    config_to_hf, prefix = functions(FAMILY)` binds them (`table` is this module's)."""
-    return (lambda hf, keys: read_config(hf, keys, family),
-            lambda config: problems_for(config, family),
-            lambda config: write_config(config, family),
-            lambda arch, keys=None: prefix_for(arch, keys, family))
-
-
-config_from_hf, export_problems, config_to_hf, prefix = functions(ROBERTA)
+def functions(family: Names) -> dict[str, Callable]:
+    """A RoBERTa-architecture family's config and table hooks, by their `HFFamily` field names (`table`,
+    `config_from_hf`, `export_problems`, `config_to_hf`, `prefix`)."""
+    return {"table": table, "config_from_hf": lambda hf, keys: read_config(hf, keys, family),
+            "export_problems": lambda config: problems_for(config, family),
+            "config_to_hf": lambda config: write_config(config, family),
+            "prefix": lambda arch, keys=None: prefix_for(arch, keys, family)}
 
 
 # The task classes (`hf_tasks`): the sequence head reads position 0 through `classifier.dense` and tanh, then
@@ -155,3 +151,14 @@ SEQUENCE_HEAD = ({"classifier_input": "first", "classifier_dense": "tanh", "pool
 CHOICE_HEAD = ({"classifier_input": "pooler", "pooler": True}, linear("classifier", "classifier"))  # its pooler
 TASK_HEADS = encoder_heads("Roberta", *SEQUENCE_HEAD, pooled_base=True, choice=CHOICE_HEAD) + (
     causal_lm("RobertaForCausalLM", "RobertaForMaskedLM"),)
+
+
+
+FAMILY = HFFamily(
+    name=NAME, model_type=MODEL_TYPE, architectures=ARCHITECTURES,
+    **functions(ROBERTA),  # table, config_from_hf, export_problems, config_to_hf, prefix
+    config_keys=CONFIG_KEYS, base_prefix=BASE_PREFIX,
+    # the source oracle (`verify`): with an output projection, without one; BERT's sublayers, and the head
+    # transform's output (dense -> GELU -> LayerNorm), under the model
+    transformers_classes=ARCHITECTURES, hooks=hf_bert.FAMILY.hooks, head_hook=HEAD_HOOK, task_heads=TASK_HEADS,
+    expresses=EXPRESSES, approximations=(), float64_fix=None)

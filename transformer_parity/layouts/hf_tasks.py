@@ -1,19 +1,19 @@
-"""Task heads of Hugging Face model classes: `BertForSequenceClassification`, `RobertaForTokenClassification`,
-`LlamaForQuestionAnswering`, `BertForPreTraining`, ... Each is a family's base model (its bare model, or its
+"""Task heads of Hugging Face model classes (`<Stem>ForSequenceClassification`, `<Stem>ForTokenClassification`,
+`<Stem>ForQuestionAnswering`, `<Stem>ForPreTraining`, ...). Each is a family's base model (its bare model, or its
 masked-LM model for pretraining) under a prefix, plus a few head weights; the canonical model holds the head as
 `classifier` (or `next_sentence`) fields and weights (`reference_numpy` `TransformerConfig.classifier`).
 
-A family module lists its heads in `TASK_HEADS` (`Head`s). Reading a task directory reads the base model with the
-family's own functions, then applies the head's fields and the labels of config.json (`num_labels`, `id2label`,
-`problem_type`); writing one writes the base model's config.json, names the task class and adds the labels back.
-A class a family does not list is refused by the family's own `architectures` check, naming what it supports.
+A family lists its heads in its record's `task_heads` (`Head`s, `layouts.family`). Reading a task directory reads
+the base model with the family's own functions, then applies the head's fields and the labels of config.json
+(`num_labels`, `id2label`, `problem_type`); writing one writes the base model's config.json, names the task class
+and adds the labels back. A class a family does not list is refused by the family's own `architectures` check,
+naming what it supports.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any, Callable, Mapping
 
 import reference_numpy as rn
@@ -30,12 +30,12 @@ HEAD_FIELDS = ("classifier", "classifier_input", "classifier_dense", "classifier
 class Head:
     """One task class of a family: what it computes on top of its base model, and its weights' names."""
 
-    arch: str  # the task class: "BertForSequenceClassification"
-    base: str  # the family class it extends: "BertModel" (or "BertForMaskedLM" for pretraining)
+    arch: str  # the task class: "<Stem>ForSequenceClassification"
+    base: str  # the family class it extends: "<Stem>Model" (or "<Stem>ForMaskedLM" for pretraining)
     fields: dict[str, Any]  # canonical fields it sets: classifier, classifier_input, ..., pooler
     weights: list[tuple[str, str, str]]  # its head weights: (canonical, external, transform)
     base_fields: dict[str, Any] = field(default_factory=dict)  # the base class's values of fields the head changes
-    prefix: str | None = None  # where its base model sits when not the family's BASE_PREFIX (Llama QA: transformer.)
+    prefix: str | None = None  # where its base model sits when not at the family's base_prefix (some QA classes)
     # config.json keys the class computes its head with: key -> (the value it needs, transformers' default)
     hf_keys: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     token_ids: dict[str, str] = field(default_factory=dict)  # canonical id fields its head reads: config.json keys
@@ -58,8 +58,8 @@ def linear(canonical: str, external: str, bias: bool = True) -> list[tuple[str, 
 
 def encoder_heads(stem: str, sequence: dict[str, Any], sequence_weights: list, pooled_base: bool,
                   choice: tuple[dict[str, Any], list] | None = None) -> tuple[Head, ...]:
-    """The sequence, multiple-choice, token and question-answering classes of a BERT-like encoder family (`stem`:
-    Bert, Roberta, ...): `sequence` its sequence head's fields and weights, `choice` its multiple-choice head's
+    """The sequence, multiple-choice, token and question-answering classes of an encoder family (`stem`: its
+    classes' common prefix): `sequence` its sequence head's fields and weights, `choice` its multiple-choice head's
     (default: the sequence head's), `pooled_base` whether its bare model has a pooler (token and span heads never
     do). A multiple-choice class scores each choice once: the canonical model takes the choices as rows."""
     base, no_pool = f"{stem}Model", {"pooler": pooled_base}
@@ -77,7 +77,8 @@ def decoder_heads(stem: str, qa_prefix: str | None = None, token_score: str = "s
                   ) -> tuple[Head, ...]:
     """The sequence, token and (`qa`) question-answering classes of a causal family: the sequence head scores the
     last non-pad position with `score` (no bias), the token head with `token_score`; `qa_prefix` where its QA class
-    keeps the base model (Llama's and Qwen's: `transformer.`, for backward compatibility)."""
+    keeps the base model where not at the family's base prefix (some keep `transformer.`, for backward
+    compatibility)."""
     base = f"{stem}Model"
     return (Head(f"{stem}ForSequenceClassification", base, {"classifier": "sequence", "classifier_input": "last",
                                                            "classifier_bias": False},
@@ -88,33 +89,29 @@ def decoder_heads(stem: str, qa_prefix: str | None = None, token_score: str = "s
 
 
 def causal_lm(arch: str, base: str) -> Head:
-    """A BERT-like family's causal language model (`BertLMHeadModel`, `RobertaForCausalLM`): its masked-LM model
-    under `is_decoder=true`, which makes every self-attention causal."""
+    """An encoder family's causal language model (`arch`, on its masked-LM class `base`): its masked-LM model under
+    `is_decoder=true`, which makes every self-attention causal."""
     return Head(arch, base, {"causal_encoder": True}, [], hf_keys={"is_decoder": (True, False)})
 
 
-def heads(family: ModuleType) -> tuple[Head, ...]:
-    return getattr(family, "TASK_HEADS", ())
-
-
-def head_named(family: ModuleType, hf: Mapping[str, Any]) -> Head | None:
-    """The head of the task class config.json names, or None (a class the family reads itself, or none); a class
-    neither knows is refused, naming every class the family supports."""
+def head_named(family, hf: Mapping[str, Any]) -> Head | None:
+    """The head of the task class config.json names, or None (a class the family, a `layouts.family.HFFamily`,
+    reads itself, or none); a class neither knows is refused, naming every class the family supports."""
     archs = hf.get("architectures") or []
     if not isinstance(archs, list):
         return None  # the family's own check says what is wrong
-    head = next((h for h in heads(family) if h.arch in archs), None)
-    if head is None and archs and not set(archs) & set(family.ARCHITECTURES):
-        supported = list(family.ARCHITECTURES) + [h.arch for h in heads(family)]
-        raise ValueError(f"config.json architectures={archs} is not supported for model_type {family.MODEL_TYPE!r} "
+    head = next((h for h in family.task_heads if h.arch in archs), None)
+    if head is None and archs and not set(archs) & set(family.architectures):
+        supported = list(family.architectures) + [h.arch for h in family.task_heads]
+        raise ValueError(f"config.json architectures={archs} is not supported for model_type {family.model_type!r} "
                          f"(its head is not implemented here, and a model is never ported without its head); "
                          f"supported: {', '.join(supported)}")
     return head
 
 
-def head_for(family: ModuleType, config: rn.TransformerConfig) -> Head | None:
-    """The family's head that computes `config`'s, or None."""
-    return next((h for h in heads(family) if h.matches(config)), None)
+def head_for(family, config: rn.TransformerConfig) -> Head | None:
+    """The head of `family` (its record) that computes `config`'s, or None."""
+    return next((h for h in family.task_heads if h.matches(config)), None)
 
 
 def has_head(config: rn.TransformerConfig) -> bool:
@@ -135,7 +132,7 @@ def labels(hf: Mapping[str, Any], head: Head) -> dict[str, Any]:
             raise ValueError(f"config.json num_labels must be a positive integer, received {count!r}")
         names = tuple(f"LABEL_{i}" for i in range(count))
     if "classifier" not in head.fields:
-        return {}  # BertForPreTraining's two next-sentence scores are not labels, nor a causal LM's logits
+        return {}  # a pretraining class's two next-sentence scores are not labels, nor a causal LM's logits
     if head.fields.get("classifier") == "choice":
         return {"num_labels": 1}  # one score per choice, whatever num_labels says (transformers ignores it there)
     problem = hf.get("problem_type")
@@ -153,7 +150,7 @@ def to_hf_labels(config: rn.TransformerConfig) -> dict[str, Any]:
     return out
 
 
-def read(family: ModuleType, head: Head, hf: dict[str, Any], keys: list[str], token_id: Callable
+def read(family, head: Head, hf: dict[str, Any], keys: list[str], token_id: Callable
          ) -> tuple[rn.TransformerConfig, str, list[str], list[tuple[str, str, str]]]:
     """`(config, architecture, notes, table)` of a task directory: the base model read by the family, the head
     applied. A causal family's base reads no pad id; its task classes do (`token_id`: `layouts.hf.token_id`)."""
@@ -180,19 +177,19 @@ def read(family: ModuleType, head: Head, hf: dict[str, Any], keys: list[str], to
     return config, head.arch, [n for n in notes if "pooler" not in n], table(family, head, config)
 
 
-def table(family: ModuleType, head: Head, config: rn.TransformerConfig) -> list[tuple[str, str, str]]:
+def table(family, head: Head, config: rn.TransformerConfig) -> list[tuple[str, str, str]]:
     """The family's table under the head's prefix, with the head's weights in place of any entry of the same
-    external name (BERT's table ignores `cls.seq_relationship`, which BertForPreTraining holds)."""
-    prefix = head.prefix if head.prefix is not None else family.BASE_PREFIX
+    external name (a family's table may ignore a tensor that one of its task classes holds)."""
+    prefix = head.prefix if head.prefix is not None else family.base_prefix
     own = {e for _, e, _ in head.weights}
     return [entry for entry in family.table(config, prefix) if entry[1] not in own] + head.weights
 
 
-def export_problems(family: ModuleType, config: rn.TransformerConfig) -> list[str]:
+def export_problems(family, config: rn.TransformerConfig) -> list[str]:
     """Why a config with a task head has no equivalent in `family` (empty if one of its heads computes it)."""
     head = head_for(family, config)
     if head is None:
-        listed = ", ".join(h.arch for h in heads(family)) or "none"
+        listed = ", ".join(h.arch for h in family.task_heads) or "none"
         return [f"a {config.classifier or 'next-sentence'} head reading {config.classifier_input} (task classes: "
                 f"{listed})"]
     try:
@@ -202,7 +199,7 @@ def export_problems(family: ModuleType, config: rn.TransformerConfig) -> list[st
     return family.export_problems(base)
 
 
-def write(family: ModuleType, config: rn.TransformerConfig) -> tuple[dict[str, Any], str, list]:
+def write(family, config: rn.TransformerConfig) -> tuple[dict[str, Any], str, list]:
     """`(config.json contents, architecture, table)` of a config with a task head `export_problems` accepts."""
     head = head_for(family, config)
     hf, _ = family.config_to_hf(head.base_config(config))

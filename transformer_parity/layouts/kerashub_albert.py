@@ -24,14 +24,15 @@ import reference_numpy as rn
 
 from . import kerashub_roberta as roberta
 from .approximations import Approximation, fixed_head_norm_eps
+from .family import KerasHubFamily
 from .kerashub_bert import HEAD
+from .kerashub_classifiers import pooled
 
 NAME = "kerashub-albert"
-EXPRESSES = ("embedding_size", "shared_layers")  # `layouts.FAMILY_ONLY` settings this family has
 PAD_TOKEN = "<pad>"
 BACKBONE = "AlbertBackbone"
 TASKS = ("AlbertMaskedLM",)
-CLASSIFIER = "AlbertTextClassifier"  # its text classifier (`kerashub_classifiers`)
+CLASSIFIER = pooled("AlbertTextClassifier")  # one Dense on the pooled output (`kerashub_classifiers`)
 LAYOUT = Path(__file__).with_name("kerashub_albert.toml")
 SERIALIZED = {"AlbertBackbone": ("keras_hub.src.models.albert.albert_backbone", "albert_backbone"),
               "AlbertMaskedLM": ("keras_hub.src.models.albert.albert_masked_lm", "albert_masked_lm")}
@@ -101,5 +102,11 @@ def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], st
     return backbone, (TASKS[0] if config.output_projection else None)
 
 
-def task_config(backbone: dict[str, Any], task: str) -> dict[str, Any]:
-    return {}
+FAMILY = KerasHubFamily(
+    name=NAME, backbone=BACKBONE, backbones=(BACKBONE,), tasks=TASKS, serialized=SERIALIZED,
+    config_from_kerashub=config_from_kerashub, export_problems=export_problems, config_to_kerashub=config_to_kerashub,
+    task_config=None, config_keys=CONFIG_KEYS, fixed=FIXED, task_fields=TASK_FIELDS, pad_token=PAD_TOKEN,
+    layout=LAYOUT, table=table, settle_from_weights=None, to_canonical_state=None, from_canonical_state=None,
+    classifier=CLASSIFIER, predicts_mask_positions=TASKS,  # its masked LM predicts its mask_positions only
+    expresses=("embedding_size", "shared_layers"),  # `layouts.FAMILY_ONLY` settings it has
+    approximations=APPROXIMATIONS)

@@ -26,6 +26,7 @@ import numpy as np
 
 import reference_numpy as rn
 
+from .family import KerasHubFamily
 from .hf_bart import POSITION_OFFSET
 from .kerashub_llama import unknown_keys
 
@@ -125,5 +126,10 @@ def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], st
     return backbone, (TASKS[0] if config.output_projection else None)
 
 
-def task_config(backbone: dict[str, Any], task: str) -> dict[str, Any]:
-    return {}
+FAMILY = KerasHubFamily(
+    name=NAME, backbone=BACKBONE, backbones=(BACKBONE,), tasks=TASKS, serialized=SERIALIZED,
+    config_from_kerashub=config_from_kerashub, export_problems=export_problems, config_to_kerashub=config_to_kerashub,
+    task_config=None, config_keys=CONFIG_KEYS, fixed=FIXED, task_fields={}, pad_token=PAD_TOKEN,
+    layout=LAYOUT, table=table, settle_from_weights=None,
+    to_canonical_state=to_canonical_state, from_canonical_state=from_canonical_state,  # the position tables' rows
+    classifier=None, predicts_mask_positions=(), expresses=(), approximations=())

@@ -27,12 +27,14 @@ from typing import Any
 import reference_numpy as rn
 
 from .approximations import Approximation, fixed_head_norm_eps
+from .family import KerasHubFamily
+from .kerashub_classifiers import pooled
 
 NAME = "kerashub-bert"
 PAD_TOKEN = "[PAD]"  # BertBackbone takes a padding mask: the pad id comes from the vocabulary (`preset_pad_id`)
 BACKBONE = "BertBackbone"
 TASKS = ("BertMaskedLM",)
-CLASSIFIER = "BertTextClassifier"  # its text classifier (`kerashub_classifiers`)
+CLASSIFIER = pooled("BertTextClassifier")  # one Dense on the pooled output (`kerashub_classifiers`)
 LAYOUT = Path(__file__).with_name("kerashub_bert.toml")
 SERIALIZED = {"BertBackbone": ("keras_hub.src.models.bert.bert_backbone", "bert_backbone"),  # class: (module, name)
               "BertMaskedLM": ("keras_hub.src.models.bert.bert_masked_lm", "bert_masked_lm")}
@@ -114,5 +116,11 @@ def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], st
     return backbone, (TASKS[0] if config.output_projection else None)
 
 
-def task_config(backbone: dict[str, Any], task: str) -> dict[str, Any]:
-    return {}
+FAMILY = KerasHubFamily(
+    name=NAME, backbone=BACKBONE, backbones=(BACKBONE,), tasks=TASKS, serialized=SERIALIZED,
+    config_from_kerashub=config_from_kerashub, export_problems=export_problems, config_to_kerashub=config_to_kerashub,
+    task_config=None, config_keys=CONFIG_KEYS, fixed=FIXED, task_fields=TASK_FIELDS, pad_token=PAD_TOKEN,
+    layout=LAYOUT, table=table, settle_from_weights=None, to_canonical_state=None, from_canonical_state=None,
+    classifier=CLASSIFIER,
+    predicts_mask_positions=TASKS,  # BertMaskedLM predicts its mask_positions only: the canonical logits gathered
+    expresses=(), approximations=APPROXIMATIONS)

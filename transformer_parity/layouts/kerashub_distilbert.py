@@ -21,13 +21,15 @@ import reference_numpy as rn
 
 from . import kerashub_roberta as roberta
 from .approximations import fixed_head_norm_eps
+from .family import KerasHubFamily
 from .kerashub_bert import HEAD
+from .kerashub_classifiers import first_position
 
 NAME = "kerashub-distilbert"
 PAD_TOKEN = "[PAD]"  # the backbone takes a padding mask: the pad id is the vocabulary's (`preset_pad_id`)
 BACKBONE = "DistilBertBackbone"
 TASKS = ("DistilBertMaskedLM",)
-CLASSIFIER = "DistilBertTextClassifier"  # its text classifier (`kerashub_classifiers`)
+CLASSIFIER = first_position("DistilBertTextClassifier", "relu")  # `kerashub_classifiers`
 LAYOUT = Path(__file__).with_name("kerashub_distilbert.toml")
 SERIALIZED = {"DistilBertBackbone": ("keras_hub.src.models.distil_bert.distil_bert_backbone", "distil_bert_backbone"),
               "DistilBertMaskedLM": ("keras_hub.src.models.distil_bert.distil_bert_masked_lm",
@@ -59,5 +61,10 @@ def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], st
     return roberta.write_config(config), (TASKS[0] if config.output_projection else None)
 
 
-def task_config(backbone: dict[str, Any], task: str) -> dict[str, Any]:
-    return {}
+FAMILY = KerasHubFamily(
+    name=NAME, backbone=BACKBONE, backbones=(BACKBONE,), tasks=TASKS, serialized=SERIALIZED,
+    config_from_kerashub=config_from_kerashub, export_problems=export_problems, config_to_kerashub=config_to_kerashub,
+    task_config=None, config_keys=CONFIG_KEYS, fixed=FIXED, task_fields=TASK_FIELDS, pad_token=PAD_TOKEN,
+    layout=LAYOUT, table=table, settle_from_weights=None, to_canonical_state=None, from_canonical_state=None,
+    classifier=CLASSIFIER, predicts_mask_positions=TASKS,  # its masked LM predicts its mask_positions only
+    expresses=(), approximations=APPROXIMATIONS)

@@ -26,6 +26,7 @@ from typing import Any
 
 import reference_numpy as rn
 
+from .family import KerasHubFamily
 from .kerashub_llama import MAX_LEN, unknown_keys
 
 NAME = "kerashub-gemma"
@@ -120,6 +121,10 @@ def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], st
     return backbone, (TASKS[0] if config.output_projection else None)
 
 
-def task_config(backbone: dict[str, Any], task: str) -> dict[str, Any]:
-    """The task's own `get_config()` fields besides backbone and preprocessor: none."""
-    return {}
+FAMILY = KerasHubFamily(
+    name=NAME, backbone=BACKBONE, backbones=(BACKBONE,), tasks=TASKS, serialized=SERIALIZED,
+    config_from_kerashub=config_from_kerashub, export_problems=export_problems, config_to_kerashub=config_to_kerashub,
+    task_config=None, config_keys=CONFIG_KEYS, fixed=FIXED, task_fields=TASK_FIELDS,
+    pad_token=None,  # padding arrives as the backbone's padding_mask input
+    layout=LAYOUT, table=table, settle_from_weights=None, to_canonical_state=None, from_canonical_state=None,
+    classifier=None, predicts_mask_positions=(), expresses=(), approximations=())

@@ -15,6 +15,8 @@ from typing import Any
 
 import reference_numpy as rn
 
+from .family import KerasHubFamily
+
 NAME = "kerashub-gpt2"
 BACKBONE = "GPT2Backbone"
 TASKS = ("GPT2CausalLM",)
@@ -72,6 +74,10 @@ def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], st
     return backbone, (TASKS[0] if config.output_projection else None)
 
 
-def task_config(backbone: dict[str, Any], task: str) -> dict[str, Any]:
-    """The task's own `get_config()` fields besides backbone and preprocessor."""
-    return {}
+FAMILY = KerasHubFamily(
+    name=NAME, backbone=BACKBONE, backbones=(BACKBONE,), tasks=TASKS, serialized=SERIALIZED,
+    config_from_kerashub=config_from_kerashub, export_problems=export_problems, config_to_kerashub=config_to_kerashub,
+    task_config=None, config_keys=CONFIG_KEYS, fixed=FIXED, task_fields=TASK_FIELDS,
+    pad_token=None,  # padding arrives as GPT2Backbone's padding_mask input; every id is a token
+    layout=LAYOUT, table=table, settle_from_weights=None, to_canonical_state=None, from_canonical_state=None,
+    classifier=None, predicts_mask_positions=(), expresses=(), approximations=())

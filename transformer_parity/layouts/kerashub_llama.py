@@ -20,6 +20,8 @@ from typing import Any
 
 import reference_numpy as rn
 
+from .family import KerasHubFamily
+
 NAME = "kerashub-llama"
 BACKBONE = "LlamaBackbone"
 TASKS = ("LlamaCausalLM", "Llama3CausalLM")
@@ -150,11 +152,6 @@ def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], st
     return backbone, (TASKS[0] if config.output_projection else None)
 
 
-def task_config(backbone: dict[str, Any], task: str) -> dict[str, Any]:
-    """The task's own `get_config()` fields besides backbone and preprocessor."""
-    return {}
-
-
 # --- the Llama-like KerasHub families (Mistral, Qwen, Qwen3): their own layout file and config keys ------------------
 
 @dataclass(frozen=True)
@@ -176,9 +173,9 @@ class FamilySpec:
     window_flag: str | None = None  # the switch that turns it on (Qwen: use_sliding_window_attention)
 
 
-def functions(spec: FamilySpec):
-    """The module functions of a Llama-like family, in the order `table, config_from_kerashub, export_problems,
-    config_to_kerashub, settle_from_weights = functions(SPEC)` binds them."""
+def functions(spec: FamilySpec) -> dict[str, Any]:
+    """A Llama-like family's config and table hooks, by their `KerasHubFamily` field names (`table`,
+    `config_from_kerashub`, `export_problems`, `config_to_kerashub`, `settle_from_weights`)."""
     fixed = {**FIXED, "qk_norm": spec.qk_norm}
     fixed.pop("head_size")
     fixed.pop("sliding_window")
@@ -255,4 +252,14 @@ def functions(spec: FamilySpec):
             backbone[spec.window_flag] = config.sliding_window is not None
         return backbone, (spec.task if config.output_projection else None)
 
-    return table, config_from_kerashub, export_problems, config_to_kerashub, settle_from_weights
+    return {"table": table, "config_from_kerashub": config_from_kerashub, "export_problems": export_problems,
+            "config_to_kerashub": config_to_kerashub, "settle_from_weights": settle_from_weights}
+
+
+FAMILY = KerasHubFamily(
+    name=NAME, backbone=BACKBONE, backbones=BACKBONES, tasks=TASKS, serialized=SERIALIZED,
+    config_from_kerashub=config_from_kerashub, export_problems=export_problems, config_to_kerashub=config_to_kerashub,
+    task_config=None, config_keys=CONFIG_KEYS, fixed=FIXED, task_fields=TASK_FIELDS,
+    pad_token=None,  # padding arrives as the backbone's padding_mask input
+    layout=LAYOUT, table=table, settle_from_weights=settle_from_weights, to_canonical_state=None,
+    from_canonical_state=None, classifier=None, predicts_mask_positions=(), expresses=(), approximations=())

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import kerashub_llama
+from .family import KerasHubFamily
 from .kerashub_llama import FamilySpec
 
 NAME = "kerashub-mistral"
@@ -23,5 +24,11 @@ TASK_FIELDS = {"MistralCausalLM": kerashub_llama.CAUSAL_LM}
 SPEC = FamilySpec(NAME, BACKBONE, TASKS[0], "keras_hub.src.models.mistral", LAYOUT, head_dim=True,
                   window="sliding_window", can_tie=False)
 
-table, config_from_kerashub, export_problems, config_to_kerashub, settle_from_weights = kerashub_llama.functions(SPEC)
-task_config = kerashub_llama.task_config
+
+FAMILY = KerasHubFamily(
+    name=NAME, backbone=BACKBONE, backbones=(BACKBONE,), tasks=TASKS, serialized=SERIALIZED,
+    **kerashub_llama.functions(SPEC),  # table, config_from_kerashub, ...: Llama's, with SPEC
+    task_config=None, config_keys=CONFIG_KEYS, fixed=FIXED, task_fields=TASK_FIELDS,
+    pad_token=None,  # padding arrives as the backbone's padding_mask input
+    layout=LAYOUT, to_canonical_state=None, from_canonical_state=None, classifier=None, predicts_mask_positions=(),
+    expresses=(), approximations=())

@@ -27,6 +27,7 @@ from typing import Any
 import reference_numpy as rn
 
 from . import kerashub_llama
+from .family import KerasHubFamily
 from .kerashub_llama import FamilySpec, unknown_keys
 
 NAME = "kerashub-phi3"
@@ -44,8 +45,8 @@ KEYS = ("vocabulary_size", "num_layers", "hidden_dim", "intermediate_dim", "num_
         "rope_scaling_type", "rope_scaling_short_factor", "rope_scaling_long_factor")
 DEFAULT_LENGTH = 4096  # Phi3Backbone's max_sequence_length and pretraining_sequence_length
 
-table, _read, _problems, _write, settle_from_weights = kerashub_llama.functions(SPEC)
-task_config = kerashub_llama.task_config
+_LLAMA = kerashub_llama.functions(SPEC)  # Llama's hooks with SPEC; its reading, writing and checks wrapped below
+_read, _problems, _write = _LLAMA["config_from_kerashub"], _LLAMA["export_problems"], _LLAMA["config_to_kerashub"]
 
 
 def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn.TransformerConfig, list[str]]:
@@ -121,3 +122,12 @@ def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], st
                     rope_scaling_short_factor=list(rope["short_factor"]) if su else None,
                     rope_scaling_long_factor=list(rope["long_factor"]) if su else None)
     return backbone, task
+
+
+FAMILY = KerasHubFamily(
+    name=NAME, backbone=BACKBONE, backbones=(BACKBONE,), tasks=TASKS, serialized=SERIALIZED,
+    config_from_kerashub=config_from_kerashub, export_problems=export_problems, config_to_kerashub=config_to_kerashub,
+    task_config=None, config_keys=CONFIG_KEYS, fixed=FIXED, task_fields=TASK_FIELDS,
+    pad_token=None,  # padding arrives as the backbone's padding_mask input
+    layout=LAYOUT, table=_LLAMA["table"], settle_from_weights=_LLAMA["settle_from_weights"], to_canonical_state=None,
+    from_canonical_state=None, classifier=None, predicts_mask_positions=(), expresses=(), approximations=())

@@ -1,20 +1,18 @@
 """KerasHub preset directories (`save_to_preset`: `config.json`, `metadata.json`, `model.weights.h5`, and for a
 task `task.json` and `task.weights.h5`) and bare `.weights.h5` files of KerasHub models <-> canonical weights.
 
-Each family module (`kerashub_gpt2`, `kerashub_bert`, listed in `FAMILIES`) provides `NAME`, `BACKBONE`,
-`TASKS`, `table`, `config_from_kerashub`, `export_problems` and `config_to_kerashub`; its table is a layout file
-(`layouts.user`). Reading needs h5py only (the files go through the hardened reader, `user.read_keras_h5`);
-writing needs h5py only: the file holds the datasets Keras's `load_weights` reads, at the paths it reads them from
-(Keras names the i-th repeated layer `transformer_decoder`, `transformer_decoder_1`, ...: `_0` here).
+Each family module (listed in `FAMILIES`) exports its record, `FAMILY` (`layouts.family.KerasHubFamily`: its
+classes, its config both ways, its table, its text classifier); its table is a layout file (`layouts.user`). Reading
+needs h5py only (the files go through the hardened reader, `user.read_keras_h5`); writing needs h5py only: the file
+holds the datasets Keras's `load_weights` reads, at the paths it reads them from (Keras names the i-th repeated layer
+`transformer_decoder`, `transformer_decoder_1`, ...: `_0` here).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -27,6 +25,7 @@ from .table import export_state, import_state
 
 from . import KERASHUB_LAYOUTS as FAMILIES
 from . import KERASHUB_PRESETS as PRESETS
+from . import kerashub_families, kerashub_family
 FORMATS = ("kerashub", *FAMILIES)
 CONFIG, TASK_CONFIG, METADATA = "config.json", "task.json", "metadata.json"
 WEIGHTS, TASK_WEIGHTS = "model.weights.h5", "task.weights.h5"
@@ -43,8 +42,6 @@ def _preset_dir_kind():
                    config_ok=lambda file: is_preset(file.parent))
 
 
-def family(name: str) -> ModuleType:
-    return importlib.import_module(f"{__package__}.{FAMILIES[name]}")
 
 
 
@@ -87,34 +84,36 @@ def _class_name(data: Mapping[str, Any], path: Path) -> str:
 
 def supported_classes() -> str:
     """The KerasHub backbones (and their tasks) a preset may hold, for error messages."""
-    return ", ".join(f"{m.BACKBONE} ({', '.join(m.TASKS) or 'backbone only'})"
-                     for m in map(family, FAMILIES) if m.BACKBONE)
+    return ", ".join(f"{f.backbone} ({', '.join(f.tasks) or 'backbone only'})"
+                     for f in kerashub_families() if f.backbone)
 
 
-def family_for(backbone_class: str, path: Path, declared: str | None) -> ModuleType:
-    modules = [family(name) for name in FAMILIES]
-    found = next((m for m in modules if backbone_class in getattr(m, "BACKBONES", (m.BACKBONE,))), None)
+def family_for(backbone_class: str, path: Path, declared: str | None):
+    """The family record whose backbones include `backbone_class` (`declared`, a family's format name, must agree)."""
+    found = next((f for f in kerashub_families() if backbone_class in f.backbones), None)
     if found is None:
         raise ValueError(f"{path}: KerasHub class {backbone_class!r} is not supported; supported: "
                          + supported_classes())
-    if declared not in (None, "kerashub", found.NAME):
-        raise ValueError(f"{path} holds a {backbone_class} (format {found.NAME}), not {declared}")
+    if declared not in (None, "kerashub", found.name):
+        raise ValueError(f"{path} holds a {backbone_class} (format {found.name}), not {declared}")
     return found
 
 
-def _task(path: Path, module: ModuleType) -> str | None:
-    """The task class of task.json (None without one); refused tasks fail with their reason."""
+def _is_classifier(family, task: str | None) -> bool:
+    """Whether `task` is the family's text classifier (`kerashub_classifiers`)."""
+    return task is not None and family.classifier is not None and task == family.classifier.name
+
+
+def _task(path: Path, family) -> str | None:
+    """The task class of task.json (None without one); a task the family does not have is refused."""
     if not (path / TASK_CONFIG).is_file():
         return None
     task = _class_name(_json(path / TASK_CONFIG), path / TASK_CONFIG)
-    refused = getattr(module, "REFUSED_TASKS", {})
-    if task == getattr(module, "CLASSIFIER", None):  # `kerashub_classifiers`
+    if _is_classifier(family, task):
         return task
-    if task in refused:
-        raise ValueError(f"{path}: KerasHub {task} cannot be expressed here: {refused[task]}")
-    if task not in module.TASKS:
-        raise ValueError(f"{path}: KerasHub task {task!r} is not supported for {module.BACKBONE}; supported: "
-                         f"{', '.join(module.TASKS) or 'the backbone alone (no task.json)'}")
+    if task not in family.tasks:
+        raise ValueError(f"{path}: KerasHub task {task!r} is not supported for {family.backbone}; supported: "
+                         f"{', '.join(family.tasks) or 'the backbone alone (no task.json)'}")
     return task
 
 
@@ -143,53 +142,53 @@ def load_preset(path: str | os.PathLike, declared: str | None = None, fields: Ma
     model.weights.h5 when asked."""
     path = Path(path)
     data = _json(path / CONFIG)
-    module = family_for(_class_name(data, path / CONFIG), path, declared)
-    task = _task(path, module)
+    family = family_for(_class_name(data, path / CONFIG), path, declared)
+    task = _task(path, family)
     if not (path / WEIGHTS).is_file():
         raise ValueError(f"{path}: no {WEIGHTS} (a preset saved without weights?)")
     backbone = data.get("config")
     if not isinstance(backbone, dict):
         raise ValueError(f"{path / CONFIG}: expected the backbone's config object under 'config'")
-    classifier = task is not None and task == getattr(module, "CLASSIFIER", None)
+    classifier = _is_classifier(family, task)
     try:
-        config, notes = module.config_from_kerashub(backbone, None if classifier else task)
+        config, notes = family.config_from_kerashub(backbone, None if classifier else task)
         if classifier:
-            config = config.replace(**classifiers.fields(task, _json(path / TASK_CONFIG).get("config") or {}, config,
-                                                         str(path / TASK_CONFIG)))
-        if getattr(module, "PAD_TOKEN", None) and "pad_id" not in (fields or {}):
-            pad_id, note = preset_pad_id(path, module.PAD_TOKEN)
+            config = config.replace(**classifiers.fields(family.classifier, _json(path / TASK_CONFIG).get("config")
+                                                         or {}, config, str(path / TASK_CONFIG)))
+        if family.pad_token and "pad_id" not in (fields or {}):
+            pad_id, note = preset_pad_id(path, family.pad_token)
             config = config.replace(pad_id=pad_id)
             notes.append(note)
         if fields:
             config = config.replace(**fields)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
-    table = _table(module, config)
+    table = _table(family, config)
     state = _read_weights(path, table, task is not None, lazy)
-    if hasattr(module, "settle_from_weights"):  # what config.json leaves out but the weights show
-        config, settled = module.settle_from_weights(config, state)
+    if family.settle_from_weights is not None:  # what config.json leaves out but the weights show
+        config, settled = family.settle_from_weights(config, state)
         notes += settled
-        table = _table(module, config)
-    if hasattr(module, "to_canonical_state"):  # arrays whose form differs from the canonical ones (BART's positions)
-        module.to_canonical_state(config, state)
-    origins = {**{name: f"config.json {key}" for name, key in module.CONFIG_KEYS.items()},
+        table = _table(family, config)
+    if family.to_canonical_state is not None:  # arrays whose form differs from the canonical ones
+        family.to_canonical_state(config, state)
+    origins = {**{name: f"config.json {key}" for name, key in family.config_keys.items()},
                **{name: "--set/--config" for name in fields or {}}}
     weights = import_state(config, state, table, source=str(path), consume=True, drops=drops, origins=origins,
                            lazy=lazy)
     library = "keras-nlp" if str(data.get("registered_name", "")).startswith("keras_nlp>") else "KerasHub"
-    notes.insert(0, f"read {library} {task or module.BACKBONE} ({module.NAME}) from {path.name}")
+    notes.insert(0, f"read {library} {task or family.backbone} ({family.name}) from {path.name}")
     record = read_record(path)
     if record is not None:
         notes.append(record.note(config) if record.holds(config, "target") else
                      f"metadata.json records accepted approximations ({', '.join(record.names)}) that this config no "
                      "longer computes: the record is ignored")
-    return config, weights, notes, module.NAME
+    return config, weights, notes, family.name
 
 
-def _table(module: ModuleType, config: rn.TransformerConfig) -> list[tuple[str, str, str]]:
+def _table(family, config: rn.TransformerConfig) -> list[tuple[str, str, str]]:
     """The family's table, with its classifier's weights for a classifier config (`kerashub_classifiers`)."""
-    found = classifiers.of(module)
-    return module.table(config) + (found[1].weights if config.classifier and found else [])
+    found = family.classifier
+    return family.table(config) + (found.weights if config.classifier and found is not None else [])
 
 
 def read_record(path: str | os.PathLike) -> Record | None:
@@ -202,8 +201,8 @@ def read_record(path: str | os.PathLike) -> Record | None:
 
 
 VOCABULARY = ("assets", "tokenizer", "vocabulary.txt")  # where KerasHub's WordPiece tokenizer keeps its vocabulary
-BPE_VOCABULARY = ("assets", "tokenizer", "vocabulary.json")  # a byte-pair tokenizer's (RoBERTa): token -> id
-SPM_VOCABULARY = ("assets", "tokenizer", "vocabulary.spm")  # a SentencePiece model (ALBERT): its pieces, in id order
+BPE_VOCABULARY = ("assets", "tokenizer", "vocabulary.json")  # a byte-pair tokenizer's: token -> id
+SPM_VOCABULARY = ("assets", "tokenizer", "vocabulary.spm")  # a SentencePiece model: its pieces, in id order
 MAX_VOCABULARY = 64 << 20
 
 
@@ -272,7 +271,7 @@ def _spm_pieces(data: bytes) -> list[str]:
 
 
 def preset_pad_id(path: Path, token: str) -> tuple[int, str]:
-    """The pad id of a preset whose backbone takes a padding mask rather than a pad id (BERT): the id of `token` in
+    """The pad id of a preset whose backbone takes a padding mask rather than a pad id: the id of `token` in
     its tokenizer's vocabulary, or what this tool recorded when it wrote the preset; else a `ValueError` asking for
     it (never assumed)."""
     from transformer_parity.io import outputs
@@ -295,7 +294,7 @@ def preset_pad_id(path: Path, token: str) -> tuple[int, str]:
 def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[str, Any] | None = None,
                       drops=None, lazy: bool = False) -> tuple[rn.TransformerConfig, dict[str, np.ndarray], list[str],
                                                                 str]:
-    """A bare `.weights.h5` of a KerasHub backbone (`declared` names the family: kerashub-gpt2, ...): the config is
+    """A bare `.weights.h5` of a KerasHub backbone (`declared` names the family, a `FAMILIES` key): the config is
     read off the weights (layer count, widths, heads from the einsum kernels) with `fields` on top. `lazy`: as
     `load_preset`'s."""
     from . import user
@@ -303,100 +302,99 @@ def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[st
     if declared not in FAMILIES:
         raise ValueError(f"{path}: a bare KerasHub .weights.h5 needs its family: --from "
                          f"{' or --from '.join(FAMILIES)}")
-    module = family(declared)
-    if hasattr(module, "to_canonical_state"):  # its arrays are read in the form its preset's config.json says
+    family = kerashub_family(declared)
+    if family.to_canonical_state is not None:  # its arrays are read in the form its preset's config.json says
         raise ValueError(f"{path}: a bare {declared} .weights.h5 is not read here (its arrays are reshaped by what "
                          "the preset's config.json says): give the preset directory")
-    layout = user.load(module.LAYOUT)
+    layout = user.load(family.layout)
     state = user.keras_names(user.read_keras_h5(path, lazy), _repeated(layout.table))
-    state, task = _split_task(module, state)
+    state, task = _split_task(family, state)
     matched = user.match(layout, [k for k in state if not k.startswith(TASK_PREFIX)])
     shapes = user.canonical_shapes(layout, state, matched)
-    inferred = {**{k: v for k, v in module.FIXED.items() if k not in ("num_encoder_layers", "num_decoder_layers")},
+    inferred = {**{k: v for k, v in family.fixed.items() if k not in ("num_encoder_layers", "num_decoder_layers")},
                 **layout.config, **user.heads_from(layout, state, matched),
-                **(module.TASK_FIELDS[task] if task else {}), **dict(fields or {})}
-    if getattr(module, "PAD_TOKEN", None) and "pad_id" not in inferred:
+                **(family.task_fields[task] if task else {}), **dict(fields or {})}
+    if family.pad_token and "pad_id" not in inferred:
         raise ValueError(f"{path} ({declared}): a bare .weights.h5 does not tell which id pads (the backbone takes a "
-                         f"padding mask): give --set pad_id=N (the id of {module.PAD_TOKEN}) or "
+                         f"padding mask): give --set pad_id=N (the id of {family.pad_token}) or "
                          "--set pad_id=none")
     config, notes = user.infer_config(shapes, inferred, source=f"{path} ({declared})")
     origins = {"num_encoder_layers": "one more than the highest encoder layer index of the weights",
                "num_decoder_layers": "one more than the highest decoder layer index of the weights",
                **{name: "--set/--config" for name in fields or {}}}
-    weights = import_state(config, state, module.table(config) if task else layout.table, source=str(path),
+    weights = import_state(config, state, family.table(config) if task else layout.table, source=str(path),
                            consume=True, drops=drops, where=layout.where, origins=origins, lazy=lazy)
-    notes.insert(0, f"read a KerasHub {task or module.BACKBONE or 'model'} .weights.h5 ({declared}); config read off "
+    notes.insert(0, f"read a KerasHub {task or family.backbone or 'model'} .weights.h5 ({declared}); config read off "
                     "the weights")
-    notes += getattr(module, "NOTES", [])
     return config, weights, notes, declared
 
 
-def _split_task(module: ModuleType, state: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str | None]:
-    """A task's `save_weights` nests its backbone (`layers/bert_backbone/...`) beside the head's layers: the
+def _split_task(family, state: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str | None]:
+    """A task's `save_weights` nests its backbone (`layers/<name>_backbone/...`) beside the head's layers: the
     backbone's paths as in model.weights.h5, the rest under `task/` as in task.weights.h5, and the task's class.
-    A family with one task whose fields it states (`TASK_FIELDS`) has such files; others are left as they are."""
-    tasks = getattr(module, "TASK_FIELDS", {})
-    nested = f"layers/{module.SERIALIZED[module.BACKBONE][1]}/" if module.BACKBONE else None
+    A family with one task whose fields it states (`task_fields`) has such files; others are left as they are."""
+    tasks = family.task_fields
+    nested = f"layers/{family.serialized[family.backbone][1]}/" if family.backbone else None
     if len(tasks) != 1 or not any(k.startswith(nested) for k in state):
         return state, None
     return {(k[len(nested):] if k.startswith(nested) else TASK_PREFIX + k): v for k, v in state.items()}, \
         next(iter(tasks))
 
 
-def family_for_export(config: rn.TransformerConfig, declared: str | None = None) -> ModuleType:
+def family_for_export(config: rn.TransformerConfig, declared: str | None = None):
+    """The family record a canonical config is written as: `declared` (a family's format name), or the first
+    preset family that can express it."""
     from . import first_exporter
 
+    return first_exporter(_candidates(declared), config, "KerasHub", _problems(config))
+
+
+def _candidates(declared: str | None) -> list:
+    """The family records `declared` (kerashub: every preset family) names."""
     names = [n for n in PRESETS[1:] if declared in (None, "kerashub", n)] or [declared]
-    return first_exporter(names, _exporter(config), config, "KerasHub")
+    return [kerashub_family(name) for name in names]
 
 
-def _exporter(config: rn.TransformerConfig):
-    """How a family is loaded to be asked whether it writes `config`: a classifier through its text classifier
-    (`kerashub_classifiers`)."""
-    from . import Viewed
-
-    if config.classifier is not None:
-        return lambda name: Viewed(family(name), classifiers.export_problems)
-    return family
+def _problems(config: rn.TransformerConfig):
+    """How a family is asked whether it writes `config`: a classifier through its text classifier
+    (`kerashub_classifiers`); None: its own `export_problems`."""
+    return classifiers.export_problems if config.classifier is not None else None
 
 
 def export_plan(config: rn.TransformerConfig, declared: str | None = None):
     """The `approximations.Plan` of a model that no family (of `declared`: kerashub or one family) takes as it is
     but one takes once its approximations are applied; None where one takes it exactly, or none even so."""
-    from . import approximations
+    from . import approximations, why_not
 
     try:
         family_for_export(config, declared)
         return None
     except ValueError:
         pass
-    return approximations.plan([n for n in PRESETS[1:] if declared in (None, "kerashub", n)], _exporter(config),
-                               config)
+    problems = _problems(config)
+    return approximations.plan(_candidates(declared), config, lambda family, c: why_not(family, c, problems))
 
 
 def known_approximations() -> list[str]:
     """The names `--accept-approximation` takes: every KerasHub family's approximations."""
-    from . import approximations
+    from . import approximations, kerashub_families
 
-    return approximations.known(list(FAMILIES), family)
+    return approximations.known(kerashub_families())
 
 
 def approximations_named(names: Sequence[str]) -> list:
     """The `approximations.Approximation` of each name a record lists, as KerasHub's families define them (a name
     none defines is left out)."""
-    from . import approximations
+    from . import approximations, hf_families, kerashub_families
 
-    from . import HF_LAYOUTS, hf_layout
-
-    return approximations.named(names, list(FAMILIES), family) + [
-        a for a in approximations.named(names, list(HF_LAYOUTS), hf_layout)
-        if a.name not in {b.name for b in approximations.named(names, list(FAMILIES), family)}]
+    ours = approximations.named(names, kerashub_families())
+    return ours + [a for a in approximations.named(names, hf_families()) if a.name not in {b.name for b in ours}]
 
 
-def _serialized(module: ModuleType, class_name: str, config: dict[str, Any], dtype: str | None) -> dict[str, Any]:
+def _serialized(family, class_name: str, config: dict[str, Any], dtype: str | None) -> dict[str, Any]:
     """`keras.saving.serialize_keras_object` of a KerasHub backbone or task, as `save_to_preset` writes it."""
-    module_path, name = module.SERIALIZED[class_name] if class_name in module.SERIALIZED else \
-        classifiers.serialized(module, class_name)
+    module_path, name = family.serialized[class_name] if class_name in family.serialized else \
+        classifiers.serialized(family)
     head = {"name": name}
     if dtype is not None:
         head.update(trainable=True, dtype={"module": "keras", "class_name": "DTypePolicy", "config": {"name": dtype},
@@ -421,38 +419,39 @@ def save_preset(path: str | os.PathLike, config: rn.TransformerConfig, weights: 
     `approximations.Record`: the approximations accepted to write `config`) goes into metadata.json."""
     from transformer_parity.io import outputs
 
-    module = family_for_export(config, declared)
+    family = family_for_export(config, declared)
     if config.classifier is not None:
-        (backbone, _), task = module.config_to_kerashub(classifiers.base(config)), module.CLASSIFIER
+        (backbone, _), task = family.config_to_kerashub(classifiers.base(config)), family.classifier.name
     else:
-        backbone, task = module.config_to_kerashub(config)
+        backbone, task = family.config_to_kerashub(config)
     dtype = str(rn.weights_dtype(weights))
-    table = _table(module, config)
+    table = _table(family, config)
     state = export_state(config, weights, table, lazy=True)
-    if hasattr(module, "from_canonical_state"):  # refused here, before anything is written
-        module.from_canonical_state(config, state)
+    if family.from_canonical_state is not None:  # refused here, before anything is written
+        family.from_canonical_state(config, state)
     repeated = _repeated(table)
-    files: dict[str, Any] = {CONFIG: _serialized(module, module.BACKBONE, backbone, dtype),
+    files: dict[str, Any] = {CONFIG: _serialized(family, family.backbone, backbone, dtype),
                              METADATA: {"keras_version": _version("keras"), "keras_hub_version": _version("keras-hub"),
                                         "parameter_count": int(sum(v.size for v in state.values())),
                                         "tasks": [], "written_by": "transformer-parity"}}
     if record is not None:
         files[METADATA][RECORD_KEY] = record.to_json()
     if task is not None:
-        own = classifiers.task_config(config, task) if config.classifier else module.task_config(backbone, task)
-        files[TASK_CONFIG] = _serialized(module, task, {"backbone": files[CONFIG], "preprocessor": None, **own}, None)
+        own = classifiers.task_config(config, family.classifier) if config.classifier else \
+            family.task_config(backbone, task) if family.task_config is not None else {}
+        files[TASK_CONFIG] = _serialized(family, task, {"backbone": files[CONFIG], "preprocessor": None, **own}, None)
     path = outputs.check_output_dir(path, force, PRESET_DIR)
     _write_dir(path, files, {WEIGHTS: _keras_file({k: v for k, v in state.items() if not k.startswith(TASK_PREFIX)},
                                               repeated),
                              TASK_WEIGHTS: _keras_file({k[len(TASK_PREFIX):]: v for k, v in state.items()
                                                         if k.startswith(TASK_PREFIX)}, repeated)}, force, notes,
-               {"pad_id": config.pad_id} if getattr(module, "PAD_TOKEN", None) else None, on_tensor)
-    return module.NAME
+               {"pad_id": config.pad_id} if family.pad_token else None, on_tensor)
+    return family.name
 
 
 def _keras_file(state: dict[str, np.ndarray], repeated: list[str]) -> dict[str, np.ndarray]:
     """One file's datasets under Keras's paths: `X_0` back to `X` for a repeated layer or where an `X_1` sibling
-    exists (ALBERT's `dense`, `dense_1`), as `user.keras_names` read them."""
+    exists (`dense`, `dense_1`), as `user.keras_names` read them."""
     from .user import keras_paths
 
     paths = keras_paths(list(state), repeated)
@@ -461,19 +460,19 @@ def _keras_file(state: dict[str, np.ndarray], repeated: list[str]) -> dict[str, 
 
 def save_weights_file(path: str | os.PathLike, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray],
                       declared: str, force: bool = False, notes: list[str] | None = None) -> str:
-    """A bare `.weights.h5` of a model that has no preset (kerashub-seq2seq): the datasets its `load_weights` reads."""
+    """A bare `.weights.h5` of a model that has no preset: the datasets its `load_weights` reads."""
     from transformer_parity.io.outputs import atomic_path
-    from . import canonical_only
+    from . import why_not
 
-    module = family(declared)
-    problems = canonical_only(config) + module.export_problems(config)
+    family = kerashub_family(declared)
+    problems = why_not(family, config)
     if problems:
         raise ValueError(f"this model has no {declared} equivalent: {', '.join(problems)}")
-    table = module.table(config)
+    table = family.table(config)
     state = export_state(config, weights, table, lazy=True)
     with atomic_path(Path(path), force, notes) as tmp:
         _write_h5(tmp, {_keras_path(k, _repeated(table)): v for k, v in state.items()})
-    return module.NAME
+    return family.name
 
 
 def _version(package: str) -> str | None:
@@ -486,11 +485,11 @@ def _version(package: str) -> str | None:
 
 
 def _write_h5(file: Path, datasets: Mapping[str, np.ndarray], on_tensor=None) -> None:
-    """The datasets laid out, then their bytes written in file order (`tf_impl.checkpoints.write_dataset` and
+    """The datasets laid out, then their bytes written in file order (`streaming.hdf5.write_dataset` and
     `write_deferred`: a lazy tensor a band of rows at a time)."""
     import h5py
 
-    from tf_impl.checkpoints import write_dataset, write_deferred
+    from transformer_parity.streaming.hdf5 import write_dataset, write_deferred
 
     deferred: list = []
     with h5py.File(file, "w") as f:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import kerashub_llama
+from .family import KerasHubFamily
 from .kerashub_llama import FamilySpec
 
 NAME = "kerashub-qwen"
@@ -24,5 +25,11 @@ SPEC = FamilySpec(NAME, BACKBONE, TASKS[0], "keras_hub.src.models.qwen", LAYOUT,
                   tie_default=True, qkv_bias=True,
                   window="sliding_window_size", window_flag="use_sliding_window_attention")
 
-table, config_from_kerashub, export_problems, config_to_kerashub, settle_from_weights = kerashub_llama.functions(SPEC)
-task_config = kerashub_llama.task_config
+
+FAMILY = KerasHubFamily(
+    name=NAME, backbone=BACKBONE, backbones=(BACKBONE,), tasks=TASKS, serialized=SERIALIZED,
+    **kerashub_llama.functions(SPEC),  # table, config_from_kerashub, ...: Llama's, with SPEC
+    task_config=None, config_keys=CONFIG_KEYS, fixed=FIXED, task_fields=TASK_FIELDS,
+    pad_token=None,  # padding arrives as the backbone's padding_mask input
+    layout=LAYOUT, to_canonical_state=None, from_canonical_state=None, classifier=None, predicts_mask_positions=(),
+    expresses=(), approximations=())

@@ -24,14 +24,15 @@ from typing import Any
 import reference_numpy as rn
 
 from .approximations import fixed_head_norm_eps
-
+from .family import KerasHubFamily
 from .kerashub_bert import HEAD
+from .kerashub_classifiers import first_position
 
 NAME = "kerashub-roberta"
 PAD_TOKEN = "<pad>"  # the backbone takes a padding mask: the pad id is the vocabulary's (`preset_pad_id`)
 BACKBONE = "RobertaBackbone"
 TASKS = ("RobertaMaskedLM",)
-CLASSIFIER = "RobertaTextClassifier"  # its text classifier (`kerashub_classifiers`)
+CLASSIFIER = first_position("RobertaTextClassifier", "tanh")  # `kerashub_classifiers`
 LAYOUT = Path(__file__).with_name("kerashub_roberta.toml")
 SERIALIZED = {"RobertaBackbone": ("keras_hub.src.models.roberta.roberta_backbone", "roberta_backbone"),
               "RobertaMaskedLM": ("keras_hub.src.models.roberta.roberta_masked_lm", "roberta_masked_lm")}
@@ -117,5 +118,10 @@ def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], st
     return write_config(config), (TASKS[0] if config.output_projection else None)
 
 
-def task_config(backbone: dict[str, Any], task: str) -> dict[str, Any]:
-    return {}
+FAMILY = KerasHubFamily(
+    name=NAME, backbone=BACKBONE, backbones=(BACKBONE,), tasks=TASKS, serialized=SERIALIZED,
+    config_from_kerashub=config_from_kerashub, export_problems=export_problems, config_to_kerashub=config_to_kerashub,
+    task_config=None, config_keys=CONFIG_KEYS, fixed=FIXED, task_fields=TASK_FIELDS, pad_token=PAD_TOKEN,
+    layout=LAYOUT, table=table, settle_from_weights=None, to_canonical_state=None, from_canonical_state=None,
+    classifier=CLASSIFIER, predicts_mask_positions=TASKS,  # its masked LM predicts its mask_positions only
+    expresses=(), approximations=APPROXIMATIONS)

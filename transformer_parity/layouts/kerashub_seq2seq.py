@@ -20,11 +20,12 @@ epsilon). The table is the layout file `kerashub_seq2seq.toml`.
 from __future__ import annotations
 
 from pathlib import Path
+
 import reference_numpy as rn
 
+from .family import KerasHubFamily
+
 NAME = "kerashub-seq2seq"
-BACKBONE = None  # not a KerasHub backbone: a bare .weights.h5 only, no preset directory
-TASKS = ()
 LAYOUT = Path(__file__).with_name("kerashub_seq2seq.toml")
 FIXED = {"activation": "relu", "layer_norm_eps": 1e-5, "norm_first": False, "final_norm": False,
          "positional": "learned", "position_offset": 0, "scale_embedding": False, "bias": True, "embed_norm": False,
@@ -49,3 +50,11 @@ def export_problems(config: rn.TransformerConfig) -> list[str]:
     if not config.has_output_bias:
         problems.append("output_bias=False (the Dense layer has a bias)")
     return problems
+
+
+FAMILY = KerasHubFamily(
+    name=NAME, backbone=None, backbones=(), tasks=(), serialized={},  # not a KerasHub backbone: no preset directory
+    config_from_kerashub=None, export_problems=export_problems, config_to_kerashub=None,  # read off the weights
+    task_config=None, config_keys={}, fixed=FIXED, task_fields={}, pad_token=None,  # the pad id is FIXED's 0
+    layout=LAYOUT, table=table, settle_from_weights=None, to_canonical_state=None, from_canonical_state=None,
+    classifier=None, predicts_mask_positions=(), expresses=(), approximations=())

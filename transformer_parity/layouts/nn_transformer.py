@@ -14,7 +14,7 @@ a config this module stored in the file, or by a key of a Lightning checkpoint's
 as the field (`layouts.hparams`); otherwise the import is refused, naming every missing setting. A file this module
 exports carries its config in the state dict's `_metadata`, which `load_state_dict` ignores, so it loads into the
 tutorial's model as it is and re-imports losslessly. Reading the `.pt` file itself (`torch.load(weights_only=True)`)
-is `torch_impl.checkpoints`; PyTorch is imported only when tensors are converted or a file is written.
+is `transformer_parity.io.torch_files`; PyTorch is imported only when tensors are converted or a file is written.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from reference_numpy.mapping import (CHECKED, Entry, ShapeMismatch, canonical_sh
                                      quoted, regex)
 
 from transformer_parity.io import limits
+from transformer_parity.streaming.lazy import deferred
 
 # --- what the weights hold, against what a config says --------------------------------------------------------------
 
@@ -235,7 +236,8 @@ def import_state(config: rn.TransformerConfig, state: dict[str, np.ndarray], tab
         raise ValueError(f"{source}: {exc}") from None
     check_floating(state, wanted, source)
     check_drops(state, [k for k, (t, _) in optional.items() if t == "ignore"], drops, source)
-    weights = rn.mapping.read(mapping, state, shapes, config.head_dim, consume=consume, lazy=lazy)
+    weights = rn.mapping.read(mapping, state, shapes, config.head_dim, consume=consume,
+                              defer=deferred if lazy else None)
     for external, (transform, canonical) in optional.items():
         _check_optional(config, weights, state[external], external, transform, canonical, source)
         if skipped is not None and transform in (*BUFFERS, "causal_mask", "sinusoid"):
@@ -418,4 +420,4 @@ def export_state(config: rn.TransformerConfig, weights: dict[str, np.ndarray], t
     rn.validate_weights(config, weights)
     mapping = plan(rn.parameter_shapes(config), table, where)
     return rn.mapping.write(mapping, weights if consume else dict(weights), config.head_dim,
-                            consume=consume and not lazy, lazy=lazy)
+                            consume=consume and not lazy, defer=deferred if lazy else None)

@@ -27,7 +27,7 @@ matched by exactly one pattern, every pattern must match some key (but the optio
 the config implies; each failure names the key. `ignore` drops a float tensor with a nonzero value only when the user
 names it (`table.Drops`, `--allow-drop`).
 
-`.weights.h5` files are read through the hardened HDF5 checks of `tf_impl.checkpoints` (`read_keras_h5`); their
+`.weights.h5` files are read through the hardened HDF5 checks of `streaming.hdf5` (`read_keras_h5`); their
 dataset paths are the names (`enc_layers/encoder_layer_1/mha/wq/vars/0`), with Keras's unnumbered first layer of a
 kind renamed `_0` wherever a `_1` sibling exists (or a pattern says `name_{i}`), so `{i}` covers every layer.
 
@@ -281,7 +281,7 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
 
     kind = sniff(path)
     if kind in ("zip", "pickle"):
-        from torch_impl import checkpoints as tc
+        from transformer_parity.io import torch_files as tc
 
         obj = tc.read_torch_file(path)
         hparams, notes = None, []
@@ -289,7 +289,7 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
             hparams, note = tc.lightning_parts(obj, path)
             notes.append(note)
         state, _ = tc.unwrap_state_dict(obj, path)
-        return Checkpoint(tc._numpy_state(state, path, integers=True), hparams, notes)
+        return Checkpoint(tc.numpy_state(state, path, integers=True), hparams, notes)
     if kind == "safetensors":
         from transformer_parity.io.safetensors_io import read_header, read_tensors
 
@@ -310,13 +310,13 @@ def read_state(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 def read_keras_h5(path: str | os.PathLike, lazy: bool = False) -> dict[str, np.ndarray]:
     """{dataset path: array} of a Keras `.weights.h5`, every group checked by the hardened reader's checks
-    (`tf_impl.checkpoints._check_h5_layout`: no links, external storage, virtual datasets or filters, float data
+    (`streaming.hdf5.check_layout`: no links, external storage, virtual datasets or filters, float data
     fully stored, sizes bounded by the file's) before anything is read. The optimizer's state, which `model.fit`
     leaves in the file (an int64 iteration count), is neither checked nor read. `lazy=True`: `LazyArray`s in the
-    stored dtype, each read when asked (`tf_impl.checkpoints.read_dataset`)."""
+    stored dtype, each read when asked (`streaming.hdf5.read_dataset`)."""
     import h5py
 
-    from tf_impl import checkpoints as kc
+    from transformer_parity.streaming import hdf5
 
     path = Path(path)
     size = path.stat().st_size
@@ -330,12 +330,12 @@ def read_keras_h5(path: str | os.PathLike, lazy: bool = False) -> dict[str, np.n
                 link = f.get(top, getlink=True)
                 if not isinstance(link, h5py.HardLink) or not isinstance(f[top], h5py.Group):
                     raise ValueError(f"{path}: {top!r} is not a group of weights ({type(link).__name__})")
-                checked = kc._check_h5_layout(path, f[top], size)
+                checked = hdf5.check_layout(path, f[top], size)
                 total += sum(int(np.prod(shape, dtype=object)) * f[top][name].dtype.itemsize
                              for name, shape in checked.items())
                 if total > size:
                     raise ValueError(f"{path}: its datasets declare {total} bytes, more than the file's {size}")
-                out.update({f"{top}/{name}": kc.read_dataset(f[top][name], lazy) for name in checked})
+                out.update({f"{top}/{name}": hdf5.read_dataset(f[top][name], lazy) for name in checked})
     except (OSError, KeyError, RuntimeError) as exc:
         raise ValueError(f"{path} is not a readable HDF5 file (truncated or corrupt?): {exc}") from None
     return keras_names(out)

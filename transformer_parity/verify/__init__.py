@@ -34,6 +34,7 @@ import numpy as np
 import reference_numpy as rn
 
 from transformer_parity.errors import UsageError
+from transformer_parity.streaming.lazy import is_lazy
 from transformer_parity.verify import coverage
 from .tolerances import (EPS32, EPS64, PAIR_RATIO_LIMIT, RATIO_LIMIT, compare, floors,  # noqa: F401 (the rule)
                          max_abs)
@@ -396,7 +397,7 @@ def _one(checkpoints, preset, fields, backends, formats, dtype, batch, src_len, 
         raise UsageError("a layer-streamed verify does not run a source; give --source/--expect with --stream off "
                          "on a machine where the whole model fits")
     if first is not None:
-        if not streaming and any(rn.mapping.is_lazy(v) for v in first.weights.values()):  # read it whole
+        if not streaming and any(is_lazy(v) for v in first.weights.values()):  # read it whole
             first = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop)
         notes += [f"{first.path.name}: {n}" for n in first.notes]
         config, weights, label = first.config, first.weights, first.path.name
@@ -458,7 +459,7 @@ def _too_large_whole(item, dtype: str, batch: int, src_len: int | None, tgt_len:
     source library's at once); a note says which mode runs and why. Half, not all: the estimate leaves out what the
     frameworks keep besides the weights and activations, and the rest of the machine keeps running (a 1.5 GB
     bfloat16 Llama-shaped directory took 17 GB whole)."""
-    if not any(rn.mapping.is_lazy(v) for v in item.weights.values()):
+    if not any(is_lazy(v) for v in item.weights.values()):
         return False
     from transformer_parity.io import limits
 

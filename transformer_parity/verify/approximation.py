@@ -151,12 +151,12 @@ class Approximated:
 def find(loaded: Sequence[Any], labels: Sequence[str]) -> list[Approximated]:
     """The checkpoints (`formats.Loaded`, the first the reference; `labels` as the report names them) that compute
     the reference's function with an accepted approximation one of them records: either one records it."""
-    from transformer_parity.formats import HF_FORMATS
+    from transformer_parity.formats import home
     from transformer_parity.layouts import hf
     from transformer_parity.layouts.kerashub_preset import approximations_named, read_record
     from . import source as sources
 
-    records = [(hf.read_record if item.format in HF_FORMATS else read_record)(item.path) for item in loaded]
+    records = [(hf.read_record if home(item.format) == "hf" else read_record)(item.path) for item in loaded]
     reference, found = loaded[0].config, []
     for item, label, own in zip(loaded[1:], labels[1:], records[1:]):
         for record, theirs, ours in ((own, "target", "source"), (records[0], "source", "target")):

@@ -41,7 +41,7 @@ HEAD_SWITCHES: dict[str, tuple] = {  # only when the weights hold a head transfo
     "head_activation": ("relu", "gelu", "gelu_tanh", "silu"),
 }
 SEARCHED: dict[str, tuple] = {  # fields needed only for some weights
-    "position_offset": (0, 1, 2),  # a learned table read at row p + offset (BART: 2)
+    "position_offset": (0, 1, 2),  # a learned table read at row p + offset (2 in some encoder-decoders)
     "sinusoid_layout": ("interleaved", "concatenated"),  # no table in the weights to tell it
 }
 STAGED_START: dict[str, Any] = {  # where the later stages (or a verified match) start
@@ -52,7 +52,7 @@ MAX_LEN_CAP = 8192  # the longest input probed when the weights hold no position
 EPSILONS = (1e-5, 1e-6, 1e-12, 1e-3, 1e-8)
 # the relative error above which the names' layout is taken to have a role wrong (a wrong epsilon or pad id is
 # below 1e-3; a swapped projection or norm is of order 1), so the roles the source's calls give are tried
-NAMES_MISS = 1e-2  # PyTorch, many hand-written models, BERT, Keras, rare
+NAMES_MISS = 1e-2  # PyTorch, many hand-written models, post-LN encoders, Keras, rare
 _FUSED_ALTERNATIVE = {"fused_qkv": "fused_qkv_heads", "fused_qkv_heads": "fused_qkv",
                       "fused_qkv_t": "fused_qkv_heads_t", "fused_qkv_heads_t": "fused_qkv_t"}
 

@@ -32,7 +32,7 @@ def write_probe(path: str | Path, batch: Batch, force: bool = False) -> Path:
 def read_expect(path: str | Path, config: rn.TransformerConfig) -> tuple[Batch, dict[str, np.ndarray]]:
     """`(inputs, outputs)` of an --expect file: the inputs (checked against `config`) and `output` plus any
     intermediates (their names and shapes are checked with the judge's, by `check_outputs`). A model with one token
-    type (RoBERTa's `type_vocab_size=1`) takes `src_type_ids` or, where the file has none, zeros: the only id there
+    type (`type_vocab_size=1`) takes `src_type_ids` or, where the file has none, zeros: the only id there
     is, as transformers gives it when the caller passes none."""
     import zipfile
 

@@ -43,7 +43,7 @@ def builtin(loaded) -> tuple[Source | None, str | None]:
         return (None, f"{missing} not installed") if missing else (_hf_source(path, fmt, loaded.config), None)
     if fmt in KERASHUB_DIRS and path.is_dir():
         missing = _missing("keras_hub")
-        return (None, f"{missing} not installed") if missing else (_kerashub_source(path, loaded.config), None)
+        return (None, f"{missing} not installed") if missing else (_kerashub_source(path, fmt, loaded.config), None)
     if fmt == "nn-transformer":
         missing = _missing("torch")
         if missing:

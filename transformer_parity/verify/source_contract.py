@@ -37,7 +37,7 @@ class SourceRun:
 class Source:
     """A model to judge our port against (see the module docstring)."""
 
-    name: str  # how the verdict names it: "model.py:forward", "transformers GPT2LMHeadModel", "probe.npz"
+    name: str  # how the verdict names it: "model.py:forward", "transformers <Stem>ForCausalLM", "probe.npz"
     kind: str  # file | builtin | expect
     run: Callable[[Batch], list[SourceRun]]
     notes: list[str] = field(default_factory=list)
@@ -127,7 +127,7 @@ def _one_line(exc: BaseException) -> str:
 
 def _hook_outputs(modules: Mapping[str, Any], record: dict[str, Any], transpose: bool = False) -> list[Any]:
     """Forward hooks that store each module's output (the first element of a tuple) under its canonical name. A
-    module under several names (ALBERT's one layer, run once per layer) stores its k-th call under the k-th name."""
+    module under several names (one layer's weights run by every layer) stores its k-th call under the k-th name."""
     names: dict[int, tuple[Any, list[str]]] = {}  # id(module) -> (module, its canonical names in order)
     for name, module in modules.items():
         names.setdefault(id(module), (module, []))[1].append(name)

@@ -1,6 +1,6 @@
 """The built-in source for a Hugging Face directory: transformers' own class (the task class the directory names, or
 the family's), run in float32 as it ships and in float64 made exact (`exact_float64`), its sublayers hooked under
-canonical names (the family's `HOOKS`)."""
+canonical names (the family record's `hooks`)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,20 @@ from typing import Any
 import reference_numpy as rn
 
 from transformer_parity.errors import UsageError
-from transformer_parity.layouts import hf_layout, hf_tasks
+from transformer_parity.layouts import hf_family, hf_tasks
 from .source_contract import OUTPUT, Batch, Source, SourceRun, _expand, _hook_outputs
 
 
 def _hf_source(path: Path, fmt: str, config: rn.TransformerConfig) -> Source:
     """transformers' own model class on the directory, in float32 and float64. Its attention mask marks the probe's
-    padding, as a tokenizer's would: the probe pads with the port's pad id only (none when the port has no pad token;
-    GPT-2 derives no padding from ids even when config.json names a pad_token_id)."""
+    padding, as a tokenizer's would: the probe pads with the port's pad id only (none when the port has no pad token:
+    a family that derives no padding from ids reads none even when config.json names a pad_token_id)."""
     from transformer_parity.layouts import hf_dir
 
     hf_dir.read_config(path)  # the directory's config.json is checked as the port read it
-    family = hf_layout(fmt)
-    head = hf_tasks.head_for(family, config)  # a task class (BertForSequenceClassification, ...), else the family's
-    cls_name = head.arch if head is not None else family.TRANSFORMERS_CLASSES[0 if config.output_projection else 1]
+    family = hf_family(fmt)
+    head = hf_tasks.head_for(family, config)  # a task class (a sequence classifier, ...), else the family's own
+    cls_name = head.arch if head is not None else family.transformers_classes[0 if config.output_projection else 1]
     pad = config.pad_id
     notes = [f"transformers {cls_name}: attention mask " + (f"0 where the probe pads (pad id {pad})"
                                                             if pad is not None else "all ones (no pad token)")]
@@ -56,26 +56,19 @@ def _hf_source(path: Path, fmt: str, config: rn.TransformerConfig) -> Source:
         return state["model"]
 
     def run(batch: Batch) -> list[SourceRun]:
-        import torch
-
         model = model32()
         model64 = copy.deepcopy(model).double()
-        if fmt == "hf-marian":  # transformers builds the fixed sinusoids in float32, even for a float64 model
-            with torch.no_grad():
-                for stack in (model64.model.encoder, model64.model.decoder):
-                    table = stack.embed_positions.weight
-                    table.copy_(torch.as_tensor(rn.sinusoidal_positions(table.shape[0], table.shape[1],
-                                                                        config.sinusoid_layout)))
+        if family.float64_fix is not None:  # what transformers keeps in float32 even in a float64 model of it
+            family.float64_fix.apply(model64, config)
         if config.positional == "rope" or config.norm == "rms":
             exact_float64(model64, config)
-        return [SourceRun("transformers-f32", _hf_forward(model, fmt, config, batch, pad)),
-                SourceRun("transformers-f64", _hf_forward(model64, fmt, config, batch, pad))]
+        return [SourceRun("transformers-f32", _hf_forward(model, family, config, batch, pad)),
+                SourceRun("transformers-f64", _hf_forward(model64, family, config, batch, pad))]
 
-    if fmt == "hf-marian":
-        notes.append("transformers-f64: Marian's sinusoid tables, which transformers builds in float32, replaced by "
-                     "the exact ones")
+    if family.float64_fix is not None:
+        notes.append(f"transformers-f64: {family.float64_fix.says}")
     if config.positional == "rope" or config.norm == "rms":
-        notes.append("transformers-f64: the rotary angles and RMSNorms (and Gemma's embedding scale), which "
+        notes.append("transformers-f64: the rotary angles and RMSNorms (and a float32 embedding scale), which "
                      "transformers computes in float32 even in a float64 model, computed in float64; the float32 run "
                      "is transformers as it ships")
     return Source(f"transformers {cls_name}", "builtin", run, notes)
@@ -83,7 +76,7 @@ def _hf_source(path: Path, fmt: str, config: rn.TransformerConfig) -> Source:
 
 def exact_float64(model64, config: rn.TransformerConfig) -> None:
     """Make a float64 transformers model float64 throughout: its rotary embedding computes the angles in float32
-    from float32 frequencies, its RMSNorms upcast to float32 only, and Gemma's embedding scale is a float32 constant,
+    from float32 frequencies, its RMSNorms upcast to float32 only, and an embedding scale may be a float32 constant,
     so the 'float64' model is float32 there. Each is replaced by the same formula in float64 (the frequencies by
     the reference's, `ops.rope_frequencies`, which the float32 run checks against transformers' own)."""
     import types
@@ -111,7 +104,9 @@ def exact_float64(model64, config: rn.TransformerConfig) -> None:
             module.embed_scale = torch.tensor(float(module.scalar_embed_scale), dtype=torch.float64)
 
 
-def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad: int | None) -> dict[str, Any]:
+def _hf_forward(model, family, config: rn.TransformerConfig, batch: Batch, pad: int | None) -> dict[str, Any]:
+    """The outputs of transformers' `model` on `batch`, and its sublayers' under canonical names (`family`: its
+    record's `hooks` and `head_hook`)."""
     import torch
 
     def mask(ids):
@@ -126,20 +121,19 @@ def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad
                       decoder_attention_mask=mask(batch["tgt_ids"]))
     if config.classifier == "choice":  # a multiple-choice class takes (batch, choices, length): each row one choice
         kwargs.update({k: v[:, None] for k, v in kwargs.items() if isinstance(v, torch.Tensor)})
-    if config.choice_head:  # GPT2DoubleHeadsModel: the score read where ours reads it, the last real position
+    if config.choice_head:  # a double-heads model: the score read where ours reads it, the last real position
         real = src != pad if pad is not None else torch.ones_like(src, dtype=torch.bool)
         kwargs["mc_token_ids"] = (torch.arange(src.shape[1]) * real.long()).argmax(-1)
     base = model.base_model
     layers = {"encoder": config.num_encoder_layers, "decoder": config.num_decoder_layers}
-    wanted = _expand(hf_layout(fmt).HOOKS, layers)
+    wanted = _expand(family.hooks, layers)
     if not config.final_norm:
         wanted.pop("decoder.final_norm", None)
     modules = {name: base.get_submodule(module) for name, module in wanted.items()}
-    head = getattr(hf_layout(fmt), "HEAD_HOOK", None)  # BertForMaskedLM's dense -> activation -> LayerNorm, ...
-    if head and config.head_transform:
-        modules["head"] = model.get_submodule(head)
+    if family.head_hook is not None and config.head_transform:  # the head's dense -> activation -> norm
+        modules["head"] = model.get_submodule(family.head_hook)
     if config.pooler and hf_tasks.has_head(config):  # a task class returns no pooler_output: its pooler is hooked
-        modules["pooler"] = getattr(base, "pooler_activation", None) or base.pooler  # ALBERT's tanh is its own
+        modules["pooler"] = getattr(base, "pooler_activation", None) or base.pooler  # a tanh of its own, or none
     record: dict[str, Any] = {}
     handles = _hook_outputs(modules, record)
     try:
@@ -159,7 +153,7 @@ def _hf_forward(model, fmt: str, config: rn.TransformerConfig, batch: Batch, pad
         record["pooler"] = out.pooler_output
     if config.classifier == "span":  # question answering: start and end scores, stacked as the canonical head's
         final = torch.stack([out.start_logits, out.end_logits], dim=-1)
-    elif config.next_sentence:  # Bert/AlbertForPreTraining; BertForNextSentencePrediction beside its hidden states
+    elif config.next_sentence:  # a pretraining class; a next-sentence class beside its hidden states
         pair = getattr(out, "seq_relationship_logits", None)
         final, record["next_sentence"] = ((out.prediction_logits, out.sop_logits if pair is None else pair)
                                           if config.output_projection else (out.hidden_states[-1], out.logits))

@@ -13,13 +13,16 @@ import reference_numpy as rn
 from .source_contract import OUTPUT, Batch, Source, SourceRun
 
 
-def _kerashub_source(path: Path, config: rn.TransformerConfig) -> Source:
-    """keras_hub's own class (the task of task.json, else the backbone) from the preset, in float32; its padding
-    mask is an input, given as ids != the config's pad_id (all ones without a pad id)."""
+def _kerashub_source(path: Path, fmt: str, config: rn.TransformerConfig) -> Source:
+    """keras_hub's own class (the task of task.json, else the backbone) from the preset of the family `fmt`, in
+    float32; its padding mask is an input, given as ids != the config's pad_id (all ones without a pad id)."""
     import json
+
+    from transformer_parity.layouts import kerashub_family
 
     task_file, config_file = path / "task.json", path / "config.json"
     cls_name = json.loads((task_file if task_file.is_file() else config_file).read_text()).get("class_name")
+    masked = cls_name in kerashub_family(fmt).predicts_mask_positions
     pad = config.pad_id
     notes = [f"keras_hub {cls_name}: run in float32 only (its float64 forward computes a few constants in float32, "
              "docs/kerashub.md); padding_mask " + (f"ids != pad_id={pad}" if pad is not None else "all ones")]
@@ -35,12 +38,12 @@ def _kerashub_source(path: Path, config: rn.TransformerConfig) -> Source:
             return x != pad if pad is not None else np.ones(x.shape, bool)
 
         inputs = {"token_ids": ids, "padding_mask": padding(ids)}
-        if "tgt_ids" in batch:  # an encoder-decoder (BART)
+        if "tgt_ids" in batch:  # an encoder-decoder
             inputs = {"encoder_token_ids": ids, "encoder_padding_mask": padding(ids),
                       "decoder_token_ids": batch["tgt_ids"], "decoder_padding_mask": padding(batch["tgt_ids"])}
         if "src_type_ids" in batch:
             inputs["segment_ids"] = batch["src_type_ids"]
-        if cls_name.endswith("MaskedLM"):  # its head predicts mask_positions: every position, as the canonical head
+        if masked:  # its head predicts mask_positions only: every position, as the canonical head
             inputs["mask_positions"] = np.broadcast_to(np.arange(ids.shape[1]), ids.shape).astype(np.int32)
         layers = _kerashub_layers(model, config)
         out = model(inputs)
@@ -54,7 +57,7 @@ def _kerashub_source(path: Path, config: rn.TransformerConfig) -> Source:
             values = probe({k: v for k, v in inputs.items() if k in ("token_ids", "padding_mask")})
             return [SourceRun("keras_hub-f32", {OUTPUT: np.asarray(out),
                                                 **{k: np.asarray(v) for k, v in values.items()}})]
-        if isinstance(out, Mapping):  # BertBackbone, BartBackbone
+        if isinstance(out, Mapping):  # a backbone with several outputs (a pooled one, an encoder's)
             raw = {OUTPUT: np.asarray(out["decoder_sequence_output" if "tgt_ids" in batch else "sequence_output"])}
             if config.pooler:
                 raw["pooler"] = np.asarray(out["pooled_output"])

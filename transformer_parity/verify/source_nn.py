@@ -91,7 +91,7 @@ def _nn_model(path: Path, config: rn.TransformerConfig):
     import torch.nn.functional as F
     from torch import nn
 
-    from torch_impl import checkpoints as tc
+    from transformer_parity.io import torch_files as tc
 
     from transformer_parity.layouts import nn_transformer as nnt
 

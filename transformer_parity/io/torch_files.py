@@ -1,12 +1,8 @@
-"""PyTorch checkpoint files: reading any `.pt` safely, and the project's own `.pt` format.
+"""PyTorch files read safely: `torch.load(..., weights_only=True)` only (nothing in a pickle ever runs), after the
+archive and every tensor in it are checked; the tensor dict found inside a training checkpoint; tensors to NumPy.
 
-Files are read only with `torch.load(..., weights_only=True)` (nothing in a pickle ever runs).
-
-- **The project's `.pt`**: `{"format": FORMAT_TAG, "format_version": "1", "config": <config JSON>,
-  "state_dict": <torch_impl.Transformer state dict>}`; weights map through `torch_impl.weight_table`.
-- **Other state dicts** (`unwrap_state_dict` finds the tensors inside a training checkpoint) are mapped by the
-  external layouts in `transformer_parity.layouts`, e.g. models built around `torch.nn.Transformer`
-  (`layouts.nn_transformer`).
+The project's own `.pt` is `transformer_parity.formats.torch_file`; the external layouts that read other state dicts
+(`transformer_parity.layouts`) read them through here. PyTorch is imported when this module is.
 """
 
 from __future__ import annotations
@@ -18,14 +14,6 @@ from typing import Any, Mapping
 
 import numpy as np
 import torch
-
-import reference_numpy as rn
-from reference_numpy import TransformerConfig
-
-from .model import weight_table
-
-FORMAT_TAG = "transformer-parity/torch"
-FORMAT_VERSION = "1"
 
 
 # --- reading .pt files safely ---------------------------------------------------------------------------------------
@@ -119,11 +107,7 @@ def _check_tensor(t: torch.Tensor, path: Path) -> None:
         raise ValueError(f"{path}: a tensor of shape {tuple(t.shape)} needs {need} bytes, its storage holds {have}")
 
 
-def is_project_file(obj: Any) -> bool:
-    return isinstance(obj, Mapping) and obj.get("format") == FORMAT_TAG
-
-
-def _numpy_state(state: Mapping[str, Any], path: Path | str, consume: bool = False,
+def numpy_state(state: Mapping[str, Any], path: Path | str, consume: bool = False,
                  integers: bool = False) -> dict[str, np.ndarray]:
     """Tensors -> NumPy arrays (sharing memory); `consume=True` empties `state` (a dict) as it goes, so that the
     arrays are the only owners of the weights. `integers=True` keeps integer and boolean buffers (position ids, a
@@ -143,64 +127,6 @@ def _numpy_state(state: Mapping[str, Any], path: Path | str, consume: bool = Fal
             value = value.float()
         out[key] = value.detach().cpu().numpy()
     return out
-
-
-# --- the project's .pt ------------------------------------------------------------------------------------------------
-
-def save_pt(path: str | os.PathLike, config: TransformerConfig, weights: Mapping[str, np.ndarray],
-            consume: bool = False, origin: str | None = None) -> None:
-    """Write the project's `.pt` (torch_impl state dict + config) to `path` (the caller makes it atomic);
-    `consume=True` empties `weights` (a dict) as it converts them; `origin`: the external family they came from."""
-    state = rn.to_framework_state(config, weights, weight_table(config), consume=consume)
-    try:
-        torch.save({"format": FORMAT_TAG, "format_version": FORMAT_VERSION, "config": config.to_json(),
-                    **({"origin": origin} if origin is not None else {}),
-                    "state_dict": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}}, path)
-    except RuntimeError as exc:  # PyTorch's zip writer reports a failed write (a full disk) as RuntimeError
-        import shutil
-
-        folder = Path(path).parent
-        free = shutil.disk_usage(folder).free if folder.is_dir() else 0
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise OSError(f"writing a .pt file in {folder} failed ({detail}); {free / 2 ** 20:.0f} MiB free there "
-                      "(disk full?)") from None
-
-
-def load_pt(obj: Mapping[str, Any], path: str | os.PathLike, fields: Mapping[str, Any] | None = None
-            ) -> tuple[TransformerConfig, dict[str, np.ndarray]]:
-    """Canonical `(config, weights)` from a loaded project `.pt` object; `fields` override the stored config."""
-    if obj.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: unsupported format_version {obj.get('format_version')!r}, expected "
-                         f"{FORMAT_VERSION!r}")
-    if not isinstance(obj.get("config"), str) or not isinstance(obj.get("state_dict"), Mapping):
-        raise ValueError(f"{path}: a {FORMAT_TAG} file needs a config string and a state_dict")
-    try:
-        config = TransformerConfig.from_json(obj["config"])
-        if fields:
-            config = config.replace(**fields)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise ValueError(f"{path}: invalid config: {exc}") from None
-    rn.schema.check_config_against_file(config, len(obj["state_dict"]), str(path))
-    try:
-        return config, rn.from_framework_state(config, _numpy_state(obj["state_dict"], path, consume=True),
-                                               weight_table(config), consume=True)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
-
-
-def looks_like_torch_impl_state(state: Mapping[str, Any]) -> bool:
-    return isinstance(state, Mapping) and "src_embed.token.weight" in state
-
-
-def load_torch_impl_state(state: Mapping[str, Any], path: str | os.PathLike, config: TransformerConfig
-                          ) -> dict[str, np.ndarray]:
-    """A bare `torch_impl.Transformer.state_dict()` (no config stored) under an explicitly given config."""
-    rn.schema.check_config_against_file(config, len(state), str(path))
-    try:
-        return rn.from_framework_state(config, _numpy_state(state, path, consume=True), weight_table(config),
-                                       consume=True)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
 
 
 # --- any state dict ----------------------------------------------------------------------------------------------

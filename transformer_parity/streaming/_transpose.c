@@ -1,4 +1,4 @@
-/* A cache-blocked 2-D transpose for reference_numpy.mapping.transposed: the one step of a checkpoint conversion that
+/* A cache-blocked 2-D transpose for transformer_parity.streaming.transpose.transposed: the one step of a checkpoint conversion that
  * does arithmetic on addresses rather than values (a Linear's (out, in) to the canonical (in, out)).
  *
  * The matrix is walked in tiles of 256 x 256 items (128 x 128 of 4-byte items) so that a tile's source rows and
