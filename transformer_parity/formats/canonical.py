@@ -40,4 +40,5 @@ def write(request: WriteRequest) -> tuple[Path, str]:
 
 FORMAT = Format(
     name="canonical", what="canonical names, the config in the metadata", framework="numpy",
-    extensions=(".safetensors",), containers=("safetensors",), read=read, write=write, streamed=True)
+    extensions=(".safetensors",), containers=("safetensors",), read=read, write=write, streamed=True,
+    families=(), write_extensions=(), is_directory=None, output_directory=None, dir_kind=None)

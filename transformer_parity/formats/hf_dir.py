@@ -50,5 +50,5 @@ def dir_kind():
 
 FORMAT = Format(
     name="hf", what="a Hugging Face save_pretrained model directory", framework="torch", extensions=(),
-    containers=(), read=read, write=write, streamed=True, families=tuple(HF_LAYOUTS), is_directory=is_directory,
-    output_directory=lambda name: True, dir_kind=dir_kind)
+    containers=(), read=read, write=write, streamed=True, families=tuple(HF_LAYOUTS), write_extensions=(),
+    is_directory=is_directory, output_directory=lambda name: True, dir_kind=dir_kind)

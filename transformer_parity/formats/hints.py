@@ -21,7 +21,15 @@ CANONICAL_TOPS = {"encoder", "decoder", "src_embed", "tgt_embed", "src_pos", "tg
                   "tgt_embed_norm", "src_type", "output", "head", "pooler"}
 KERASHUB_LAYERS = ("reversible_embedding", "token_and_position_embedding", "position_embedding", "token_embedding",
                    "transformer_layer", "transformer_encoder", "transformer_decoder")
-HF_PREFIXES = ("transformer.", "bert.", "model.", "h.", "encoder.layer.", "embeddings.", "lm_head.", "cls.")
+# Where a Hugging Face model's keys start besides its families' base models (`HFFamily.base_prefix`): the layers and
+# embeddings of a bare base model, and the heads around one.
+HF_TOPS = ("h.", "encoder.layer.", "embeddings.", "lm_head.", "cls.")
+
+
+def _hf_prefixes() -> tuple[str, ...]:
+    from ..layouts import hf_families
+
+    return tuple(sorted({family.base_prefix for family in hf_families() if family.base_prefix})) + HF_TOPS
 
 
 def missing_config(path: Path, names: Sequence[str]) -> UsageError:
@@ -52,7 +60,7 @@ def missing_config(path: Path, names: Sequence[str]) -> UsageError:
 
         return UsageError(f"{head}, and its weights are a KerasHub model's ({example!r}, ...): --from with its family "
                           f"({', '.join(KERASHUB_LAYOUTS)}) reads the config off them (or give the preset directory)")
-    if any(name.startswith(HF_PREFIXES) for name in names):
+    if any(name.startswith(_hf_prefixes()) for name in names):
         return UsageError(f"{head}, and its names are a Hugging Face model's ({example!r}, ...): give the model's "
                           "directory, with its config.json")
     return UsageError(f"{head}, and its names ({example!r}, ...) are not this tool's: a model of your own ports with a "

@@ -173,5 +173,6 @@ def write(request: WriteRequest) -> tuple[Path, str]:
 
 FORMAT = Format(
     name="keras", what="the Keras twin's save_weights layout and its config", framework="keras",
-    extensions=(".weights.h5", ".h5"), containers=("hdf5",), read=read, write=write, streamed=True,
-    write_extensions=(".weights.h5",))  # keras.Model.load_weights requires it
+    extensions=(".weights.h5", ".h5"), containers=("hdf5",), read=read, write=write, streamed=True, families=(),
+    write_extensions=(".weights.h5",),  # keras.Model.load_weights requires it
+    is_directory=None, output_directory=None, dir_kind=None)

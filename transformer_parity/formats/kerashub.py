@@ -50,6 +50,6 @@ def dir_kind():
 FORMAT = Format(
     name="kerashub", what="a KerasHub save_to_preset directory (or, with --from FAMILY, a bare .weights.h5)",
     framework="keras", extensions=(), containers=("hdf5",), read=read, write=write, streamed=True,
-    families=tuple(KERASHUB_LAYOUTS), is_directory=is_directory, output_directory=lambda name: name in KERASHUB_PRESETS,
-    dir_kind=dir_kind)
+    families=tuple(KERASHUB_LAYOUTS), write_extensions=(), is_directory=is_directory,
+    output_directory=lambda name: name in KERASHUB_PRESETS, dir_kind=dir_kind)
 

@@ -35,4 +35,5 @@ def read(request: ReadRequest) -> Loaded:
 
 FORMAT = Format(
     name="layout", what="a checkpoint described by a user's layout file (--layout FILE.toml)", framework=None,
-    extensions=(), containers=tuple(LOADED), read=read, write=None, streamed=False)
+    extensions=(), containers=tuple(LOADED), read=read, write=None, streamed=False, families=(), write_extensions=(),
+    is_directory=None, output_directory=None, dir_kind=None)

@@ -21,4 +21,4 @@ def write(request: WriteRequest) -> tuple[Path, str]:
 FORMAT = Format(
     name="nn-transformer", what="a model built around torch.nn.Transformer (the PyTorch tutorials' state dict)",
     framework="torch", extensions=(".bin",), containers=("zip", "pickle"), read=torch_file.read, write=write,
-    streamed=False)
+    streamed=False, families=(), write_extensions=(), is_directory=None, output_directory=None, dir_kind=None)

@@ -78,9 +78,9 @@ class WriteRequest:
 
 @dataclass(frozen=True)
 class Format:
-    """One checkpoint format, as its module declares it. A hook the format does not have is `None` or empty, never
-    missing: `write=None` is a format this tool reads only; `families=()` one that holds no external families;
-    `is_directory=None` one whose checkpoints are files."""
+    """One checkpoint format, as its module declares it. Every hook is stated, none has a default: one the format does
+    not have is `None` or empty, never missing (`write=None`: read only; `families=()`: it holds no external
+    families; `is_directory=None`: its checkpoints are files)."""
 
     name: str  # what --from / --to call it
     what: str  # one line for --help and messages
@@ -90,11 +90,11 @@ class Format:
     read: Callable[[ReadRequest], Loaded]
     write: Callable[[WriteRequest], tuple[Path, str]] | None  # returns (path, the format or family written)
     streamed: bool  # `lazy=True` reads it tensor by tensor (`streaming.lazy.LazyArray`), in its stored dtype
-    families: tuple[str, ...] = ()  # other names that pick this format and one family in it (`hf-gpt2`, ...)
-    write_extensions: tuple[str, ...] = ()  # the endings a file it writes must have, where its reader needs one
-    is_directory: Callable[[Path], bool] | None = None  # whether a directory holds a checkpoint of this format
-    output_directory: Callable[[str], bool] | None = None  # whether `--to NAME` writes a directory (None: files)
-    dir_kind: Callable[[], Any] | None = None  # the `io.outputs.DirKind` of its output directories
+    families: tuple[str, ...]  # other names that pick this format and one family in it (`hf-gpt2`, ...)
+    write_extensions: tuple[str, ...]  # the endings a file it writes must have, where its reader needs one
+    is_directory: Callable[[Path], bool] | None  # whether a directory holds a checkpoint of this format
+    output_directory: Callable[[str], bool] | None  # whether `--to NAME` writes a directory (None: it writes files)
+    dir_kind: Callable[[], Any] | None  # the `io.outputs.DirKind` of its output directories
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -141,5 +141,6 @@ def write(request: WriteRequest) -> tuple[Path, str]:
 
 FORMAT = Format(
     name="torch", what="the PyTorch twin's state dict and its config (a zip, as torch.save writes it)",
-    framework="torch", extensions=(".pt", ".pth", ".ckpt"), containers=("zip", "pickle"), read=read, write=write,
-    streamed=False)  # .ckpt: a PyTorch Lightning checkpoint
+    framework="torch", extensions=(".pt", ".pth", ".ckpt"),  # .ckpt: a PyTorch Lightning checkpoint
+    containers=("zip", "pickle"), read=read, write=write, streamed=False, families=(), write_extensions=(),
+    is_directory=None, output_directory=None, dir_kind=None)
