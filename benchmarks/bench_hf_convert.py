@@ -128,7 +128,7 @@ def accuracy(label: str, spec, workdir: Path, length: int) -> dict:
         row[f"tf_impl {dtype}"] = _err(np.asarray(km(*args, **kwargs), np.float64)[mask], desired)
         del km
     for dtype in ("float32", "float64"):
-        report = verify.run([path], dtype=dtype, batch=2, src_len=length, tgt_len=length - 2)
+        report = verify.run(verify.Request([path], dtype=dtype, batch=2, src_len=length, tgt_len=length - 2))
         row[f"verify {dtype}"] = (f"{'pass' if report.passed else 'FAIL'}, max {report.max_ratio():.2f} floors "
                                   f"over {len(report.sublayers)} sublayers")
     row["seconds"] = round(time.perf_counter() - start, 1)

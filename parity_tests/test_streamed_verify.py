@@ -189,5 +189,5 @@ def test_the_whole_model_verify_keeps_its_source(tmp_path):
     """--stream auto on a small checkpoint runs the whole model, and so still reads the eager weights it needs."""
     path = tmp_path / "tiny.safetensors"
     formats.save(path, TINY, seeded_weights(TINY, 0), "canonical")
-    report = verify.run([path], src_len=9, tgt_len=7)
+    report = verify.run(verify.Request([path], src_len=9, tgt_len=7))
     assert report.mode == "whole model" and report.passed

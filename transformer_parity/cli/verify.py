@@ -85,9 +85,9 @@ def cmd_verify(args) -> int:
         from transformer_parity.formats import LAYOUT_PREFIX
         declared = [LAYOUT_PREFIX + args.layout] + [None] * (len(args.checkpoints) - 1)
     if args.write_probe:
-        probe = verify.write_probe(args.write_probe, args.checkpoints, preset=args.preset, fields=fields,
-                                   formats=declared or None, **shape, force=args.force,
-                                   allow_drop=args.allow_drop)
+        request = verify.Request(args.checkpoints, preset=args.preset, fields=fields, formats=declared or None,
+                                 **shape, allow_drop=args.allow_drop or ())
+        probe = verify.write_probe(args.write_probe, request, force=args.force)
         if not args.quiet:
             print(f"wrote {args.write_probe}: " + ", ".join(f"{k} {tuple(v.shape)}" for k, v in probe.items())
                   + "; add the model's output as 'output' and run verify CHECKPOINT --expect FILE.npz")
@@ -110,12 +110,12 @@ def cmd_verify(args) -> int:
             status.update(f"running {step}" if not step.startswith(("reading", "seeding")) else step)
 
     try:
-        result = verify.run(args.checkpoints, preset=args.preset, fields=fields, backends=backends,
-                            formats=declared or None,
-                            dtype=args.dtype, **shape, progress=progress, outputs_only=args.outputs_only,
-                            autocast=args.autocast, source=args.source, expect=args.expect,
-                            builtin_source=not args.no_source, allow_drop=args.allow_drop, stream=args.stream,
-                            cover=args.cover)
+        request = verify.Request(args.checkpoints, preset=args.preset, fields=fields, backends=backends,
+                                 formats=declared or None, dtype=args.dtype, **shape, outputs_only=args.outputs_only,
+                                 autocast=args.autocast, source=args.source, expect=args.expect,
+                                 builtin_source=not args.no_source, allow_drop=args.allow_drop or (),
+                                 stream=args.stream, cover=args.cover)
+        result = verify.run(request, progress)
     finally:
         if status is not None:
             status.stop()

@@ -39,6 +39,7 @@ from transformer_parity.verify import coverage
 from .tolerances import (EPS32, EPS64, PAIR_RATIO_LIMIT, RATIO_LIMIT, compare, floors,  # noqa: F401 (the rule)
                          max_abs)
 
+from .request import STREAM_MODES, Request  # noqa: F401 (the verify API)
 from .results import (JUDGE, Report, Row, Subject, nonfinite_problems, output_name,  # noqa: F401 (the verify API)
                       port_rows, recorded_inputs, row)
 DEFAULT_SHAPE = {"batch": 2, "src_len": 37, "tgt_len": 29}
@@ -264,84 +265,58 @@ def _source_rows(judge, floor32, floor, dtype: str, runs, subjects: Sequence[Sub
 
 # --- entry point: checkpoints or a preset ---------------------------------------------------------------------------
 
-def run(checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base", fields: Mapping[str, Any] | None = None,
-        backends: Sequence[str] | None = None, formats: Sequence[str | None] | None = None, dtype: str = "float32",
-        batch: int = 2, src_len: int | None = None, tgt_len: int | None = None, seed: int = 0,
-        progress: Progress | None = None, outputs_only: bool = False, autocast: bool = False,
-        source: str | None = None, expect: str | os.PathLike | None = None, builtin_source: bool = True,
-        allow_drop: Sequence[str] = (), stream: str = "auto", cover: bool = False) -> Report:
-    """Verify checkpoints (or, with none, the `preset` with seeded weights).
-
-    - no checkpoint: seeded weights for `preset` (with `fields` applied) in every backend;
-    - one checkpoint: it in every backend;
-    - two or more: each in its own framework (a `.pt` in torch, a `.weights.h5` in Keras, a `.safetensors` in
-      NumPy at `dtype`), the first checkpoint's weights being the reference the judge runs.
-
-    `backends` limits the framework backends of the first two modes (default: every installed one).
-    `allow_drop` names the nonzero tensors a layout's `ignore` may leave out (`--allow-drop`); the report lists them.
-    `src_len` / `tgt_len` left out: 37 and 29, clipped to a model whose `max_len` is shorter (a note says so).
-    The first checkpoint is also judged against its source (`source`): `source` (FILE.py:NAME), `expect` (an .npz
-    of inputs and outputs computed elsewhere), or by default the built-in one for its kind (`builtin_source`).
-    `stream`: `on` runs one block at a time (`verify.streamed`: a model larger than memory, no source run), `off`
-    the whole model, `auto` (the default) streams one checkpoint whose whole-model run would not fit in memory.
-    `cover`: lengths that run every length-dependent path the config declares (`coverage.cover_lengths`): past a
-    sliding window, past a late rope scaling, every learned position.
-    """
+def run(request: Request, progress: Progress | None = None) -> Report:
+    """Verify what `request` names (`verify.Request`: the checkpoints or a preset, where they run, the inputs, the
+    source that judges them); `progress(step)` hears each step."""
     notes: list[str] = []
-    if stream not in STREAM_MODES:
-        raise UsageError(f"--stream must be one of {', '.join(STREAM_MODES)}, received {stream!r}")
-    if stream == "on" and len(checkpoints) >= 2:
-        raise UsageError("--stream on runs one checkpoint (or a preset) in every backend; several checkpoints are "
-                         "compared whole: give one, or drop --stream on")
-    if backends is not None:
-        from transformer_parity import backends as registry
-
-        backends = [registry.canonical_name(b) for b in backends]  # `tf` is `keras`; an unknown name is refused
-    loaded: list = []
-    if len(checkpoints) >= 2:
-        if backends is not None:
-            raise UsageError("--backends applies to zero or one checkpoint; with several, each runs in its own "
-                             "framework")
-        loaded, subjects, approximated = _several(checkpoints, formats, fields, allow_drop, progress, notes)
+    loaded, approximated = [], []
+    if len(request.checkpoints) >= 2:
+        loaded, subjects, approximated = _several(request, progress, notes)
         reference, first = subjects[0], loaded[0]
-        if outputs_only:
+        if request.outputs_only:
             notes.append("weights not compared (--outputs-only)")
     else:
-        one = _one(checkpoints, preset, fields, backends, formats, dtype, batch, src_len, tgt_len, seed, progress,
-                   source, expect, builtin_source, allow_drop, stream, cover, notes)
+        one = _one(request, progress, notes)
         if isinstance(one, Report):  # layer-streamed
             return one
         reference, subjects, first = one
-        approximated = []
-    oracle, self_consistent = _choose_source(first, source, expect, builtin_source, loaded[1:])
+    oracle, self_consistent = _choose_source(first, request.source, request.expect, request.builtin_source,
+                                             loaded[1:])
     if oracle is None or oracle.inputs is None:
-        src_len, tgt_len = _lengths(reference.config, src_len, tgt_len, notes, cover)
+        src_len, tgt_len = _lengths(reference.config, request.src_len, request.tgt_len, notes, request.cover)
     else:  # --expect: the file's own inputs, whatever the lengths say
         src_len, tgt_len = DEFAULT_SHAPE["src_len"], DEFAULT_SHAPE["tgt_len"]
     weight_rows = None
-    if len(checkpoints) >= 2 and not outputs_only:  # weights first: before any output is computed
-        if progress:
-            progress("comparing weights")
-        from reference_numpy.schema import unread_rows
-
-        unread = unread_rows(reference.config)
-        weight_rows = _compare_weights(subjects, unread)
-        notes += [f"{name}: rows 0..{k - 1} never read by the model (position_offset="
-                  f"{reference.config.position_offset}): not compared" for name, k in unread.items()]
+    if len(request.checkpoints) >= 2 and not request.outputs_only:  # weights first: before any output is computed
+        weight_rows = _weights_first(subjects, progress, notes)
     try:
-        report = judge_subjects(reference, subjects, dtype=dtype, batch=batch, src_len=src_len, tgt_len=tgt_len,
-                                seed=seed, progress=progress, notes=notes, autocast=autocast, source=oracle,
-                                self_consistent=self_consistent, approximated=approximated)
+        report = judge_subjects(reference, subjects, dtype=request.dtype, batch=request.batch, src_len=src_len,
+                                tgt_len=tgt_len, seed=request.seed, progress=progress, notes=notes,
+                                autocast=request.autocast, source=oracle, self_consistent=self_consistent,
+                                approximated=approximated)
     except UsageError as exc:  # e.g. other architectures: the weight rows already say what differs
         if not weight_rows or all(w.passed for w in weight_rows):
             raise
-        inputs = recorded_inputs(reference.config, batch, src_len, tgt_len, seed)
-        report = _weights_only(reference, subjects, dtype, inputs, notes + [f"outputs not compared: {exc}"])
+        inputs = recorded_inputs(reference.config, request.batch, src_len, tgt_len, request.seed)
+        report = _weights_only(reference, subjects, request.dtype, inputs, notes + [f"outputs not compared: {exc}"])
     if weight_rows is not None:
         report.weights, report.weights_compared = weight_rows, True
-    items = loaded if len(checkpoints) >= 2 else [first] if first is not None else []
+    items = loaded if len(request.checkpoints) >= 2 else [first] if first is not None else []
     report.dropped = [f"{item.path.name}: {name}" for item in items for name in item.dropped]
     return report
+
+
+def _weights_first(subjects: Sequence[Subject], progress: Progress | None, notes: list[str]) -> list[Any]:
+    """Every checkpoint's weights against the first's, but for the rows the model never reads (noted)."""
+    from reference_numpy.schema import unread_rows
+
+    if progress:
+        progress("comparing weights")
+    config = subjects[0].config
+    unread = unread_rows(config)
+    notes += [f"{name}: rows 0..{k - 1} never read by the model (position_offset={config.position_offset}): not "
+              "compared" for name, k in unread.items()]
+    return _compare_weights(subjects, unread)
 
 
 def _weights_only(reference: Subject, subjects, dtype: str, inputs, notes: list[str]) -> Report:
@@ -351,17 +326,17 @@ def _weights_only(reference: Subject, subjects, dtype: str, inputs, notes: list[
                   judge=f"{JUDGE} on {reference.source or reference.label}", dtype=dtype, inputs=inputs, notes=notes)
 
 
-def _several(checkpoints, formats, fields, allow_drop, progress, notes: list[str]) -> tuple:
+def _several(request: Request, progress: Progress | None, notes: list[str]) -> tuple:
     """`(loaded, subjects, approximated)` of two or more checkpoints, each in its own framework, the first the
     reference; their read notes go into `notes`."""
     from transformer_parity import formats as fmt
     from transformer_parity.verify import approximation
 
     loaded = []
-    for i, path in enumerate(checkpoints):
+    for i, path in enumerate(request.checkpoints):
         if progress:
             progress(f"reading {Path(path).name}")
-        loaded.append(fmt.load(path, (formats or [None] * len(checkpoints))[i], fields, allow_drop=allow_drop))
+        loaded.append(fmt.load(path, request.format_of(i), request.fields, allow_drop=request.allow_drop))
     labels = _labels([item.framework for item in loaded])
     sources = _sources(loaded)
     subjects = [Subject(label, item.framework, item.config, item.weights, source)
@@ -371,53 +346,57 @@ def _several(checkpoints, formats, fields, allow_drop, progress, notes: list[str
     return loaded, subjects, approximation.find(loaded, labels)  # a preset recording an accepted approximation
 
 
-def _one(checkpoints, preset, fields, backends, formats, dtype, batch, src_len, tgt_len, seed, progress, source,
-         expect, builtin_source, allow_drop, stream, cover, notes: list[str]):
+def _one(request: Request, progress: Progress | None, notes: list[str]):
     """One checkpoint (or a preset's seeded weights) in every chosen backend: `(reference, subjects, first loaded
     or None)`, or the layer-streamed `Report` when the whole model is not run (`--stream`)."""
-    from transformer_parity import formats as fmt
-
-    first = None
-    if checkpoints:
-        if progress:
-            progress(f"reading {Path(checkpoints[0]).name}")
-        from transformer_parity.verify.probe import load_settled
-
-        first, found = load_settled(lambda given: fmt.load(checkpoints[0], (formats or [None])[0], given,
-                                                           allow_drop=allow_drop, lazy=stream != "off"),
-                                    checkpoints[0], dict(fields or {}), source, notes)
-        fields = {**dict(fields or {}), **found}  # what probing settled holds for every later read
-        config = first.config
-    else:
-        config = _preset_config(preset, fields)
-    chosen = _chosen_backends(backends, notes)
-    streaming = stream == "on" or (stream == "auto" and first is not None and
-                                   _too_large_whole(first, dtype, batch, src_len, tgt_len, len(chosen), notes))
-    if streaming and (source or expect):
+    first, fields = _read_first(request, progress, notes) if request.checkpoints else (None, request.fields)
+    config = first.config if first is not None else _preset_config(request.preset, fields)
+    chosen = _chosen_backends(request.backends, notes)
+    streaming = request.stream == "on" or (request.stream == "auto" and first is not None and _too_large_whole(
+        first, request.dtype, request.batch, request.src_len, request.tgt_len, len(chosen), notes))
+    if streaming and (request.source or request.expect):
         raise UsageError("a layer-streamed verify does not run a source; give --source/--expect with --stream off "
                          "on a machine where the whole model fits")
     if first is not None:
         if not streaming and any(is_lazy(v) for v in first.weights.values()):  # read it whole
-            first = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop)
+            from transformer_parity import formats as fmt
+
+            first = fmt.load(request.checkpoints[0], request.format_of(0), fields, allow_drop=request.allow_drop)
         notes += [f"{first.path.name}: {n}" for n in first.notes]
         config, weights, label = first.config, first.weights, first.path.name
     else:
         if progress:
-            progress(f"seeding {preset} weights")
-        weights, label = seeded_weights(config, seed), f"{preset} preset, seed {seed}"
+            progress(f"seeding {request.preset} weights")
+        weights, label = seeded_weights(config, request.seed), f"{request.preset} preset, seed {request.seed}"
     reference = Subject(label, "numpy", config, weights, label)
-    numpy_label = {"bfloat16": "numpy-bf16", "float16": "numpy-f16"}.get(dtype, f"numpy-f{dtype[5:]}")
+    numpy_label = {"bfloat16": "numpy-bf16", "float16": "numpy-f16"}.get(request.dtype, f"numpy-f{request.dtype[5:]}")
     subjects = [Subject(b if b != "numpy" else numpy_label, b, config, weights, label) for b in chosen]
     if not streaming:
         return reference, subjects, first
     from transformer_parity.verify import streamed
 
-    src_len, tgt_len = _lengths(config, src_len, tgt_len, notes, cover)
+    src_len, tgt_len = _lengths(config, request.src_len, request.tgt_len, notes, request.cover)
     why = ("no source given (seeded weights have none)" if first is None else
-           "--no-source" if not builtin_source else None)
-    report = streamed.report(reference, subjects, dtype, batch, src_len, tgt_len, seed, progress, notes, why)
+           "--no-source" if not request.builtin_source else None)
+    report = streamed.report(reference, subjects, request.dtype, request.batch, src_len, tgt_len, request.seed,
+                             progress, notes, why)
     report.dropped = [f"{label}: {name}" for name in first.dropped] if first is not None else []
     return report
+
+
+def _read_first(request: Request, progress: Progress | None, notes: list[str]) -> tuple[Any, dict[str, Any]]:
+    """`(the first checkpoint read, the fields every later read of it takes)`: read lazily where its format streams,
+    what it does not say settled by probing its source (`probe.load_settled`)."""
+    from transformer_parity import formats as fmt
+    from transformer_parity.verify.probe import load_settled
+
+    path = request.checkpoints[0]
+    if progress:
+        progress(f"reading {Path(path).name}")
+    first, found = load_settled(lambda given: fmt.load(path, request.format_of(0), given,
+                                                       allow_drop=request.allow_drop, lazy=request.stream != "off"),
+                                path, dict(request.fields or {}), request.source, notes)
+    return first, {**dict(request.fields or {}), **found}  # what probing settled holds for every later read
 
 
 def _preset_config(preset: str, fields) -> rn.TransformerConfig:
@@ -444,9 +423,6 @@ def _chosen_backends(backends, notes: list[str]) -> list[str]:
     if not chosen:
         raise UsageError("no backend to compare with the reference: install torch and/or tensorflow+keras")
     return chosen
-
-
-STREAM_MODES = ("auto", "on", "off")
 
 
 WHOLE_SHARE = 0.5  # `--stream auto` runs the whole model only when its estimate is at most this share of free memory
@@ -546,23 +522,22 @@ def _choose_source(first, spec: str | None, expect, builtin: bool, others=()):
     return sources.combine(([oracle] if oracle is not None else []) + more), None
 
 
-def write_probe(path: str | os.PathLike, checkpoints: Sequence[str | os.PathLike] = (), *, preset: str = "base",
-                fields: Mapping[str, Any] | None = None, formats: Sequence[str | None] | None = None, batch: int = 2,
-                src_len: int | None = None, tgt_len: int | None = None, seed: int = 0, force: bool = False,
-                allow_drop: Sequence[str] = ()) -> dict[str, np.ndarray]:
-    """`verify --write-probe`: the inputs verify would feed the first checkpoint's model (or the preset's), written to
-    an .npz that `--expect` reads back once `output` is added to it. Returns the arrays written."""
+def write_probe(path: str | os.PathLike, request: Request, force: bool = False) -> dict[str, np.ndarray]:
+    """`verify --write-probe`: the inputs `request`'s run would feed the first checkpoint's model (or the preset's),
+    written to an .npz that `--expect` reads back once `output` is added to it. Returns the arrays written."""
     from transformer_parity import formats as fmt
     from transformer_parity.verify import source_contract
 
-    if checkpoints:
-        config = fmt.load(checkpoints[0], (formats or [None])[0], fields, allow_drop=allow_drop).config
+    if request.checkpoints:
+        config = fmt.load(request.checkpoints[0], request.format_of(0), request.fields,
+                          allow_drop=request.allow_drop).config
     else:
         try:
-            config = rn.TransformerConfig.preset(preset, **dict(fields or {}))
+            config = rn.TransformerConfig.preset(request.preset, **dict(request.fields or {}))
         except (TypeError, ValueError) as exc:
             raise UsageError(f"invalid config: {exc}") from None
-    src_len, tgt_len = default_lengths(config, src_len, tgt_len, [])
+    batch, seed = request.batch, request.seed
+    src_len, tgt_len = default_lengths(config, request.src_len, request.tgt_len, [])
     for name, value in (("batch", batch), ("src-len", src_len), ("tgt-len", tgt_len)):
         if value < 1:
             raise UsageError(f"--{name} must be >= 1, received {value}")
