@@ -33,9 +33,8 @@ REGISTRIES = ("HF_LAYOUTS", "KERASHUB_PRESET_LAYOUTS", "KERASHUB_WEIGHTS_LAYOUTS
 KINDS = {"HF_LAYOUTS": HFFamily, "KERASHUB_PRESET_LAYOUTS": KerasHubFamily, "KERASHUB_WEIGHTS_LAYOUTS": KerasHubFamily}
 # Not scanned yet: the benchmark presets (`bench/`) are named after the families they imitate.
 NOT_SCANNED = ("transformer_parity/bench/",)
-# Names of families in a module another change is rewriting (module -> family words), skipped until it lands: two
-# `--set` help texts that give a family's value as the example.
-PENDING = {"transformer_parity/layouts/user.py": {"bart", "bert"}}
+# Names of families a shared module may still hold while a change rewrites it (module -> family words): none now.
+PENDING: dict[str, set[str]] = {}
 
 REGISTERED = [(registry, name, module)
               for registry in REGISTRIES for name, module in getattr(layouts, registry).items()]

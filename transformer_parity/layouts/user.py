@@ -688,9 +688,10 @@ SCAFFOLD_CONFIG = {  # field -> what to write in its comment
     "positional": "no position table in the weights: \"sinusoidal\" (computed)",
     "sinusoid_layout": "\"interleaved\" (sin, cos, sin, ...: the paper) or \"concatenated\" ([sin | cos])",
     "max_len": "the longest input the model takes",
-    "position_offset": "position p reads row p + offset of the position table (0; BART: 2)",
+    "position_offset": "position p reads row p + offset of the position table (0; 2 where a table reserves two rows)",
     "output_projection": "no output layer in the weights: false (hidden states out) or true with tie_embeddings",
-    "head_order": "the head transform's order: \"dense-activation-norm\" (BERT) or \"dense-norm-activation\"",
+    "head_order": "the head transform's order: \"dense-activation-norm\" (the usual masked-LM head) or "
+                  "\"dense-norm-activation\"",
     "head_activation": "the head transform's activation: \"relu\", \"gelu\", \"gelu_tanh\" or \"silu\"",
     "head_layer_norm_eps": "the head transform's LayerNorm epsilon (\"none\": the same as layer_norm_eps)",
 }
