@@ -1,6 +1,7 @@
-"""The decoder-only families people port — Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3 — against transformers itself:
-tiny random models with odd sizes (6 query heads over 2 key/value heads, a head width that is not hidden / heads, an
-intermediate size of 37, a vocabulary of 53), every weight perturbed (norms away from their init), id 0 in the inputs,
+"""The decoder-only families people port — Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3, Starcoder2, StableLM — against
+transformers itself: tiny random models with odd sizes (6 query heads over 2 key/value heads, a head width that is
+not hidden / heads, an intermediate size of 37, a vocabulary of 53), every weight perturbed (norms away from their
+init), id 0 in the inputs,
 rope scalings and a window shorter than the input where the family has them. Each is saved with `save_pretrained`,
 imported, run by the float64 reference and both twins, verified by the CLI against transformers (the built-in source),
 exported back and reloaded by transformers, and decoded greedily."""
@@ -42,6 +43,10 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
                                                       tie_word_embeddings=True)),
     "phi3": ("Phi3ForCausalLM", "Phi3Config",
              dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})),
+    # LayerNorms with a bias: biases on every linear and a window (Starcoder2), q/k/v biases over a rotary quarter of
+    # each head, StableLM's default when config.json names none (StableLM)
+    "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config", dict(sliding_window=5, norm_epsilon=1e-5)),
+    "stablelm": ("StableLmForCausalLM", "StableLmConfig", dict(use_qkv_bias=True, hidden_size=96)),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
@@ -122,7 +127,7 @@ def test_float32_outputs_match_the_reference(name, impl, tmp_path_factory):
     assert np.max(np.abs(actual - desired)) <= 1e-4
 
 
-@pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3"])
+@pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3", "starcoder2", "stablelm"])
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
@@ -157,7 +162,7 @@ def _steppers(config, weights):
 
 
 @pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
-                                  "phi3"])
+                                  "phi3", "starcoder2", "stablelm"])
 def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
@@ -177,11 +182,14 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
     ("rope_parameters", {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0, "beta": 1}, "['beta']"),
     ("layer_types", ["full_attention", "sliding_attention"], "layer_types mixes"),
     ("pretraining_tp", 2, "pretraining_tp=2"),
+    ("qk_layernorm", True, "qk_layernorm=True"),
+    ("use_parallel_residual", True, "use_parallel_residual=True"),
 ])
 def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
     import shutil
 
-    _, path = hf_model("qwen2" if field == "layer_types" else "llama", tmp_path_factory)
+    owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "use_parallel_residual": "stablelm"}
+    _, path = hf_model(owner.get(field, "llama"), tmp_path_factory)
     copy = tmp_path / "edited"
     shutil.copytree(path, copy)
     config = json.loads((copy / "config.json").read_text())

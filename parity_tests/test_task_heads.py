@@ -45,6 +45,8 @@ FAMILIES = {  # each family's config class and settings; its task classes are th
     "Qwen3": ("Qwen3Config", dict(DECODER, head_dim=16)),
     "Gemma": ("GemmaConfig", dict(DECODER, head_dim=16)),
     "Phi3": ("Phi3Config", dict(DECODER, num_key_value_heads=6)),
+    "Starcoder2": ("Starcoder2Config", dict(DECODER, sliding_window=None)),
+    "StableLm": ("StableLmConfig", dict(DECODER, use_qkv_bias=True)),
     "Bart": ("BartConfig", dict(vocab_size=53, d_model=36, encoder_attention_heads=3, decoder_attention_heads=3,
                                 encoder_ffn_dim=37, decoder_ffn_dim=37, encoder_layers=2, decoder_layers=1,
                                 max_position_embeddings=40, pad_token_id=1, bos_token_id=0, eos_token_id=2,

@@ -42,6 +42,8 @@ HF_LAYOUTS = {
     "hf-qwen3": "hf_qwen3",
     "hf-gemma": "hf_gemma",
     "hf-phi3": "hf_phi3",
+    "hf-starcoder2": "hf_starcoder2",
+    "hf-stablelm": "hf_stablelm",
 }
 # ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
 KERASHUB_PRESET_LAYOUTS = {

@@ -97,6 +97,7 @@ class FamilySpec:
     mlp_bias: str | None = "mlp_bias"
     qk_norm: bool = False  # Qwen3
     sliding: bool = False  # reads sliding_window (Mistral, Qwen2, Phi-3)
+    window_switch: bool = False  # the window applies only with use_sliding_window, from layer max_window_layers on
     norm_weight_offset: float = 0.0  # Gemma: x * (1 + w)
     scale_embedding: bool = False  # Gemma: embeddings times sqrt(hidden_size)
     partial_rotary: bool = False  # rotates part of each head (Phi-3's partial_rotary_factor); others rotate it all
@@ -292,7 +293,7 @@ def write_config(config: rn.TransformerConfig, spec: FamilySpec) -> tuple[dict[s
         hf[spec.mlp_bias] = config.has_ffn_bias
     if spec.sliding:
         hf["sliding_window"] = config.sliding_window
-        if spec.model_type.startswith("qwen"):
+        if spec.window_switch:  # on for every layer, or off
             hf.update(use_sliding_window=config.sliding_window is not None, max_window_layers=0)
     return hf, arch
 

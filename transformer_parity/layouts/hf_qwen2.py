@@ -11,7 +11,8 @@ from .hf_tasks import decoder_heads
 NAME = "hf-qwen2"
 MODEL_TYPE = "qwen2"
 ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen2Model")
-SPEC = FamilySpec("qwen2", ARCHITECTURES, attention_bias=None, qkv_bias=True, mlp_bias=None, sliding=True)
+SPEC = FamilySpec("qwen2", ARCHITECTURES, attention_bias=None, qkv_bias=True, mlp_bias=None, sliding=True,
+                  window_switch=True)
 
 
 TASK_HEADS = decoder_heads("Qwen2", qa_prefix="transformer.")  # `hf_tasks`

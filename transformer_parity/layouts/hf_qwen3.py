@@ -16,7 +16,7 @@ from .hf_tasks import decoder_heads
 NAME = "hf-qwen3"
 MODEL_TYPE = "qwen3"
 ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3Model")
-SPEC = FamilySpec("qwen3", ARCHITECTURES, mlp_bias=None, qk_norm=True, sliding=True)
+SPEC = FamilySpec("qwen3", ARCHITECTURES, mlp_bias=None, qk_norm=True, sliding=True, window_switch=True)
 
 APPROXIMATIONS = (
     Approximation("qk_norm_eps", "transformers' Qwen3 normalizes q and k at rms_norm_eps",
