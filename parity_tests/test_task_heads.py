@@ -51,6 +51,10 @@ FAMILIES = {  # each family's config class and settings; its task classes are th
                                 encoder_ffn_dim=37, decoder_ffn_dim=37, encoder_layers=2, decoder_layers=1,
                                 max_position_embeddings=40, pad_token_id=1, bos_token_id=0, eos_token_id=2,
                                 decoder_start_token_id=2)),
+    "MBart": ("MBartConfig", dict(vocab_size=53, d_model=36, encoder_attention_heads=3, decoder_attention_heads=3,
+                                  encoder_ffn_dim=37, decoder_ffn_dim=37, encoder_layers=2, decoder_layers=1,
+                                  max_position_embeddings=40, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                                  decoder_start_token_id=2)),
 }
 SCORES = ("logits", "next_sentence", "choice")  # the records a task class's scores are compared as
 CASES = [head.arch for family in hf_families() for head in family.task_heads]  # every head we implement
@@ -168,7 +172,8 @@ def test_a_task_model_matches_transformers_and_goes_both_ways_with_its_labels(ar
             np.testing.assert_allclose(ours[name], value, rtol=0, atol=ATOL64, err_msg=f"{name}, left={left}")
 
 
-NOT_HERE = {"BartForCausalLM", "MarianForCausalLM", "BartModel", "MarianModel"}  # refused, naming what is supported
+NOT_HERE = {"BartForCausalLM", "MarianForCausalLM", "MBartForCausalLM", "BartModel", "MarianModel",
+            "MBartModel"}  # refused, naming what is supported
 
 
 def test_every_task_class_transformers_has_for_our_families_is_read():

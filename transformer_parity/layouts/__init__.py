@@ -36,6 +36,7 @@ HF_LAYOUTS = {
     "hf-albert": "hf_albert",
     "hf-marian": "hf_marian",
     "hf-bart": "hf_bart",
+    "hf-mbart": "hf_mbart",
     "hf-llama": "hf_llama",
     "hf-mistral": "hf_mistral",
     "hf-qwen2": "hf_qwen2",

@@ -91,13 +91,22 @@ def prefix(arch: str, keys: Collection[str] | None = None) -> str:
 # `classification_head.dense`, tanh and `out_proj`; the span head scores every decoder position.
 _NO_OUTPUT = {"output_projection": False, "tie_embeddings": False, "output_bias": None}
 _OUTPUT = {"output_projection": True, "tie_embeddings": True, "output_bias": True}  # BartForConditionalGeneration's
-TASK_HEADS = (
-    Head("BartForSequenceClassification", ARCHITECTURES[0],
-         {"classifier": "sequence", "classifier_input": "eos", "classifier_dense": "tanh", **_NO_OUTPUT},
-         linear("classifier.dense", "classification_head.dense") + linear("classifier", "classification_head.out_proj"),
-         _OUTPUT, token_ids={"eos_id": "eos_token_id"}),
-    Head("BartForQuestionAnswering", ARCHITECTURES[0], {"classifier": "span", **_NO_OUTPUT},
-         linear("classifier", "qa_outputs"), _OUTPUT))
+
+
+def task_heads(stem: str, generation: str) -> tuple[Head, ...]:
+    """The sequence and span classes of a BART-style family (`stem`: the class names' start; `generation`: its
+    conditional-generation class, whose weights the heads' models share)."""
+    return (
+        Head(f"{stem}ForSequenceClassification", generation,
+             {"classifier": "sequence", "classifier_input": "eos", "classifier_dense": "tanh", **_NO_OUTPUT},
+             linear("classifier.dense", "classification_head.dense") + linear("classifier",
+                                                                              "classification_head.out_proj"),
+             _OUTPUT, token_ids={"eos_id": "eos_token_id"}),
+        Head(f"{stem}ForQuestionAnswering", generation, {"classifier": "span", **_NO_OUTPUT},
+             linear("classifier", "qa_outputs"), _OUTPUT))
+
+
+TASK_HEADS = task_heads("Bart", ARCHITECTURES[0])
 
 
 FAMILY = HFFamily(
