@@ -37,6 +37,7 @@ HF_LAYOUTS = {
     "hf-marian": "hf_marian",
     "hf-bart": "hf_bart",
     "hf-mbart": "hf_mbart",
+    "hf-pegasus": "hf_pegasus",
     "hf-llama": "hf_llama",
     "hf-mistral": "hf_mistral",
     "hf-qwen2": "hf_qwen2",

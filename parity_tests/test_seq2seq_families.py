@@ -1,0 +1,163 @@
+"""The pre-norm encoder-decoders against transformers itself: mBART (BART's names and learned positions) and
+Pegasus (Marian's names and fixed sinusoids), each computed pre-norm with a final norm per stack. Tiny random models
+with odd sizes (3 heads of 12, an intermediate size of 37, a vocabulary of 53), every weight and `final_logits_bias`
+perturbed, scaled embeddings, pad ids in the source and id 0 in both inputs: read, run by the float64 reference and
+both twins, verified by the CLI against transformers, exported back and reloaded by transformers, and decoded
+greedily for 32 tokens with and without the cache."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+import reference_numpy as rn
+from transformer_parity import formats
+from transformer_parity.cli import main
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 53
+SIZES = dict(vocab_size=VOCAB, d_model=36, encoder_attention_heads=3, decoder_attention_heads=3, encoder_ffn_dim=37,
+             decoder_ffn_dim=37, encoder_layers=2, decoder_layers=2, max_position_embeddings=40,
+             forced_eos_token_id=None, scale_embedding=True)
+FAMILIES = {  # name -> (config class, model class, pad id, decoder start id, what the reader must find)
+    "mbart": ("MBartConfig", "MBartForConditionalGeneration", 1, 2,
+              dict(embed_norm=True, positional="learned", position_offset=2)),
+    "pegasus": ("PegasusConfig", "PegasusForConditionalGeneration", 0, 0,
+                dict(embed_norm=False, positional="sinusoidal", sinusoid_layout="concatenated")),
+}
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family(request, tmp_path_factory):
+    """`(name, transformers model in eval mode, its save_pretrained directory, the loaded checkpoint)`."""
+    config_class, model_class, pad, start, _ = FAMILIES[request.param]
+    torch.manual_seed(7)
+    config = getattr(transformers, config_class)(**SIZES, pad_token_id=pad, bos_token_id=None, eos_token_id=2,
+                                                 decoder_start_token_id=start)
+    model = getattr(transformers, model_class)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "embed_positions" not in name or not request.param == "pegasus":  # Pegasus' sinusoids are fixed
+                p.add_(0.1 * torch.randn_like(p))
+        model.final_logits_bias.add_(0.1 * torch.randn_like(model.final_logits_bias))
+    path = tmp_path_factory.mktemp(request.param) / "model"
+    model.save_pretrained(path)
+    return request.param, model, path, formats.load(path)
+
+
+def _inputs(config):
+    src, tgt = rn.sample_batch(config, 2, 11, 7, 0)
+    src[0, 2] = tgt[1, 0] = 0  # id 0 in both (Pegasus' pad id: a padded position then)
+    return src, tgt
+
+
+def _hf_logits(model, src, tgt) -> np.ndarray:
+    pad = model.config.pad_token_id
+    with torch.no_grad():
+        return model(input_ids=torch.as_tensor(src), attention_mask=torch.as_tensor(src != pad),
+                     decoder_input_ids=torch.as_tensor(tgt),
+                     decoder_attention_mask=torch.as_tensor(tgt != pad)).logits.double().numpy()
+
+
+def test_it_reads_pre_norm_with_final_norms(family):
+    name, _, _, loaded = family
+    assert loaded.format == f"hf-{name}"
+    assert loaded.config.norm_first and loaded.config.final_norm and loaded.config.scale_embedding
+    for field, value in FAMILIES[name][4].items():
+        assert getattr(loaded.config, field) == value, field
+
+
+def test_the_reference_matches_transformers_in_float64_and_float32(family):
+    from transformer_parity.layouts import hf_family
+
+    _, model, _, loaded = family
+    src, tgt = _inputs(loaded.config)
+    desired = rn.Transformer(loaded.config, loaded.weights, np.float64)(src, tgt)
+    model64 = copy.deepcopy(model).double()
+    fix = hf_family(loaded.format).float64_fix  # Pegasus' sinusoids, which transformers builds in float32
+    if fix is not None:
+        fix.apply(model64, loaded.config)
+    assert np.max(np.abs(_hf_logits(model64, src, tgt) - desired)) <= 1e-10
+    assert np.max(np.abs(_hf_logits(model, src, tgt) - desired)) <= 1e-4
+
+
+@pytest.mark.parametrize("impl", ["torch_impl", "tf_impl"])
+def test_the_twins_match_the_reference(family, impl):
+    _, _, _, loaded = family
+    src, tgt = _inputs(loaded.config)
+    desired = rn.Transformer(loaded.config, loaded.weights, np.float64)(src, tgt)
+    if impl == "torch_impl":
+        import torch_impl
+
+        with torch.no_grad():
+            actual = torch_impl.Transformer.from_reference(loaded.config, loaded.weights)(src, tgt).double().numpy()
+    else:
+        import tf_impl
+
+        actual = np.asarray(tf_impl.Transformer.from_reference(loaded.config, loaded.weights, dtype="float32")(
+            src, tgt), np.float64)
+    assert np.max(np.abs(actual - desired)) <= 1e-4
+
+
+def test_verify_judges_the_directory_against_transformers(family, tmp_path, capsys):
+    _, _, path, _ = family
+    report = tmp_path / "report.json"
+    assert main(["verify", str(path), "--json", str(report)]) == 0, capsys.readouterr().err
+    verdict = json.loads(report.read_text())["verdict"]
+    assert verdict.startswith("PASS: matches the source (transformers"), verdict
+
+
+def test_the_export_reloads_in_transformers_with_the_same_logits(family, tmp_path):
+    name, model, _, loaded = family
+    out = tmp_path / "export"
+    formats.save(out, loaded.config, dict(loaded.weights), loaded.format)
+    assert json.loads((out / "config.json").read_text())["model_type"] == name
+    again = transformers.AutoModelForSeq2SeqLM.from_pretrained(out, dtype=torch.float32).eval()
+    src, tgt = _inputs(loaded.config)
+    np.testing.assert_array_equal(_hf_logits(again, src, tgt), _hf_logits(model, src, tgt))
+
+
+def test_greedy_generation_matches_transformers_for_32_tokens(family):
+    import tf_impl
+    import torch_impl
+    from tf_impl import decoding as tf_decoding
+    from torch_impl import decoding as torch_decoding
+
+    name, model, _, loaded = family
+    src, _ = _inputs(loaded.config)
+    pad, start = FAMILIES[name][2:4]
+    with torch.no_grad():
+        expected = {cache: model.generate(input_ids=torch.as_tensor(src), attention_mask=torch.as_tensor(src != pad),
+                                          do_sample=False, num_beams=1, max_new_tokens=32, min_new_tokens=32,
+                                          use_cache=cache, eos_token_id=None, pad_token_id=pad,
+                                          decoder_start_token_id=start).numpy() for cache in (True, False)}
+    np.testing.assert_array_equal(expected[True], expected[False])
+    tm = torch_impl.Transformer.from_reference(loaded.config, loaded.weights)
+    km = tf_impl.Transformer.from_reference(loaded.config, loaded.weights, dtype="float32")
+    mask = src != pad
+    steppers = {"torch cached": torch_decoding.cached_stepper(tm, src, mask),
+                "torch recompute": torch_decoding.recompute_stepper(tm, src, mask),
+                "tf cached": tf_decoding.cached_stepper(km, src, mask, compiled=False),
+                "tf recompute": tf_decoding.recompute_stepper(km, src, mask)}
+    for label, stepper in steppers.items():  # no end token: eos_id past the vocabulary
+        ours = rn.generate(stepper, 2, bos_id=start, eos_id=VOCAB, pad_id=pad, max_new_tokens=32)
+        np.testing.assert_array_equal(ours, expected[True], err_msg=label)
+
+
+def test_a_field_the_family_does_not_compute_here_is_refused(family, tmp_path, capsys):
+    import shutil
+
+    _, _, path, _ = family
+    edited = tmp_path / "edited"
+    shutil.copytree(path, edited)
+    config = json.loads((edited / "config.json").read_text())
+    (edited / "config.json").write_text(json.dumps({**config, "encoder_ffn_dim": 40}))
+    capsys.readouterr()
+    assert main(["convert", str(edited), str(tmp_path / "out.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "encoder_ffn_dim=40 differs from decoder_ffn_dim=37" in err, err
