@@ -1,6 +1,6 @@
-"""The Keras layers below the model: the attention layer with its key/value caches, the feed-forward, the norms and
-rotary positions, class for class as in `reference_numpy.model` and `torch_impl.model`; `tf_impl.model` builds the
-layers, the stacks and the model from them."""
+"""The Keras layers below the model: the attention layer with its key/value caches, the feed-forward, the norms,
+rotary positions and the encoder and decoder layers, class for class as in `reference_numpy.model` and
+`torch_impl.model`; `tf_impl.model` builds the embeddings, the stacks and the model from them."""
 
 from __future__ import annotations
 
@@ -285,3 +285,101 @@ class FeedForward(ConfigSerializable, keras.layers.Layer):
         hidden = self.linear1(x)
         hidden = self.activation(hidden) if self.gate is None else self.activation(self.gate(x)) * hidden
         return self.linear2(self.dropout(hidden, training=training))
+
+
+class _ResidualLayer(ConfigSerializable, keras.layers.Layer):
+    """Shared residual wiring of EncoderLayer and DecoderLayer: post-LN `norm(x + drop(f(x)))` (the paper) or
+    pre-LN `x + drop(f(norm(x)))`."""
+
+    _CONFIG_ARGS = ("impl",)
+
+    def _norm(self, name: str) -> keras.layers.Layer:
+        return norm_layer(self.config, name, self.dtype_policy)
+
+    def _sublayer(self, x, norm, fn, name, record, attention_weights, training):
+        out = fn(norm(x) if self.config.norm_first else x)
+        if isinstance(out, tuple):
+            out, weights = out
+            if attention_weights:
+                record[f"{name}.weights"] = weights
+        record[name] = out
+        out = self.dropout(out, training=training)
+        return x + out if self.config.norm_first else norm(x + out)
+
+
+class EncoderLayer(_ResidualLayer):
+    """Self-attention and feed-forward sublayers. `call(x, attention_mask)` -> `(x, record)`, `record` holding
+    `self_attn` (and `self_attn.weights`) and `ffn`."""
+
+    def __init__(self, config: TransformerConfig, impl: str = "explicit", **kwargs):
+        super().__init__(**kwargs)
+        self.config, self.impl = config, impl
+        self.self_attn = MultiHeadAttention(config, impl, rotary=True, dtype=self.dtype_policy, name="self_attn")
+        self.norm1 = self._norm("norm1")
+        self.ffn = FeedForward(config, dtype=self.dtype_policy, name="ffn")
+        self.norm2 = self._norm("norm2")
+        self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
+
+    def build(self, x_shape):
+        check_features(self.name, "x", x_shape, self.config.d_model)
+        self.self_attn.build(x_shape, x_shape)
+        self.norm1.build(x_shape)
+        self.ffn.build(x_shape)
+        self.norm2.build(x_shape)
+
+    def call(self, x, attention_mask=None, attention_weights: bool = False, training: bool = False):
+        record: Record = {}
+        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, attention_mask, need_weights=attention_weights,
+                                                                   training=training),
+                           "self_attn", record, attention_weights, training)
+        x = self._sublayer(x, self.norm2, lambda y: self.ffn(y, training=training), "ffn", record, attention_weights,
+                           training)
+        return x, record
+
+
+class DecoderLayer(_ResidualLayer):
+    """Masked self-attention, encoder-decoder attention (absent in a decoder-only model) and feed-forward sublayers.
+    `call(x, memory, self_mask, cross_mask)` -> `(x, record)`, `record` holding `self_attn`, `cross_attn` (and their
+    `.weights`) and `ffn`."""
+
+    def __init__(self, config: TransformerConfig, impl: str = "explicit", **kwargs):
+        super().__init__(**kwargs)
+        self.config, self.impl = config, impl
+        self.self_attn = MultiHeadAttention(config, impl, rotary=True, dtype=self.dtype_policy, name="self_attn")
+        self.norm1 = self._norm("norm1")
+        if config.has_encoder:  # a decoder-only model has no encoder-decoder attention
+            self.cross_attn = MultiHeadAttention(config, impl, dtype=self.dtype_policy, name="cross_attn")
+            self.norm2 = self._norm("norm2")
+        else:
+            self.cross_attn = self.norm2 = None
+        self.ffn = FeedForward(config, dtype=self.dtype_policy, name="ffn")
+        self.norm3 = self._norm("norm3")
+        self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
+
+    def build(self, x_shape, memory_shape=None):
+        d = self.config.d_model
+        check_features(self.name, "x", x_shape, d)
+        self.self_attn.build(x_shape, x_shape)
+        self.norm1.build(x_shape)
+        if self.cross_attn is not None:
+            check_features(self.name, "memory", memory_shape, d)
+            self.cross_attn.build(x_shape, memory_shape)
+            self.norm2.build(x_shape)
+        self.ffn.build(x_shape)
+        self.norm3.build(x_shape)
+
+    def call(self, x, memory, self_mask=None, cross_mask=None, attention_weights: bool = False,
+             training: bool = False, cache: tuple[AttentionCache, AttentionCache] | None = None):
+        record: Record = {}
+        self_cache, cross_cache = (None, None) if cache is None else cache
+        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, need_weights=attention_weights,
+                                                                   training=training, cache=self_cache),
+                           "self_attn", record, attention_weights, training)
+        if self.cross_attn is not None:
+            x = self._sublayer(x, self.norm2, lambda y: self.cross_attn(y, memory, cross_mask,
+                                                                        need_weights=attention_weights,
+                                                                        training=training, cache=cross_cache),
+                               "cross_attn", record, attention_weights, training)
+        x = self._sublayer(x, self.norm3, lambda y: self.ffn(y, training=training), "ffn", record, attention_weights,
+                           training)
+        return x, record

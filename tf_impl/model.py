@@ -25,8 +25,8 @@ from reference_numpy import TransformerConfig
 from reference_numpy.schema import tied_output_embedding, token_embedding
 
 from .attention import causal_mask
-from .layers import (ACTIVATIONS, AttentionCache, ConfigSerializable, FeedForward, KVCache,  # noqa: F401 (the API)
-                     MultiHeadAttention, Record, check_features, norm_layer)
+from .layers import (ACTIVATIONS, AttentionCache, ConfigSerializable, DecoderLayer,  # noqa: F401 (the API)
+                     EncoderLayer, FeedForward, KVCache, MultiHeadAttention, Record, check_features, norm_layer)
 
 # Canonical modules whose Keras layer is named differently; every other module carries its canonical name, with
 # `/` for `.` and a list's items as `layers_{i}`. Keras Dense kernels are already (in, out): every transform is the
@@ -54,104 +54,6 @@ def weight_table(config: TransformerConfig) -> list[tuple[str, str, str]]:
 
 DTYPES = ("float32", "float64")
 LOW_PRECISION = ("bfloat16", "float16", "mixed_bfloat16", "mixed_float16")  # dtype policies for `verify --dtype`
-
-
-class _ResidualLayer(ConfigSerializable, keras.layers.Layer):
-    """Shared residual wiring of EncoderLayer and DecoderLayer: post-LN `norm(x + drop(f(x)))` (the paper) or
-    pre-LN `x + drop(f(norm(x)))`."""
-
-    _CONFIG_ARGS = ("impl",)
-
-    def _norm(self, name: str) -> keras.layers.Layer:
-        return norm_layer(self.config, name, self.dtype_policy)
-
-    def _sublayer(self, x, norm, fn, name, record, attention_weights, training):
-        out = fn(norm(x) if self.config.norm_first else x)
-        if isinstance(out, tuple):
-            out, weights = out
-            if attention_weights:
-                record[f"{name}.weights"] = weights
-        record[name] = out
-        out = self.dropout(out, training=training)
-        return x + out if self.config.norm_first else norm(x + out)
-
-
-class EncoderLayer(_ResidualLayer):
-    """Self-attention and feed-forward sublayers. `call(x, attention_mask)` -> `(x, record)`, `record` holding
-    `self_attn` (and `self_attn.weights`) and `ffn`."""
-
-    def __init__(self, config: TransformerConfig, impl: str = "explicit", **kwargs):
-        super().__init__(**kwargs)
-        self.config, self.impl = config, impl
-        self.self_attn = MultiHeadAttention(config, impl, rotary=True, dtype=self.dtype_policy, name="self_attn")
-        self.norm1 = self._norm("norm1")
-        self.ffn = FeedForward(config, dtype=self.dtype_policy, name="ffn")
-        self.norm2 = self._norm("norm2")
-        self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
-
-    def build(self, x_shape):
-        check_features(self.name, "x", x_shape, self.config.d_model)
-        self.self_attn.build(x_shape, x_shape)
-        self.norm1.build(x_shape)
-        self.ffn.build(x_shape)
-        self.norm2.build(x_shape)
-
-    def call(self, x, attention_mask=None, attention_weights: bool = False, training: bool = False):
-        record: Record = {}
-        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, attention_mask, need_weights=attention_weights,
-                                                                   training=training),
-                           "self_attn", record, attention_weights, training)
-        x = self._sublayer(x, self.norm2, lambda y: self.ffn(y, training=training), "ffn", record, attention_weights,
-                           training)
-        return x, record
-
-
-class DecoderLayer(_ResidualLayer):
-    """Masked self-attention, encoder-decoder attention (absent in a decoder-only model) and feed-forward sublayers.
-    `call(x, memory, self_mask, cross_mask)` -> `(x, record)`, `record` holding `self_attn`, `cross_attn` (and their
-    `.weights`) and `ffn`."""
-
-    def __init__(self, config: TransformerConfig, impl: str = "explicit", **kwargs):
-        super().__init__(**kwargs)
-        self.config, self.impl = config, impl
-        self.self_attn = MultiHeadAttention(config, impl, rotary=True, dtype=self.dtype_policy, name="self_attn")
-        self.norm1 = self._norm("norm1")
-        if config.has_encoder:  # a decoder-only model has no encoder-decoder attention
-            self.cross_attn = MultiHeadAttention(config, impl, dtype=self.dtype_policy, name="cross_attn")
-            self.norm2 = self._norm("norm2")
-        else:
-            self.cross_attn = self.norm2 = None
-        self.ffn = FeedForward(config, dtype=self.dtype_policy, name="ffn")
-        self.norm3 = self._norm("norm3")
-        self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
-
-    def build(self, x_shape, memory_shape=None):
-        d = self.config.d_model
-        check_features(self.name, "x", x_shape, d)
-        self.self_attn.build(x_shape, x_shape)
-        self.norm1.build(x_shape)
-        if self.cross_attn is not None:
-            check_features(self.name, "memory", memory_shape, d)
-            self.cross_attn.build(x_shape, memory_shape)
-            self.norm2.build(x_shape)
-        self.ffn.build(x_shape)
-        self.norm3.build(x_shape)
-
-    def call(self, x, memory, self_mask=None, cross_mask=None, attention_weights: bool = False,
-             training: bool = False, cache: tuple[AttentionCache, AttentionCache] | None = None):
-        record: Record = {}
-        self_cache, cross_cache = (None, None) if cache is None else cache
-        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, need_weights=attention_weights,
-                                                                   training=training, cache=self_cache),
-                           "self_attn", record, attention_weights, training)
-        if self.cross_attn is not None:
-            x = self._sublayer(x, self.norm2, lambda y: self.cross_attn(y, memory, cross_mask,
-                                                                        need_weights=attention_weights,
-                                                                        training=training, cache=cross_cache),
-                               "cross_attn", record, attention_weights, training)
-        x = self._sublayer(x, self.norm3, lambda y: self.ffn(y, training=training), "ffn", record, attention_weights,
-                           training)
-        return x, record
 
 
 class Embedding(ConfigSerializable, keras.layers.Layer):
