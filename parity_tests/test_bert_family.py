@@ -1,4 +1,4 @@
-"""BERT's relatives (RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT) against transformers itself: tiny random models with
+"""BERT's relatives (RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT, ELECTRA) against transformers itself: tiny random models with
 odd sizes (36 wide, 3 heads, an intermediate size of 37, a vocabulary of 53, 2 layers; ALBERT 3 layers sharing one set
 of weights over 20-wide factorized embeddings), every weight perturbed (LayerNorm gammas away from 1, betas away from
 0), ids holding token 0 and the pad id (at the end of a row and inside one, where RoBERTa's positions skip it). Each is
@@ -46,6 +46,11 @@ MODELS = {  # id -> (transformers class, config class, its settings, our format)
     "bert-tanh-gelu": ("BertModel", "BertConfig", dict(SIZES, hidden_act="gelu_new", pad_token_id=3), "hf-bert"),
     "distilbert-gelu": ("DistilBertModel", "DistilBertConfig", dict(DISTIL_SIZES, pad_token_id=3), "hf-distilbert"),
     "albert-tanh-gelu": ("AlbertModel", "AlbertConfig", ALBERT_SIZES, "hf-albert"),
+    # ELECTRA: BERT's layers over 20-wide embeddings projected to 36 (the generator's masked LM, its head's GELU
+    # exact whatever hidden_act is), and at the full width with no projection (the bare model, no pooler)
+    "electra-mlm": ("ElectraForMaskedLM", "ElectraConfig", dict(SIZES, embedding_size=20, pad_token_id=3,
+                                                                hidden_act="gelu_new"), "hf-electra"),
+    "electra": ("ElectraModel", "ElectraConfig", dict(SIZES, embedding_size=36, pad_token_id=3), "hf-electra"),
 }
 _cache: dict = {}
 

@@ -34,6 +34,7 @@ HF_LAYOUTS = {
     "hf-xlm-roberta": "hf_xlm_roberta",
     "hf-distilbert": "hf_distilbert",
     "hf-albert": "hf_albert",
+    "hf-electra": "hf_electra",
     "hf-marian": "hf_marian",
     "hf-bart": "hf_bart",
     "hf-mbart": "hf_mbart",
