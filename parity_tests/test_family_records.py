@@ -139,16 +139,22 @@ def family_words() -> dict[str, set[str]]:
     return words
 
 
+CLASS_PARTS = ("For", "Model", "LMHead", "MTModel", "Backbone", "Config", "Causal", "Tokenizer")  # after a stem
+
+
 def named(text: str, words: set[str]) -> set[str]:
     """The family words `text` holds as words of their own: case aside, not inside a longer word (`roberta` holds no
-    `bert`), where a word ends at anything but a lower-case letter and starts after anything but a letter, or at a
-    change from lower to upper case (`hf_bert`, `DistilBertModel`, `LLAMA_3` hold theirs)."""
+    `bert`, `OPTIONAL` no `opt`). A word starts after anything but a letter, or at a change from lower to upper case;
+    it ends before anything but a letter, after a digit, at a change from lower to upper case, or before the part of
+    a class name that follows a family's stem (`hf_bert`, `DistilBertModel`, `LLAMA_3`, `GPT2LMHeadModel`,
+    `OPTForCausalLM` hold theirs)."""
     found, low = set(), text.lower()
     for word in words:
         for m in re.finditer(re.escape(word), low):
             i, j = m.start(), m.end()
             starts = i == 0 or not text[i - 1].isalpha() or (text[i - 1].islower() and text[i].isupper())
-            ends = j == len(text) or not text[j].islower()
+            ends = (j == len(text) or not text[j].isalpha() or not text[j - 1].isalpha()
+                    or (text[j - 1].islower() and text[j].isupper()) or text[j:].startswith(CLASS_PARTS))
             if starts and ends:
                 found.add(word)
     return found
@@ -240,3 +246,5 @@ def convert(fmt, cls_name):
     assert not {line for line, _ in hits} & {1}  # the docstring is documentation
     assert not named("Roberta's RoBERTa", {"bert"}) and not named("albertine, gemmaceous, bartender", every)
     assert named("DistilBertModel", {"bert"}) == {"bert"} and named("hf-xlm-roberta", every) >= {"xlm-roberta"}
+    assert not named("OPTIONAL_EXAMPLES, _OPTIONS, Options", {"opt"})  # a longer word in capitals holds none
+    assert named("OPTForCausalLM", {"opt"}) == {"opt"} and named("hf_opt, OPT_2", {"opt"}) == {"opt"}

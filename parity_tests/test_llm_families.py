@@ -1,10 +1,9 @@
-"""The decoder-only families people port — Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3, Starcoder2, StableLM — against
-transformers itself: tiny random models with odd sizes (6 query heads over 2 key/value heads, a head width that is
-not hidden / heads, an intermediate size of 37, a vocabulary of 53), every weight perturbed (norms away from their
-init), id 0 in the inputs,
-rope scalings and a window shorter than the input where the family has them. Each is saved with `save_pretrained`,
-imported, run by the float64 reference and both twins, verified by the CLI against transformers (the built-in source),
-exported back and reloaded by transformers, and decoded greedily."""
+"""The decoder-only families people port — Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3, Starcoder2, StableLM, OPT —
+against transformers itself: tiny random models with odd sizes (6 query heads over 2 key/value heads, a head width
+that is not hidden / heads, an intermediate size of 37, a vocabulary of 53), every weight perturbed (norms away from
+their init), id 0 in the inputs, rope scalings and a window shorter than the input where the family has them. Each is
+saved with `save_pretrained`, imported, run by the float64 reference and both twins, verified by the CLI against
+transformers (the built-in source), exported back and reloaded by transformers, and decoded greedily."""
 
 from __future__ import annotations
 
@@ -47,6 +46,9 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     # each head, StableLM's default when config.json names none (StableLM)
     "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config", dict(sliding_window=5, norm_epsilon=1e-5)),
     "stablelm": ("StableLmForCausalLM", "StableLmConfig", dict(use_qkv_bias=True, hidden_size=96)),
+    # learned positions at +2 with LayerNorms before each sublayer and at the end, or after each (OPT-350m's)
+    "opt": ("OPTForCausalLM", "OPTConfig", dict(ffn_dim=37)),
+    "opt-post-ln": ("OPTForCausalLM", "OPTConfig", dict(ffn_dim=37, do_layer_norm_before=False)),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
@@ -127,7 +129,8 @@ def test_float32_outputs_match_the_reference(name, impl, tmp_path_factory):
     assert np.max(np.abs(actual - desired)) <= 1e-4
 
 
-@pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3", "starcoder2", "stablelm"])
+@pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3", "starcoder2", "stablelm",
+                                  "opt"])
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
@@ -162,7 +165,7 @@ def _steppers(config, weights):
 
 
 @pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
-                                  "phi3", "starcoder2", "stablelm"])
+                                  "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln"])
 def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
