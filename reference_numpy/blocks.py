@@ -147,10 +147,10 @@ def run_block(config: TransformerConfig, block: Block, weights: Mapping[str, np.
             state["x"] = m.EncoderLayer(config, w, block.name)(x, mask, record)
         else:
             self_mask = ops.attention_mask(key_mask(config, state, "tgt"), x.shape[1], causal=True,
-                                           window=config.sliding_window)
+                                           window=config.layer_window(block.index))
             memory = state.get("memory")
             cross = None if memory is None else ops.attention_mask(key_mask(config, state, "src"), x.shape[1])
-            state["x"] = m.DecoderLayer(config, w, block.name)(x, memory, self_mask, cross, record)
+            state["x"] = m.DecoderLayer(config, w, block.name, block.index)(x, memory, self_mask, cross, record)
     elif block.kind == "final_norm":
         state["x"] = record[block.name] = m.LayerNorm(config, w, block.name)(state["x"])
     elif block.kind == "pooler":
@@ -170,6 +170,9 @@ def run_block(config: TransformerConfig, block: Block, weights: Mapping[str, np.
         state["x"] = record["head"] = m.HeadTransform(config, w)(state["x"])
     else:
         kernel = w[tied_output_embedding(config)].T if config.tie_embeddings else w["output.kernel"]
-        state["x"] = record["logits"] = ops.linear(state["x"], kernel, w.get("output.bias"))
+        logits = ops.linear(state["x"], kernel, w.get("output.bias"))
+        if config.final_logit_softcap is not None:
+            logits = ops.soft_cap(logits, config.final_logit_softcap)
+        state["x"] = record["logits"] = logits
     return record
 

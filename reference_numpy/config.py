@@ -22,8 +22,10 @@ ROPE_TYPES = {
     "longrope": ("short_factor", "long_factor", "factor", "original_max_position_embeddings", "attention_factor"),
 }
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
+LAYER_KINDS = ("sliding", "full")  # a decoder layer's self-attention: within `sliding_window`, or every earlier key
 ATTENTION_SCALES = ("head", "model", "none")  # or a positive finite number
 HEAD_ORDERS = ("dense-activation-norm", "dense-norm-activation")
+ROUTER_SOFTMAX = ("before_topk", "after_topk")  # a mixture of experts' router: softmax over all, or over the k chosen
 # one score vector per sequence, one per position, start/end per position, one score per sequence that is one choice
 CLASSIFIERS = ("sequence", "token", "span", "choice")
 CLASSIFIER_INPUTS = ("pooler", "first", "last", "eos")  # what a sequence classifier reads
@@ -86,12 +88,34 @@ class TransformerConfig:
     attention_bias: bool | None = None  # biases on q, k, v and o; None = `bias`
     qkv_bias: bool | None = None  # biases on q, k and v (Qwen2: yes, with o and the FFN without); None = attention's
     ffn_bias: bool | None = None  # biases on the feed-forward's linears; None = `bias`
+    # A mixture-of-experts feed-forward (Mixtral, Qwen-MoE; `reference_numpy.moe`): a router scores `num_experts`
+    # experts (each a feed-forward of `expert_d_ff`, without biases) for every token, which runs through its
+    # `experts_per_token` best, their outputs weighted by the router. 0 = a dense feed-forward. Decoder-only models.
+    num_experts: int = 0
+    experts_per_token: int = 0  # top-k: the experts each token runs through (1 .. num_experts)
+    expert_d_ff: int | None = None  # each routed expert's inner width; None = d_ff
+    router_softmax: str = "before_topk"  # over every expert, then the top k (Mixtral, Qwen); or over the k chosen
+    router_renormalize: bool = False  # before_topk: the k chosen probabilities divided by their sum (Mixtral)
+    shared_expert_d_ff: int | None = None  # (Qwen2-MoE) a shared expert beside the routed ones, times sigmoid(x w)
+    # per decoder layer, whether its feed-forward is the mixture (False: a dense one of d_ff; Qwen-MoE's
+    # decoder_sparse_step and mlp_only_layers); None = every layer
+    expert_layers: tuple[bool, ...] | None = None
     qk_norm: bool = False  # (Qwen3) a norm over each head of q and k, after projection, before the rotation
     qk_norm_eps: float | None = None  # the q/k norms' epsilon; None = layer_norm_eps (KerasHub Qwen3: always 1e-5)
     sliding_window: int | None = None  # a query at i attends keys j with i - j < window (and j <= i); None = all
     rope_theta: float = 10000.0  # positional="rope": the base of the rotation frequencies
     rope_scaling: dict | None = None  # transformers' rope parameters: {"rope_type": "llama3", "factor": 8.0, ...}
     rotary_fraction: float = 1.0  # the share of each head's dims that rotate (transformers' partial_rotary_factor)
+    # (Gemma 2/3) each decoder layer's attention: "sliding" (within `sliding_window`) or "full" (every earlier key);
+    # None = every layer as `sliding_window` says
+    layer_kinds: tuple[str, ...] | None = None
+    local_rope_theta: float | None = None  # (Gemma 3) the rotary base of the sliding layers, without rope_scaling
+    # (SmolLM3) per decoder layer, whether rotary positions turn q and k there (False: no positional encoding at all
+    # in that layer, "NoPE"); None = every layer rotates
+    rope_layers: tuple[bool, ...] | None = None
+    attn_logit_softcap: float | None = None  # (Gemma 2) scaled scores -> cap * tanh(scores / cap), before the mask
+    final_logit_softcap: float | None = None  # (Gemma 2/3) the logits -> cap * tanh(logits / cap)
+    post_norms: bool = False  # (Gemma 2/3) a norm on each sublayer's output too: x + post_norm(f(norm(x)))
     # (RoBERTa) learned positions count non-pad ids only: the k-th non-pad token of a row (k = 0, 1, ...) reads row
     # position_offset + k, every pad_id token row position_offset - 1 (`ops.skip_pad_positions`)
     positions_skip_pad: bool = False
@@ -168,7 +192,9 @@ class TransformerConfig:
             raise ValueError(f"head_order={self.head_order!r} needs head_transform=True (it orders the head "
                              "transform)")
         self._check_llm_fields()
+        self._check_layer_fields()
         self._check_classifier()
+        self._check_experts()
         _check_attention_scale(self.attention_scale)
         if not isinstance(self.attention_scale, str):
             object.__setattr__(self, "attention_scale", float(self.attention_scale))  # JSON may give 1 for 1.0
@@ -267,6 +293,82 @@ class TransformerConfig:
             if self.qk_norm_eps == self.layer_norm_eps:  # one form for one model: None says "the model's epsilon"
                 object.__setattr__(self, "qk_norm_eps", None)
 
+    def _check_layer_fields(self) -> None:
+        """The soft caps, the post norms and the per-decoder-layer lists (`layer_kinds`, `rope_layers`): one entry
+        per decoder layer, each a kind or a bool; a list that says what None says is stored as None."""
+        if not isinstance(self.post_norms, bool):
+            raise ValueError(f"post_norms must be a bool, received {self.post_norms!r}")
+        if self.post_norms and not self.norm_first:
+            raise ValueError("post_norms=True normalizes each sublayer's output inside a pre-norm residual, x + "
+                             "post_norm(f(norm(x))): it needs norm_first=True, received norm_first=False")
+        for name in ("attn_logit_softcap", "final_logit_softcap"):
+            if getattr(self, name) is not None:
+                _check_finite(name, getattr(self, name), positive=True)
+                object.__setattr__(self, name, float(getattr(self, name)))  # JSON may give 30 for 30.0
+        if self.final_logit_softcap is not None and not self.output_projection:
+            raise ValueError(f"final_logit_softcap={self.final_logit_softcap!r} caps the output projection's logits; "
+                             "this model has output_projection=False")
+        if self.layer_kinds is not None:
+            kinds = self.layer_kinds
+            if not isinstance(kinds, (list, tuple)) or len(kinds) != self.num_decoder_layers or not all(
+                    isinstance(k, str) and k in LAYER_KINDS for k in kinds):
+                raise ValueError(f"layer_kinds must name one of {', '.join(LAYER_KINDS)} per decoder layer "
+                                 f"(num_decoder_layers={self.num_decoder_layers}), received {kinds!r}")
+            if self.sliding_window is None:
+                raise ValueError(f"layer_kinds={list(kinds)!r} says which decoder layers attend within the sliding "
+                                 "window; this model has sliding_window=None")
+            if "sliding" not in kinds:
+                raise ValueError(f"layer_kinds={list(kinds)!r} has no sliding layer, so sliding_window="
+                                 f"{self.sliding_window} would be unused (say sliding_window=None)")
+            object.__setattr__(self, "layer_kinds", None if "full" not in kinds else tuple(kinds))
+        if self.local_rope_theta is not None:
+            _check_finite("local_rope_theta", self.local_rope_theta, positive=True)
+            object.__setattr__(self, "local_rope_theta", float(self.local_rope_theta))
+            if self.positional != "rope" or self.layer_kinds is None:
+                raise ValueError(f"local_rope_theta={self.local_rope_theta!r} is the rotary base of the sliding "
+                                 "layers beside full ones: it needs positional='rope' and layer_kinds naming both "
+                                 f"kinds, received positional={self.positional!r}, layer_kinds={self.layer_kinds!r}")
+        if self.rope_layers is not None:
+            flags = self.rope_layers
+            if not isinstance(flags, (list, tuple)) or len(flags) != self.num_decoder_layers or not all(
+                    isinstance(f, bool) for f in flags):
+                raise ValueError(f"rope_layers must be one bool per decoder layer (num_decoder_layers="
+                                 f"{self.num_decoder_layers}; True = rotary positions there), received {flags!r}")
+            if self.positional != "rope":
+                raise ValueError(f"rope_layers={list(flags)!r} says which decoder layers take rotary positions; it "
+                                 f"needs positional='rope', received positional={self.positional!r}")
+            object.__setattr__(self, "rope_layers", None if all(flags) else tuple(flags))
+
+    def layer_window(self, i: int) -> int | None:
+        """The sliding window decoder layer `i` attends within: `sliding_window`, or None for a "full" layer of
+        `layer_kinds`."""
+        return None if self.layer_kinds is not None and self.layer_kinds[i] == "full" else self.sliding_window
+
+    def layer_kind(self, i: int) -> str:
+        """`sliding` or `full`: how decoder layer `i` attends (`layer_kinds`, or `sliding_window` alone)."""
+        return "full" if self.layer_window(i) is None else "sliding"
+
+    @property
+    def decoder_kinds(self) -> tuple[str, ...]:
+        """The kinds (`layer_kind`) the decoder's layers use, each once, in LAYER_KINDS order: the self-attention
+        masks a decoder makes."""
+        used = {self.layer_kind(i) for i in range(self.num_decoder_layers)}
+        return tuple(kind for kind in LAYER_KINDS if kind in used)
+
+    def kind_window(self, kind: str) -> int | None:
+        """The window of a layer kind: `sliding_window` for "sliding", None for "full"."""
+        return self.sliding_window if kind == "sliding" else None
+
+    def layer_rotary(self, i: int) -> bool:
+        """Whether decoder layer `i` turns q and k by rotary positions (`positional="rope"`, not off in
+        `rope_layers`)."""
+        return self.positional == "rope" and (self.rope_layers is None or self.rope_layers[i])
+
+    def layer_local_rope(self, i: int) -> bool:
+        """Whether decoder layer `i` rotates by `local_rope_theta` (a sliding layer beside full ones), not by
+        `rope_theta` and `rope_scaling`."""
+        return self.local_rope_theta is not None and self.layer_kind(i) == "sliding"
+
     def _check_classifier(self) -> None:
         for name in ("classifier_bias", "next_sentence", "choice_head"):
             if not isinstance(getattr(self, name), bool):
@@ -331,6 +433,55 @@ class TransformerConfig:
                 raise ValueError(f"label_names must be {self.num_labels} strings (one per label, in id order), "
                                  f"received {names!r}")
             object.__setattr__(self, "label_names", tuple(names))  # JSON gives a list
+
+    def _check_experts(self) -> None:
+        """The mixture-of-experts fields: all at their defaults without experts; with them, a decoder-only model
+        whose experts have no biases, `experts_per_token` of `num_experts`, and `expert_layers` one bool per decoder
+        layer (a width or list that says what None says is stored as None)."""
+        _check_int("num_experts", self.num_experts, minimum=0)
+        _check_int("experts_per_token", self.experts_per_token, minimum=0)
+        _check_choice("router_softmax", self.router_softmax, ROUTER_SOFTMAX)
+        if not isinstance(self.router_renormalize, bool):
+            raise ValueError(f"router_renormalize must be a bool, received {self.router_renormalize!r}")
+        for name in ("expert_d_ff", "shared_expert_d_ff"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), minimum=1, or_none=True)
+        if self.num_experts == 0:
+            odd = [f"{k}={getattr(self, k)!r}" for k, value in _EXPERT_DEFAULTS.items() if getattr(self, k) != value]
+            if odd:
+                raise ValueError(f"{', '.join(odd)} configure a mixture of experts; this model has num_experts=0")
+            return
+        if not self.is_decoder_only:
+            raise ValueError(f"num_experts={self.num_experts} (a mixture-of-experts feed-forward) needs a decoder-only "
+                             f"model, received num_encoder_layers={self.num_encoder_layers}")
+        if not 1 <= self.experts_per_token <= self.num_experts:
+            raise ValueError(f"experts_per_token must be from 1 to num_experts={self.num_experts}, received "
+                             f"{self.experts_per_token!r}")
+        if self.has_ffn_bias:
+            raise ValueError("a mixture of experts has no feed-forward biases: set ffn_bias=False (or bias=False), "
+                             f"received bias={self.bias}, ffn_bias={self.ffn_bias}")
+        if self.router_renormalize and self.router_softmax == "after_topk":
+            raise ValueError("router_renormalize divides the k chosen probabilities by their sum; with router_softmax="
+                             "'after_topk' they already sum to 1 (say router_renormalize=False)")
+        if self.expert_d_ff == self.d_ff:  # one form for one model: None says "d_ff"
+            object.__setattr__(self, "expert_d_ff", None)
+        flags = self.expert_layers
+        if flags is not None:
+            if not isinstance(flags, (list, tuple)) or len(flags) != self.num_decoder_layers or not all(
+                    isinstance(f, bool) for f in flags) or not any(flags):
+                raise ValueError(f"expert_layers must be one bool per decoder layer (num_decoder_layers="
+                                 f"{self.num_decoder_layers}; True = the mixture of experts there, at least one), "
+                                 f"received {flags!r}")
+            object.__setattr__(self, "expert_layers", None if all(flags) else tuple(flags))
+
+    def layer_experts(self, i: int) -> bool:
+        """Whether decoder layer `i`'s feed-forward is the mixture of experts (`num_experts`, `expert_layers`)."""
+        return self.num_experts > 0 and (self.expert_layers is None or self.expert_layers[i])
+
+    @property
+    def expert_width(self) -> int:
+        """Each routed expert's inner width: `expert_d_ff`, or d_ff."""
+        return self.expert_d_ff or self.d_ff
 
     @property
     def pooled_classifier(self) -> bool:
@@ -471,12 +622,20 @@ def field_type_problem(name: str, value: Any) -> str | None:
             return None
         if kind == "dict" and isinstance(value, dict):
             return None
+        if kind == "tuple" and isinstance(value, (list, tuple)):
+            return None
     return f"{name} must be {' or '.join(_KIND_TEXT[k] for k in kinds)}, received {value!r}"
 
 
-_FIELD_KINDS = {f.name: tuple(str(f.type).replace(" ", "").split("|")) for f in dataclasses.fields(TransformerConfig)}
+_FIELD_KINDS = {f.name: tuple(kind.split("[")[0] for kind in str(f.type).replace(" ", "").split("|"))
+                for f in dataclasses.fields(TransformerConfig)}  # `tuple[str, ...] | None` -> ("tuple", "None")
 _KIND_TEXT = {"int": "an integer", "bool": "true or false", "float": "a finite number", "str": "a string",
-              "dict": "an object", "None": "none"}
+              "dict": "an object", "tuple": "a list", "None": "none"}
+
+
+# The mixture-of-experts fields and their values without experts (`_check_experts`).
+_EXPERT_DEFAULTS = {"experts_per_token": 0, "expert_d_ff": None, "router_softmax": "before_topk",
+                    "router_renormalize": False, "shared_expert_d_ff": None, "expert_layers": None}
 
 
 def _check_int(name: str, value: Any, minimum: int, or_none: bool = False) -> None:

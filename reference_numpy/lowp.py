@@ -106,20 +106,27 @@ class Precision:
         """As `layer_norm`: statistics and scale in float32, the output rounded."""
         return self.store(ops.rms_norm(x, gamma, eps, offset))
 
+    def soft_cap(self, x: np.ndarray, cap: float) -> np.ndarray:
+        """cap * tanh(x / cap) in float32, rounded once (the final logits' cap)."""
+        return self.rounded(ops.soft_cap(x, cap))
+
     def apply_rope(self, x, positions, inv_freq, scaling, rotary_dim):
         """Rotary positions in float32 from a rounded input, the output rounded once."""
         return self.rounded(ops.apply_rope(x, positions, inv_freq, scaling, rotary_dim))
 
-    def scaled_dot_product_attention(self, q, k, v, mask=None, scale=None):
+    def scaled_dot_product_attention(self, q, k, v, mask=None, scale=None, softcap=None):
         """torch's fused CPU attention (an online softmax): scores and their exponentials in float32 from rounded
         q, k, v; the exponentials rounded for the product with v (accumulated in float32), then divided by their
         float32 sum, and the output rounded once. Returns `(out, the float32 weights)`; shapes as
-        `ops.scaled_dot_product_attention`."""
+        `ops.scaled_dot_product_attention`. A `softcap` caps the float32 scores (an approximation: the frameworks
+        take their explicit path then, which rounds the scores themselves)."""
         r = self.round
         q, k, v = r(q), r(k), r(v)
         if scale is None:
             scale = 1.0 / np.sqrt(q.shape[-1])
         scores = q @ np.swapaxes(k, -1, -2) * np.float32(scale)  # (B, H, Tq, Tk)
+        if softcap is not None:
+            scores = ops.soft_cap(scores, softcap)
         if mask is not None:
             scores = np.where(mask, scores, -np.inf)
         row_max = scores.max(axis=-1, keepdims=True)

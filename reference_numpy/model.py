@@ -12,7 +12,7 @@ from typing import Mapping
 
 import numpy as np
 
-from . import ops
+from . import moe, ops
 from .config import TransformerConfig
 from .schema import tied_output_embedding, token_embedding, validate_weights
 
@@ -53,11 +53,13 @@ class MultiHeadAttention(_Module):
 
     Grouped-query attention reads `kv_heads` key/value heads, each serving `num_heads / kv_heads` query heads;
     `qk_norm` normalizes each head of q and k; rotary positions (`positional="rope"`) turn q and k in
-    self-attention, the queries being the last `Tq` of `Tk` positions."""
+    self-attention, the queries being the last `Tq` of `Tk` positions (`local_rope`: at a sliding layer's own base,
+    `local_rope_theta`); `attn_logit_softcap` caps the scaled scores."""
 
-    def __init__(self, config, weights, name, rotary: bool = False):
+    def __init__(self, config, weights, name, rotary: bool = False, local_rope: bool = False):
         super().__init__(config, weights, name)
         self.rotary = rotary and config.positional == "rope"
+        self.local_rope = local_rope
         self.q_norm = LayerNorm(config, weights, f"{name}.q_norm", config.qk_norm_eps) if config.qk_norm else None
         self.k_norm = LayerNorm(config, weights, f"{name}.k_norm", config.qk_norm_eps) if config.qk_norm else None
 
@@ -71,12 +73,13 @@ class MultiHeadAttention(_Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:
             tq, tk = q.shape[2], k.shape[2]
-            inv_freq, scaling = ops.rope_frequencies(c, tk)
+            inv_freq, scaling = ops.rope_frequencies(c, tk, local=self.local_rope)
             q = op.apply_rope(q, np.arange(tk - tq, tk), inv_freq, scaling, c.rotary_dim)
             k = op.apply_rope(k, np.arange(tk), inv_freq, scaling, c.rotary_dim)
         groups = c.num_heads // c.kv_heads
         k, v = ops.repeat_kv(k, groups), ops.repeat_kv(v, groups)  # (B, H, Tk, d_k)
-        out, weights = op.scaled_dot_product_attention(q, k, v, mask, scale=c.attention_scale_factor)
+        out, weights = op.scaled_dot_product_attention(q, k, v, mask, scale=c.attention_scale_factor,
+                                                       softcap=c.attn_logit_softcap)
         out = op.merge_heads(out)  # (B, Tq, D)
         return op.linear(out, self.param("o.kernel"), self.param("o.bias")), weights
 
@@ -85,7 +88,7 @@ class FeedForward(_Module):
     """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3); gated (`ffn_gated`, SwiGLU / GeGLU):
     (act(x Wg + bg) * (x W1 + b1)) W2 + b2."""
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
+    def __call__(self, x: np.ndarray, record: Record | None = None) -> np.ndarray:
         act, op = self.ops.ACTIVATIONS[self.config.activation], self.ops
         if self.config.ffn_gated:
             hidden = self.store(act(op.linear(x, self.param("gate.kernel"), self.param("gate.bias")))
@@ -95,9 +98,33 @@ class FeedForward(_Module):
         return op.linear(hidden, self.param("linear2.kernel"), self.param("linear2.bias"))
 
 
+class MixtureOfExperts(_Module):
+    """A mixture-of-experts feed-forward (`num_experts`; `moe`): the router scores the experts for each token, which
+    runs through its `experts_per_token` best (each a `FeedForward` of `expert_d_ff`), their outputs weighted by the
+    router, plus a shared expert times sigmoid(x w) where `shared_expert_d_ff` says (Qwen2-MoE). The experts each
+    token chose are recorded as `{name}.routing`."""
+
+    def __init__(self, config, weights, name):
+        super().__init__(config, weights, name)
+        self.experts = [FeedForward(config, weights, f"{name}.experts.{e}") for e in range(config.num_experts)]
+        self.shared = FeedForward(config, weights, f"{name}.shared") if config.shared_expert_d_ff else None
+
+    def __call__(self, x: np.ndarray, record: Record | None = None) -> np.ndarray:
+        flat = x.reshape(-1, x.shape[-1])  # (B, T, D) -> (N, D)
+        ids, weights = moe.route(self.ops.linear(flat, self.param("router.kernel")), self.config)  # (N, k) each
+        out = moe.dispatch(flat, ids, self.store(weights), self.experts)
+        if self.shared is not None:
+            gate = self.store(moe.sigmoid(self.ops.linear(flat, self.param("shared_gate.kernel"))))  # (N, 1)
+            out = self.store(out + self.store(gate * self.shared(flat)))
+        if record is not None:
+            record[f"{self.name}.routing"] = moe.routing_record(ids, x.shape[:-1], x.dtype)
+        return out.reshape(x.shape)
+
+
 def _sublayer(x: np.ndarray, norm: LayerNorm, fn, config: TransformerConfig, record: Record | None, name: str,
-              attention_weights: bool):
-    """One residual block: post-LN `norm(x + f(x))` (the paper) or pre-LN `x + f(norm(x))`."""
+              attention_weights: bool, post_norm: LayerNorm | None = None):
+    """One residual block: post-LN `norm(x + f(x))` (the paper) or pre-LN `x + f(norm(x))`, with `post_norms`
+    `x + post_norm(f(norm(x)))` (Gemma 2/3), the post norm's output traced under its own name."""
     out = fn(norm(x) if config.norm_first else x)
     if isinstance(out, tuple):
         out, weights = out
@@ -105,7 +132,16 @@ def _sublayer(x: np.ndarray, norm: LayerNorm, fn, config: TransformerConfig, rec
             record[f"{name}.weights"] = weights
     if record is not None:
         record[name] = out
+    if post_norm is not None:
+        out = post_norm(out)
+        if record is not None:
+            record[post_norm.name] = out
     return norm.store(x + out) if config.norm_first else norm(norm.store(x + out))
+
+
+def _post_norm(config: TransformerConfig, weights, name: str) -> LayerNorm | None:
+    """The norm on a sublayer's output under `post_norms` (canonical `{layer}.post_attn_norm`, ...), else None."""
+    return LayerNorm(config, weights, name) if config.post_norms else None
 
 
 class EncoderLayer(_Module):
@@ -113,42 +149,51 @@ class EncoderLayer(_Module):
         super().__init__(config, weights, name)
         self.self_attn = MultiHeadAttention(config, weights, f"{name}.self_attn", rotary=True)
         self.norm1 = LayerNorm(config, weights, f"{name}.norm1")
+        self.post_attn_norm = _post_norm(config, weights, f"{name}.post_attn_norm")
         self.ffn = FeedForward(config, weights, f"{name}.ffn")
         self.norm2 = LayerNorm(config, weights, f"{name}.norm2")
+        self.post_ffn_norm = _post_norm(config, weights, f"{name}.post_ffn_norm")
 
     def __call__(self, x, mask, record: Record | None = None, attention_weights: bool = False):
         c = self.config
         x = _sublayer(x, self.norm1, lambda y: self.self_attn(y, y, mask), c, record, self.self_attn.name,
-                      attention_weights)
-        x = _sublayer(x, self.norm2, self.ffn, c, record, self.ffn.name, attention_weights)
+                      attention_weights, self.post_attn_norm)
+        x = _sublayer(x, self.norm2, self.ffn, c, record, self.ffn.name, attention_weights, self.post_ffn_norm)
         if record is not None:
             record[self.name] = x
         return x
 
 
 class DecoderLayer(_Module):
-    """Masked self-attention, encoder-decoder attention (absent in a decoder-only model) and feed-forward."""
+    """Masked self-attention, encoder-decoder attention (absent in a decoder-only model) and feed-forward. `index`:
+    which decoder layer it is, for its kind (`kind`: the self-attention mask it takes) and its rotary positions."""
 
-    def __init__(self, config, weights, name):
+    def __init__(self, config, weights, name, index: int = 0):
         super().__init__(config, weights, name)
-        self.self_attn = MultiHeadAttention(config, weights, f"{name}.self_attn", rotary=True)
+        self.kind = config.layer_kind(index)
+        self.self_attn = MultiHeadAttention(config, weights, f"{name}.self_attn", rotary=config.layer_rotary(index),
+                                            local_rope=config.layer_local_rope(index))
         self.norm1 = LayerNorm(config, weights, f"{name}.norm1")
+        self.post_attn_norm = _post_norm(config, weights, f"{name}.post_attn_norm")
         if config.has_encoder:
             self.cross_attn = MultiHeadAttention(config, weights, f"{name}.cross_attn")
             self.norm2 = LayerNorm(config, weights, f"{name}.norm2")
+            self.post_cross_attn_norm = _post_norm(config, weights, f"{name}.post_cross_attn_norm")
         else:
-            self.cross_attn = self.norm2 = None
-        self.ffn = FeedForward(config, weights, f"{name}.ffn")
+            self.cross_attn = self.norm2 = self.post_cross_attn_norm = None
+        self.ffn = (MixtureOfExperts if config.layer_experts(index) else FeedForward)(config, weights, f"{name}.ffn")
         self.norm3 = LayerNorm(config, weights, f"{name}.norm3")
+        self.post_ffn_norm = _post_norm(config, weights, f"{name}.post_ffn_norm")
 
     def __call__(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False):
         c = self.config
         x = _sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask), c, record, self.self_attn.name,
-                      attention_weights)
+                      attention_weights, self.post_attn_norm)
         if self.cross_attn is not None:
             x = _sublayer(x, self.norm2, lambda y: self.cross_attn(y, memory, cross_mask), c, record,
-                          self.cross_attn.name, attention_weights)
-        x = _sublayer(x, self.norm3, self.ffn, c, record, self.ffn.name, attention_weights)
+                          self.cross_attn.name, attention_weights, self.post_cross_attn_norm)
+        x = _sublayer(x, self.norm3, lambda y: self.ffn(y, record), c, record, self.ffn.name, attention_weights,
+                      self.post_ffn_norm)
         if record is not None:
             record[self.name] = x
         return x
@@ -215,14 +260,18 @@ class Encoder(_Module):
 
 
 class Decoder(_Module):
+    """`num_decoder_layers` DecoderLayers (and a final norm if `final_norm`). `self_masks`: the self-attention mask
+    of each layer kind the layers use (`self_attention_masks`)."""
+
     def __init__(self, config, weights, name="decoder"):
         super().__init__(config, weights, name)
-        self.layers = [DecoderLayer(config, weights, f"{name}.layers.{i}") for i in range(config.num_decoder_layers)]
+        self.layers = [DecoderLayer(config, weights, f"{name}.layers.{i}", i)
+                       for i in range(config.num_decoder_layers)]
         self.final_norm = LayerNorm(config, weights, f"{name}.final_norm") if config.final_norm else None
 
-    def __call__(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False):
+    def __call__(self, x, memory, self_masks, cross_mask, record: Record | None = None, attention_weights=False):
         for layer in self.layers:
-            x = layer(x, memory, self_mask, cross_mask, record, attention_weights)
+            x = layer(x, memory, self_masks[layer.kind], cross_mask, record, attention_weights)
         if self.final_norm is not None:
             x = self.final_norm(x)
             if record is not None:
@@ -291,6 +340,14 @@ def eos_mask(config: TransformerConfig, src_ids, tgt_len: int) -> np.ndarray:
         raise ValueError(f"classifier_input='eos' reads the last eos_id={config.eos_id} of each source row; rows "
                          f"{missing.tolist()} hold none")
     return found
+
+
+def self_attention_masks(config: TransformerConfig, key_mask: np.ndarray, query_len: int) -> dict[str, np.ndarray]:
+    """The decoder's causal self-attention masks `(B, 1, Tq, Tk)`, one per layer kind its layers use (`sliding`:
+    within `sliding_window`; `full`), from the key padding mask `(B, Tk)`; the queries are the last `query_len`
+    positions."""
+    return {kind: ops.attention_mask(key_mask, query_len, causal=True, window=config.kind_window(kind))
+            for kind in config.decoder_kinds}
 
 
 def last_positions(mask: np.ndarray) -> np.ndarray:
@@ -384,8 +441,8 @@ class Transformer:
             record["decoder.embed"] = x
         t = tgt_ids.shape[1]
         cross_mask = None if memory is None else ops.attention_mask(np.asarray(src_mask), t)
-        self_mask = ops.attention_mask(tgt_mask, t, causal=True, window=self.config.sliding_window)
-        x = self.decoder(x, memory, self_mask, cross_mask, record, attention_weights)
+        x = self.decoder(x, memory, self_attention_masks(self.config, tgt_mask, t), cross_mask, record,
+                         attention_weights)
         return self._output(x[:, -1:] if last_only else x, record,
                             tgt_mask if classifier_mask is None else classifier_mask)
 
@@ -446,6 +503,8 @@ class Transformer:
                 record["last_hidden_state"] = x
             return x
         logits = self.ops.linear(x, self.output_kernel, self.weights.get("output.bias"))
+        if self.config.final_logit_softcap is not None:
+            logits = self.ops.soft_cap(logits, self.config.final_logit_softcap)
         if record is not None:
             record["logits"] = logits
         return logits

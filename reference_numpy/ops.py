@@ -62,6 +62,13 @@ def silu(x: np.ndarray) -> np.ndarray:
 ACTIVATIONS = {"relu": relu, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu}
 
 
+def soft_cap(x: np.ndarray, cap: float) -> np.ndarray:
+    """cap * tanh(x / cap): `x` squashed smoothly into (-cap, cap) (Gemma 2's attention-logit and final-logit
+    soft-capping)."""
+    t = x.dtype.type
+    return t(cap) * np.tanh(x / t(cap))
+
+
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
@@ -87,16 +94,17 @@ def sinusoidal_positions(length: int, d_model: int, layout: str = "interleaved")
     return table
 
 
-def rope_frequencies(config, length: int) -> tuple[np.ndarray, float]:
+def rope_frequencies(config, length: int, local: bool = False) -> tuple[np.ndarray, float]:
     """`(inv_freq, attention_scaling)` of rotary positions (Su et al. 2021), float64: `inv_freq` `(rotary_dim / 2,)`
     are the rotation speeds of the dim pairs, `attention_scaling` multiplies cos and sin. Each rope type is
     transformers' formula (`modeling_rope_utils`) for a sequence of `length` positions: `linear` divides every
     frequency by `factor`; `dynamic` (NTK) changes nothing up to `max_len`, the only lengths a model takes; `llama3`
     divides the low frequencies by `factor` and blends the middle band; `yarn` blends interpolated and extrapolated
     frequencies over a ramp of dims and scales the attention; `longrope` divides by per-dim `short_factor` (or
-    `long_factor` beyond `original_max_position_embeddings`) and scales the attention."""
-    dim, base = config.rotary_dim, float(config.rope_theta)
-    params = dict(config.rope_scaling or {})
+    `long_factor` beyond `original_max_position_embeddings`) and scales the attention. `local`: a sliding layer's
+    own rotation (`local_rope_theta`, Gemma 3), the default type at that base."""
+    dim, base = config.rotary_dim, float(config.local_rope_theta if local else config.rope_theta)
+    params = {} if local else dict(config.rope_scaling or {})
     kind = params.get("rope_type", "default")
     pos_freqs = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)  # (dim/2,)
     inv_freq, scaling = 1.0 / pos_freqs, 1.0
@@ -206,13 +214,16 @@ def attention_mask(key_mask: np.ndarray, query_len: int, causal: bool = False, w
 
 
 def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None,
-                                 scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """softmax(scale q k^T) v, equation (1) with scale = 1/sqrt(d_k).
+                                 scale: float | None = None, softcap: float | None = None
+                                 ) -> tuple[np.ndarray, np.ndarray]:
+    """softmax(scale q k^T) v, equation (1) with scale = 1/sqrt(d_k); with `softcap`, the scaled scores are
+    `soft_cap`ped before the mask and the softmax (Gemma 2).
 
     Args:
         q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
         mask: bool, broadcastable to `(B, H, Tq, Tk)`; True = may attend.
         scale: what the scores are multiplied by (`TransformerConfig.attention_scale_factor`); None = 1/sqrt(d_k).
+        softcap: `TransformerConfig.attn_logit_softcap`; None = none.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)`. A query row with no key it may attend to gets
@@ -221,6 +232,8 @@ def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, ma
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     scores = q @ np.swapaxes(k, -1, -2) * q.dtype.type(scale)  # (B, H, Tq, Tk)
+    if softcap is not None:
+        scores = soft_cap(scores, softcap)
     if mask is None:
         weights = softmax(scores)
     else:

@@ -50,12 +50,31 @@ def _norm(prefix: str, width: int, config: TransformerConfig) -> dict[str, tuple
     return {f"{prefix}.gamma": (width,), f"{prefix}.beta": (width,)}
 
 
-def _ffn(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
-    """linear1 (up), linear2 (down) and, when `ffn_gated`, the gate beside linear1."""
-    bias = config.has_ffn_bias
-    gate = _linear(f"{prefix}.gate", config.d_model, config.d_ff, bias) if config.ffn_gated else {}
-    return {**gate, **_linear(f"{prefix}.linear1", config.d_model, config.d_ff, bias),
-            **_linear(f"{prefix}.linear2", config.d_ff, config.d_model, bias)}
+def _post_norm(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
+    """A norm on a sublayer's output before the residual (`post_norms`, Gemma 2/3), d_model wide; none otherwise."""
+    return _norm(prefix, config.d_model, config) if config.post_norms else {}
+
+
+def _ffn(prefix: str, config: TransformerConfig, width: int | None = None) -> dict[str, tuple[int, ...]]:
+    """linear1 (up), linear2 (down) and, when `ffn_gated`, the gate beside linear1; `width` inner features (None:
+    d_ff)."""
+    bias, width = config.has_ffn_bias, width or config.d_ff
+    gate = _linear(f"{prefix}.gate", config.d_model, width, bias) if config.ffn_gated else {}
+    return {**gate, **_linear(f"{prefix}.linear1", config.d_model, width, bias),
+            **_linear(f"{prefix}.linear2", width, config.d_model, bias)}
+
+
+def _experts(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
+    """A mixture of experts (`num_experts`): the router `(d_model, num_experts)`, each expert a feed-forward of
+    `expert_d_ff` (`experts.{e}.gate`, `.linear1`, `.linear2`), and the shared expert and its gate `(d_model, 1)`
+    where `shared_expert_d_ff` says."""
+    shapes = {f"{prefix}.router.kernel": (config.d_model, config.num_experts)}
+    for e in range(config.num_experts):
+        shapes.update(_ffn(f"{prefix}.experts.{e}", config, config.expert_width))
+    if config.shared_expert_d_ff:
+        shapes.update(_ffn(f"{prefix}.shared", config, config.shared_expert_d_ff))
+        shapes[f"{prefix}.shared_gate.kernel"] = (config.d_model, 1)
+    return shapes
 
 
 def _embedding(side: str, vocab_size: int, config: TransformerConfig, table: bool) -> dict[str, tuple[int, ...]]:
@@ -80,9 +99,12 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
     """Every canonical parameter name and its shape, in a fixed order (embeddings, encoder, decoder, output).
 
     Decoder-only models (`num_encoder_layers=0`) have decoder layers without `cross_attn`/`norm2` (the FFN's norm
-    stays `norm3`, so a name means one thing in every family). `share_embeddings` drops `tgt_embed.embedding`
+    stays `norm3`, so a name means one thing in every family). `post_norms` adds a norm after each sublayer:
+    `post_attn_norm`, `post_cross_attn_norm` (encoder-decoder), `post_ffn_norm`. `share_embeddings` drops `tgt_embed.embedding`
     (the decoder reads `src_embed.embedding`); `tie_embeddings` drops `output.kernel`. `embed_bias` adds
-    `{side}_embed.bias` for each side, shared table or not.
+    `{side}_embed.bias` for each side, shared table or not. A decoder layer with a mixture of experts
+    (`layer_experts`) has `ffn.router`, `ffn.experts.{e}.*` (and `ffn.shared.*`, `ffn.shared_gate`) in place of the
+    feed-forward's linears.
     """
     d = config.d_model
     shapes: dict[str, tuple[int, ...]] = {}
@@ -93,18 +115,24 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
     for i in range(config.encoder_weight_layers):  # one under shared_layers
         shapes.update(_attention(f"encoder.layers.{i}.self_attn", config))
         shapes.update(_norm(f"encoder.layers.{i}.norm1", d, config))
+        shapes.update(_post_norm(f"encoder.layers.{i}.post_attn_norm", config))
         shapes.update(_ffn(f"encoder.layers.{i}.ffn", config))
         shapes.update(_norm(f"encoder.layers.{i}.norm2", d, config))
+        shapes.update(_post_norm(f"encoder.layers.{i}.post_ffn_norm", config))
     if config.final_norm and config.has_encoder:
         shapes.update(_norm("encoder.final_norm", d, config))
     for i in range(config.num_decoder_layers):
         shapes.update(_attention(f"decoder.layers.{i}.self_attn", config))
         shapes.update(_norm(f"decoder.layers.{i}.norm1", d, config))
+        shapes.update(_post_norm(f"decoder.layers.{i}.post_attn_norm", config))
         if config.has_encoder:
             shapes.update(_attention(f"decoder.layers.{i}.cross_attn", config))
             shapes.update(_norm(f"decoder.layers.{i}.norm2", d, config))
-        shapes.update(_ffn(f"decoder.layers.{i}.ffn", config))
+            shapes.update(_post_norm(f"decoder.layers.{i}.post_cross_attn_norm", config))
+        shapes.update(_experts(f"decoder.layers.{i}.ffn", config) if config.layer_experts(i) else
+                      _ffn(f"decoder.layers.{i}.ffn", config))
         shapes.update(_norm(f"decoder.layers.{i}.norm3", d, config))
+        shapes.update(_post_norm(f"decoder.layers.{i}.post_ffn_norm", config))
     if config.final_norm and config.has_decoder:
         shapes.update(_norm("decoder.final_norm", d, config))
     if config.pooler:
