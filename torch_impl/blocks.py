@@ -28,8 +28,8 @@ def _module(config, block: Block) -> nn.Module:
     if block.kind == "embed":
         return Embedding(config, block.side)
     if block.kind == "layer":
-        cls = EncoderLayer if block.stack == "encoder" else DecoderLayer
-        return cls(config, f"{block.stack}.layers.{weight_layer(config, block)}")
+        name = f"{block.stack}.layers.{weight_layer(config, block)}"
+        return EncoderLayer(config, name) if block.stack == "encoder" else DecoderLayer(config, name, block.index)
     if block.kind == "final_norm":
         return norm_layer(config, config.d_model)
     if block.kind == "next_sentence":
@@ -81,7 +81,7 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
                 x = module(x, mask, record, name=block.name)
             else:
                 self_mask = attention_mask(padding_mask(ids["tgt"], config.pad_id), t, causal=True,
-                                           window=config.sliding_window)
+                                           window=config.layer_window(block.index))
                 memory = state.get("memory")
                 cross = None if memory is None else attention_mask(padding_mask(ids["src"], config.pad_id), t)
                 x = module(x, None if memory is None else torch.from_numpy(memory), self_mask, cross, record)

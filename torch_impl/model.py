@@ -106,14 +106,16 @@ _ROTARY: dict[tuple, tuple] = {}
 _ROTARY_ENTRIES = 64
 
 
-def rotary_tables(config: TransformerConfig, start: int, t: int, dtype: torch.dtype, device) -> tuple:
+def rotary_tables(config: TransformerConfig, start: int, t: int, dtype: torch.dtype, device, local: bool = False
+                  ) -> tuple:
     """`(cos, sin)` `(T, rotary_dim)` in `dtype` for positions `start .. start + T - 1` of a sequence of `start + T`
-    positions (its length picks longrope's factors), the angles computed in float32 at least."""
-    key = (id(config), start, t, dtype, device)
+    positions (its length picks longrope's factors), the angles computed in float32 at least; `local`: a sliding
+    layer's own base (`local_rope_theta`)."""
+    key = (id(config), start, t, dtype, device, local)
     hit = _ROTARY.get(key)
     if hit is not None and hit[0] is config:
         return hit[1], hit[2]
-    inv_freq, scaling = rn.ops.rope_frequencies(config, start + t)
+    inv_freq, scaling = rn.ops.rope_frequencies(config, start + t, local=local)
     work = dtype if dtype in (torch.float32, torch.float64) else torch.float32
     positions = torch.arange(start, start + t, device=device, dtype=work)
     freqs = positions[:, None] * torch.as_tensor(inv_freq, device=device).to(work)  # (T, r/2)
@@ -126,11 +128,12 @@ def rotary_tables(config: TransformerConfig, start: int, t: int, dtype: torch.dt
     return cos, sin
 
 
-def rotate(x, start: int, config: TransformerConfig):
+def rotate(x, start: int, config: TransformerConfig, local: bool = False):
     """Rotary positions on `x` `(B, H, T, d_k)` at positions `start .. start + T - 1`, for a sequence of
     `start + T` positions (its length picks longrope's factors): the first `rotary_dim` dims turn as two halves
-    (transformers' `rotate_half`), the rest pass through. The angles are computed in float32 at least."""
-    cos, sin = rotary_tables(config, start, x.shape[2], x.dtype, x.device)
+    (transformers' `rotate_half`), the rest pass through. The angles are computed in float32 at least. `local`: at a
+    sliding layer's own base (`local_rope_theta`)."""
+    cos, sin = rotary_tables(config, start, x.shape[2], x.dtype, x.device, local)
     r = config.rotary_dim
     rot, rest = x[..., :r], x[..., r:]
     rotated = torch.cat([-rot[..., r // 2:], rot[..., :r // 2]], dim=-1)  # rotate_half
@@ -143,9 +146,9 @@ class MultiHeadAttention(nn.Module):
 
     Grouped-query attention reads `kv_heads` key/value heads, each serving `num_heads / kv_heads` query heads;
     `qk_norm` normalizes each head of q and k; rotary positions turn q and k in self-attention (cached keys are
-    stored turned)."""
+    stored turned; `local_rope`: at a sliding layer's own base). `attn_logit_softcap` takes the explicit path."""
 
-    def __init__(self, config: TransformerConfig, name: str, rotary: bool = False):
+    def __init__(self, config: TransformerConfig, name: str, rotary: bool = False, local_rope: bool = False):
         super().__init__()
         self.config, self.name = config, name
         d, inner, kv = config.d_model, config.num_heads * config.head_dim, config.kv_heads * config.head_dim
@@ -156,6 +159,7 @@ class MultiHeadAttention(nn.Module):
         self.q_norm = norm_layer(config, config.head_dim, config.qk_norm_eps) if config.qk_norm else None
         self.k_norm = norm_layer(config, config.head_dim, config.qk_norm_eps) if config.qk_norm else None
         self.rotary = rotary and config.positional == "rope"
+        self.local_rope = local_rope
         self.impl = "fused"  # "explicit" forces matmul-softmax-matmul even without weights being asked for
 
     def forward(self, x_q, x_kv, mask=None, need_weights: bool = False, cache: AttentionCache | None = None):
@@ -172,7 +176,7 @@ class MultiHeadAttention(nn.Module):
                 k = self.k_norm(k)
             cached = 0 if cache is None or cache.k is None else cache.k.shape[2]
             if self.rotary:
-                k = rotate(k, cached, c)
+                k = rotate(k, cached, c, self.local_rope)
             if cache is not None:
                 if not cache.static and cache.k is not None:
                     k = torch.cat([cache.k, k], dim=2)  # (B, KV, T_cached + Tk, d_k)
@@ -182,16 +186,17 @@ class MultiHeadAttention(nn.Module):
         if self.q_norm is not None:
             q = self.q_norm(q)
         if self.rotary:
-            q = rotate(q, k.shape[2] - tq, c)  # the queries are the last Tq positions
+            q = rotate(q, k.shape[2] - tq, c, self.local_rope)  # the queries are the last Tq positions
+        impl = "explicit" if c.attn_logit_softcap is not None else self.impl  # the fused kernel cannot soft-cap
         # query head i reads kv head i // groups: the fused kernel takes the kv heads as they are (enable_gqa), the
         # explicit path repeats them, (B, KV, Tk, d_k) -> (B, H, Tk, d_k)
-        grouped = kvh != h and self.impl == "fused" and not need_weights
+        grouped = kvh != h and impl == "fused" and not need_weights
         if kvh != h and not grouped:
             k = k.repeat_interleave(h // kvh, dim=1)
             v = v.repeat_interleave(h // kvh, dim=1)
         out, weights = scaled_dot_product_attention(
-            q, k, v, mask, need_weights=need_weights, impl=self.impl,
-            dropout_p=c.dropout if self.training else 0.0, scale=c.attention_scale_factor, grouped=grouped)
+            q, k, v, mask, need_weights=need_weights, impl=impl, dropout_p=c.dropout if self.training else 0.0,
+            scale=c.attention_scale_factor, grouped=grouped, softcap=c.attn_logit_softcap)
         out = out.transpose(1, 2).reshape(b, tq, h * dk)  # (B, H, Tq, d_k) -> (B, Tq, H*d_k)
         return self.o(out), weights
 
@@ -243,9 +248,10 @@ class FeedForward(nn.Module):
 
 class _ResidualLayer(nn.Module):
     """Shared residual wiring of EncoderLayer and DecoderLayer: post-LN `norm(x + drop(f(x)))` (the paper) or
-    pre-LN `x + drop(f(norm(x)))`."""
+    pre-LN `x + drop(f(norm(x)))`, with `post_norms` `x + drop(post_norm(f(norm(x))))` (Gemma 2/3; the post norm's
+    output recorded as `post_name`)."""
 
-    def _sublayer(self, x, norm, fn, name, record, attention_weights):
+    def _sublayer(self, x, norm, fn, name, record, attention_weights, post_norm=None, post_name=None):
         out = fn(norm(x) if self.config.norm_first else x)
         if isinstance(out, tuple):
             out, weights = out
@@ -253,6 +259,10 @@ class _ResidualLayer(nn.Module):
                 record[f"{name}.weights"] = weights
         if record is not None:
             record[name] = out
+        if post_norm is not None:
+            out = post_norm(out)
+            if record is not None:
+                record[post_name] = out
         out = self.dropout(out)
         return x + out if self.config.norm_first else norm(x + out)
 
@@ -264,47 +274,61 @@ class EncoderLayer(_ResidualLayer):
         eps = config.layer_norm_eps
         self.self_attn = MultiHeadAttention(config, f"{name}.self_attn", rotary=True)
         self.norm1 = norm_layer(config, config.d_model, eps)
+        self.post_attn_norm = norm_layer(config, config.d_model, eps) if config.post_norms else None
         self.ffn = FeedForward(config, f"{name}.ffn")
         self.norm2 = norm_layer(config, config.d_model, eps)
+        self.post_ffn_norm = norm_layer(config, config.d_model, eps) if config.post_norms else None
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False, name: str | None = None):
         """`name`: the layer this call records as (`shared_layers` runs one layer under every layer's name)."""
         name = name or self.name
         x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, mask, attention_weights),
-                           f"{name}.self_attn", record, attention_weights)
-        x = self._sublayer(x, self.norm2, self.ffn, f"{name}.ffn", record, attention_weights)
+                           f"{name}.self_attn", record, attention_weights, self.post_attn_norm,
+                           f"{name}.post_attn_norm")
+        x = self._sublayer(x, self.norm2, self.ffn, f"{name}.ffn", record, attention_weights, self.post_ffn_norm,
+                           f"{name}.post_ffn_norm")
         if record is not None:
             record[name] = x
         return x
 
 
 class DecoderLayer(_ResidualLayer):
-    def __init__(self, config: TransformerConfig, name: str):
+    """`index`: which decoder layer it is, for its kind (`kind`: the self-attention mask it takes) and its rotary
+    positions."""
+
+    def __init__(self, config: TransformerConfig, name: str, index: int = 0):
         super().__init__()
-        self.config, self.name = config, name
+        self.config, self.name, self.kind = config, name, config.layer_kind(index)
         eps = config.layer_norm_eps
-        self.self_attn = MultiHeadAttention(config, f"{name}.self_attn", rotary=True)
+        post = config.post_norms
+        self.self_attn = MultiHeadAttention(config, f"{name}.self_attn", rotary=config.layer_rotary(index),
+                                            local_rope=config.layer_local_rope(index))
         self.norm1 = norm_layer(config, config.d_model, eps)
+        self.post_attn_norm = norm_layer(config, config.d_model, eps) if post else None
+        self.cross_attn = self.norm2 = self.post_cross_attn_norm = None
         if config.has_encoder:  # a decoder-only model has no encoder-decoder attention
             self.cross_attn = MultiHeadAttention(config, f"{name}.cross_attn")
             self.norm2 = norm_layer(config, config.d_model, eps)
-        else:
-            self.cross_attn = self.norm2 = None
+            self.post_cross_attn_norm = norm_layer(config, config.d_model, eps) if post else None
         self.ffn = FeedForward(config, f"{name}.ffn")
         self.norm3 = norm_layer(config, config.d_model, eps)
+        self.post_ffn_norm = norm_layer(config, config.d_model, eps) if post else None
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False,
                 cache: tuple[AttentionCache, AttentionCache] | None = None):
         self_cache, cross_cache = (None, None) if cache is None else cache
         x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, attention_weights, self_cache),
-                           self.self_attn.name, record, attention_weights)
+                           self.self_attn.name, record, attention_weights, self.post_attn_norm,
+                           f"{self.name}.post_attn_norm")
         if self.cross_attn is not None:
             x = self._sublayer(x, self.norm2,
                                lambda y: self.cross_attn(y, memory, cross_mask, attention_weights, cross_cache),
-                               self.cross_attn.name, record, attention_weights)
-        x = self._sublayer(x, self.norm3, self.ffn, self.ffn.name, record, attention_weights)
+                               self.cross_attn.name, record, attention_weights, self.post_cross_attn_norm,
+                               f"{self.name}.post_cross_attn_norm")
+        x = self._sublayer(x, self.norm3, self.ffn, self.ffn.name, record, attention_weights, self.post_ffn_norm,
+                           f"{self.name}.post_ffn_norm")
         if record is not None:
             record[self.name] = x
         return x
@@ -395,17 +419,20 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
+    """`num_decoder_layers` DecoderLayers (and a final norm if `final_norm`). `self_masks`: the self-attention mask
+    of each layer kind (`sliding`, `full`) the layers use; a kind's mask may be None (nothing hidden)."""
+
     def __init__(self, config: TransformerConfig, name: str = "decoder"):
         super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer(config, f"{name}.layers.{i}")
+        self.layers = nn.ModuleList(DecoderLayer(config, f"{name}.layers.{i}", i)
                                     for i in range(config.num_decoder_layers))
         self.final_norm = norm_layer(config, config.d_model) if config.final_norm else None
         self.name = name
 
-    def forward(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False,
+    def forward(self, x, memory, self_masks, cross_mask, record: Record | None = None, attention_weights=False,
                 cache: KVCache | None = None):
         for i, layer in enumerate(self.layers):
-            x = layer(x, memory, self_mask, cross_mask, record, attention_weights,
+            x = layer(x, memory, self_masks[layer.kind], cross_mask, record, attention_weights,
                       None if cache is None else cache.layers[i])
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -443,18 +470,22 @@ class HeadTransform(nn.Module):
 
 
 class OutputProjection(nn.Module):
-    """Final states -> logits; with `tie_embeddings` the kernel is the embedding table."""
+    """Final states -> logits (soft-capped under `final_logit_softcap`); with `tie_embeddings` the kernel is the
+    embedding table."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
         d, v = config.embed_width, config.tgt_vocab_size  # ALBERT: from the embedding width
         self.weight = None if config.tie_embeddings else nn.Parameter(torch.empty(v, d))
         self.bias = nn.Parameter(torch.zeros(v)) if config.has_output_bias else None
+        self.final_logit_softcap = config.final_logit_softcap
         if self.weight is not None:
             nn.init.xavier_uniform_(self.weight)
 
     def forward(self, x, tied_weight=None):
-        return F.linear(x, self.weight if self.weight is not None else tied_weight, self.bias)
+        logits = F.linear(x, self.weight if self.weight is not None else tied_weight, self.bias)
+        cap = self.final_logit_softcap
+        return logits if cap is None else torch.tanh(logits / cap) * cap
 
 
 class Classifier(nn.Module):
@@ -586,11 +617,13 @@ class Transformer(nn.Module):
         cross_mask = None
         if memory is not None:
             cross_mask = attention_mask(torch.as_tensor(src_mask, device=memory.device), t)
-        self_mask = None  # one new position that may see every key (a decoding step over real tokens): no mask
-        window = self.config.sliding_window
-        if not (t == 1 and (window is None or key_mask.shape[1] <= window) and bool(key_mask.all())):
-            self_mask = attention_mask(key_mask, t, causal=True, window=window)
-        x = self.decoder(x, memory, self_mask, cross_mask, record, attention_weights, cache)
+        self_masks = {}  # per layer kind; None: one new position that may see every key (a step over real tokens)
+        all_real = t == 1 and bool(key_mask.all())
+        for kind in self.config.decoder_kinds:
+            window = self.config.kind_window(kind)
+            self_masks[kind] = None if all_real and (window is None or key_mask.shape[1] <= window) else \
+                attention_mask(key_mask, t, causal=True, window=window)
+        x = self.decoder(x, memory, self_masks, cross_mask, record, attention_weights, cache)
         if cache is not None:
             cache.key_mask = key_mask
         return self._output(x[:, -1:] if last_only else x, record,
