@@ -33,8 +33,10 @@ def causal_mask(query_len, key_len, first=None, window: int | None = None) -> tf
 def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask: tf.Tensor | None = None, *,
                                  causal: bool = False, need_weights: bool = False, impl: str = "explicit",
                                  dropout_p: float = 0.0, training: bool = False, seed=None,
-                                 scale: float | None = None) -> tuple[tf.Tensor, tf.Tensor | None]:
-    """softmax(scale q k^T) v (equation 1 with scale = 1/sqrt(d_k)).
+                                 scale: float | None = None, softcap: float | None = None
+                                 ) -> tuple[tf.Tensor, tf.Tensor | None]:
+    """softmax(scale q k^T) v (equation 1 with scale = 1/sqrt(d_k)); with `softcap`, the scaled scores are
+    cap * tanh(scores / cap) before the mask (Gemma 2).
 
     Args:
         q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
@@ -49,6 +51,8 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
         training: whether dropout is active.
         seed: the calling layer's `keras.random.SeedGenerator` (or an int) for the dropout draw.
         scale: what the scores are multiplied by (`TransformerConfig.attention_scale_factor`); None = 1/sqrt(d_k).
+        softcap: `TransformerConfig.attn_logit_softcap`. Neither `keras` nor `blockwise` caps its scores, so a cap
+            takes the explicit path.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)` or None. A query row with no key it may attend
@@ -56,6 +60,8 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
+    if softcap is not None:
+        impl = "explicit"
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     if mask is not None:
@@ -77,6 +83,9 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
         out = _keras_attention(q, k, v, safe_mask, scale)
         return (out if has_key is None else tf.where(has_key, out, tf.zeros_like(out))), None
     scores = tf.matmul(q, k, transpose_b=True) * tf.constant(scale, q.dtype)  # (B, H, Tq, Tk)
+    if softcap is not None:  # constants in the scores' dtype: float64 stays float64
+        cap = tf.constant(softcap, scores.dtype)
+        scores = tf.math.tanh(scores / cap) * cap
     if safe_mask is not None:
         scores = tf.where(safe_mask, scores, tf.constant(-math.inf, scores.dtype))
     weights = tf.nn.softmax(scores, axis=-1)

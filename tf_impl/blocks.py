@@ -29,7 +29,7 @@ def _layer(config, block: Block, dtype: str) -> tuple[keras.layers.Layer, tuple,
         if block.stack == "encoder":
             return EncoderLayer(config, dtype=dtype, name=name), (states,), f"{block.stack}/"
         memory = states if config.has_encoder else None
-        return DecoderLayer(config, dtype=dtype, name=name), (states, memory), f"{block.stack}/"
+        return DecoderLayer(config, index=block.index, dtype=dtype, name=name), (states, memory), f"{block.stack}/"
     if block.kind == "final_norm":
         return norm_layer(config, "final_norm", dtype), (states,), f"{block.stack}/"
     if block.kind in ("next_sentence", "choice_head"):
@@ -80,7 +80,7 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
             x, sublayers = layer(x, mask)
         else:
             self_mask = attention_mask(padding_mask(ids["tgt"], config.pad_id), t, causal=True,
-                                       window=config.sliding_window)
+                                       window=config.layer_window(block.index))
             memory = state.get("memory")
             cross = None if memory is None else attention_mask(padding_mask(ids["src"], config.pad_id), t)
             x, sublayers = layer(x, None if memory is None else tf.convert_to_tensor(memory), self_mask, cross)

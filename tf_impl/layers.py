@@ -155,14 +155,14 @@ def norm_layer(config: TransformerConfig, name: str, dtype, eps: float | None = 
     return keras.layers.LayerNormalization(epsilon=eps, dtype=dtype, name=name)
 
 
-def rotate(x, start, config: TransformerConfig):
+def rotate(x, start, config: TransformerConfig, local: bool = False):
     """Rotary positions on `x` `(B, H, T, d_k)` at positions `start .. start + T - 1` (`start` an int or a scalar
     tensor), for a sequence of `start + T` positions (its length picks longrope's factors): the first
     `rotary_dim` dims turn as two halves (transformers' `rotate_half`), the rest pass through. The angles are
-    computed in float32 at least."""
+    computed in float32 at least. `local`: at a sliding layer's own base (`local_rope_theta`)."""
     t = tf.shape(x)[2]
-    inv_freq, scaling = rn.ops.rope_frequencies(config, 0)
-    params = config.rope_scaling or {}
+    inv_freq, scaling = rn.ops.rope_frequencies(config, 0, local=local)
+    params = {} if local else config.rope_scaling or {}
     dtype = x.dtype if x.dtype in (tf.float32, tf.float64) else tf.float32
     inv = tf.constant(inv_freq, dtype)  # (r/2,)
     if params.get("rope_type") == "longrope":  # the long factors once the sequence passes the original length
@@ -187,15 +187,19 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
         config: the hyperparameters.
         impl: attention path, `explicit` or `keras` (see `tf_impl.attention`). A plain attribute: set `layer.impl`
             to switch; a `tf.function` keeps the value it was traced with.
+        rotary: whether rotary positions turn q and k (`positional="rope"`); `local_rope`: at a sliding layer's own
+            base, `local_rope_theta`.
     """
 
-    _CONFIG_ARGS = ("impl", "rotary")
+    _CONFIG_ARGS = ("impl", "rotary", "local_rope")
 
-    def __init__(self, config: TransformerConfig, impl: str = "explicit", rotary: bool = False, **kwargs):
+    def __init__(self, config: TransformerConfig, impl: str = "explicit", rotary: bool = False,
+                 local_rope: bool = False, **kwargs):
         super().__init__(**kwargs)
         if impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
         self.config, self.impl, self.rotary = config, impl, rotary and config.positional == "rope"
+        self.local_rope = local_rope
         inner, kv = config.num_heads * config.head_dim, config.kv_heads * config.head_dim
         qkv = dict(use_bias=config.has_qkv_bias, dtype=self.dtype_policy)
         self.q = keras.layers.Dense(inner, **qkv, name="q")
@@ -240,7 +244,7 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
             if self.rotary:  # the new keys' positions: after those cached (stored turned)
                 start = cache.index if fixed else (
                     tf.shape(cache.k)[2] if cache is not None and cache.k is not None else 0)
-                k = rotate(k, start, c)
+                k = rotate(k, start, c, self.local_rope)
             if cache is not None:
                 if cache.index is not None:  # fixed-size: a static-shape write (XLA's dynamic_update_slice)
                     at = [0, 0, cache.index, 0]
@@ -251,12 +255,12 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
                     v = tf.concat([cache.v, v], axis=2)  # (B, H, T_cached + Tk, d_k)
                 cache.k, cache.v = k, v
         if self.rotary:  # the queries: at the cache's write position, else the last Tq of the keys
-            q = rotate(q, cache.index if fixed else tf.shape(k)[2] - tq, c)
+            q = rotate(q, cache.index if fixed else tf.shape(k)[2] - tq, c, self.local_rope)
         if kvh != h:  # query head i reads key/value head i // groups
             k, v = tf.repeat(k, h // kvh, axis=1), tf.repeat(v, h // kvh, axis=1)  # (B, H, Tk, d_k)
         out, weights = scaled_dot_product_attention(
             q, k, v, attention_mask, need_weights=need_weights, impl=self.impl, dropout_p=c.dropout,
-            training=training, seed=self.seed_generator, scale=c.attention_scale_factor)
+            training=training, seed=self.seed_generator, scale=c.attention_scale_factor, softcap=c.attn_logit_softcap)
         out = tf.reshape(tf.transpose(out, (0, 2, 1, 3)), (b, tq, h * dk))  # (B, H, Tq, d_k) -> (B, Tq, D)
         return self.o(out), (weights if need_weights else None)
 
@@ -289,20 +293,33 @@ class FeedForward(ConfigSerializable, keras.layers.Layer):
 
 class _ResidualLayer(ConfigSerializable, keras.layers.Layer):
     """Shared residual wiring of EncoderLayer and DecoderLayer: post-LN `norm(x + drop(f(x)))` (the paper) or
-    pre-LN `x + drop(f(norm(x)))`."""
+    pre-LN `x + drop(f(norm(x)))`, with `post_norms` `x + drop(post_norm(f(norm(x))))` (Gemma 2/3; the post norm's
+    output recorded under its own name)."""
 
     _CONFIG_ARGS = ("impl",)
 
     def _norm(self, name: str) -> keras.layers.Layer:
         return norm_layer(self.config, name, self.dtype_policy)
 
-    def _sublayer(self, x, norm, fn, name, record, attention_weights, training):
+    def _post_norm(self, name: str) -> keras.layers.Layer | None:
+        return self._norm(name) if self.config.post_norms else None
+
+    @staticmethod
+    def _build_norms(x_shape, norm, post_norm) -> None:
+        """A sublayer's norm, then its post norm if it has one (in creation order)."""
+        norm.build(x_shape)
+        if post_norm is not None:
+            post_norm.build(x_shape)
+
+    def _sublayer(self, x, norm, fn, name, record, attention_weights, training, post_norm=None):
         out = fn(norm(x) if self.config.norm_first else x)
         if isinstance(out, tuple):
             out, weights = out
             if attention_weights:
                 record[f"{name}.weights"] = weights
         record[name] = out
+        if post_norm is not None:
+            out = record[post_norm.name] = post_norm(out)
         out = self.dropout(out, training=training)
         return x + out if self.config.norm_first else norm(x + out)
 
@@ -316,57 +333,66 @@ class EncoderLayer(_ResidualLayer):
         self.config, self.impl = config, impl
         self.self_attn = MultiHeadAttention(config, impl, rotary=True, dtype=self.dtype_policy, name="self_attn")
         self.norm1 = self._norm("norm1")
+        self.post_attn_norm = self._post_norm("post_attn_norm")
         self.ffn = FeedForward(config, dtype=self.dtype_policy, name="ffn")
         self.norm2 = self._norm("norm2")
+        self.post_ffn_norm = self._post_norm("post_ffn_norm")
         self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, x_shape):
         check_features(self.name, "x", x_shape, self.config.d_model)
         self.self_attn.build(x_shape, x_shape)
-        self.norm1.build(x_shape)
+        self._build_norms(x_shape, self.norm1, self.post_attn_norm)
         self.ffn.build(x_shape)
-        self.norm2.build(x_shape)
+        self._build_norms(x_shape, self.norm2, self.post_ffn_norm)
 
     def call(self, x, attention_mask=None, attention_weights: bool = False, training: bool = False):
         record: Record = {}
         x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, attention_mask, need_weights=attention_weights,
                                                                    training=training),
-                           "self_attn", record, attention_weights, training)
+                           "self_attn", record, attention_weights, training, self.post_attn_norm)
         x = self._sublayer(x, self.norm2, lambda y: self.ffn(y, training=training), "ffn", record, attention_weights,
-                           training)
+                           training, self.post_ffn_norm)
         return x, record
 
 
 class DecoderLayer(_ResidualLayer):
     """Masked self-attention, encoder-decoder attention (absent in a decoder-only model) and feed-forward sublayers.
     `call(x, memory, self_mask, cross_mask)` -> `(x, record)`, `record` holding `self_attn`, `cross_attn` (and their
-    `.weights`) and `ffn`."""
+    `.weights`) and `ffn` (and, under `post_norms`, the post norms' outputs). `index`: which decoder layer it is,
+    for its kind (`kind`: the self-attention mask it takes) and its rotary positions."""
 
-    def __init__(self, config: TransformerConfig, impl: str = "explicit", **kwargs):
+    _CONFIG_ARGS = ("impl", "index")
+
+    def __init__(self, config: TransformerConfig, impl: str = "explicit", index: int = 0, **kwargs):
         super().__init__(**kwargs)
-        self.config, self.impl = config, impl
-        self.self_attn = MultiHeadAttention(config, impl, rotary=True, dtype=self.dtype_policy, name="self_attn")
+        self.config, self.impl, self.index, self.kind = config, impl, index, config.layer_kind(index)
+        self.self_attn = MultiHeadAttention(config, impl, rotary=config.layer_rotary(index),
+                                            local_rope=config.layer_local_rope(index), dtype=self.dtype_policy,
+                                            name="self_attn")
         self.norm1 = self._norm("norm1")
+        self.post_attn_norm = self._post_norm("post_attn_norm")
+        self.cross_attn = self.norm2 = self.post_cross_attn_norm = None
         if config.has_encoder:  # a decoder-only model has no encoder-decoder attention
             self.cross_attn = MultiHeadAttention(config, impl, dtype=self.dtype_policy, name="cross_attn")
             self.norm2 = self._norm("norm2")
-        else:
-            self.cross_attn = self.norm2 = None
+            self.post_cross_attn_norm = self._post_norm("post_cross_attn_norm")
         self.ffn = FeedForward(config, dtype=self.dtype_policy, name="ffn")
         self.norm3 = self._norm("norm3")
+        self.post_ffn_norm = self._post_norm("post_ffn_norm")
         self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, x_shape, memory_shape=None):
         d = self.config.d_model
         check_features(self.name, "x", x_shape, d)
         self.self_attn.build(x_shape, x_shape)
-        self.norm1.build(x_shape)
+        self._build_norms(x_shape, self.norm1, self.post_attn_norm)
         if self.cross_attn is not None:
             check_features(self.name, "memory", memory_shape, d)
             self.cross_attn.build(x_shape, memory_shape)
-            self.norm2.build(x_shape)
+            self._build_norms(x_shape, self.norm2, self.post_cross_attn_norm)
         self.ffn.build(x_shape)
-        self.norm3.build(x_shape)
+        self._build_norms(x_shape, self.norm3, self.post_ffn_norm)
 
     def call(self, x, memory, self_mask=None, cross_mask=None, attention_weights: bool = False,
              training: bool = False, cache: tuple[AttentionCache, AttentionCache] | None = None):
@@ -374,12 +400,12 @@ class DecoderLayer(_ResidualLayer):
         self_cache, cross_cache = (None, None) if cache is None else cache
         x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, need_weights=attention_weights,
                                                                    training=training, cache=self_cache),
-                           "self_attn", record, attention_weights, training)
+                           "self_attn", record, attention_weights, training, self.post_attn_norm)
         if self.cross_attn is not None:
             x = self._sublayer(x, self.norm2, lambda y: self.cross_attn(y, memory, cross_mask,
                                                                         need_weights=attention_weights,
                                                                         training=training, cache=cross_cache),
-                               "cross_attn", record, attention_weights, training)
+                               "cross_attn", record, attention_weights, training, self.post_cross_attn_norm)
         x = self._sublayer(x, self.norm3, lambda y: self.ffn(y, training=training), "ffn", record, attention_weights,
-                           training)
+                           training, self.post_ffn_norm)
         return x, record

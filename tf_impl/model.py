@@ -170,15 +170,16 @@ class Encoder(ConfigSerializable, keras.layers.Layer):
 
 
 class Decoder(ConfigSerializable, keras.layers.Layer):
-    """`num_decoder_layers` DecoderLayers (and a final LayerNorm if `final_norm`). `call(x, memory, self_mask,
-    cross_mask)` -> `(x, record)` with canonical names (`decoder.layers.0.self_attn`, ...)."""
+    """`num_decoder_layers` DecoderLayers (and a final LayerNorm if `final_norm`). `call(x, memory, self_masks,
+    cross_mask)` -> `(x, record)` with canonical names (`decoder.layers.0.self_attn`, ...); `self_masks`: the
+    self-attention mask of each layer kind (`sliding`, `full`) the layers use."""
 
     _CONFIG_ARGS = ("impl",)
 
     def __init__(self, config: TransformerConfig, impl: str = "explicit", name: str = "decoder", **kwargs):
         super().__init__(name=name, **kwargs)
         self.config, self.impl = config, impl
-        self.layers = [DecoderLayer(config, impl, dtype=self.dtype_policy, name=f"layers_{i}")
+        self.layers = [DecoderLayer(config, impl, i, dtype=self.dtype_policy, name=f"layers_{i}")
                        for i in range(config.num_decoder_layers)]
         self.final_norm = (norm_layer(config, "final_norm", self.dtype_policy) if config.final_norm else None)
 
@@ -189,11 +190,11 @@ class Decoder(ConfigSerializable, keras.layers.Layer):
         if self.final_norm is not None:
             self.final_norm.build(x_shape)
 
-    def call(self, x, memory, self_mask=None, cross_mask=None, attention_weights: bool = False,
+    def call(self, x, memory, self_masks=None, cross_mask=None, attention_weights: bool = False,
              training: bool = False, cache: KVCache | None = None):
         record: Record = {}
         for i, layer in enumerate(self.layers):
-            x, sublayers = layer(x, memory, self_mask, cross_mask, attention_weights=attention_weights,
+            x, sublayers = layer(x, memory, self_masks[layer.kind], cross_mask, attention_weights=attention_weights,
                                  training=training, cache=None if cache is None else cache.layers[i])
             record.update({f"{self.name}.layers.{i}.{k}": v for k, v in sublayers.items()})
             record[f"{self.name}.layers.{i}"] = x
@@ -282,7 +283,8 @@ class Classifier(ConfigSerializable, keras.layers.Layer):
 
 
 class OutputProjection(ConfigSerializable, keras.layers.Layer):
-    """Final states -> logits; with `tie_embeddings` the kernel is the embedding table."""
+    """Final states -> logits (soft-capped under `final_logit_softcap`); with `tie_embeddings` the kernel is the
+    embedding table."""
 
     def __init__(self, config: TransformerConfig, name: str = "output", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -309,6 +311,9 @@ class OutputProjection(ConfigSerializable, keras.layers.Layer):
             logits = tf.matmul(rows, self.kernel)  # (B*T, V)
         if self.bias is not None:
             logits = logits + self.bias
+        if self.config.final_logit_softcap is not None:
+            cap = tf.constant(self.config.final_logit_softcap, logits.dtype)
+            logits = tf.math.tanh(logits / cap) * cap
         return tf.reshape(logits, tf.concat([tf.shape(x)[:-1], tf.shape(logits)[-1:]], axis=0))  # (B, T, V)
 
 
@@ -515,8 +520,9 @@ class Transformer(ConfigSerializable, keras.Model):
         x = self.tgt_embed(tgt_ids, offset=offset, token_table=shared, training=training)
         record: Record = {"decoder.embed": x}
         cross_mask = None if memory is None else attention_mask(tf.convert_to_tensor(src_mask), t)
-        self_mask = attention_mask(key_mask, t, causal=True, first=first, window=self.config.sliding_window)
-        x, layers = self.decoder(x, memory, self_mask, cross_mask, attention_weights=attention_weights,
+        self_masks = {kind: attention_mask(key_mask, t, causal=True, first=first, window=self.config.kind_window(kind))
+                      for kind in self.config.decoder_kinds}
+        x, layers = self.decoder(x, memory, self_masks, cross_mask, attention_weights=attention_weights,
                                  training=training, cache=cache)
         if cache is not None:
             cache.key_mask = key_mask

@@ -108,6 +108,10 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
             groups.update({path: f"layers_{i}", f"{path}/dropout": "dropout", f"{path}/ffn": "ffn",
                            f"{path}/ffn/dropout": "dropout", f"{path}/ffn/linear1": "linear1",
                            f"{path}/ffn/linear2": "linear2", f"{path}/norm1": "norm1"})
+            posts = ("post_attn_norm", "post_ffn_norm") + (
+                ("post_cross_attn_norm",) if stack == "decoder" and config.has_encoder else ())
+            if config.post_norms:
+                groups.update({f"{path}/{post}": post for post in posts})
             if config.ffn_gated:
                 groups[f"{path}/ffn/gate"] = "gate"
             attention(f"{path}/self_attn", "self_attn")
