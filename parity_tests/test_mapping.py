@@ -136,3 +136,21 @@ def test_k_and_v_fused_apart_from_q_read_and_write_back():
     np.testing.assert_array_equal(weights[names[2]], state["l.0.to_kv.weight"][d:].T)
     back = mapping.write(plan, weights)
     assert set(back) == set(state) and all(np.array_equal(back[k], state[k]) for k in state)
+
+
+def test_an_expert_index_reads_and_writes_every_expert_of_every_layer():
+    """`{e}` (an expert's index: a mixture of experts stored one expert at a time, as `save_pretrained` writes
+    Mixtral's `experts.{e}.w3`): every expert of every layer read through one entry, each transposed, and written back
+    to the keys it came from; an index written otherwise than Python writes an int is not an expert's."""
+    rng = np.random.default_rng(5)
+    table = [("decoder.layers.{i}.ffn.experts.{e}.linear1.kernel", "layers.{i}.experts.{e}.w3.weight", "transpose")]
+    names = [f"decoder.layers.{i}.ffn.experts.{e}.linear1.kernel" for i in range(2) for e in range(11)]
+    state = {f"layers.{i}.experts.{e}.w3.weight": rng.standard_normal((4, 3)) for i in range(2) for e in range(11)}
+    plan = mapping.plan(names, table)
+    weights = mapping.read(plan, dict(state), {n: (3, 4) for n in names})
+    np.testing.assert_array_equal(weights["decoder.layers.1.ffn.experts.10.linear1.kernel"],
+                                  state["layers.1.experts.10.w3.weight"].T)
+    back = mapping.write(plan, weights)
+    assert list(back) == list(state) and all(np.array_equal(back[k], state[k]) for k in state)
+    assert mapping.regex(table[0][1]).fullmatch("layers.0.experts.01.w3.weight") is None
+    assert mapping.placeholders(table[0][0]) == {"i", "e"}

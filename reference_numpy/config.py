@@ -447,7 +447,7 @@ class TransformerConfig:
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), minimum=1, or_none=True)
         if self.num_experts == 0:
-            odd = [f"{k}={getattr(self, k)!r}" for k, value in _EXPERT_DEFAULTS.items() if getattr(self, k) != value]
+            odd = [f"{k}={getattr(self, k)!r}" for k, value in EXPERT_DEFAULTS.items() if getattr(self, k) != value]
             if odd:
                 raise ValueError(f"{', '.join(odd)} configure a mixture of experts; this model has num_experts=0")
             return
@@ -633,8 +633,8 @@ _KIND_TEXT = {"int": "an integer", "bool": "true or false", "float": "a finite n
               "dict": "an object", "tuple": "a list", "None": "none"}
 
 
-# The mixture-of-experts fields and their values without experts (`_check_experts`).
-_EXPERT_DEFAULTS = {"experts_per_token": 0, "expert_d_ff": None, "router_softmax": "before_topk",
+# The mixture-of-experts fields but num_experts, and their values without experts (`_check_experts`).
+EXPERT_DEFAULTS = {"experts_per_token": 0, "expert_d_ff": None, "router_softmax": "before_topk",
                     "router_renormalize": False, "shared_expert_d_ff": None, "expert_layers": None}
 
 

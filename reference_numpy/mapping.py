@@ -4,10 +4,9 @@
 Every external layout uses it: the twins' own state dicts and `.weights.h5` files, `torch.nn.Transformer`, every
 Hugging Face and KerasHub family, and a user's layout file (which is this table, read from TOML).
 
-- `canonical`: a canonical parameter name (`parameter_shapes`), in which `{i}` stands for a layer index, `{qkv}`
-  for one of the attention projections q, k, v (`{kv}`: k or v, fused apart from q), and `{gate_up}` for one of a
-  gated feed-forward's input projections
-  (`gate`, `linear1`);
+- `canonical`: a canonical parameter name (`parameter_shapes`), in which `{i}` stands for a layer index, `{e}` for
+  an expert's index in a mixture of experts, `{qkv}` for one of the attention projections q, k, v (`{kv}`: k or v,
+  fused apart from q), and `{gate_up}` for one of a gated feed-forward's input projections (`gate`, `linear1`);
 - `external`: the name in the other layout, with the same placeholders (`{qkv}` / `{gate_up}` left out for a fused
   entry: one external array holds all the parts);
 - `transform`, one of `TRANSFORMS`, each a named function pair below:
@@ -40,9 +39,10 @@ missing, unused or of the wrong shape; writing produces exactly the entries a re
 the optional kinds check (`tied`, `sinusoid`, ...) and the messages a user sees are the product's
 (`transformer_parity.layouts.table`); this module is the language and the loop.
 
-Names are patterns: literal text with four placeholders, written exactly so: `{i}`, a layer index, written as Python
-writes an int (no sign, no leading zeros, so that filling a name back gives the key it was read from), `{qkv}`, one
-of `q`, `k`, `v`, `{kv}`, one of `k`, `v`, and `{gate_up}`, one of `gate`, `linear1`. Anything else in braces is
+Names are patterns: literal text with five placeholders, written exactly so: `{i}`, a layer index, and `{e}`, an
+expert's, each written as Python writes an int (no sign, no leading zeros, so that filling a name back gives the key
+it was read from), `{qkv}`, one of `q`, `k`, `v`, `{kv}`, one of `k`, `v`, and `{gate_up}`, one of `gate`,
+`linear1`. Anything else in braces is
 refused when the pattern is parsed. A placeholder used twice matches the same text both times. Patterns are matched and filled by the small parser here, never by `str.format`.
 """
 
@@ -69,9 +69,11 @@ Plan = dict[str, tuple[str, str, tuple[int, int]]]
 
 # --- name patterns -------------------------------------------------------------------------------------------------
 
-PLACEHOLDERS = {"i": "the layer index", "qkv": "q, k or v", "kv": "k or v (k and v fused, q apart: `to_kv`)",
+PLACEHOLDERS = {"i": "the layer index", "e": "an expert's index (a mixture of experts)", "qkv": "q, k or v",
+                "kv": "k or v (k and v fused, q apart: `to_kv`)",
                 "gate_up": "gate or linear1 (a gated feed-forward's two input projections)"}
-_GROUPS = {"i": "0|[1-9][0-9]{0,17}", "qkv": "[qkv]", "kv": "[kv]", "gate_up": "gate|linear1"}
+_INDEX = "0|[1-9][0-9]{0,17}"  # an index as Python writes an int
+_GROUPS = {"i": _INDEX, "e": _INDEX, "qkv": "[qkv]", "kv": "[kv]", "gate_up": "gate|linear1"}
 # The placeholders a fused entry packs, and their parts in the order the external array holds them.
 PARTS = {"qkv": ("q", "k", "v"), "kv": ("k", "v"), "gate_up": ("gate", "linear1")}
 _BRACES = re.compile(r"\{[^{}]*\}|[{}]")
@@ -90,7 +92,8 @@ def parse_pattern(pattern: str) -> tuple[Part, ...]:
         name = m.group()[1:-1]
         if name not in PLACEHOLDERS:
             raise ValueError(f"{pattern!r}: {m.group()!r} is not a placeholder; a name holds literal text, {{i}} (the "
-                             "layer index), {qkv} (q, k or v), {kv} (k or v) and {gate_up} (gate or linear1) only, "
+                             "layer index), {e} (an expert's), {qkv} (q, k or v), {kv} (k or v) and {gate_up} (gate "
+                             "or linear1) only, "
                              "written exactly so "
                              "(no format specs)")
         if m.start() > position:

@@ -14,6 +14,7 @@ import reference_numpy as rn
 from reference_numpy import TransformerConfig
 
 from .attention import IMPLS, scaled_dot_product_attention
+from .moe import MixtureOfExperts
 
 
 Record = dict  # canonical sublayer name -> tensor, in execution order
@@ -268,12 +269,14 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
 class FeedForward(ConfigSerializable, keras.layers.Layer):
     """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3); gated (`ffn_gated`): (act(x Wg + bg) * (x W1 + b1)) W2 + b2."""
 
-    def __init__(self, config: TransformerConfig, **kwargs):
+    _CONFIG_ARGS = ("width",)
+
+    def __init__(self, config: TransformerConfig, width: int | None = None, **kwargs):
         super().__init__(**kwargs)
-        self.config = config
+        self.config, self.width = config, width  # width: inner features (None: d_ff; a mixture's expert: its own)
         dense = dict(use_bias=config.has_ffn_bias, dtype=self.dtype_policy)
-        self.gate = keras.layers.Dense(config.d_ff, **dense, name="gate") if config.ffn_gated else None
-        self.linear1 = keras.layers.Dense(config.d_ff, **dense, name="linear1")
+        self.gate = keras.layers.Dense(width or config.d_ff, **dense, name="gate") if config.ffn_gated else None
+        self.linear1 = keras.layers.Dense(width or config.d_ff, **dense, name="linear1")
         self.linear2 = keras.layers.Dense(config.d_model, **dense, name="linear2")
         self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
         self.activation = ACTIVATIONS[config.activation]
@@ -283,7 +286,7 @@ class FeedForward(ConfigSerializable, keras.layers.Layer):
         if self.gate is not None:
             self.gate.build(x_shape)
         self.linear1.build(x_shape)
-        self.linear2.build((*x_shape[:-1], self.config.d_ff))
+        self.linear2.build((*x_shape[:-1], self.width or self.config.d_ff))
 
     def call(self, x, training: bool = False):
         hidden = self.linear1(x)
@@ -377,7 +380,8 @@ class DecoderLayer(_ResidualLayer):
             self.cross_attn = MultiHeadAttention(config, impl, dtype=self.dtype_policy, name="cross_attn")
             self.norm2 = self._norm("norm2")
             self.post_cross_attn_norm = self._post_norm("post_cross_attn_norm")
-        self.ffn = FeedForward(config, dtype=self.dtype_policy, name="ffn")
+        self.ffn = (MixtureOfExperts(config, FeedForward, dtype=self.dtype_policy, name="ffn")
+                    if config.layer_experts(index) else FeedForward(config, dtype=self.dtype_policy, name="ffn"))
         self.norm3 = self._norm("norm3")
         self.post_ffn_norm = self._post_norm("post_ffn_norm")
         self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
@@ -406,6 +410,13 @@ class DecoderLayer(_ResidualLayer):
                                                                         need_weights=attention_weights,
                                                                         training=training, cache=cross_cache),
                                "cross_attn", record, attention_weights, training, self.post_cross_attn_norm)
-        x = self._sublayer(x, self.norm3, lambda y: self.ffn(y, training=training), "ffn", record, attention_weights,
+        x = self._sublayer(x, self.norm3, lambda y: self._ffn(y, record, training), "ffn", record, attention_weights,
                            training, self.post_ffn_norm)
         return x, record
+
+    def _ffn(self, y, record: Record, training: bool):
+        """The feed-forward; a mixture of experts also gives the experts each token chose (`ffn.routing`)."""
+        out = self.ffn(y, training=training)
+        if isinstance(out, tuple):
+            out, record["ffn.routing"] = out
+        return out

@@ -29,12 +29,12 @@ from .layers import (ACTIVATIONS, AttentionCache, ConfigSerializable, DecoderLay
                      EncoderLayer, FeedForward, KVCache, MultiHeadAttention, Record, check_features, norm_layer)
 
 # Canonical modules whose Keras layer is named differently; every other module carries its canonical name, with
-# `/` for `.` and a list's items as `layers_{i}`. Keras Dense kernels are already (in, out): every transform is the
-# identity.
+# `/` for `.` and a list's items as `layers_{i}` (a mixture's experts: `experts_{e}`). Keras Dense kernels are
+# already (in, out): every transform is the identity.
 _LAYERS = {"src_embed": "src_embed/token", "tgt_embed": "tgt_embed/token", "src_pos": "src_embed/position",
            "tgt_pos": "tgt_embed/position", "src_type": "src_embed/segment", "src_embed_norm": "src_embed/norm",
            "tgt_embed_norm": "tgt_embed/norm", "pooler": "pooler/dense", "src_embed_proj": "src_embed/proj"}
-_LAYER_ITEM = re.compile(r"\.layers\.(\d+)\.")
+_LAYER_ITEM = re.compile(r"\.(layers|experts)\.(\d+)\.")
 
 
 def weight_table(config: TransformerConfig) -> list[tuple[str, str, str]]:
@@ -46,7 +46,7 @@ def weight_table(config: TransformerConfig) -> list[tuple[str, str, str]]:
         if name in ("src_embed.bias", "tgt_embed.bias"):
             path = name.replace(".", "/")  # the Embedding layer's own variable
         else:
-            module = _LAYERS.get(module) or _LAYER_ITEM.sub(r"/layers_\1/", module).replace(".", "/")
+            module = _LAYERS.get(module) or _LAYER_ITEM.sub(r"/\1_\2/", module).replace(".", "/")
             path = f"{module}/{'embeddings' if leaf == 'embedding' else leaf}"
         table.append((name, path, "identity"))
     return table

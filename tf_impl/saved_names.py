@@ -22,8 +22,9 @@ import reference_numpy as rn
 from reference_numpy import TransformerConfig, mapping
 
 
-_LIST_ITEM = re.compile(r"(encoder|decoder)_layer_(\d+)/")
+_LIST_ITEM = re.compile(r"(encoder_layer|decoder_layer|feed_forward)_(\d+)/")
 _LAYER_ITEM = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.")
+_EXPERT_ITEM = re.compile(r"\.experts\.(\d+)\.")  # a mixture's experts: a list of FeedForward layers
 
 
 def weights_h5_table(config: TransformerConfig) -> list[tuple[str, str, str]]:
@@ -42,6 +43,7 @@ def weights_h5_table(config: TransformerConfig) -> list[tuple[str, str, str]]:
         if name in ("src_embed.bias", "tgt_embed.bias"):
             group = src if name.startswith("src") else tgt  # the Embedding layer's own variable
         else:
+            module = _EXPERT_ITEM.sub(r".experts.feed_forward_\1.", module)
             group = groups.get(module) or _LAYER_ITEM.sub(r"\1/layers/\1_layer_\2/", module).replace(".", "/")
         variables.setdefault(group, []).append(name)
     return [(name, f"{group}/vars/{k}", "identity") for group, names in variables.items()
@@ -56,12 +58,12 @@ def _embedding_paths(config: TransformerConfig) -> tuple[str, str]:
 
 def keras_path(table_path: str) -> str:
     """`encoder/layers/encoder_layer_0/...` -> `encoder/layers/encoder_layer/...` (Keras leaves the first unnumbered)."""
-    return _LIST_ITEM.sub(lambda m: f"{m[1]}_layer/" if m[2] == "0" else m[0], table_path)
+    return _LIST_ITEM.sub(lambda m: f"{m[1]}/" if m[2] == "0" else m[0], table_path)
 
 
 def table_path(keras_path_: str) -> str:
     """The inverse of `keras_path`."""
-    return re.sub(r"(encoder|decoder)_layer/", r"\1_layer_0/", keras_path_)
+    return re.sub(r"(encoder_layer|decoder_layer|feed_forward)/", r"\1_0/", keras_path_)
 
 
 def layer_groups(config: TransformerConfig) -> dict[str, str]:
@@ -105,15 +107,12 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
             groups[f"{stack}/final_norm"] = "final_norm"
         for i in range(depth):
             path = keras_path(f"{stack}/layers/{stack}_layer_{i}/")[:-1]
-            groups.update({path: f"layers_{i}", f"{path}/dropout": "dropout", f"{path}/ffn": "ffn",
-                           f"{path}/ffn/dropout": "dropout", f"{path}/ffn/linear1": "linear1",
-                           f"{path}/ffn/linear2": "linear2", f"{path}/norm1": "norm1"})
+            groups.update({path: f"layers_{i}", f"{path}/dropout": "dropout", f"{path}/norm1": "norm1"})
+            groups.update(_ffn_groups(config, f"{path}/ffn", "ffn", stack == "decoder" and config.layer_experts(i)))
             posts = ("post_attn_norm", "post_ffn_norm") + (
                 ("post_cross_attn_norm",) if stack == "decoder" and config.has_encoder else ())
             if config.post_norms:
                 groups.update({f"{path}/{post}": post for post in posts})
-            if config.ffn_gated:
-                groups[f"{path}/ffn/gate"] = "gate"
             attention(f"{path}/self_attn", "self_attn")
             if stack == "encoder":
                 groups[f"{path}/norm2"] = "norm2"
@@ -122,6 +121,21 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
                 if config.has_encoder:
                     attention(f"{path}/cross_attn", "cross_attn")
                     groups[f"{path}/norm2"] = "norm2"
+    return groups
+
+
+def _ffn_groups(config: TransformerConfig, path: str, name: str, experts: bool = False) -> dict[str, str]:
+    """The layer groups of a FeedForward at `path`, or of a mixture of experts (its router, each expert a
+    FeedForward in a list, named by class: `experts/feed_forward`, `experts/feed_forward_1`, ...; its shared
+    expert and gate)."""
+    if not experts:
+        return {path: name, f"{path}/dropout": "dropout", f"{path}/linear1": "linear1", f"{path}/linear2": "linear2",
+                **({f"{path}/gate": "gate"} if config.ffn_gated else {})}
+    groups = {path: name, f"{path}/router": "router"}
+    for e in range(config.num_experts):
+        groups.update(_ffn_groups(config, keras_path(f"{path}/experts/feed_forward_{e}/")[:-1], f"experts_{e}"))
+    if config.shared_expert_d_ff:
+        groups.update({**_ffn_groups(config, f"{path}/shared", "shared"), f"{path}/shared_gate": "shared_gate"})
     return groups
 
 

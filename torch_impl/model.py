@@ -20,6 +20,7 @@ from reference_numpy import TransformerConfig
 from reference_numpy.schema import tied_output_embedding, token_embedding
 
 from .attention import scaled_dot_product_attention
+from .moe import MixtureOfExperts
 
 # Canonical modules whose torch module is named differently; every other module carries its canonical name.
 _MODULES = {"src_embed": "src_embed.token", "tgt_embed": "tgt_embed.token", "src_pos": "src_embed.position",
@@ -230,17 +231,17 @@ def _packed_linear(x, linears) -> tuple[torch.Tensor, ...]:
 class FeedForward(nn.Module):
     """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3); gated (`ffn_gated`): (act(x Wg + bg) * (x W1 + b1)) W2 + b2."""
 
-    def __init__(self, config: TransformerConfig, name: str):
+    def __init__(self, config: TransformerConfig, name: str, width: int | None = None):
         super().__init__()
         self.config, self.name = config, name
-        bias = config.has_ffn_bias
-        self.gate = nn.Linear(config.d_model, config.d_ff, bias=bias) if config.ffn_gated else None
-        self.linear1 = nn.Linear(config.d_model, config.d_ff, bias=bias)
-        self.linear2 = nn.Linear(config.d_ff, config.d_model, bias=bias)
+        bias, width = config.has_ffn_bias, width or config.d_ff  # width: a mixture's expert is narrower
+        self.gate = nn.Linear(config.d_model, width, bias=bias) if config.ffn_gated else None
+        self.linear1 = nn.Linear(config.d_model, width, bias=bias)
+        self.linear2 = nn.Linear(width, config.d_model, bias=bias)
         self.dropout = nn.Dropout(config.dropout)
         self.activation = ACTIVATIONS[config.activation]
 
-    def forward(self, x):
+    def forward(self, x, record: Record | None = None):
         hidden = self.linear1(x)
         hidden = self.activation(hidden) if self.gate is None else self.activation(self.gate(x)) * hidden
         return self.linear2(self.dropout(hidden))
@@ -311,7 +312,8 @@ class DecoderLayer(_ResidualLayer):
             self.cross_attn = MultiHeadAttention(config, f"{name}.cross_attn")
             self.norm2 = norm_layer(config, config.d_model, eps)
             self.post_cross_attn_norm = norm_layer(config, config.d_model, eps) if post else None
-        self.ffn = FeedForward(config, f"{name}.ffn")
+        self.ffn = MixtureOfExperts(config, f"{name}.ffn", FeedForward) if config.layer_experts(index) else \
+            FeedForward(config, f"{name}.ffn")
         self.norm3 = norm_layer(config, config.d_model, eps)
         self.post_ffn_norm = norm_layer(config, config.d_model, eps) if post else None
         self.dropout = nn.Dropout(config.dropout)
@@ -327,8 +329,8 @@ class DecoderLayer(_ResidualLayer):
                                lambda y: self.cross_attn(y, memory, cross_mask, attention_weights, cross_cache),
                                self.cross_attn.name, record, attention_weights, self.post_cross_attn_norm,
                                f"{self.name}.post_cross_attn_norm")
-        x = self._sublayer(x, self.norm3, self.ffn, self.ffn.name, record, attention_weights, self.post_ffn_norm,
-                           f"{self.name}.post_ffn_norm")
+        x = self._sublayer(x, self.norm3, lambda y: self.ffn(y, record), self.ffn.name, record, attention_weights,
+                           self.post_ffn_norm, f"{self.name}.post_ffn_norm")
         if record is not None:
             record[self.name] = x
         return x

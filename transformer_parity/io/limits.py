@@ -33,7 +33,14 @@ from transformer_parity.errors import UsageError
 
 
 def parameter_count(config: rn.TransformerConfig) -> int:
-    """The number of weights of `config`, computed without listing every layer's parameters."""
+    """The number of weights of `config`, computed without listing every layer's parameters (nor every expert's)."""
+    if config.num_experts:  # a layer with a mixture of experts in place of the dense feed-forward (no biases)
+        per, d, shared = (3 if config.ffn_gated else 2), config.d_model, config.shared_expert_d_ff
+        mixture = d * config.num_experts + config.num_experts * per * d * config.expert_width + (
+            per * d * shared + d if shared else 0)
+        layers = config.num_decoder_layers if config.expert_layers is None else sum(config.expert_layers)
+        dense = config.replace(num_experts=0, **rn.config.EXPERT_DEFAULTS)
+        return parameter_count(dense) + layers * (mixture - per * d * config.d_ff)
     e, d = config.num_encoder_layers, config.num_decoder_layers
     e0, d0 = min(e, 1), min(d, 1)
 
