@@ -521,3 +521,20 @@ def test_transformers_gemma3_ignores_attn_logit_softcapping():
     capped = transformers.Gemma3ForCausalLM(config).eval()
     capped.load_state_dict(model.state_dict())
     np.testing.assert_array_equal(hf_logits(capped, ids()), hf_logits(model, ids()))
+
+
+@pytest.mark.parametrize("name", ["gemma2-like", "gemma3-like", "smollm3-like"])
+@pytest.mark.parametrize("target", ["hf-llama", "hf-gemma", "kerashub-gemma", "nn-transformer.pt"])
+def test_no_family_without_these_blocks_takes_them_silently(name, target, tmp_path):
+    """A soft cap, a post norm, a layer pattern or a NoPE layer has no equivalent in the families that lack them:
+    writing one there is refused, naming the field, never dropped."""
+    from transformer_parity import formats
+    from transformer_parity.errors import UsageError
+
+    config = CONFIGS[name]
+    out = tmp_path / target
+    with pytest.raises((UsageError, ValueError)) as refused:
+        formats.save(out, config, rn.init_weights(config, 0), "nn-transformer" if target.endswith(".pt") else target)
+    assert any(field in str(refused.value) for field in ("attn_logit_softcap", "final_logit_softcap", "post_norms",
+                                                         "layer_kinds", "rope_layers")), str(refused.value)
+    assert not out.exists()

@@ -107,6 +107,13 @@ FAMILY_ONLY = {
     "qk_norm_eps": "q/k norms at an epsilon of their own",
     "causal_encoder": "an encoder with causal self-attention",
     "choice_head": "a multiple-choice score beside the logits",
+    "num_experts": "a mixture-of-experts feed-forward",
+    "attn_logit_softcap": "attention scores soft-capped",
+    "final_logit_softcap": "logits soft-capped",
+    "post_norms": "a norm on each sublayer's output too",
+    "layer_kinds": "sliding and full attention layers by a pattern",
+    "local_rope_theta": "a rotary base of their own for the sliding layers",
+    "rope_layers": "layers without positions",
 }
 
 
