@@ -28,6 +28,8 @@ def _hf_source(path: Path, fmt: str, config: rn.TransformerConfig) -> Source:
     pad = config.pad_id
     notes = [f"transformers {cls_name}: attention mask " + (f"0 where the probe pads (pad id {pad})"
                                                             if pad is not None else "all ones (no pad token)")]
+    if config.num_experts:
+        notes.append(f"transformers {cls_name}: its experts run by its eager implementation (one expert at a time)")
     state: dict[str, Any] = {}
 
     def model32():
@@ -52,6 +54,8 @@ def _hf_source(path: Path, fmt: str, config: rn.TransformerConfig) -> Source:
                 raise UsageError(f"transformers cannot load {path} as {cls_name}: missing "
                                  f"{missing[:4] or 'nothing'}, mismatched {list(info.get('mismatched_keys', ()))[:4]}"
                                  "; pass --no-source to verify without it")
+            if config.num_experts:  # its default, grouped_mm, takes no float64 and no odd widths
+                model.set_experts_implementation("eager")
             state["model"] = model.eval()
         return state["model"]
 
@@ -68,17 +72,19 @@ def _hf_source(path: Path, fmt: str, config: rn.TransformerConfig) -> Source:
     if family.float64_fix is not None:
         notes.append(f"transformers-f64: {family.float64_fix.says}")
     if config.positional == "rope" or config.norm == "rms":
-        notes.append("transformers-f64: the rotary angles and RMSNorms (and a float32 embedding scale), which "
-                     "transformers computes in float32 even in a float64 model, computed in float64; the float32 run "
-                     "is transformers as it ships")
+        notes.append("transformers-f64: the rotary angles and RMSNorms (and a float32 embedding scale, a router's "
+                     "softmax), which transformers computes in float32 even in a float64 model, computed in float64; "
+                     "the float32 run is transformers as it ships")
     return Source(f"transformers {cls_name}", "builtin", run, notes)
 
 
 def exact_float64(model64, config: rn.TransformerConfig) -> None:
     """Make a float64 transformers model float64 throughout: its rotary embedding computes the angles in float32
-    from float32 frequencies, its RMSNorms upcast to float32 only, and an embedding scale may be a float32 constant,
-    so the 'float64' model is float32 there. Each is replaced by the same formula in float64 (the frequencies by
-    the reference's, `ops.rope_frequencies`, which the float32 run checks against transformers' own)."""
+    from float32 frequencies, its RMSNorms upcast to float32 only, an embedding scale may be a float32 constant, and
+    a mixture of experts' router takes its softmax in float32, so the 'float64' model is float32 there. Each is
+    replaced by the same formula in float64 (the frequencies by the reference's, `ops.rope_frequencies`, which the
+    float32 run checks against transformers' own; the router by `torch_impl.moe.route`, which picks the experts
+    with the same `torch.topk`)."""
     import types
 
     import torch
@@ -94,12 +100,21 @@ def exact_float64(model64, config: rn.TransformerConfig) -> None:
         scale = self.weight + config.norm_weight_offset if config.norm_weight_offset else self.weight
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * scale
 
+    def router(self, x):  # (scores, weights, chosen experts), as transformers' routers return them
+        from torch_impl.moe import route
+
+        logits = torch.nn.functional.linear(x.reshape(-1, self.weight.shape[-1]), self.weight)
+        ids, weights = route(logits, config)
+        return logits, weights, ids
+
     for module in model64.modules():
         kind = type(module).__name__
         if kind.endswith("RotaryEmbedding"):
             module.forward = types.MethodType(rotary, module)
         elif kind.endswith("RMSNorm"):
             module.forward = types.MethodType(rms, module)
+        elif kind.endswith("TopKRouter"):
+            module.forward = types.MethodType(router, module)
         elif isinstance(getattr(module, "embed_scale", None), torch.Tensor):
             module.embed_scale = torch.tensor(float(module.scalar_embed_scale), dtype=torch.float64)
 
@@ -126,7 +141,8 @@ def _hf_forward(model, family, config: rn.TransformerConfig, batch: Batch, pad: 
         kwargs["mc_token_ids"] = (torch.arange(src.shape[1]) * real.long()).argmax(-1)
     base = model.base_model
     layers = {"encoder": config.num_encoder_layers, "decoder": config.num_decoder_layers}
-    wanted = _expand(family.hooks, layers)
+    wanted = {name: module for name, module in _expand(family.hooks, layers).items()  # a dense layer routes nothing
+              if not name.endswith(".routing") or config.layer_experts(int(name.split(".")[2]))}
     if not config.final_norm:
         wanted.pop("decoder.final_norm", None)
     modules = {name: base.get_submodule(module) for name, module in wanted.items()}
@@ -142,6 +158,8 @@ def _hf_forward(model, family, config: rn.TransformerConfig, batch: Batch, pad: 
     finally:
         for handle in handles:
             handle.remove()
+    for name in [n for n in record if n.endswith(".routing")]:  # each token's chosen experts, ascending, (B, T, k)
+        record[name] = record[name].sort(dim=-1).values.reshape(*src.shape, -1).to(out.hidden_states[0].dtype)
     if config.is_decoder_only:
         record["decoder.embed"] = out.hidden_states[0]  # the last has ln_f applied: the layers are hooked instead
     elif config.is_encoder_only:
