@@ -48,6 +48,11 @@ FAMILIES = {  # each family's config class and settings; its task classes are th
     "Phi3": ("Phi3Config", dict(DECODER, num_key_value_heads=6)),
     "Starcoder2": ("Starcoder2Config", dict(DECODER, sliding_window=None)),
     "StableLm": ("StableLmConfig", dict(DECODER, use_qkv_bias=True)),
+    "Mixtral": ("MixtralConfig", dict(DECODER, num_local_experts=4, num_experts_per_tok=2)),
+    "Qwen2Moe": ("Qwen2MoeConfig", dict(DECODER, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=19,
+                                        shared_expert_intermediate_size=23)),
+    "Qwen3Moe": ("Qwen3MoeConfig", dict(DECODER, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                                        moe_intermediate_size=19, norm_topk_prob=True)),
     "Bart": ("BartConfig", dict(vocab_size=53, d_model=36, encoder_attention_heads=3, decoder_attention_heads=3,
                                 encoder_ffn_dim=37, decoder_ffn_dim=37, encoder_layers=2, decoder_layers=1,
                                 max_position_embeddings=40, pad_token_id=1, bos_token_id=0, eos_token_id=2,
@@ -106,6 +111,8 @@ def transformers_logits(path: Path, arch: str, ids: np.ndarray, tgt: np.ndarray 
     from transformer_parity.verify.source_hf import exact_float64
 
     model = getattr(transformers, arch).from_pretrained(path, dtype=torch.float64).eval()
+    if config.num_experts:  # its default experts (grouped_mm) take no float64
+        model.set_experts_implementation("eager")
     if config.positional == "rope" or config.norm == "rms":
         exact_float64(model, config)
     inputs = {"input_ids": torch.as_tensor(ids), "attention_mask": torch.as_tensor(ids != pad).long()}

@@ -13,8 +13,10 @@ from transformer_parity.formats import save
 from transformer_parity.verify import Subject, seeded_weights
 
 from .conftest import TINY, VARIANTS
+from .support.variants import MIXTURES
 
 PRE_LN = VARIANTS["pre-ln+final-norm"]
+MIXTURE = MIXTURES["shared+dense-layer"]
 SHAPE = {"batch": 3, "src_len": 11, "tgt_len": 9}
 
 
@@ -58,6 +60,27 @@ def test_faults_in_a_backends_code_are_caught_and_localized(fault, backend):
     assert_localized(report, expected(config))
     assert verify.judge_subjects(Subject("reference", "numpy", config, weights),  # the patch is gone again
                                  [Subject(backend, backend, config, weights)], **SHAPE).passed
+
+
+@pytest.mark.parametrize("fault", list(faults.ROUTING_FAULTS))
+def test_a_router_that_picks_other_experts_is_named_at_its_routing_record(fault):
+    """Every token's chosen experts are a sublayer of their own (`{ffn}.routing`, compared exactly): a port that
+    routes otherwise is named there, at the layer where it does, not only seen downstream as a logit gap."""
+    weights = seeded_weights(MIXTURE, 7)
+    bad, expected = faults.apply_weight_fault(fault, MIXTURE, weights)
+    report = check(MIXTURE, weights, Subject("torch", "torch", MIXTURE, bad))
+    assert_localized(report, expected)
+    assert min(r.max_abs_err for r in report.rows if r.sublayer == expected and not r.passed) == 1  # an expert id
+
+
+@pytest.mark.parametrize("backend", ["torch", "keras"])
+@pytest.mark.parametrize("fault", list(faults.ROUTING_MUTANTS))
+def test_a_router_fault_in_a_backends_code_is_named_at_its_routing_record(fault, backend):
+    plant, expected = faults.ROUTING_MUTANTS[fault]
+    weights = seeded_weights(MIXTURE, 8)
+    with plant(backend, MIXTURE):
+        report = check(MIXTURE, weights, Subject(backend, backend, MIXTURE, weights))
+    assert_localized(report, expected(MIXTURE))
 
 
 def test_float64_catches_what_float32_cannot_see():

@@ -8,6 +8,8 @@
   convention, attention scaled by sqrt(d_model) instead of sqrt(d_k), a LayerNorm built with Keras's default
   epsilon, the other sinusoid layout; `MUTANTS` adds the heads concatenated in the wrong order and the attention's
   output bias left out.
+- in a mixture of experts' router (`ROUTING_FAULTS`, `ROUTING_MUTANTS`): two experts' router columns swapped, a top-k
+  that keeps the lowest scores; each is named at the layer's routing record.
 
 Each fault also says which sublayer should be named first: `expected(config)`. Used by the tests and by
 `benchmarks/verify_calibration.py`; nothing else imports it.
@@ -281,9 +283,52 @@ MUTANTS = {**CODE_FAULTS,
            "output-bias-dropped": (lambda b, c: output_bias_dropped(b), lambda c: "encoder.layers.0.self_attn")}
 
 
+# --- faults in a mixture of experts' router (a decoder-only model with `num_experts`) ------------------------------
+
+def _last_expert_layer(config: rn.TransformerConfig) -> int:
+    return max(i for i in range(config.num_decoder_layers) if config.layer_experts(i))
+
+
+def _swapped_router_columns(a: int = 0, b: int = 1) -> Callable:
+    """The last expert layer's router scores expert a with expert b's weights and b with a's (a port that numbers
+    the experts otherwise than its router does): tokens that chose one of them choose the other."""
+    def apply(config, weights):
+        name = f"decoder.layers.{_last_expert_layer(config)}.ffn.router.kernel"
+        kernel = np.array(weights[name], copy=True)
+        kernel[:, [a, b]] = kernel[:, [b, a]]
+        return {**weights, name: kernel}
+    return apply
+
+
+@contextlib.contextmanager
+def lowest_experts(backend: str) -> Iterator[None]:
+    """The port's router keeps the k lowest-scoring experts (a top-k that sorts the wrong way)."""
+    if backend == "torch":
+        import torch_impl.moe as module
+    elif backend == "keras":
+        import tf_impl.moe as module
+    else:
+        raise ValueError(f"code faults are planted in torch or keras, received {backend!r}")
+    original = module.route
+
+    def wrong(logits, config):
+        return original(-logits, config)
+
+    with _patched(module, "route", wrong):
+        yield
+
+
+# A router that picks other experts than the original's: named at the layer's routing record, before its output.
+ROUTING_FAULTS = {
+    "swapped-router-columns": WeightFault("swapped-router-columns", _swapped_router_columns(),
+                                          lambda c: f"decoder.layers.{_last_expert_layer(c)}.ffn.routing"),
+}
+ROUTING_MUTANTS = {"lowest-experts": (lambda b, c: lowest_experts(b), lambda c: "decoder.layers.0.ffn.routing")}
+
+
 def apply_weight_fault(name: str, config: rn.TransformerConfig, weights: Mapping[str, np.ndarray]
                        ) -> tuple[dict[str, np.ndarray], str]:
-    fault = WEIGHT_FAULTS[name]
+    fault = WEIGHT_FAULTS.get(name) or ROUTING_FAULTS[name]
     return fault.apply(config, dict(weights)), fault.expected(config)
 
 

@@ -53,3 +53,16 @@ FAMILIES = {
     "bart-like": TINY.replace(tgt_vocab_size=48, positional="learned", position_offset=2, embed_norm=True,
                               activation="gelu", share_embeddings=True, tie_embeddings=True, scale_embedding=False),
 }
+
+# Mixtures of experts (decoder-only, pre-norm, RMSNorm, rotary, SwiGLU experts without biases): 5 experts of 19 wide
+# with a shared one of 11 and a dense middle layer, the k = 2 chosen renormalized (Qwen2-MoE's shape); the softmax
+# over the chosen only; one expert per token (`reference_numpy.moe`).
+_MOE = TINY.replace(num_encoder_layers=0, num_decoder_layers=3, norm_first=True, final_norm=True, norm="rms",
+                    positional="rope", bias=False, ffn_gated=True, activation="silu", pad_id=None, num_experts=5,
+                    experts_per_token=2, expert_d_ff=19)
+MIXTURES = {
+    "shared+dense-layer": _MOE.replace(shared_expert_d_ff=11, expert_layers=(True, False, True),
+                                       router_renormalize=True),
+    "softmax-after-top-k": _MOE.replace(router_softmax="after_topk"),
+    "top-1": _MOE.replace(experts_per_token=1, num_decoder_layers=2),
+}
