@@ -43,9 +43,10 @@ def parameter_count(config: rn.TransformerConfig) -> int:
         return parameter_count(dense) + layers * (mixture - per * d * config.d_ff)
     e, d = config.num_encoder_layers, config.num_decoder_layers
     e0, d0 = min(e, 1), min(d, 1)
+    uniform = config.replace(layer_kinds=None, local_rope_theta=None, rope_layers=None)  # per-layer lists: no weights
 
     def count(encoders: int, decoders: int) -> int:
-        shapes = rn.parameter_shapes(config.replace(num_encoder_layers=encoders, num_decoder_layers=decoders))
+        shapes = rn.parameter_shapes(uniform.replace(num_encoder_layers=encoders, num_decoder_layers=decoders))
         return sum(math.prod(s) for s in shapes.values())
 
     total = count(e0, d0)

@@ -48,6 +48,7 @@ HF_LAYOUTS = {
     "hf-qwen2-moe": "hf_qwen2_moe",
     "hf-qwen3-moe": "hf_qwen3_moe",
     "hf-gemma": "hf_gemma",
+    "hf-gemma2": "hf_gemma2",
     "hf-phi3": "hf_phi3",
     "hf-starcoder2": "hf_starcoder2",
     "hf-stablelm": "hf_stablelm",
@@ -128,8 +129,9 @@ def canonical_only(config, family: HFFamily | KerasHubFamily | None = None) -> l
                 f"{family.name if family is not None else 'this layout'} has none)"
                 for field, what in FAMILY_ONLY.items()
                 if getattr(config, field) and field not in (family.expresses if family is not None else ())]
-    if config.attention_scale != "head":
-        problems.append(f"attention_scale={config.attention_scale!r} (scores scaled by 1/sqrt(d_head) there)")
+    if config.attention_scale != "head" and "attention_scale" not in (family.expresses if family is not None else ()):
+        problems.append(f"attention_scale={config.attention_scale!r} (scores scaled by 1/sqrt(d_head) there"
+                        f"{_expressed_by('attention_scale')})")
     if config.embed_bias:
         problems.append("embed_bias=True (no bias on the token embedding there)")
     if config.head_order != "dense-activation-norm":

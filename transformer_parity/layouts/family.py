@@ -57,7 +57,7 @@ class HFFamily:
     head_hook: str | None  # the module computing the head transform (dense -> activation -> norm); None: no head
     task_heads: tuple[Head, ...]  # its task classes (`hf_tasks`)
     # the settings it expresses, and the nearby ones it computes instead of others
-    expresses: tuple[str, ...]  # the `layouts.FAMILY_ONLY` settings it has
+    expresses: tuple[str, ...]  # the `layouts.FAMILY_ONLY` settings it has (and attention_scale: another scale)
     approximations: tuple[Approximation, ...]  # `layouts.approximations`
     # its quirks
     float64_fix: Float64Fix | None  # what transformers keeps in float32 in a float64 model of it; None: nothing
