@@ -50,6 +50,7 @@ HF_LAYOUTS = {
     "hf-gemma": "hf_gemma",
     "hf-gemma2": "hf_gemma2",
     "hf-gemma3-text": "hf_gemma3_text",
+    "hf-smollm3": "hf_smollm3",
     "hf-phi3": "hf_phi3",
     "hf-starcoder2": "hf_starcoder2",
     "hf-stablelm": "hf_stablelm",
