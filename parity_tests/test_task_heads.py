@@ -45,6 +45,10 @@ FAMILIES = {  # each family's config class and settings; its task classes are th
     "Qwen2": ("Qwen2Config", DECODER),
     "Qwen3": ("Qwen3Config", dict(DECODER, head_dim=16)),
     "Gemma": ("GemmaConfig", dict(DECODER, head_dim=16)),
+    "Gemma2": ("Gemma2Config", dict(DECODER, head_dim=16, query_pre_attn_scalar=24, sliding_window=4)),
+    "Gemma3Text": ("Gemma3TextConfig", dict(DECODER, head_dim=16, query_pre_attn_scalar=24, sliding_window=4,
+                                            layer_types=["sliding_attention", "full_attention"])),
+    "SmolLM3": ("SmolLM3Config", dict(DECODER, head_dim=16, no_rope_layer_interval=2)),
     "Phi3": ("Phi3Config", dict(DECODER, num_key_value_heads=6)),
     "Starcoder2": ("Starcoder2Config", dict(DECODER, sliding_window=None)),
     "StableLm": ("StableLmConfig", dict(DECODER, use_qkv_bias=True)),
@@ -113,6 +117,9 @@ def transformers_logits(path: Path, arch: str, ids: np.ndarray, tgt: np.ndarray 
     model = getattr(transformers, arch).from_pretrained(path, dtype=torch.float64).eval()
     if config.num_experts:  # its default experts (grouped_mm) take no float64
         model.set_experts_implementation("eager")
+    family = next(f for f in hf_families() if arch in {h.arch for h in f.task_heads} | set(f.architectures))
+    if family.float64_fix is not None:  # what transformers keeps in float32 even in a float64 model of it
+        family.float64_fix.apply(model, config)
     if config.positional == "rope" or config.norm == "rms":
         exact_float64(model, config)
     inputs = {"input_ids": torch.as_tensor(ids), "attention_mask": torch.as_tensor(ids != pad).long()}
