@@ -45,7 +45,6 @@ FAMILIES = {  # each family's config class and settings; its task classes are th
     "Qwen2": ("Qwen2Config", DECODER),
     "Qwen3": ("Qwen3Config", dict(DECODER, head_dim=16)),
     "Gemma": ("GemmaConfig", dict(DECODER, head_dim=16)),
-    "Gemma2": ("Gemma2Config", dict(DECODER, head_dim=16, query_pre_attn_scalar=24, sliding_window=4)),
     "Gemma3Text": ("Gemma3TextConfig", dict(DECODER, head_dim=16, query_pre_attn_scalar=24, sliding_window=4,
                                             layer_types=["sliding_attention", "full_attention"])),
     "SmolLM3": ("SmolLM3Config", dict(DECODER, head_dim=16, no_rope_layer_interval=2)),
@@ -189,7 +188,9 @@ def test_a_task_model_matches_transformers_and_goes_both_ways_with_its_labels(ar
 
 NOT_HERE = {f"{stem}{kind}" for stem in ("Bart", "Marian", "MBart", "Pegasus")  # refused, naming what is supported
             for kind in ("ForCausalLM", "Model")} | {"ElectraForPreTraining", "ElectraForCausalLM",
-                                                     "OPTForSequenceClassification", "OPTForQuestionAnswering"}
+                                                     "OPTForSequenceClassification", "OPTForQuestionAnswering",
+                                                     "Gemma2ForSequenceClassification",
+                                                     "Gemma2ForTokenClassification"}
 
 
 def test_every_task_class_transformers_has_for_our_families_is_read():

@@ -17,7 +17,6 @@ from . import hf_llama
 from .family import Float64Fix, HFFamily
 from .hf import activation, number, optional_integer
 from .hf_llama import FamilySpec
-from .hf_tasks import decoder_heads
 
 NAME = "hf-gemma2"
 MODEL_TYPE = "gemma2"
@@ -204,7 +203,10 @@ def exact_eager_attention(model64, config: rn.TransformerConfig) -> None:
                 module.forward = swapped(module.forward, modeling)  # the bound forward: this instance only
 
 
-TASK_HEADS = decoder_heads("Gemma2", qa=False)  # `hf_tasks`
+# No task classes yet: on left-padded inputs transformers' float64 Gemma 2 (eager attention, soft-capped) does not
+# agree with the reference at the first attention of a task model, while its float32 run does; until the cause is
+# found, Gemma2ForSequenceClassification and Gemma2ForTokenClassification are refused in one line.
+TASK_HEADS: tuple = ()
 
 
 FAMILY = HFFamily(
