@@ -21,6 +21,7 @@ Adding a format is one module with a `FORMAT` record and one line in `MODULES`.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from pathlib import Path
@@ -42,7 +43,9 @@ LAYOUT_PREFIX = "layout:"  # `load(path, LAYOUT_PREFIX + layout_file)` reads thr
 KERAS_ARCHIVE = ".keras"  # a whole-model Keras archive: refused, with what to convert instead
 
 
+@functools.cache
 def records() -> tuple[Format, ...]:
+    """Every format's record, in `MODULES` order (the modules are imported once, on the first lookup)."""
     return tuple(importlib.import_module(f"{__name__}.{module}").FORMAT for module in MODULES)
 
 
@@ -56,6 +59,7 @@ def lookup(name: str) -> Format:
     return found
 
 
+@functools.cache
 def _by_name() -> dict[str, Format]:
     return {name: record for record in records() for name in record.names}
 

@@ -62,6 +62,12 @@ NORMS_AND_EMBEDDING = [
     ("-",                                               "rotary_emb.inv_freq",                  "rope_inv_freq"),  # old
     ("-",                                               _L + "self_attn.rotary_emb.inv_freq",   "rope_inv_freq"),  # files
 ]
+# The biases of the same norms, where a family's are LayerNorms (Starcoder2, StableLM)
+NORM_BIASES = [
+    ("decoder.layers.{i}.norm1.beta",                   _L + "input_layernorm.bias",            "identity"),
+    ("decoder.layers.{i}.norm3.beta",                   _L + "post_attention_layernorm.bias",   "identity"),
+    ("decoder.final_norm.beta",                         "norm.bias",                            "identity"),
+]
 HEAD = [
     ("output.kernel",                                   "lm_head.weight",                       "transpose"),
     ("tgt_embed.embedding",                             "lm_head.weight",                       "tied"),
@@ -134,9 +140,7 @@ def read_config(hf: Mapping[str, Any], keys: Collection[str], spec: FamilySpec, 
     if head_dim is None:
         raise ValueError(f"config.json has no head_dim and hidden_size={d} is not divisible by num_attention_heads="
                          f"{heads}")
-    if hf.get("pad_token_id") is not None:  # these models take padding as attention_mask, never from the ids
-        notes.append(f"config.json pad_token_id={hf['pad_token_id']!r} is not used: {spec.model_type} derives no "
-                     "padding mask from ids, so pad_id=None (every id is a real token; --set pad_id=N to mask id N)")
+    notes += pad_note(hf, spec.model_type)
     lm = arch == spec.architectures[0]
     attention_bias = boolean(hf, spec.attention_bias, False) if spec.attention_bias else False
     theta, scaling, fraction = rope(hf)
@@ -158,6 +162,15 @@ def read_config(hf: Mapping[str, Any], keys: Collection[str], spec: FamilySpec, 
         tie_embeddings=boolean(hf, "tie_word_embeddings", spec.tie_default) if lm else False, pad_id=None,
         output_bias=False, output_projection=lm)
     return config, arch, notes
+
+
+def pad_note(hf: Mapping[str, Any], model_type: str) -> list[str]:
+    """A note that config.json's pad_token_id is not used (these models take padding as attention_mask, never from
+    the ids), or none."""
+    if hf.get("pad_token_id") is None:
+        return []
+    return [f"config.json pad_token_id={hf['pad_token_id']!r} is not used: {model_type} derives no padding mask from "
+            "ids, so pad_id=None (every id is a real token; --set pad_id=N to mask id N)"]
 
 
 def _kv_heads(hf: Mapping[str, Any], heads: int) -> int | None:

@@ -77,6 +77,17 @@ TABLE = [
 ]
 
 
+# The final LayerNorm of each stack that the pre-norm relatives of this layout add (mBART, Pegasus): its entries
+# and the modules whose outputs they are.
+FINAL_NORMS = [
+    ("encoder.final_norm.gamma",                  "model.encoder.layer_norm.weight",              "identity"),
+    ("encoder.final_norm.beta",                   "model.encoder.layer_norm.bias",                "identity"),
+    ("decoder.final_norm.gamma",                  "model.decoder.layer_norm.weight",              "identity"),
+    ("decoder.final_norm.beta",                   "model.decoder.layer_norm.bias",                "identity"),
+]
+FINAL_NORM_HOOKS = {"encoder.final_norm": "encoder.layer_norm", "decoder.final_norm": "decoder.layer_norm"}
+
+
 def table(config: rn.TransformerConfig, prefix: str) -> list[tuple[str, str, str]]:
     return TABLE
 

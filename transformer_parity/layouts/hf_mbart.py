@@ -20,15 +20,8 @@ MODEL_TYPE = "mbart"
 ARCHITECTURES = ("MBartForConditionalGeneration",)
 CONFIG_KEYS = hf_marian.CONFIG_KEYS
 
-TABLE = [
-    # canonical                                   MBartForConditionalGeneration                   transform
-    ("encoder.final_norm.gamma",                  "model.encoder.layer_norm.weight",              "identity"),
-    ("encoder.final_norm.beta",                   "model.encoder.layer_norm.bias",                "identity"),
-    ("decoder.final_norm.gamma",                  "model.decoder.layer_norm.weight",              "identity"),
-    ("decoder.final_norm.beta",                   "model.decoder.layer_norm.bias",                "identity"),
-    *hf_bart.TABLE,
-]
-HOOKS = {**hf_marian.HOOKS, "encoder.final_norm": "encoder.layer_norm", "decoder.final_norm": "decoder.layer_norm"}
+TABLE = hf_marian.FINAL_NORMS + hf_bart.TABLE
+HOOKS = {**hf_marian.HOOKS, **hf_marian.FINAL_NORM_HOOKS}
 
 
 def table(config: rn.TransformerConfig, prefix: str) -> list[tuple[str, str, str]]:

@@ -26,23 +26,9 @@ SPEC = FamilySpec(MODEL_TYPE, ARCHITECTURES, attention_bias=None, mlp_bias=None,
 DEFAULT_ROTARY = 0.25  # StableLmConfig's partial_rotary_factor when config.json gives none
 CONFIG_KEYS = {**hf_llama.CONFIG_KEYS, "layer_norm_eps": "layer_norm_eps"}
 
-_L = "layers.{i}."
-NORMS_AND_EMBEDDING = [
-    # canonical                                         StableLmModel                           transform
-    ("tgt_embed.embedding",                             "embed_tokens.weight",                  "identity"),
-    ("decoder.layers.{i}.norm1.gamma",                  _L + "input_layernorm.weight",          "identity"),
-    ("decoder.layers.{i}.norm1.beta",                   _L + "input_layernorm.bias",            "identity"),
-    ("decoder.layers.{i}.norm3.gamma",                  _L + "post_attention_layernorm.weight", "identity"),
-    ("decoder.layers.{i}.norm3.beta",                   _L + "post_attention_layernorm.bias",   "identity"),
-    ("decoder.final_norm.gamma",                        "norm.weight",                          "identity"),
-    ("decoder.final_norm.beta",                         "norm.bias",                            "identity"),
-    ("-",                                               "rotary_emb.inv_freq",                  "rope_inv_freq"),
-]
-
-
 def table(config: rn.TransformerConfig, prefix: str) -> list[tuple[str, str, str]]:
     """The full table for a state dict whose StableLmModel sits under `prefix`."""
-    backbone = NORMS_AND_EMBEDDING + hf_llama.ATTENTION + hf_llama.MLP
+    backbone = hf_llama.NORMS_AND_EMBEDDING + hf_llama.NORM_BIASES + hf_llama.ATTENTION + hf_llama.MLP
     return [(c, prefix + e, t) for c, e, t in backbone] + hf_llama.HEAD
 
 
@@ -56,9 +42,7 @@ def config_from_hf(hf: Mapping[str, Any], keys: Collection[str]) -> tuple[rn.Tra
         raise ValueError(f"config.json hidden_size={d} is not divisible by num_attention_heads={heads}")
     theta, scaling, fraction = hf_llama.rope({**hf, "partial_rotary_factor": hf.get("partial_rotary_factor",
                                                                                      DEFAULT_ROTARY)})
-    notes = [] if hf.get("pad_token_id") is None else [
-        f"config.json pad_token_id={hf['pad_token_id']!r} is not used: {MODEL_TYPE} derives no padding mask from ids, "
-        "so pad_id=None (every id is a real token; --set pad_id=N to mask id N)"]
+    notes = hf_llama.pad_note(hf, MODEL_TYPE)
     lm = arch == ARCHITECTURES[0]
     config = rn.TransformerConfig(
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=d, num_heads=heads,

@@ -26,22 +26,15 @@ SPEC = FamilySpec(MODEL_TYPE, ARCHITECTURES, attention_bias=None, mlp_bias=None,
 CONFIG_KEYS = {**hf_llama.CONFIG_KEYS, "layer_norm_eps": "norm_epsilon"}
 
 _L = "layers.{i}."
-BACKBONE = [
+MLP = [
     # canonical                                         Starcoder2Model                         transform
-    ("tgt_embed.embedding",                             "embed_tokens.weight",                  "identity"),
-    *hf_llama.ATTENTION,
-    ("decoder.layers.{i}.norm1.gamma",                  _L + "input_layernorm.weight",          "identity"),
-    ("decoder.layers.{i}.norm1.beta",                   _L + "input_layernorm.bias",            "identity"),
-    ("decoder.layers.{i}.norm3.gamma",                  _L + "post_attention_layernorm.weight", "identity"),
-    ("decoder.layers.{i}.norm3.beta",                   _L + "post_attention_layernorm.bias",   "identity"),
     ("decoder.layers.{i}.ffn.linear1.kernel",           _L + "mlp.c_fc.weight",                 "transpose"),
     ("decoder.layers.{i}.ffn.linear1.bias",             _L + "mlp.c_fc.bias",                   "identity"),
     ("decoder.layers.{i}.ffn.linear2.kernel",           _L + "mlp.c_proj.weight",               "transpose"),
     ("decoder.layers.{i}.ffn.linear2.bias",             _L + "mlp.c_proj.bias",                 "identity"),
-    ("decoder.final_norm.gamma",                        "norm.weight",                          "identity"),
-    ("decoder.final_norm.beta",                         "norm.bias",                            "identity"),
-    ("-",                                               "rotary_emb.inv_freq",                  "rope_inv_freq"),
 ]
+# Llama's names with LayerNorm biases, and a plain feed-forward
+BACKBONE = hf_llama.NORMS_AND_EMBEDDING + hf_llama.NORM_BIASES + hf_llama.ATTENTION + MLP
 
 
 def table(config: rn.TransformerConfig, prefix: str) -> list[tuple[str, str, str]]:
@@ -61,9 +54,7 @@ def config_from_hf(hf: Mapping[str, Any], keys: Collection[str]) -> tuple[rn.Tra
     if fraction != 1.0:
         raise ValueError(f"config.json partial_rotary_factor={fraction!r} is not supported for {MODEL_TYPE} (it "
                          "rotates every dim of a head)")
-    notes = [] if hf.get("pad_token_id") is None else [
-        f"config.json pad_token_id={hf['pad_token_id']!r} is not used: {MODEL_TYPE} derives no padding mask from ids, "
-        "so pad_id=None (every id is a real token; --set pad_id=N to mask id N)"]
+    notes = hf_llama.pad_note(hf, MODEL_TYPE)
     lm = arch == ARCHITECTURES[0]
     config = rn.TransformerConfig(
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=d, num_heads=heads,
