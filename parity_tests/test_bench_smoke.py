@@ -555,12 +555,14 @@ def test_the_io_benches_refuse_zero_rounds_in_one_line(script, capsys):
     assert "--rounds must be at least 1, got 0" in capsys.readouterr().err.splitlines()[-1]
 
 
-def test_model_bench_llama_rows_run_against_transformers_and_keras_hub():
-    """The Llama-shaped rows: our twin, transformers' LlamaForCausalLM (from the project's HF export) and KerasHub's
-    LlamaCausalLM (from the project's preset export) on the same weights, each checked against the reference."""
+@pytest.mark.parametrize("shape", ["llama-micro", "gpt2-micro"])
+def test_model_bench_library_rows_run_against_transformers_and_keras_hub(shape):
+    """The rows of an architecture both libraries hold: our twin, transformers' class (LlamaForCausalLM,
+    GPT2LMHeadModel: from the project's HF export) and KerasHub's causal LM (LlamaCausalLM, GPT2CausalLM: from the
+    project's preset export) on the same weights, each checked against the reference."""
     pytest.importorskip("transformers")
     pytest.importorskip("keras_hub")
-    pairs = model.plan("default", models=["llama-micro"], tasks=["forward"], dtypes=["float32"],
+    pairs = model.plan("default", models=[shape], tasks=["forward"], dtypes=["float32"],
                        impl_patterns=["torch_impl.eager", "transformers", "keras_hub.function"])
     options = model.Options(threads=1, min_time=0.001, max_time=0.005, min_runs=1, rounds=1, peak_n=64,
                             peak_time=0.001)

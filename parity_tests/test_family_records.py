@@ -31,8 +31,6 @@ LAYOUTS = REPO / "transformer_parity" / "layouts"
 REGISTRY = "transformer_parity/layouts/__init__.py"
 REGISTRIES = ("HF_LAYOUTS", "KERASHUB_PRESET_LAYOUTS", "KERASHUB_WEIGHTS_LAYOUTS")  # the one place families are listed
 KINDS = {"HF_LAYOUTS": HFFamily, "KERASHUB_PRESET_LAYOUTS": KerasHubFamily, "KERASHUB_WEIGHTS_LAYOUTS": KerasHubFamily}
-# Not scanned yet: the benchmark presets (`bench/`) are named after the families they imitate.
-NOT_SCANNED = ("transformer_parity/bench/",)
 # Names of families a shared module may still hold while a change rewrites it (module -> family words): none now.
 PENDING: dict[str, set[str]] = {}
 
@@ -209,7 +207,7 @@ def _shared_modules() -> list[Path]:
     """Every product module that is no family's own (the registry's file is scanned, its registries aside)."""
     own = {LAYOUTS / f"{module}.py" for _, _, module in REGISTERED}
     return [p for package in SCANNED for p in sorted((REPO / package).rglob("*.py"))
-            if p not in own and not str(p.relative_to(REPO)).startswith(NOT_SCANNED)]
+            if p not in own]
 
 
 def test_no_shared_module_names_a_family():

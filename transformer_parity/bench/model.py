@@ -38,7 +38,13 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the pyproject dependency `tomli; python_version < "3.11"`
+    import tomli as tomllib
 
 import numpy as np
 
@@ -58,85 +64,17 @@ def _config(**fields):
     return TransformerConfig(**fields)
 
 
-# Whole-model shapes (name -> config fields and default shape). final_norm=True: torch.nn.Transformer always ends
-# each stack with a LayerNorm, so the same weights run there too; dropout 0: training losses compare across
-# frameworks (dropout masks differ by framework).
-LLAMA = dict(num_encoder_layers=0, norm="rms", norm_first=True, final_norm=True, positional="rope", ffn_gated=True,
-             activation="silu", scale_embedding=False, output_bias=False, bias=False, dropout=0.0, layer_norm_eps=1e-5)
-MODELS: dict[str, dict[str, Any]] = {
-    "tiny": {"config": dict(src_vocab_size=48, tgt_vocab_size=40, d_model=32, num_heads=4, num_encoder_layers=2,
-                            num_decoder_layers=2, d_ff=64, max_len=64, dropout=0.0, final_norm=True),
-             "shape": dict(batch=8, src_len=32, tgt_len=32, new_tokens=16)},
-    "base-256": {"config": dict(src_vocab_size=8000, tgt_vocab_size=8000, d_model=256, num_heads=4,
-                                num_encoder_layers=4, num_decoder_layers=4, d_ff=1024, max_len=256, dropout=0.0,
-                                final_norm=True),
-                 "shape": dict(batch=8, src_len=64, tgt_len=64, new_tokens=16)},
-    # The paper's base model with 8000-token vocabularies (several minutes; opt-in: `--preset paper-base`).
-    "base": {"config": dict(src_vocab_size=8000, tgt_vocab_size=8000, max_len=256, dropout=0.0, final_norm=True),
-             "shape": dict(batch=8, src_len=64, tgt_len=64, new_tokens=16)},
-    # GPT-2's architecture (pre-LN, learned positions, tied output, gelu_tanh), decoder-only: `src_len` is the
-    # prompt of generation, `tgt_len` the sequence of forward and training. d_ff = 4 d_model, as KerasHub's GPT-2.
-    "gpt2-256": {"config": dict(src_vocab_size=8000, tgt_vocab_size=8000, d_model=256, num_heads=4,
-                                num_encoder_layers=0, num_decoder_layers=4, d_ff=1024, max_len=256, dropout=0.0,
-                                norm_first=True, final_norm=True, positional="learned", tie_embeddings=True,
-                                activation="gelu_tanh", scale_embedding=False, output_bias=False),
-                 "shape": dict(batch=8, src_len=16, tgt_len=128, new_tokens=16)},
-    # Marian's architecture (post-LN, silu, concatenated sinusoids, one shared and tied embedding, output bias, no
-    # final LayerNorm: torch.nn.Transformer cannot run it), the size of base-256; against MarianMTModel.
-    "marian-256": {"config": dict(src_vocab_size=8000, tgt_vocab_size=8000, d_model=256, num_heads=4,
-                                  num_encoder_layers=4, num_decoder_layers=4, d_ff=1024, max_len=256, dropout=0.0,
-                                  activation="silu", sinusoid_layout="concatenated", share_embeddings=True,
-                                  tie_embeddings=True),
-                   "shape": dict(batch=8, src_len=64, tgt_len=64, new_tokens=16)},
-    # Llama's architecture (RMSNorm, rotary positions, SwiGLU, grouped-query attention 8/2, untied head, no
-    # biases), decoder-only, the size of gpt2-256; against LlamaForCausalLM and KerasHub's LlamaCausalLM.
-    "llama-256": {"config": dict(LLAMA, src_vocab_size=8000, tgt_vocab_size=8000, d_model=256, num_heads=8,
-                                 num_kv_heads=2, num_decoder_layers=4, d_ff=688, max_len=256),
-                  "shape": dict(batch=8, src_len=16, tgt_len=128, new_tokens=16)},
-    "llama-micro": {"config": dict(LLAMA, src_vocab_size=24, tgt_vocab_size=24, d_model=16, num_heads=4,
-                                   num_kv_heads=2, num_decoder_layers=1, d_ff=24, max_len=16),
-                    "shape": dict(batch=2, src_len=4, tgt_len=5, new_tokens=3)},
-    # Seconds: the smoke test's.
-    "micro": {"config": dict(src_vocab_size=24, tgt_vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=1,
-                             num_decoder_layers=1, d_ff=32, max_len=16, dropout=0.0, final_norm=True),
-              "shape": dict(batch=2, src_len=6, tgt_len=5, new_tokens=3)},
-}
+def _catalogue() -> tuple[dict[str, dict[str, Any]], dict[str, list[tuple]]]:
+    """The shapes and presets of `models.toml`: name -> {"config": fields, "shape": default input}, and preset name
+    -> entries of (models, tasks, dtypes, implementation patterns or None for all)."""
+    data = tomllib.loads((Path(__file__).with_name("models.toml")).read_text())
+    presets = {name: [(entry["models"], list(TASKS) if entry["tasks"] == "all" else entry["tasks"], entry["dtypes"],
+                       entry.get("impls")) for entry in entries] for name, entries in data["presets"].items()}
+    return data["models"], presets
 
-# A preset: entries of (models, tasks, dtypes, implementation patterns or None for all).
-PRESETS: dict[str, list[tuple[list[str], list[str], list[str], list[str] | None]]] = {
-    # About ten minutes on 2 cores (compilation is most of it). base-256 (encoder-decoder): every implementation and
-    # task in float32, the PyTorch rows in bfloat16 too (tf_impl computes in float32/float64 only);
-    # torch.compile on forward and training in float32 only (about a minute of compilation each). gpt2-256
-    # (decoder-only): ours against transformers' GPT2LMHeadModel and KerasHub's GPT2CausalLM, KerasHub also in
-    # bfloat16; marian-256 against MarianMTModel. The tiny model: per-call overhead, not arithmetic, decides; eager
-    # and tf.function rows only.
-    "default": [
-        (["tiny"], ["forward", "generate"], ["float32"], ["torch_impl.eager", "torch.nn.Transformer", "tf_impl.eager",
-                                                         "tf_impl.function"]),
-        (["base-256"], ["forward", "train", "generate"], ["float32"], ["torch_impl.eager", "torch.nn.Transformer",
-                                                                       "tf_impl.*"]),
-        (["base-256"], ["generate-nocache"], ["float32"], ["torch_impl.eager", "torch.nn.Transformer",
-                                                           "tf_impl.function"]),
-        (["base-256"], ["forward", "train"], ["float32"], ["torch_impl.compile"]),
-        (["base-256"], ["forward", "train", "generate"], ["bfloat16"], ["torch_impl.eager", "torch.nn.Transformer"]),
-        (["base-256"], ["forward", "train"], ["bfloat16"], ["tf_impl.function", "tf_impl.xla"]),  # where it has bf16
-        (["gpt2-256"], ["forward", "train", "generate"], ["float32"], ["torch_impl.eager", "tf_impl.function",
-                                                                      "tf_impl.xla", "transformers",
-                                                                      "keras_hub.function", "keras_hub.xla"]),
-        (["gpt2-256"], ["generate-nocache"], ["float32"], ["torch_impl.eager", "tf_impl.function", "transformers"]),
-        (["gpt2-256"], ["forward", "train"], ["bfloat16"], ["torch_impl.eager", "transformers",
-                                                           "keras_hub.function"]),
-        (["marian-256"], ["forward", "train", "generate"], ["float32"], ["torch_impl.eager", "transformers"]),
-        (["llama-256"], ["forward", "generate"], ["float32"], ["torch_impl.eager", "tf_impl.function", "tf_impl.xla",
-                                                             "transformers", "keras_hub.function", "keras_hub.xla"]),
-    ],
-    "llama": [(["llama-256"], ["forward", "generate"], ["float32"], ["torch_impl.eager", "tf_impl.function",
-                                                                    "tf_impl.xla", "transformers",
-                                                                    "keras_hub.function", "keras_hub.xla"])],
-    "paper-base": [(["base"], ["forward", "train"], ["float32"], None)],
-    "smoke": [(["micro"], list(TASKS), ["float32", "bfloat16"], ["torch_impl.eager", "torch.nn.Transformer"]),
-              (["micro"], ["forward"], ["float32"], ["tf_impl.eager"])],
-}
+
+# Whole-model shapes (name -> config fields and default shape) and the presets over them.
+MODELS, PRESETS = _catalogue()
 
 
 @dataclass(frozen=True)

@@ -355,31 +355,19 @@ def _tf_adam():
 
 
 def _keras_hub_lm(problem, weights):
-    """KerasHub's causal LM of the same architecture. GPT-2: `GPT2CausalLM`, its weights ported from the Hugging
-    Face directory by KerasHub's own converter (`keras_hub.src.utils.transformers.convert_gpt2`; `from_preset` on a
-    Hugging Face directory imports every converter, one of which needs sentencepiece). The Llama-like families: the
-    project's KerasHub preset export (`kerashub_preset.save_preset`), loaded by `CausalLM.from_preset`."""
+    """KerasHub's causal LM of the model's family: the project's KerasHub preset export
+    (`kerashub_preset.save_preset`, which picks the family that expresses the model), loaded by keras_hub's own
+    `CausalLM.from_preset`. A model no KerasHub family holds is `Unsupported`."""
     import tf_impl.startup  # noqa: F401 (TensorFlow's start-up notices kept off the terminal)
     import keras_hub
     from transformer_parity.layouts import kerashub_preset
-    c = problem.config
     with tempfile.TemporaryDirectory() as tmp:
-        path, hf_config = _hf_directory(c, weights, tmp)
-        if hf_config.get("model_type") != "gpt2":
-            preset = os.path.join(tmp, "preset")
-            try:
-                kerashub_preset.save_preset(preset, c, dict(weights), "kerashub")
-            except ValueError as exc:
-                raise Unsupported(f"no KerasHub family holds this model: {exc}") from None
-            return keras_hub.models.CausalLM.from_preset(preset, dtype=problem.dtype)
-        if c.d_ff != 4 * c.d_model:
-            raise Unsupported(f"KerasHub's GPT-2 converter assumes d_ff = 4 d_model, received d_ff={c.d_ff}")
-        from keras_hub.src.utils.transformers import convert_gpt2
-        from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader
-        backbone = convert_gpt2.backbone_cls(**convert_gpt2.convert_backbone_config(hf_config), dtype=problem.dtype)
-        with SafetensorLoader(path) as loader:
-            convert_gpt2.convert_weights(backbone, loader, hf_config)
-    return keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+        preset = os.path.join(tmp, "preset")
+        try:
+            kerashub_preset.save_preset(preset, problem.config, dict(weights), "kerashub")
+        except ValueError as exc:
+            raise Unsupported(f"no KerasHub family holds this model: {exc}") from None
+        return keras_hub.models.CausalLM.from_preset(preset, dtype=problem.dtype)
 
 
 def _build_keras_hub(problem, weights, inputs, mode: str) -> Runner:
@@ -463,17 +451,18 @@ REGISTRY: dict[str, ModelImpl] = {impl.name: impl for impl in [
 ]}
 
 REGISTRY.update({impl.name: impl for impl in [
-    _impl("transformers", "torch", "the transformers class of the same architecture (GPT2LMHeadModel for a "
-          "GPT-2-shaped decoder-only model, MarianMTModel, BertForMaskedLM), from the project's Hugging Face export",
+    _impl("transformers", "torch", "the transformers class of the model's family (the causal LM, the translation "
+          "model or the masked LM that the project's Hugging Face export names), from that export",
           TASKS, ALL_DTYPES, _build_transformers),
-    _impl("keras_hub.eager", "tf", "KerasHub's GPT2CausalLM (GPT-2-shaped decoder-only models), eager",
+    _impl("keras_hub.eager", "tf", "KerasHub's causal LM of the model's family (decoder-only models; from the project's "
+          "preset export), eager",
           ("forward", "train"), ALL_DTYPES, _build_keras_hub, why_not="generate() compiles its loop", mode="eager"),
-    _impl("keras_hub.function", "tf", "KerasHub's GPT2CausalLM under tf.function (generation: generate(), greedy)",
+    _impl("keras_hub.function", "tf", "KerasHub's causal LM under tf.function (generation: generate(), greedy)",
           ("forward", "train", "generate"), ALL_DTYPES, _build_keras_hub,
-          why_not="GPT2CausalLM.generate always uses its cache", mode="function"),
-    _impl("keras_hub.xla", "tf", "KerasHub's GPT2CausalLM under tf.function(jit_compile=True)",
+          why_not="KerasHub's CausalLM.generate always uses its cache", mode="function"),
+    _impl("keras_hub.xla", "tf", "KerasHub's causal LM under tf.function(jit_compile=True)",
           ("forward", "train", "generate"), ALL_DTYPES, _build_keras_hub,
-          why_not="GPT2CausalLM.generate always uses its cache", mode="xla"),
+          why_not="KerasHub's CausalLM.generate always uses its cache", mode="xla"),
 ]})
 
 OURS = ("torch_impl.", "tf_impl.")
