@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from parity_tests import sources  # noqa: E402
 
-from transformer_parity.verify import probe  # noqa: E402
+from transformer_parity.layouts import probe  # noqa: E402
 
 
 def cpu() -> str:

@@ -22,7 +22,7 @@ import pytest  # noqa: E402
 
 from transformer_parity.bench import (attention, attention_impls, attention_reference, harness,  # noqa: E402
                                       machine, timing)
-from transformer_parity.verify.tolerances import atol  # noqa: E402
+from transformer_parity.tolerances import atol  # noqa: E402
 
 pytest.importorskip("pytest_benchmark")
 

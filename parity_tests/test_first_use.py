@@ -14,7 +14,8 @@ from rich.console import Console
 import reference_numpy as rn
 from parity_tests.support import faults
 from transformer_parity import cli, formats, verify
-from transformer_parity.verify import report, tolerances
+from transformer_parity import tolerances
+from transformer_parity.verify import report
 from transformer_parity.verify import Subject, seeded_weights
 
 from .conftest import TINY

@@ -11,7 +11,7 @@ import pytest
 import reference_numpy as rn
 from transformer_parity import formats, verify
 from transformer_parity.cli import main
-from transformer_parity.verify import tolerances
+from transformer_parity import tolerances
 from transformer_parity.errors import UsageError
 from transformer_parity.io.safetensors_io import read_header, write_canonical
 from transformer_parity.verify import seeded_weights

@@ -1,6 +1,6 @@
 """Model-level parity: every framework twin, every variant, both dtypes, every sublayer output against the float64
 NumPy reference as `desired`, within K measured rounding floors of that sublayer (the verify rule,
-`transformer_parity.verify.tolerances`)."""
+`transformer_parity.tolerances`)."""
 
 import numpy as np
 import pytest

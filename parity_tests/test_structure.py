@@ -16,7 +16,7 @@ ROOMS = [
     ("reference_numpy",),
     ("torch_impl", "tf_impl"),
     ("transformer_parity.__init__", "transformer_parity.errors", "transformer_parity.quiet",
-     "transformer_parity.config_fields", "transformer_parity.io",
+     "transformer_parity.config_fields", "transformer_parity.tolerances", "transformer_parity.io",
      "transformer_parity.streaming"),  # __init__: the version, nothing else
     ("transformer_parity.layouts",),
     ("transformer_parity.formats",),

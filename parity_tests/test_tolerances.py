@@ -13,8 +13,9 @@ import pytest
 
 from transformer_parity import verify
 from transformer_parity.cli import verify as cli_verify
-from transformer_parity.verify import lowp, tolerances
-from transformer_parity.verify import probe
+from transformer_parity import tolerances
+from transformer_parity.verify import lowp
+from transformer_parity.layouts import probe
 
 REPO = Path(__file__).resolve().parents[1]
 VERIFY_MD = (REPO / "docs" / "verify.md").read_text()

@@ -1,4 +1,4 @@
-"""The tests' view of the one tolerance module, `transformer_parity.verify.tolerances` (which `verify` uses too): every
+"""The tests' view of the one tolerance module, `transformer_parity.tolerances` (which `verify` uses too): every
 comparison is `assert_allclose(actual, desired=float64 NumPy, rtol=0, atol=...)`.
 
 - Model outputs (`assert_within_floor`): the verify rule, K = `RATIO_LIMIT` measured float32 rounding floors of
@@ -13,7 +13,7 @@ from typing import Mapping
 
 import numpy as np
 
-from transformer_parity.verify.tolerances import ATOL, EPS32, EPS64, PAIR_RATIO_LIMIT, RATIO_LIMIT, atol, floor, floor_atol, floors, property_atol
+from transformer_parity.tolerances import ATOL, EPS32, EPS64, PAIR_RATIO_LIMIT, RATIO_LIMIT, atol, floor, floor_atol, floors, property_atol
 
 
 def assert_within_floor(actual: Mapping[str, np.ndarray], desired: Mapping[str, np.ndarray],

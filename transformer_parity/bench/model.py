@@ -309,7 +309,7 @@ class Desired:
 def reference(problem: Problem, weights, inputs: Inputs) -> Desired:
     """The float64 answer and the float32 rounding floor of one problem (any dtype: the answer is the same)."""
     import reference_numpy as rn
-    from transformer_parity.verify import tolerances
+    from transformer_parity import tolerances
 
     answers = {}
     for dtype in (np.float64, np.float32):

@@ -160,7 +160,7 @@ def cmd_convert(args) -> int:
     max_shard = parse_size(args.max_shard_size) if args.max_shard_size else None
     with BytesProgress(args, f"reading {printable(in_path.name)}", size) as bar:
         reading = [True]  # a streamed input is read while the output is written: the bar then counts the writes
-        from transformer_parity.verify.probe import load_settled
+        from transformer_parity.layouts.probe import load_settled
 
         loaded, _ = load_settled(lambda given: formats.load(in_path, input_format(args), given,
                                                             lambda name, n: reading[0] and bar.advance(name, n),

@@ -42,8 +42,8 @@ def cmd_layout(args) -> int:
             raise UsageError(f"reading {path} needs {exc.name}, which is not installed") from None
         sys.stdout.write(text)
         return 0
-    from transformer_parity.verify.source_file import load_callable
-    from transformer_parity.verify import probe
+    from transformer_parity.io.user_code import load_callable
+    from transformer_parity.layouts import probe
 
     fields = parse_fields(args.config, args.sets)
     fn = load_callable(args.source)

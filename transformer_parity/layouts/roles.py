@@ -14,7 +14,7 @@ each stack:
 - outside the layers: token embeddings are the lookups of the input ids, position tables the other lookups, a norm
   after a stack's last layer is its final norm, and a linear after everything is the output projection.
 
-What the trace leaves open becomes candidate mappings that `verify.probe.settle` runs against the source, each
+What the trace leaves open becomes candidate mappings that `layouts.probe.settle` runs against the source, each
 `Choice` made once for the whole model (one attention class, one feed-forward class): which of three separate
 projections are q, k and v (six orders; under PyTorch the softmax's lineage names q and k, leaving two), whether a
 fused array is concatenated or interleaved per head, which of a gated block's inputs is the gate, and whether a lone

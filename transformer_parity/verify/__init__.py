@@ -35,9 +35,9 @@ import reference_numpy as rn
 
 from transformer_parity.errors import UsageError
 from transformer_parity.streaming.lazy import is_lazy
+from transformer_parity.tolerances import (EPS32, EPS64, PAIR_RATIO_LIMIT, RATIO_LIMIT, compare,  # noqa: F401
+                                           floors, max_abs)  # the rule, re-exported
 from transformer_parity.verify import coverage
-from .tolerances import (EPS32, EPS64, PAIR_RATIO_LIMIT, RATIO_LIMIT, compare, floors,  # noqa: F401 (the rule)
-                         max_abs)
 
 from .request import STREAM_MODES, Request  # noqa: F401 (the verify API)
 from .results import (JUDGE, Report, Row, Subject, nonfinite_problems, output_name,  # noqa: F401 (the verify API)
@@ -388,7 +388,7 @@ def _read_first(request: Request, progress: Progress | None, notes: list[str]) -
     """`(the first checkpoint read, the fields every later read of it takes)`: read lazily where its format streams,
     what it does not say settled by probing its source (`probe.load_settled`)."""
     from transformer_parity import formats as fmt
-    from transformer_parity.verify.probe import load_settled
+    from transformer_parity.layouts.probe import load_settled
 
     path = request.checkpoints[0]
     if progress:

@@ -24,7 +24,7 @@ import reference_numpy as rn
 from reference_numpy import blocks as rb
 
 from .results import JUDGE, Row, output_name, row
-from .tolerances import RATIO_LIMIT, max_abs
+from transformer_parity.tolerances import RATIO_LIMIT, max_abs
 
 
 @dataclass

@@ -22,7 +22,7 @@ import reference_numpy as rn
 from reference_numpy.lowp import DTYPES, Precision
 
 from transformer_parity.errors import UsageError
-from transformer_parity.verify.tolerances import LOWP_PAIR_RATIO_LIMIT, LOWP_RATIO_LIMIT, REDUCED_EPS
+from transformer_parity.tolerances import LOWP_PAIR_RATIO_LIMIT, LOWP_RATIO_LIMIT, REDUCED_EPS
 
 EPS = REDUCED_EPS  # one rounding of the storage dtype
 RATIO_LIMIT = LOWP_RATIO_LIMIT  # K for reduced precision: calibrated, see `tolerances`

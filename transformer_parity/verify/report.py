@@ -104,7 +104,7 @@ def _table(report: "Report", compact: bool) -> "Table":
     if compact:
         t.caption += ";\nenc.N / dec.N = encoder.layers.N / decoder.layers.N; max rel error: --json"
     if report.sources:
-        from transformer_parity.verify.tolerances import PAIR_RATIO_LIMIT, RATIO_LIMIT
+        from transformer_parity.tolerances import PAIR_RATIO_LIMIT, RATIO_LIMIT
         t.caption += (f";\nthe source vs {JUDGE}: {RATIO_LIMIT:g} x the float32 floor (x eps64/eps32 when it returned "
                       f"float64); a backend vs the source: {PAIR_RATIO_LIMIT:g} x floor in one precision, "
                       f"{RATIO_LIMIT:g} x the coarser floor across two")
@@ -130,7 +130,7 @@ def verdict(report: "Report") -> str:
     """One line that says what was proven: PASS naming the source it matches (or "self-consistent only" and why),
     or the first differing weight, or the first divergent sublayer and by how much."""
     from transformer_parity.verify import weights as weight_diff
-    from transformer_parity.verify.tolerances import RATIO_LIMIT
+    from transformer_parity.tolerances import RATIO_LIMIT
     from transformer_parity.verify.results import JUDGE
 
     limit = min((r.limit for r in report.rows if r.kind != "source"), default=RATIO_LIMIT)  # the judge's K
@@ -275,7 +275,7 @@ def to_json(report: "Report") -> dict[str, Any]:
 
 def _tolerance_json(dtype: str) -> dict[str, Any]:
     from transformer_parity.verify import lowp
-    from transformer_parity.verify.tolerances import PAIR_RATIO_LIMIT, RATIO_LIMIT
+    from transformer_parity.tolerances import PAIR_RATIO_LIMIT, RATIO_LIMIT
 
     if lowp.is_reduced(dtype.split()[0]):
         return {"rule": f"max_abs_err <= limit * floor; floor = max(max|numpy_{dtype.replace(' ', '_')} - "

@@ -12,7 +12,7 @@ import numpy as np
 
 import reference_numpy as rn
 
-from .tolerances import compare, max_abs
+from transformer_parity.tolerances import compare, max_abs
 
 JUDGE = "numpy-f64"
 

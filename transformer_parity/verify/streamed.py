@@ -30,7 +30,7 @@ from transformer_parity.errors import UsageError
 from transformer_parity.io.limits import human_bytes
 from . import coverage
 from .results import JUDGE, Report, Subject, nonfinite_problems, port_rows, recorded_inputs
-from .tolerances import PAIR_RATIO_LIMIT, RATIO_LIMIT, floors
+from transformer_parity.tolerances import PAIR_RATIO_LIMIT, RATIO_LIMIT, floors
 
 MODE = "layer-streamed"
 FLOOR = "numpy-f32 (floor)"

@@ -24,8 +24,8 @@ import numpy as np
 
 import reference_numpy as rn
 
-from transformer_parity.verify import tolerances
-from transformer_parity.verify.tolerances import RATIO_LIMIT  # K of verify
+from transformer_parity import tolerances
+from transformer_parity.tolerances import RATIO_LIMIT  # K of verify
 from transformer_parity.layouts import roles, user
 
 Source = Callable[[dict[str, np.ndarray]], Any]
@@ -641,7 +641,7 @@ def load_settled(load: Callable[[Mapping[str, Any]], Any], path: str | Path, fie
     values are returned beside. Without a source, or when probing cannot settle them, the refusal stands (naming what
     probing found)."""
     from transformer_parity.layouts.hparams import Unstated
-    from transformer_parity.verify.source_file import load_callable
+    from transformer_parity.io.user_code import load_callable
 
     try:
         return load(fields), {}
