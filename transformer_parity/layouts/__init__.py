@@ -120,6 +120,9 @@ FAMILY_ONLY = {
     "layer_kinds": "sliding and full attention layers by a pattern",
     "local_rope_theta": "a rotary base of their own for the sliding layers",
     "rope_layers": "layers without positions",
+    "parallel_residual": "attention and feed-forward side by side on one residual",
+    "ffn_shares_norm": "one norm read by attention and feed-forward",
+    "rotary_interleaved": "rotary positions on adjacent dim pairs",
 }
 
 
