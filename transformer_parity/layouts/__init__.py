@@ -54,6 +54,7 @@ HF_LAYOUTS = {
     "hf-phi3": "hf_phi3",
     "hf-starcoder2": "hf_starcoder2",
     "hf-stablelm": "hf_stablelm",
+    "hf-gpt-neox": "hf_gpt_neox",
 }
 # ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
 KERASHUB_PRESET_LAYOUTS = {
