@@ -57,6 +57,13 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
         "rope_type": "default", "rope_theta": 5000.0, "partial_rotary_factor": 0.5})),
     "gpt-neox-sequential": ("GPTNeoXForCausalLM", "GPTNeoXConfig", dict(**NEOX, use_parallel_residual=False,
                                                                         attention_bias=False, tie_word_embeddings=True)),
+    # one LayerNorm read by attention and feed-forward side by side, biases everywhere (lm_head's too), grouped
+    # heads of 16 with a rotary 0.5 of each, PhiConfig's default; with qk_layernorm, tied and over a quarter (Phi)
+    "phi": ("PhiForCausalLM", "PhiConfig", dict(NEOX, num_key_value_heads=2, hidden_act="gelu_new")),
+    "phi-qk-layernorm": ("PhiForCausalLM", "PhiConfig", dict(NEOX, qk_layernorm=True, tie_word_embeddings=True,
+                                                             rope_parameters={"rope_type": "default",
+                                                                              "rope_theta": 10000.0,
+                                                                              "partial_rotary_factor": 0.25})),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
@@ -139,7 +146,7 @@ def test_float32_outputs_match_the_reference(name, impl, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3", "starcoder2", "stablelm",
-                                  "opt", "gpt-neox"])
+                                  "opt", "gpt-neox", "phi-qk-layernorm"])
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
@@ -174,7 +181,7 @@ def _steppers(config, weights):
 
 
 @pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
-                                  "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "gpt-neox"])
+                                  "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "gpt-neox", "phi"])
 def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
@@ -197,12 +204,13 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
     ("qk_layernorm", True, "qk_layernorm=True"),
     ("use_parallel_residual", True, "use_parallel_residual=True"),
     ("num_key_value_heads", 2, "num_key_value_heads=2"),  # GPT-NeoX: transformers reads none
+    ("head_dim", 8, "head_dim=8"),  # Phi: its q/k LayerNorms are hidden_size / heads wide
 ])
 def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
     import shutil
 
     owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "use_parallel_residual": "stablelm",
-             "num_key_value_heads": "gpt-neox"}
+             "num_key_value_heads": "gpt-neox", "head_dim": "phi"}
     _, path = hf_model(owner.get(field, "llama"), tmp_path_factory)
     copy = tmp_path / "edited"
     shutil.copytree(path, copy)

@@ -55,6 +55,7 @@ HF_LAYOUTS = {
     "hf-starcoder2": "hf_starcoder2",
     "hf-stablelm": "hf_stablelm",
     "hf-gpt-neox": "hf_gpt_neox",
+    "hf-phi": "hf_phi",
 }
 # ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
 KERASHUB_PRESET_LAYOUTS = {

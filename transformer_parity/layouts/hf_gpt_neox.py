@@ -21,7 +21,7 @@ import reference_numpy as rn
 
 from . import hf_llama
 from .family import HFFamily
-from .hf import activation, architecture, boolean, integer, number, optional_integer, refuse
+from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer, refuse
 from .hf_tasks import decoder_heads
 
 NAME = "hf-gpt-neox"
@@ -132,7 +132,8 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
         hf.pop(key, None)
     hf["model_type"] = MODEL_TYPE
     hf["rope_parameters"]["partial_rotary_factor"] = config.rotary_fraction  # 1.0 too: absent means 0.25 here
-    hf.update(architectures=[arch], layer_norm_eps=config.layer_norm_eps, attention_bias=config.has_o_bias,
+    hf.update(architectures=[arch], hidden_act=TO_HF_ACTIVATION[config.activation],
+              layer_norm_eps=config.layer_norm_eps, attention_bias=config.has_o_bias,
               use_parallel_residual=config.parallel_residual, hidden_dropout=config.dropout,
               attention_dropout=config.dropout, tie_word_embeddings=config.tie_embeddings and config.output_projection)
     return hf, arch
