@@ -204,13 +204,13 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
     ("qk_layernorm", True, "qk_layernorm=True"),
     ("use_parallel_residual", True, "use_parallel_residual=True"),
     ("num_key_value_heads", 2, "num_key_value_heads=2"),  # GPT-NeoX: transformers reads none
-    ("head_dim", 8, "head_dim=8"),  # Phi: its q/k LayerNorms are hidden_size / heads wide
+    ("head_dim", 8, "head_dim=8 beside qk_layernorm"),  # Phi: its q/k LayerNorms are hidden_size / heads wide
 ])
 def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
     import shutil
 
     owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "use_parallel_residual": "stablelm",
-             "num_key_value_heads": "gpt-neox", "head_dim": "phi"}
+             "num_key_value_heads": "gpt-neox", "head_dim": "phi-qk-layernorm"}
     _, path = hf_model(owner.get(field, "llama"), tmp_path_factory)
     copy = tmp_path / "edited"
     shutil.copytree(path, copy)

@@ -74,15 +74,17 @@ def config_from_hf(hf: Mapping[str, Any], keys: Collection[str]) -> tuple[rn.Tra
     vocab, d, heads = integer(hf, "vocab_size"), integer(hf, "hidden_size"), integer(hf, "num_attention_heads")
     if heads == 0 or d % heads:
         raise ValueError(f"config.json hidden_size={d} is not divisible by num_attention_heads={heads}")
-    if optional_integer(hf, "head_dim") not in (None, d // heads):  # the q/k LayerNorms are d / heads wide
-        raise ValueError(f"config.json head_dim={hf['head_dim']!r} is not hidden_size / num_attention_heads "
-                         f"({d // heads}), which {MODEL_TYPE} computes")
+    head_dim = optional_integer(hf, "head_dim") or d // heads
+    if head_dim != d // heads and boolean(hf, "qk_layernorm", False):  # transformers' q/k norms are d / heads wide
+        raise ValueError(f"config.json head_dim={head_dim} beside qk_layernorm=true is not supported (transformers' "
+                         f"q/k LayerNorms are hidden_size / num_attention_heads = {d // heads} wide)")
     theta, scaling, fraction = hf_llama.rope({**hf, "partial_rotary_factor": hf.get("partial_rotary_factor",
                                                                                      DEFAULT_ROTARY)})
     lm = arch == ARCHITECTURES[0]
     config = rn.TransformerConfig(
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=d, num_heads=heads,
-        num_kv_heads=hf_llama._kv_heads(hf, heads), num_encoder_layers=0,
+        num_kv_heads=hf_llama._kv_heads(hf, heads), head_size=None if head_dim * heads == d else head_dim,
+        num_encoder_layers=0,
         num_decoder_layers=integer(hf, "num_hidden_layers"), d_ff=integer(hf, "intermediate_size"),
         max_len=integer(hf, "max_position_embeddings"), dropout=number(hf, "resid_pdrop", 0.0),
         activation=activation(hf, "hidden_act", "gelu_new"), norm_first=True, final_norm=True, norm="layer",
@@ -98,10 +100,13 @@ def export_problems(config: rn.TransformerConfig) -> list[str]:
     """Why `config` has no Phi equivalent (empty if it has one)."""
     wanted = {"num_encoder_layers": 0, "norm_first": True, "final_norm": True, "norm": "layer",
               "norm_weight_offset": 0.0, "positional": "rope", "ffn_gated": False, "scale_embedding": False,
-              "embed_norm": False, "head_transform": False, "type_vocab_size": 0, "pooler": False, "head_size": None,
+              "embed_norm": False, "head_transform": False, "type_vocab_size": 0, "pooler": False,
               "qk_norm_eps": None, "sliding_window": None, "parallel_residual": True, "ffn_shares_norm": True}
     problems = [f"{k}={getattr(config, k)!r} ({MODEL_TYPE} needs {v!r})" for k, v in wanted.items()
                 if getattr(config, k) != v]
+    if config.qk_norm and config.head_size is not None:
+        problems.append(f"head_size={config.head_size} with qk_norm ({MODEL_TYPE}'s q/k norms are d_model / num_heads "
+                        "wide)")
     for has, what in ((config.has_qkv_bias, "q/k/v"), (config.has_o_bias, "the attention output"),
                       (config.has_ffn_bias, "the feed-forward")):
         if not has:
@@ -115,7 +120,7 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
     """`(config.json contents, architecture)` for a config `export_problems` accepts."""
     arch = ARCHITECTURES[0 if config.output_projection else 1]
     hf, _ = hf_llama.write_config(config, hf_llama.LLAMA)
-    for key in ("rms_norm_eps", "head_dim", "attention_bias", "mlp_bias"):
+    for key in ("rms_norm_eps", "attention_bias", "mlp_bias"):
         hf.pop(key, None)
     hf["rope_parameters"]["partial_rotary_factor"] = config.rotary_fraction  # 1.0 too: absent means 0.5 here
     hf.update(model_type=MODEL_TYPE, architectures=[arch], hidden_act=TO_HF_ACTIVATION[config.activation],
