@@ -15,6 +15,7 @@ import pytest
 import reference_numpy as rn
 from transformer_parity import formats
 from transformer_parity.cli import main
+from transformer_parity.layouts import hf_family
 from transformer_parity.verify.source_hf import exact_float64
 
 from .tolerances import property_atol
@@ -64,6 +65,10 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
                                                              rope_parameters={"rope_type": "default",
                                                                               "rope_theta": 10000.0,
                                                                               "partial_rotary_factor": 0.25})),
+    # one LayerNorm read side by side, rotary positions on adjacent pairs of a half of each head of 16, no attention
+    # biases, lm_head with one (GPT-J)
+    "gptj": ("GPTJForCausalLM", "GPTJConfig", dict(NEOX, intermediate_size=OMIT, n_inner=37, rotary_dim=8,
+                                                   layer_norm_eps=OMIT, layer_norm_epsilon=1e-5)),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
@@ -116,6 +121,9 @@ def test_float64_reference_matches_transformers_in_float64(name, tmp_path_factor
     loaded = formats.load(path)
     model64 = copy.deepcopy(model).double()
     exact_float64(model64, loaded.config)
+    fix = hf_family(loaded.format).float64_fix  # what the family keeps in float32 beyond those (GPT-J's tables)
+    if fix is not None:
+        fix.apply(model64, loaded.config)
     src = ids()
     actual = rn.Transformer(loaded.config, loaded.weights, np.float64)(src)
     np.testing.assert_allclose(actual, hf_logits(model64, src), rtol=0, atol=1e-10)
@@ -146,7 +154,7 @@ def test_float32_outputs_match_the_reference(name, impl, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3", "starcoder2", "stablelm",
-                                  "opt", "gpt-neox", "phi-qk-layernorm"])
+                                  "opt", "gpt-neox", "phi-qk-layernorm", "gptj"])
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
@@ -181,7 +189,7 @@ def _steppers(config, weights):
 
 
 @pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
-                                  "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "gpt-neox", "phi"])
+                                  "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "gpt-neox", "phi", "gptj"])
 def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
@@ -204,13 +212,15 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
     ("qk_layernorm", True, "qk_layernorm=True"),
     ("use_parallel_residual", True, "use_parallel_residual=True"),
     ("num_key_value_heads", 2, "num_key_value_heads=2"),  # GPT-NeoX: transformers reads none
-    ("head_dim", 8, "head_dim=8 beside qk_layernorm"),  # Phi: its q/k LayerNorms are hidden_size / heads wide
+    ("head_dim", 8, "head_dim=8 beside qk_layernorm"),
+    ("rotary_dim", None, "rotary_dim=None"),  # GPT-J: tables n_embd wide, which one head alone could use  # Phi: its q/k LayerNorms are hidden_size / heads wide
 ])
 def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
     import shutil
 
     owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "use_parallel_residual": "stablelm",
-             "num_key_value_heads": "gpt-neox", "head_dim": "phi-qk-layernorm"}
+             "num_key_value_heads": "gpt-neox", "head_dim": "phi-qk-layernorm",
+             "rotary_dim": "gptj"}
     _, path = hf_model(owner.get(field, "llama"), tmp_path_factory)
     copy = tmp_path / "edited"
     shutil.copytree(path, copy)

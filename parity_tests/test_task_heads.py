@@ -52,6 +52,8 @@ FAMILIES = {  # each family's config class and settings; its task classes are th
     "Starcoder2": ("Starcoder2Config", dict(DECODER, sliding_window=None)),
     "StableLm": ("StableLmConfig", dict(DECODER, use_qkv_bias=True)),
     "Phi": ("PhiConfig", DECODER),
+    "GPTJ": ("GPTJConfig", dict(vocab_size=61, n_embd=48, n_head=6, n_layer=2, n_inner=37, n_positions=64,
+                                rotary_dim=4, pad_token_id=3)),
     "GPTNeoX": ("GPTNeoXConfig", {k: v for k, v in DECODER.items() if k != "num_key_value_heads"}),
     "Mixtral": ("MixtralConfig", dict(DECODER, num_local_experts=4, num_experts_per_tok=2)),
     "Qwen2Moe": ("Qwen2MoeConfig", dict(DECODER, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=19,

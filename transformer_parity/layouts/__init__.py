@@ -56,6 +56,7 @@ HF_LAYOUTS = {
     "hf-stablelm": "hf_stablelm",
     "hf-gpt-neox": "hf_gpt_neox",
     "hf-phi": "hf_phi",
+    "hf-gptj": "hf_gptj",
 }
 # ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
 KERASHUB_PRESET_LAYOUTS = {
