@@ -15,6 +15,7 @@ import pytest
 import reference_numpy as rn
 from transformer_parity import formats
 from transformer_parity.cli import main
+from transformer_parity.layouts import hf_family
 from transformer_parity.verify.source_hf import exact_float64
 
 from .tolerances import property_atol
@@ -26,6 +27,8 @@ VOCAB = 53
 COMMON = dict(vocab_size=VOCAB, hidden_size=48, num_attention_heads=6, num_key_value_heads=2, num_hidden_layers=2,
               intermediate_size=37, max_position_embeddings=64, rms_norm_eps=1e-5, pad_token_id=None,
               bos_token_id=None, eos_token_id=None, tie_word_embeddings=False)
+OMIT = object()  # a COMMON key a family's config does not have (left out of its config.json)
+NEOX = dict(hidden_size=96, num_key_value_heads=OMIT, rms_norm_eps=OMIT, layer_norm_eps=1e-5)
 LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
           "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
 MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
@@ -49,6 +52,23 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     # learned positions at +2 with LayerNorms before each sublayer and at the end, or after each (OPT-350m's)
     "opt": ("OPTForCausalLM", "OPTConfig", dict(ffn_dim=37)),
     "opt-post-ln": ("OPTForCausalLM", "OPTConfig", dict(ffn_dim=37, do_layer_norm_before=False)),
+    # attention and feed-forward side by side, each with its LayerNorm, over a rotary half of each head of 16 (q/k/v
+    # fused per head); one after the other, without attention biases, tied (GPT-NeoX)
+    "gpt-neox": ("GPTNeoXForCausalLM", "GPTNeoXConfig", dict(**NEOX, rope_parameters={
+        "rope_type": "default", "rope_theta": 5000.0, "partial_rotary_factor": 0.5})),
+    "gpt-neox-sequential": ("GPTNeoXForCausalLM", "GPTNeoXConfig", dict(**NEOX, use_parallel_residual=False,
+                                                                        attention_bias=False, tie_word_embeddings=True)),
+    # one LayerNorm read by attention and feed-forward side by side, biases everywhere (lm_head's too), grouped
+    # heads of 16 with a rotary 0.5 of each, PhiConfig's default; with qk_layernorm, tied and over a quarter (Phi)
+    "phi": ("PhiForCausalLM", "PhiConfig", dict(NEOX, num_key_value_heads=2, hidden_act="gelu_new")),
+    "phi-qk-layernorm": ("PhiForCausalLM", "PhiConfig", dict(NEOX, qk_layernorm=True, tie_word_embeddings=True,
+                                                             rope_parameters={"rope_type": "default",
+                                                                              "rope_theta": 10000.0,
+                                                                              "partial_rotary_factor": 0.25})),
+    # one LayerNorm read side by side, rotary positions on adjacent pairs of a half of each head of 16, no attention
+    # biases, lm_head with one (GPT-J)
+    "gptj": ("GPTJForCausalLM", "GPTJConfig", dict(NEOX, intermediate_size=OMIT, n_inner=37, rotary_dim=8,
+                                                   layer_norm_eps=OMIT, layer_norm_epsilon=1e-5)),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
@@ -67,7 +87,8 @@ def hf_model(name: str, tmp_path_factory):
     if name not in _cache:
         cls_name, config_name, settings = MODELS[name]
         torch.manual_seed(sum(map(ord, name)))
-        config = getattr(transformers, config_name)(**{**COMMON, **settings})
+        config = getattr(transformers, config_name)(**{k: v for k, v in {**COMMON, **settings}.items()
+                                                        if v is not OMIT})
         model = getattr(transformers, cls_name)(config).eval()
         with torch.no_grad():
             for p in model.parameters():
@@ -100,6 +121,9 @@ def test_float64_reference_matches_transformers_in_float64(name, tmp_path_factor
     loaded = formats.load(path)
     model64 = copy.deepcopy(model).double()
     exact_float64(model64, loaded.config)
+    fix = hf_family(loaded.format).float64_fix  # what the family keeps in float32 beyond those (GPT-J's tables)
+    if fix is not None:
+        fix.apply(model64, loaded.config)
     src = ids()
     actual = rn.Transformer(loaded.config, loaded.weights, np.float64)(src)
     np.testing.assert_allclose(actual, hf_logits(model64, src), rtol=0, atol=1e-10)
@@ -130,7 +154,7 @@ def test_float32_outputs_match_the_reference(name, impl, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3", "starcoder2", "stablelm",
-                                  "opt"])
+                                  "opt", "gpt-neox", "phi-qk-layernorm", "gptj"])
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
@@ -165,7 +189,7 @@ def _steppers(config, weights):
 
 
 @pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
-                                  "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln"])
+                                  "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "gpt-neox", "phi", "gptj"])
 def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
@@ -187,11 +211,16 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
     ("pretraining_tp", 2, "pretraining_tp=2"),
     ("qk_layernorm", True, "qk_layernorm=True"),
     ("use_parallel_residual", True, "use_parallel_residual=True"),
+    ("num_key_value_heads", 2, "num_key_value_heads=2"),  # GPT-NeoX: transformers reads none
+    ("head_dim", 8, "head_dim=8 beside qk_layernorm"),
+    ("rotary_dim", None, "rotary_dim=None"),  # GPT-J: tables n_embd wide, which one head alone could use  # Phi: its q/k LayerNorms are hidden_size / heads wide
 ])
 def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
     import shutil
 
-    owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "use_parallel_residual": "stablelm"}
+    owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "use_parallel_residual": "stablelm",
+             "num_key_value_heads": "gpt-neox", "head_dim": "phi-qk-layernorm",
+             "rotary_dim": "gptj"}
     _, path = hf_model(owner.get(field, "llama"), tmp_path_factory)
     copy = tmp_path / "edited"
     shutil.copytree(path, copy)
@@ -202,3 +231,19 @@ def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_
     assert main(["convert", str(copy), str(tmp_path / "out.safetensors")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and named in err, err
+
+
+def test_gpt_neox_reads_its_older_rotary_keys():
+    """`rotary_pct` and `rotary_emb_base` (transformers 4's names) where config.json has no rope_parameters, 0.25 of
+    each head where it names neither, as GPTNeoXConfig reads them; `rope_parameters` wins over both."""
+    from transformer_parity.layouts import hf_gpt_neox
+
+    hf = {"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"], "vocab_size": VOCAB, "hidden_size": 96,
+          "num_attention_heads": 6, "num_hidden_layers": 2, "intermediate_size": 37, "max_position_embeddings": 64}
+    keys = ["embed_out.weight"]
+    config = hf_gpt_neox.config_from_hf({**hf, "rotary_pct": 0.5, "rotary_emb_base": 500.0}, keys)[0]
+    assert (config.rotary_fraction, config.rope_theta, config.parallel_residual) == (0.5, 500.0, True)
+    assert hf_gpt_neox.config_from_hf(hf, keys)[0].rotary_fraction == 0.25
+    newer = {**hf, "rotary_pct": 0.5, "rope_parameters": {"rope_theta": 20.0, "partial_rotary_factor": 1.0}}
+    read = hf_gpt_neox.config_from_hf(newer, keys)[0]
+    assert (read.rotary_fraction, read.rope_theta) == (1.0, 20.0)

@@ -106,6 +106,9 @@ class TransformerConfig:
     rope_theta: float = 10000.0  # positional="rope": the base of the rotation frequencies
     rope_scaling: dict | None = None  # transformers' rope parameters: {"rope_type": "llama3", "factor": 8.0, ...}
     rotary_fraction: float = 1.0  # the share of each head's dims that rotate (transformers' partial_rotary_factor)
+    # rotary positions turn adjacent dims (2i, 2i + 1) together (GPT-J's rotate_every_two), not dim i with dim
+    # i + rotary_dim / 2 (transformers' rotate_half)
+    rotary_interleaved: bool = False
     # (Gemma 2/3) each decoder layer's attention: "sliding" (within `sliding_window`) or "full" (every earlier key);
     # None = every layer as `sliding_window` says
     layer_kinds: tuple[str, ...] | None = None
@@ -116,6 +119,10 @@ class TransformerConfig:
     attn_logit_softcap: float | None = None  # (Gemma 2) scaled scores -> cap * tanh(scores / cap), before the mask
     final_logit_softcap: float | None = None  # (Gemma 2/3) the logits -> cap * tanh(logits / cap)
     post_norms: bool = False  # (Gemma 2/3) a norm on each sublayer's output too: x + post_norm(f(norm(x)))
+    # (GPT-NeoX, GPT-J, Phi) a decoder layer's attention and feed-forward read the same input and add to the
+    # residual at once: x + attn(norm1(x)) + ffn(norm3(x)); False = one after the other
+    parallel_residual: bool = False
+    ffn_shares_norm: bool = False  # (GPT-J, Phi) parallel_residual's feed-forward reads norm1(x) too; no norm3
     # (RoBERTa) learned positions count non-pad ids only: the k-th non-pad token of a row (k = 0, 1, ...) reads row
     # position_offset + k, every pad_id token row position_offset - 1 (`ops.skip_pad_positions`)
     positions_skip_pad: bool = False
@@ -193,6 +200,7 @@ class TransformerConfig:
                              "transform)")
         self._check_llm_fields()
         self._check_layer_fields()
+        self._check_parallel()
         self._check_classifier()
         self._check_experts()
         _check_attention_scale(self.attention_scale)
@@ -338,6 +346,30 @@ class TransformerConfig:
                 raise ValueError(f"rope_layers={list(flags)!r} says which decoder layers take rotary positions; it "
                                  f"needs positional='rope', received positional={self.positional!r}")
             object.__setattr__(self, "rope_layers", None if all(flags) else tuple(flags))
+
+    def _check_parallel(self) -> None:
+        """`parallel_residual` (a pre-norm decoder-only layer without post norms) and `ffn_shares_norm` (which
+        needs it); `rotary_interleaved` (which needs rotary positions)."""
+        for name in ("parallel_residual", "ffn_shares_norm", "rotary_interleaved"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, received {getattr(self, name)!r}")
+        if self.parallel_residual:
+            if not self.norm_first or self.post_norms or not self.is_decoder_only:
+                raise ValueError("parallel_residual=True adds attention and feed-forward of one normalized input "
+                                 "to a decoder-only layer's residual: it needs norm_first=True, post_norms=False "
+                                 f"and no encoder, received norm_first={self.norm_first}, post_norms="
+                                 f"{self.post_norms}, num_encoder_layers={self.num_encoder_layers}")
+        if self.ffn_shares_norm and not self.parallel_residual:
+            raise ValueError("ffn_shares_norm=True lets the feed-forward read the attention's norm beside it: it "
+                             "needs parallel_residual=True, received parallel_residual=False")
+        if self.rotary_interleaved and self.positional != "rope":
+            raise ValueError("rotary_interleaved=True says which dims rotary positions turn together; it needs "
+                             f"positional='rope', received positional={self.positional!r}")
+
+    @property
+    def ffn_norm(self) -> str:
+        """The norm a decoder layer's feed-forward reads: `norm1` under `ffn_shares_norm`, else its own `norm3`."""
+        return "norm1" if self.ffn_shares_norm else "norm3"
 
     def layer_window(self, i: int) -> int | None:
         """The sliding window decoder layer `i` attends within: `sliding_window`, or None for a "full" layer of

@@ -110,9 +110,9 @@ class Precision:
         """cap * tanh(x / cap) in float32, rounded once (the final logits' cap)."""
         return self.rounded(ops.soft_cap(x, cap))
 
-    def apply_rope(self, x, positions, inv_freq, scaling, rotary_dim):
+    def apply_rope(self, x, positions, inv_freq, scaling, rotary_dim, interleaved=False):
         """Rotary positions in float32 from a rounded input, the output rounded once."""
-        return self.rounded(ops.apply_rope(x, positions, inv_freq, scaling, rotary_dim))
+        return self.rounded(ops.apply_rope(x, positions, inv_freq, scaling, rotary_dim, interleaved))
 
     def scaled_dot_product_attention(self, q, k, v, mask=None, scale=None, softcap=None):
         """torch's fused CPU attention (an online softmax): scores and their exponentials in float32 from rounded

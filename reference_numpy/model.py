@@ -74,8 +74,8 @@ class MultiHeadAttention(_Module):
         if self.rotary:
             tq, tk = q.shape[2], k.shape[2]
             inv_freq, scaling = ops.rope_frequencies(c, tk, local=self.local_rope)
-            q = op.apply_rope(q, np.arange(tk - tq, tk), inv_freq, scaling, c.rotary_dim)
-            k = op.apply_rope(k, np.arange(tk), inv_freq, scaling, c.rotary_dim)
+            q = op.apply_rope(q, np.arange(tk - tq, tk), inv_freq, scaling, c.rotary_dim, c.rotary_interleaved)
+            k = op.apply_rope(k, np.arange(tk), inv_freq, scaling, c.rotary_dim, c.rotary_interleaved)
         groups = c.num_heads // c.kv_heads
         k, v = ops.repeat_kv(k, groups), ops.repeat_kv(v, groups)  # (B, H, Tk, d_k)
         out, weights = op.scaled_dot_product_attention(q, k, v, mask, scale=c.attention_scale_factor,
@@ -165,8 +165,9 @@ class EncoderLayer(_Module):
 
 
 class DecoderLayer(_Module):
-    """Masked self-attention, encoder-decoder attention (absent in a decoder-only model) and feed-forward. `index`:
-    which decoder layer it is, for its kind (`kind`: the self-attention mask it takes) and its rotary positions."""
+    """Masked self-attention, encoder-decoder attention (absent in a decoder-only model) and feed-forward, one after
+    the other or side by side (`parallel_residual`). `index`: which decoder layer it is, for its kind (`kind`: the
+    self-attention mask it takes) and its rotary positions."""
 
     def __init__(self, config, weights, name, index: int = 0):
         super().__init__(config, weights, name)
@@ -182,11 +183,16 @@ class DecoderLayer(_Module):
         else:
             self.cross_attn = self.norm2 = self.post_cross_attn_norm = None
         self.ffn = (MixtureOfExperts if config.layer_experts(index) else FeedForward)(config, weights, f"{name}.ffn")
-        self.norm3 = LayerNorm(config, weights, f"{name}.norm3")
+        self.norm3 = None if config.ffn_shares_norm else LayerNorm(config, weights, f"{name}.norm3")
         self.post_ffn_norm = _post_norm(config, weights, f"{name}.post_ffn_norm")
 
     def __call__(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False):
         c = self.config
+        if c.parallel_residual:
+            x = self._parallel(x, self_mask, record, attention_weights)
+            if record is not None:
+                record[self.name] = x
+            return x
         x = _sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask), c, record, self.self_attn.name,
                       attention_weights, self.post_attn_norm)
         if self.cross_attn is not None:
@@ -197,6 +203,19 @@ class DecoderLayer(_Module):
         if record is not None:
             record[self.name] = x
         return x
+
+    def _parallel(self, x, self_mask, record: Record | None, attention_weights: bool):
+        """`parallel_residual`: x + attn(norm1(x)) + ffn(norm3(x)), the feed-forward reading norm1(x) under
+        `ffn_shares_norm` (one norm, computed once)."""
+        y = self.norm1(x)
+        attn, weights = self.self_attn(y, y, self_mask)
+        ffn = self.ffn(y if self.norm3 is None else self.norm3(x), record)
+        if record is not None:
+            if attention_weights:
+                record[f"{self.self_attn.name}.weights"] = weights
+            record[self.self_attn.name] = attn
+            record[self.ffn.name] = ffn
+        return self.store(self.store(x + attn) + ffn)
 
 
 class Embedding(_Module):

@@ -163,17 +163,22 @@ def _yarn(params: dict, dim: int, base: float, pos_freqs: np.ndarray, max_len: i
 
 
 def apply_rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, scaling: float,
-               rotary_dim: int) -> np.ndarray:
+               rotary_dim: int, interleaved: bool = False) -> np.ndarray:
     """Rotate `x` `(B, H, T, d_k)` at `positions` `(T,)`: its first `rotary_dim` dims, as two halves (transformers'
-    `rotate_half`: dim j pairs with dim j + rotary_dim / 2), angle `position * inv_freq`; the rest pass through.
+    `rotate_half`: dim j pairs with dim j + rotary_dim / 2) or, `interleaved`, as adjacent pairs (GPT-J's
+    `rotate_every_two`: dim 2j with dim 2j + 1), pair j at angle `position * inv_freq[j]`; the rest pass through.
     The angles are computed in x's dtype."""
     t = x.dtype.type
     freqs = np.asarray(positions, dtype=x.dtype)[:, None] * inv_freq.astype(x.dtype)[None, :]  # (T, r/2)
-    angles = np.concatenate([freqs, freqs], axis=-1)  # (T, r)
-    cos, sin = np.cos(angles) * t(scaling), np.sin(angles) * t(scaling)
     rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
-    half = rotary_dim // 2
-    rotated = np.concatenate([-rot[..., half:], rot[..., :half]], axis=-1)  # rotate_half
+    if interleaved:
+        angles = np.repeat(freqs, 2, axis=-1)  # (T, r): each angle on its pair's two dims
+        rotated = np.stack([-rot[..., 1::2], rot[..., ::2]], axis=-1).reshape(rot.shape)  # rotate_every_two
+    else:
+        angles = np.concatenate([freqs, freqs], axis=-1)  # (T, r)
+        half = rotary_dim // 2
+        rotated = np.concatenate([-rot[..., half:], rot[..., :half]], axis=-1)  # rotate_half
+    cos, sin = np.cos(angles) * t(scaling), np.sin(angles) * t(scaling)
     return np.concatenate([rot * cos + rotated * sin, rest], axis=-1)
 
 

@@ -100,7 +100,7 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
 
     Decoder-only models (`num_encoder_layers=0`) have decoder layers without `cross_attn`/`norm2` (the FFN's norm
     stays `norm3`, so a name means one thing in every family). `post_norms` adds a norm after each sublayer:
-    `post_attn_norm`, `post_cross_attn_norm` (encoder-decoder), `post_ffn_norm`. `share_embeddings` drops `tgt_embed.embedding`
+    `post_attn_norm`, `post_cross_attn_norm` (encoder-decoder), `post_ffn_norm`; `ffn_shares_norm` drops the decoder's `norm3` (the feed-forward reads `norm1`). `share_embeddings` drops `tgt_embed.embedding`
     (the decoder reads `src_embed.embedding`); `tie_embeddings` drops `output.kernel`. `embed_bias` adds
     `{side}_embed.bias` for each side, shared table or not. A decoder layer with a mixture of experts
     (`layer_experts`) has `ffn.router`, `ffn.experts.{e}.*` (and `ffn.shared.*`, `ffn.shared_gate`) in place of the
@@ -131,7 +131,8 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
             shapes.update(_post_norm(f"decoder.layers.{i}.post_cross_attn_norm", config))
         shapes.update(_experts(f"decoder.layers.{i}.ffn", config) if config.layer_experts(i) else
                       _ffn(f"decoder.layers.{i}.ffn", config))
-        shapes.update(_norm(f"decoder.layers.{i}.norm3", d, config))
+        if not config.ffn_shares_norm:
+            shapes.update(_norm(f"decoder.layers.{i}.norm3", d, config))
         shapes.update(_post_norm(f"decoder.layers.{i}.post_ffn_norm", config))
     if config.final_norm and config.has_decoder:
         shapes.update(_norm("decoder.final_norm", d, config))

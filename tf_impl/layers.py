@@ -159,8 +159,8 @@ def norm_layer(config: TransformerConfig, name: str, dtype, eps: float | None = 
 def rotate(x, start, config: TransformerConfig, local: bool = False):
     """Rotary positions on `x` `(B, H, T, d_k)` at positions `start .. start + T - 1` (`start` an int or a scalar
     tensor), for a sequence of `start + T` positions (its length picks longrope's factors): the first
-    `rotary_dim` dims turn as two halves (transformers' `rotate_half`), the rest pass through. The angles are
-    computed in float32 at least. `local`: at a sliding layer's own base (`local_rope_theta`)."""
+    `rotary_dim` dims turn as two halves (transformers' `rotate_half`) or as adjacent pairs (`rotary_interleaved`),
+    the rest pass through. The angles are computed in float32 at least. `local`: at a sliding layer's own base (`local_rope_theta`)."""
     t = tf.shape(x)[2]
     inv_freq, scaling = rn.ops.rope_frequencies(config, 0, local=local)
     params = {} if local else config.rope_scaling or {}
@@ -172,12 +172,18 @@ def rotate(x, start, config: TransformerConfig, local: bool = False):
         inv = tf.where(start + t > threshold, tf.constant(long_freq, dtype), inv)
     positions = tf.cast(tf.range(t) + start, dtype)
     freqs = positions[:, None] * inv[None, :]  # (T, r/2)
-    angles = tf.concat([freqs, freqs], axis=-1)  # (T, r)
-    cos = tf.cast(tf.cos(angles) * scaling, x.dtype)
-    sin = tf.cast(tf.sin(angles) * scaling, x.dtype)
     r = config.rotary_dim
     rot, rest = x[..., :r], x[..., r:]
-    rotated = tf.concat([-rot[..., r // 2:], rot[..., :r // 2]], axis=-1)  # rotate_half
+    if config.rotary_interleaved:  # GPT-J's rotate_every_two: dims 2j and 2j + 1 turn together by angle j
+        angles = tf.reshape(tf.repeat(freqs[:, :, None], 2, axis=-1), [t, r])  # (T, r/2, 2) -> (T, r)
+        pairs = tf.stack([-rot[..., 1::2], rot[..., ::2]], axis=-1)  # (B, H, T, r/2, 2)
+        rotated = tf.reshape(pairs, tf.shape(rot))
+        rotated.set_shape(rot.shape)  # the reshape keeps no static shape
+    else:
+        angles = tf.concat([freqs, freqs], axis=-1)  # (T, r)
+        rotated = tf.concat([-rot[..., r // 2:], rot[..., :r // 2]], axis=-1)  # rotate_half
+    cos = tf.cast(tf.cos(angles) * scaling, x.dtype)
+    sin = tf.cast(tf.sin(angles) * scaling, x.dtype)
     return tf.concat([rot * cos + rotated * sin, rest], axis=-1)
 
 
@@ -382,7 +388,7 @@ class DecoderLayer(_ResidualLayer):
             self.post_cross_attn_norm = self._post_norm("post_cross_attn_norm")
         self.ffn = (MixtureOfExperts(config, FeedForward, dtype=self.dtype_policy, name="ffn")
                     if config.layer_experts(index) else FeedForward(config, dtype=self.dtype_policy, name="ffn"))
-        self.norm3 = self._norm("norm3")
+        self.norm3 = None if config.ffn_shares_norm else self._norm("norm3")
         self.post_ffn_norm = self._post_norm("post_ffn_norm")
         self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
 
@@ -396,12 +402,15 @@ class DecoderLayer(_ResidualLayer):
             self.cross_attn.build(x_shape, memory_shape)
             self._build_norms(x_shape, self.norm2, self.post_cross_attn_norm)
         self.ffn.build(x_shape)
-        self._build_norms(x_shape, self.norm3, self.post_ffn_norm)
+        if self.norm3 is not None:
+            self._build_norms(x_shape, self.norm3, self.post_ffn_norm)
 
     def call(self, x, memory, self_mask=None, cross_mask=None, attention_weights: bool = False,
              training: bool = False, cache: tuple[AttentionCache, AttentionCache] | None = None):
         record: Record = {}
         self_cache, cross_cache = (None, None) if cache is None else cache
+        if self.config.parallel_residual:
+            return self._parallel(x, self_mask, record, attention_weights, training, self_cache), record
         x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, need_weights=attention_weights,
                                                                    training=training, cache=self_cache),
                            "self_attn", record, attention_weights, training, self.post_attn_norm)
@@ -413,6 +422,18 @@ class DecoderLayer(_ResidualLayer):
         x = self._sublayer(x, self.norm3, lambda y: self._ffn(y, record, training), "ffn", record, attention_weights,
                            training, self.post_ffn_norm)
         return x, record
+
+    def _parallel(self, x, self_mask, record: Record, attention_weights: bool, training: bool, cache):
+        """`parallel_residual`: x + attn(norm1(x)) + ffn(norm3(x)), the feed-forward reading norm1(x) under
+        `ffn_shares_norm` (one norm, computed once)."""
+        y = self.norm1(x)
+        attn, weights = self.self_attn(y, y, self_mask, need_weights=attention_weights, training=training,
+                                       cache=cache)
+        if attention_weights:
+            record["self_attn.weights"] = weights
+        record["self_attn"] = attn
+        ffn = record["ffn"] = self._ffn(y if self.norm3 is None else self.norm3(x), record, training)
+        return x + self.dropout(attn, training=training) + self.dropout(ffn, training=training)
 
     def _ffn(self, y, record: Record, training: bool):
         """The feed-forward; a mixture of experts also gives the experts each token chose (`ffn.routing`)."""

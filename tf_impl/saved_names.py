@@ -116,11 +116,11 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
             attention(f"{path}/self_attn", "self_attn")
             if stack == "encoder":
                 groups[f"{path}/norm2"] = "norm2"
-            else:
+            elif not config.ffn_shares_norm:
                 groups[f"{path}/norm3"] = "norm3"
-                if config.has_encoder:
-                    attention(f"{path}/cross_attn", "cross_attn")
-                    groups[f"{path}/norm2"] = "norm2"
+            if stack == "decoder" and config.has_encoder:
+                attention(f"{path}/cross_attn", "cross_attn")
+                groups[f"{path}/norm2"] = "norm2"
     return groups
 
 

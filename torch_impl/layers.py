@@ -90,7 +90,8 @@ def rotary_tables(config: TransformerConfig, start: int, t: int, dtype: torch.dt
     work = dtype if dtype in (torch.float32, torch.float64) else torch.float32
     positions = torch.arange(start, start + t, device=device, dtype=work)
     freqs = positions[:, None] * torch.as_tensor(inv_freq, device=device).to(work)  # (T, r/2)
-    angles = torch.cat([freqs, freqs], dim=-1)  # (T, r)
+    # (T, r): pair j's angle on dims j and j + r/2, or on dims 2j and 2j + 1 under rotary_interleaved
+    angles = freqs.repeat_interleave(2, dim=-1) if config.rotary_interleaved else torch.cat([freqs, freqs], dim=-1)
     cos, sin = (angles.cos() * scaling).to(dtype), (angles.sin() * scaling).to(dtype)
     if not torch.compiler.is_compiling():
         if len(_ROTARY) >= _ROTARY_ENTRIES:
@@ -102,12 +103,16 @@ def rotary_tables(config: TransformerConfig, start: int, t: int, dtype: torch.dt
 def rotate(x, start: int, config: TransformerConfig, local: bool = False):
     """Rotary positions on `x` `(B, H, T, d_k)` at positions `start .. start + T - 1`, for a sequence of
     `start + T` positions (its length picks longrope's factors): the first `rotary_dim` dims turn as two halves
-    (transformers' `rotate_half`), the rest pass through. The angles are computed in float32 at least. `local`: at a
-    sliding layer's own base (`local_rope_theta`)."""
+    (transformers' `rotate_half`) or as adjacent pairs (`rotary_interleaved`, GPT-J's `rotate_every_two`), the rest
+    pass through. The angles are computed in float32 at least. `local`: at a sliding layer's own base
+    (`local_rope_theta`)."""
     cos, sin = rotary_tables(config, start, x.shape[2], x.dtype, x.device, local)
     r = config.rotary_dim
     rot, rest = x[..., :r], x[..., r:]
-    rotated = torch.cat([-rot[..., r // 2:], rot[..., :r // 2]], dim=-1)  # rotate_half
+    if config.rotary_interleaved:  # (..., r/2, 2) -> (..., r): (-x[2j+1], x[2j]) at dims (2j, 2j + 1)
+        rotated = torch.stack([-rot[..., 1::2], rot[..., ::2]], dim=-1).flatten(-2)  # rotate_every_two
+    else:
+        rotated = torch.cat([-rot[..., r // 2:], rot[..., :r // 2]], dim=-1)  # rotate_half
     turned = rot * cos + rotated * sin
     return turned if r == x.shape[-1] else torch.cat([turned, rest], dim=-1)
 

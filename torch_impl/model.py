@@ -113,13 +113,18 @@ class DecoderLayer(_ResidualLayer):
             self.post_cross_attn_norm = norm_layer(config, config.d_model, eps) if post else None
         self.ffn = MixtureOfExperts(config, f"{name}.ffn", FeedForward) if config.layer_experts(index) else \
             FeedForward(config, f"{name}.ffn")
-        self.norm3 = norm_layer(config, config.d_model, eps)
+        self.norm3 = None if config.ffn_shares_norm else norm_layer(config, config.d_model, eps)
         self.post_ffn_norm = norm_layer(config, config.d_model, eps) if post else None
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False,
                 cache: tuple[AttentionCache, AttentionCache] | None = None):
         self_cache, cross_cache = (None, None) if cache is None else cache
+        if self.config.parallel_residual:
+            x = self._parallel(x, self_mask, record, attention_weights, self_cache)
+            if record is not None:
+                record[self.name] = x
+            return x
         x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, attention_weights, self_cache),
                            self.self_attn.name, record, attention_weights, self.post_attn_norm,
                            f"{self.name}.post_attn_norm")
@@ -133,6 +138,19 @@ class DecoderLayer(_ResidualLayer):
         if record is not None:
             record[self.name] = x
         return x
+
+    def _parallel(self, x, self_mask, record: Record | None, attention_weights: bool, cache):
+        """`parallel_residual`: x + attn(norm1(x)) + ffn(norm3(x)), the feed-forward reading norm1(x) under
+        `ffn_shares_norm` (one norm, computed once)."""
+        y = self.norm1(x)
+        attn, weights = self.self_attn(y, y, self_mask, attention_weights, cache)
+        ffn = self.ffn(y if self.norm3 is None else self.norm3(x), record)
+        if record is not None:
+            if attention_weights:
+                record[f"{self.self_attn.name}.weights"] = weights
+            record[self.self_attn.name] = attn
+            record[self.ffn.name] = ffn
+        return x + self.dropout(attn) + self.dropout(ffn)
 
 
 class Embedding(nn.Module):

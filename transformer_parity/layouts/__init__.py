@@ -54,6 +54,9 @@ HF_LAYOUTS = {
     "hf-phi3": "hf_phi3",
     "hf-starcoder2": "hf_starcoder2",
     "hf-stablelm": "hf_stablelm",
+    "hf-gpt-neox": "hf_gpt_neox",
+    "hf-phi": "hf_phi",
+    "hf-gptj": "hf_gptj",
 }
 # ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
 KERASHUB_PRESET_LAYOUTS = {
@@ -120,6 +123,9 @@ FAMILY_ONLY = {
     "layer_kinds": "sliding and full attention layers by a pattern",
     "local_rope_theta": "a rotary base of their own for the sliding layers",
     "rope_layers": "layers without positions",
+    "parallel_residual": "attention and feed-forward side by side on one residual",
+    "ffn_shares_norm": "one norm read by attention and feed-forward",
+    "rotary_interleaved": "rotary positions on adjacent dim pairs",
 }
 
 
