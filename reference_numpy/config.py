@@ -24,6 +24,7 @@ ROPE_TYPES = {
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
 LAYER_KINDS = ("sliding", "full")  # a decoder layer's self-attention: within `sliding_window`, or every earlier key
 ATTENTION_SCALES = ("head", "model", "none")  # or a positive finite number
+QK_NORM_OVER = ("head", "all")  # qk_norm over each head, or over all heads of q (and of k) at once
 HEAD_ORDERS = ("dense-activation-norm", "dense-norm-activation")
 ROUTER_SOFTMAX = ("before_topk", "after_topk")  # a mixture of experts' router: softmax over all, or over the k chosen
 # one score vector per sequence, one per position, start/end per position, one score per sequence that is one choice
@@ -116,6 +117,14 @@ class TransformerConfig:
     attn_logit_softcap: float | None = None  # (Gemma 2) scaled scores -> cap * tanh(scores / cap), before the mask
     final_logit_softcap: float | None = None  # (Gemma 2/3) the logits -> cap * tanh(logits / cap)
     post_norms: bool = False  # (Gemma 2/3) a norm on each sublayer's output too: x + post_norm(f(norm(x)))
+    # (OLMo, OLMo 2, Granite) the norms and scalings below; `_check_scalings`
+    pre_norms: bool = True  # False (OLMo 2): no norm before the sublayers, x + post_norm(f(x)) (needs post_norms)
+    qk_norm_over: str = "head"  # qk_norm over each head's d_k (Qwen3) or "all" of q and of k at once (OLMo 2)
+    norm_affine: bool = True  # False (OLMo): LayerNorms without gamma and beta, (x - mean) / sqrt(var + eps)
+    clip_qkv: float | None = None  # (OLMo) q, k and v clamped to [-clip_qkv, clip_qkv] right after their projection
+    embedding_multiplier: float = 1.0  # (Granite) the token embeddings times this
+    residual_multiplier: float = 1.0  # (Granite) each sublayer's output times this before the residual add
+    logit_divisor: float = 1.0  # (Granite's logits_scaling) the logits divided by this
     # (RoBERTa) learned positions count non-pad ids only: the k-th non-pad token of a row (k = 0, 1, ...) reads row
     # position_offset + k, every pad_id token row position_offset - 1 (`ops.skip_pad_positions`)
     positions_skip_pad: bool = False
@@ -193,6 +202,7 @@ class TransformerConfig:
                              "transform)")
         self._check_llm_fields()
         self._check_layer_fields()
+        self._check_scalings()
         self._check_classifier()
         self._check_experts()
         _check_attention_scale(self.attention_scale)
@@ -338,6 +348,33 @@ class TransformerConfig:
                 raise ValueError(f"rope_layers={list(flags)!r} says which decoder layers take rotary positions; it "
                                  f"needs positional='rope', received positional={self.positional!r}")
             object.__setattr__(self, "rope_layers", None if all(flags) else tuple(flags))
+
+    def _check_scalings(self) -> None:
+        """The fields of OLMo, OLMo 2 and Granite: norms without parameters or only after the sublayers, q/k norms
+        over all heads at once, clamped q/k/v, and three multipliers (each a positive finite number)."""
+        for name in ("pre_norms", "norm_affine"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, received {getattr(self, name)!r}")
+        _check_choice("qk_norm_over", self.qk_norm_over, QK_NORM_OVER)
+        if self.qk_norm_over != "head" and not self.qk_norm:
+            raise ValueError(f"qk_norm_over={self.qk_norm_over!r} says what the q/k norms cover; this model has "
+                             "qk_norm=False")
+        if not self.pre_norms and not (self.norm_first and self.post_norms):
+            raise ValueError("pre_norms=False leaves only the norm on each sublayer's output, x + post_norm(f(x)): it "
+                             f"needs norm_first=True and post_norms=True, received norm_first={self.norm_first}, "
+                             f"post_norms={self.post_norms}")
+        if not self.norm_affine and self.norm != "layer":
+            raise ValueError(f"norm_affine=False (LayerNorms without gamma and beta) needs norm='layer', received "
+                             f"norm={self.norm!r}")
+        if self.clip_qkv is not None:
+            _check_finite("clip_qkv", self.clip_qkv, positive=True)
+            object.__setattr__(self, "clip_qkv", float(self.clip_qkv))
+        for name in ("embedding_multiplier", "residual_multiplier", "logit_divisor"):
+            _check_finite(name, getattr(self, name), positive=True)
+            object.__setattr__(self, name, float(getattr(self, name)))  # JSON may give 1 for 1.0
+        if self.logit_divisor != 1.0 and not self.output_projection:
+            raise ValueError(f"logit_divisor={self.logit_divisor!r} divides the output projection's logits; this "
+                             "model has output_projection=False")
 
     def layer_window(self, i: int) -> int | None:
         """The sliding window decoder layer `i` attends within: `sliding_window`, or None for a "full" layer of

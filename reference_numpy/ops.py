@@ -19,11 +19,13 @@ def linear(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None) ->
     return y if bias is None else y + bias
 
 
-def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
-    """LayerNorm over the last axis with the biased variance, as torch.nn.LayerNorm and Keras compute it."""
+def layer_norm(x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float) -> np.ndarray:
+    """LayerNorm over the last axis with the biased variance, as torch.nn.LayerNorm and Keras compute it; without
+    gamma and beta (None: OLMo's, `norm_affine=False`) the normalized x alone."""
     mean = x.mean(axis=-1, keepdims=True)
     var = np.square(x - mean).mean(axis=-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + x.dtype.type(eps)) * gamma + beta
+    normed = (x - mean) / np.sqrt(var + x.dtype.type(eps))
+    return normed if gamma is None else normed * gamma + beta
 
 
 def rms_norm(x: np.ndarray, gamma: np.ndarray, eps: float, offset: float = 0.0) -> np.ndarray:

@@ -114,6 +114,8 @@ class Embedding(ConfigSerializable, keras.layers.Layer):
             x = x + self.bias
         if self.config.scale_embedding:
             x = x * math.sqrt(self.config.d_model)
+        if self.config.embedding_multiplier != 1.0:  # Granite
+            x = x * tf.constant(self.config.embedding_multiplier, x.dtype)
         if self.segment is not None:  # BERT's order: (token + segment) + position
             x = x + self.segment(tf.zeros_like(ids) if type_ids is None else type_ids)
         # tf.slice with the size given: XLA compiles it for a tensor offset as a static-shape dynamic slice (a
@@ -311,6 +313,8 @@ class OutputProjection(ConfigSerializable, keras.layers.Layer):
             logits = tf.matmul(rows, self.kernel)  # (B*T, V)
         if self.bias is not None:
             logits = logits + self.bias
+        if self.config.logit_divisor != 1.0:  # Granite's logits_scaling
+            logits = logits / tf.constant(self.config.logit_divisor, logits.dtype)
         if self.config.final_logit_softcap is not None:
             cap = tf.constant(self.config.final_logit_softcap, logits.dtype)
             logits = tf.math.tanh(logits / cap) * cap

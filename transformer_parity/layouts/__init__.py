@@ -19,9 +19,12 @@ directories, `hf` the Hugging Face model directories.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
+
+import reference_numpy as rn
 
 if TYPE_CHECKING:
     from .family import HFFamily, KerasHubFamily
@@ -120,6 +123,13 @@ FAMILY_ONLY = {
     "layer_kinds": "sliding and full attention layers by a pattern",
     "local_rope_theta": "a rotary base of their own for the sliding layers",
     "rope_layers": "layers without positions",
+    "pre_norms": "no norm before the sublayers",  # False: OLMo 2
+    "qk_norm_over": "q/k norms over all heads at once",
+    "norm_affine": "norms without parameters",  # False: OLMo
+    "clip_qkv": "q, k and v clamped",
+    "embedding_multiplier": "token embeddings times a multiplier",
+    "residual_multiplier": "sublayer outputs times a multiplier",
+    "logit_divisor": "logits divided by a divisor",
 }
 
 
@@ -130,7 +140,7 @@ def canonical_only(config, family: HFFamily | KerasHubFamily | None = None) -> l
     problems = [f"{field}={getattr(config, field)!r} ({what}{_expressed_by(field)}; "
                 f"{family.name if family is not None else 'this layout'} has none)"
                 for field, what in FAMILY_ONLY.items()
-                if getattr(config, field) and field not in (family.expresses if family is not None else ())]
+                if getattr(config, field) != _DEFAULTS[field] and field not in (family.expresses if family is not None else ())]
     if config.attention_scale != "head" and "attention_scale" not in (family.expresses if family is not None else ()):
         problems.append(f"attention_scale={config.attention_scale!r} (scores scaled by 1/sqrt(d_head) there"
                         f"{_expressed_by('attention_scale')})")
@@ -139,6 +149,10 @@ def canonical_only(config, family: HFFamily | KerasHubFamily | None = None) -> l
     if config.head_order != "dense-activation-norm":
         problems.append(f"head_order={config.head_order!r} (dense -> activation -> LayerNorm there)")
     return problems
+
+
+# a FAMILY_ONLY setting is one away from its default
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(rn.TransformerConfig)}
 
 
 def _expressed_by(field: str) -> str:
