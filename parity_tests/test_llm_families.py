@@ -15,6 +15,7 @@ import pytest
 import reference_numpy as rn
 from transformer_parity import formats
 from transformer_parity.cli import main
+from transformer_parity.layouts import hf_family
 from transformer_parity.verify.source_hf import exact_float64
 
 from .tolerances import property_atol
@@ -49,6 +50,13 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     # learned positions at +2 with LayerNorms before each sublayer and at the end, or after each (OPT-350m's)
     "opt": ("OPTForCausalLM", "OPTConfig", dict(ffn_dim=37)),
     "opt-post-ln": ("OPTForCausalLM", "OPTConfig", dict(ffn_dim=37, do_layer_norm_before=False)),
+    # LayerNorms without parameters and q/k/v clamped (OLMo); norms after the sublayers only and q/k norms over all
+    # heads (OLMo 2); the four multipliers (Granite)
+    "olmo": ("OlmoForCausalLM", "OlmoConfig", dict(clip_qkv=0.3, attention_bias=True)),
+    "olmo2": ("Olmo2ForCausalLM", "Olmo2Config", dict()),
+    "granite": ("GraniteForCausalLM", "GraniteConfig", dict(head_dim=16, embedding_multiplier=3.0,
+                                                            residual_multiplier=0.4, attention_multiplier=0.3,
+                                                            logits_scaling=2.5, mlp_bias=True)),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
@@ -100,6 +108,9 @@ def test_float64_reference_matches_transformers_in_float64(name, tmp_path_factor
     loaded = formats.load(path)
     model64 = copy.deepcopy(model).double()
     exact_float64(model64, loaded.config)
+    fix = hf_family(loaded.format).float64_fix  # OLMo's LayerNorms, which transformers computes in float32
+    if fix is not None:
+        fix.apply(model64, loaded.config)
     src = ids()
     actual = rn.Transformer(loaded.config, loaded.weights, np.float64)(src)
     np.testing.assert_allclose(actual, hf_logits(model64, src), rtol=0, atol=1e-10)
@@ -130,7 +141,7 @@ def test_float32_outputs_match_the_reference(name, impl, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3", "starcoder2", "stablelm",
-                                  "opt"])
+                                  "opt", "olmo", "olmo2", "granite"])
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
@@ -165,7 +176,8 @@ def _steppers(config, weights):
 
 
 @pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
-                                  "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln"])
+                                  "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "olmo", "olmo2",
+                                  "granite"])
 def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
@@ -187,11 +199,15 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
     ("pretraining_tp", 2, "pretraining_tp=2"),
     ("qk_layernorm", True, "qk_layernorm=True"),
     ("use_parallel_residual", True, "use_parallel_residual=True"),
+    ("clip_qkv", -1.0, "clip_qkv"),
+    ("use_sliding_window", True, "use_sliding_window=True"),
+    ("use_bidirectional_attention", True, "use_bidirectional_attention=True"),
 ])
 def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
     import shutil
 
-    owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "use_parallel_residual": "stablelm"}
+    owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "use_parallel_residual": "stablelm",
+             "clip_qkv": "olmo", "use_sliding_window": "olmo2", "use_bidirectional_attention": "granite"}
     _, path = hf_model(owner.get(field, "llama"), tmp_path_factory)
     copy = tmp_path / "edited"
     shutil.copytree(path, copy)

@@ -57,6 +57,9 @@ HF_LAYOUTS = {
     "hf-phi3": "hf_phi3",
     "hf-starcoder2": "hf_starcoder2",
     "hf-stablelm": "hf_stablelm",
+    "hf-olmo": "hf_olmo",
+    "hf-olmo2": "hf_olmo2",
+    "hf-granite": "hf_granite",
 }
 # ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
 KERASHUB_PRESET_LAYOUTS = {
