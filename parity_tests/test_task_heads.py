@@ -51,6 +51,8 @@ FAMILIES = {  # each family's config class and settings; its task classes are th
     "Phi3": ("Phi3Config", dict(DECODER, num_key_value_heads=6)),
     "Starcoder2": ("Starcoder2Config", dict(DECODER, sliding_window=None)),
     "StableLm": ("StableLmConfig", dict(DECODER, use_qkv_bias=True)),
+    "Olmo": ("OlmoConfig", dict(DECODER, clip_qkv=0.3)),
+    "Olmo2": ("Olmo2Config", DECODER),
     "Mixtral": ("MixtralConfig", dict(DECODER, num_local_experts=4, num_experts_per_tok=2)),
     "Qwen2Moe": ("Qwen2MoeConfig", dict(DECODER, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=19,
                                         shared_expert_intermediate_size=23)),
