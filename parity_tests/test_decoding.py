@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ROOT / "benchmarks" / "results" / "reverse" / "torch" / "checkpoint.safetensors"
 CACHE_VARIANTS = ["post-ln", "pre-ln+final-norm", "learned-pos", "tied", "pad-id-3", "asymmetric-depth",
                   "post-norms+soft-caps", "layer-kinds+nope", "plain-norms+clip+multipliers",
-                  "post-norms-only+qk-norm-all"]
+                  "post-norms-only+qk-norm-all", "skip-pad-sinusoids"]
 
 
 

@@ -22,6 +22,8 @@ ROPE_TYPES = {
     "longrope": ("short_factor", "long_factor", "factor", "original_max_position_embeddings", "attention_factor"),
 }
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
+# the sinusoids' frequencies: 10000^(-2i/d) (the paper), or 10000^(-i/(d/2 - 1)), the last exactly 1/10000 (fairseq)
+SINUSOID_FREQUENCIES = ("paper", "inclusive")
 LAYER_KINDS = ("sliding", "full")  # a decoder layer's self-attention: within `sliding_window`, or every earlier key
 ATTENTION_SCALES = ("head", "model", "none")  # or a positive finite number
 QK_NORM_OVER = ("head", "all")  # qk_norm over each head, or over all heads of q (and of k) at once
@@ -64,6 +66,7 @@ class TransformerConfig:
     layer_norm_eps: float = 1e-5  # PyTorch's default; Keras's LayerNormalization defaults to 1e-3
     positional: str = "sinusoidal"  # sinusoidal (paper section 3.5) or learned
     sinusoid_layout: str = "interleaved"  # interleaved sin/cos (paper) or concatenated [sin | cos] (tensor2tensor)
+    sinusoid_frequencies: str = "paper"  # 10000^(-2i/d) (paper) or inclusive: 10000^(-i/(d/2 - 1)) (M2M100, fairseq)
     scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model) (paper section 3.4)
     bias: bool = True  # biases on the attention and feed-forward projections and the output layer
     tie_embeddings: bool = False  # output projection reuses the target (encoder-only: source) embedding
@@ -72,6 +75,7 @@ class TransformerConfig:
     output_projection: bool = True  # False = a bare backbone returning final hidden states (BertModel)
     share_embeddings: bool = False  # the decoder reads the source embedding table (Marian; equal vocabularies)
     position_offset: int = 0  # learned positions: position p reads row p + offset (BART: 2); table is max_len + offset
+    # (sinusoidal positions take an offset only under positions_skip_pad: M2M100's pad_id + 1)
     type_vocab_size: int = 0  # (BERT) segment embeddings added to the source embedding; 0 = none
     embed_norm: bool = False  # (BERT, BART) a LayerNorm on token + position (+ segment) embeddings
     head_transform: bool = False  # (BERT) dense -> activation -> LayerNorm before the output projection
@@ -229,15 +233,21 @@ class TransformerConfig:
             raise ValueError("share_embeddings needs an encoder-decoder model with src_vocab_size == tgt_vocab_size, "
                              f"received num_encoder_layers={self.num_encoder_layers}, num_decoder_layers="
                              f"{self.num_decoder_layers}, vocabularies {self.src_vocab_size} and {self.tgt_vocab_size}")
-        if self.position_offset and self.positional != "learned":
-            raise ValueError(f"position_offset={self.position_offset} needs positional='learned', received "
+        _check_choice("sinusoid_frequencies", self.sinusoid_frequencies, SINUSOID_FREQUENCIES)
+        if self.sinusoid_frequencies == "inclusive" and self.d_model < 4:
+            raise ValueError(f"sinusoid_frequencies='inclusive' spreads d_model / 2 frequencies from 1 to 1/10000: it "
+                             f"needs d_model >= 4, received d_model={self.d_model}")
+        if self.position_offset and not (self.positional == "learned" or (
+                self.positional == "sinusoidal" and self.positions_skip_pad)):
+            raise ValueError(f"position_offset={self.position_offset} needs positional='learned' (or sinusoidal "
+                             f"ones under positions_skip_pad), received "
                              f"positional={self.positional!r}")
-        if self.positions_skip_pad and not (self.positional == "learned" and self.pad_id is not None
-                                            and self.position_offset >= 1 and self.is_encoder_only):
-            raise ValueError("positions_skip_pad (RoBERTa's positions) needs an encoder-only model with positional="
-                             "'learned', a pad_id and position_offset >= 1 (pad tokens read row position_offset - 1), "
-                             f"received num_decoder_layers={self.num_decoder_layers}, positional={self.positional!r}, "
-                             f"pad_id={self.pad_id}, position_offset={self.position_offset}")
+        if self.positions_skip_pad and not (self.positional in ("learned", "sinusoidal") and self.pad_id is not None
+                                            and self.position_offset >= 1):
+            raise ValueError("positions_skip_pad (RoBERTa's and M2M100's positions) needs positional='learned' or "
+                             "'sinusoidal', a pad_id and position_offset >= 1 (pad tokens read row position_offset - "
+                             f"1), received positional={self.positional!r}, pad_id={self.pad_id}, position_offset="
+                             f"{self.position_offset}")
         if self.embedding_size is not None:
             _check_int("embedding_size", self.embedding_size, minimum=1, or_none=True)
             if not (self.is_encoder_only and self.positional == "learned" and not self.embed_bias

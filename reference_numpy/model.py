@@ -236,14 +236,16 @@ class Embedding(_Module):
         self.token_table = weights[token_embedding(config, side)]
         self.token_bias = weights[f"{side}_embed.bias"] if config.embed_bias else None
         if config.positional == "sinusoidal":
-            self.position_table = ops.sinusoidal_positions(config.max_len, config.d_model,
-                                                           config.sinusoid_layout).astype(self.token_table.dtype)
+            self.position_table = ops.position_sinusoids(config).astype(self.token_table.dtype)
         elif config.positional == "rope":
             self.position_table = None  # rotary positions turn q and k inside attention instead
         else:
             self.position_table = weights[f"{side}_pos.embedding"][config.position_offset:]
         # positions_skip_pad: rows picked per token from the whole table (`ops.skip_pad_positions`)
-        self.whole_table = weights[f"{side}_pos.embedding"] if config.positions_skip_pad else None
+        self.whole_table = None
+        if config.positions_skip_pad:
+            self.whole_table = self.position_table if config.positional == "sinusoidal" else \
+                weights[f"{side}_pos.embedding"]
         self.type_table = weights["src_type.embedding"] if side == "src" and config.type_vocab_size else None
         self.norm = LayerNorm(config, weights, f"{side}_embed_norm") if config.embed_norm else None
         self.proj = f"{side}_embed_proj" if config.embedding_size is not None else None  # ALBERT: E -> d_model
@@ -259,7 +261,7 @@ class Embedding(_Module):
         if self.type_table is not None:  # BERT's order: (token + segment) + position
             x = self.store(x + self.type_table[np.zeros_like(ids) if type_ids is None else type_ids])
         if self.whole_table is not None:
-            rows = ops.skip_pad_positions(ids, self.config.pad_id, self.config.position_offset)
+            rows = ops.skip_pad_positions(ids, self.config.pad_id, self.config.position_offset, offset)
             x = self.store(x + self.whole_table[rows])
         elif self.position_table is not None:
             x = self.store(x + self.store(self.position_table[offset:offset + ids.shape[1]]))  # a sinusoid table too

@@ -169,7 +169,7 @@ class Embedding(nn.Module):
     def _sinusoid_table(self) -> torch.Tensor:
         """The fixed table, computed once in float64 by the reference (cast later with the module's dtype)."""
         c = self.config
-        return torch.from_numpy(rn.sinusoidal_positions(c.max_len, c.d_model, c.sinusoid_layout))
+        return torch.from_numpy(rn.ops.position_sinusoids(c))
 
     def reset_buffers(self) -> None:
         if self.sinusoid is not None:
@@ -188,12 +188,12 @@ class Embedding(nn.Module):
         if self.segment is not None:  # BERT's order: (token + segment) + position
             x = x + self.segment(torch.zeros_like(ids) if type_ids is None else type_ids)
         t = ids.shape[1]
-        if self.sinusoid is not None:
-            x = x + self.sinusoid[offset:offset + t]
-        elif self.position is not None and self.config.positions_skip_pad:  # RoBERTa: rows counted over non-pads
+        if self.config.positions_skip_pad:  # RoBERTa, M2M100: rows counted over non-pads
             real = (ids != self.config.pad_id).long()
-            x = x + F.embedding(torch.cumsum(real, dim=1) * real + (self.config.position_offset - 1),
-                                self.position.weight)
+            table = self.sinusoid if self.sinusoid is not None else self.position.weight
+            x = x + F.embedding((torch.cumsum(real, dim=1) + offset) * real + (self.config.position_offset - 1), table)
+        elif self.sinusoid is not None:
+            x = x + self.sinusoid[offset:offset + t]
         elif self.position is not None:
             start = offset + self.config.position_offset
             x = x + self.position.weight[start:start + t]

@@ -43,6 +43,9 @@ VARIANTS = {
     # (OLMo 2) RMSNorms after each sublayer only; q/k norms over all heads at once, k narrower (2 of 4 heads)
     "post-norms-only+qk-norm-all": TINY.replace(norm_first=True, final_norm=True, norm="rms", post_norms=True,
                                                 pre_norms=False, qk_norm=True, qk_norm_over="all", num_kv_heads=2),
+    # (M2M100) [sin | cos] at fairseq's frequencies, counted over non-pad tokens from pad_id + 1, pads a zero row
+    "skip-pad-sinusoids": TINY.replace(sinusoid_layout="concatenated", sinusoid_frequencies="inclusive",
+                                       positions_skip_pad=True, position_offset=TINY.pad_id + 1),
 }
 
 FAMILIES = {

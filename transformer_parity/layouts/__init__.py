@@ -43,6 +43,7 @@ HF_LAYOUTS = {
     "hf-bart": "hf_bart",
     "hf-mbart": "hf_mbart",
     "hf-pegasus": "hf_pegasus",
+    "hf-m2m-100": "hf_m2m_100",
     "hf-llama": "hf_llama",
     "hf-mistral": "hf_mistral",
     "hf-mixtral": "hf_mixtral",
@@ -133,6 +134,7 @@ FAMILY_ONLY = {
     "embedding_multiplier": "token embeddings times a multiplier",
     "residual_multiplier": "sublayer outputs times a multiplier",
     "logit_divisor": "logits divided by a divisor",
+    "sinusoid_frequencies": "sinusoids at other frequencies",
 }
 
 
