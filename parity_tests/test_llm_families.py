@@ -57,6 +57,9 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     "granite": ("GraniteForCausalLM", "GraniteConfig", dict(head_dim=16, embedding_multiplier=3.0,
                                                             residual_multiplier=0.4, attention_multiplier=0.3,
                                                             logits_scaling=2.5, mlp_bias=True)),
+    # GPT-2's blocks with separate q/k/v without biases, unscaled scores, a global and a local layer (window 5)
+    "gpt-neo": ("GPTNeoForCausalLM", "GPTNeoConfig", dict(attention_types=[[["global", "local"], 1]], window_size=5,
+                                                          num_key_value_heads=None, rms_norm_eps=None)),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
@@ -141,7 +144,7 @@ def test_float32_outputs_match_the_reference(name, impl, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3", "starcoder2", "stablelm",
-                                  "opt", "olmo", "olmo2", "granite"])
+                                  "opt", "olmo", "olmo2", "granite", "gpt-neo"])
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
@@ -177,7 +180,7 @@ def _steppers(config, weights):
 
 @pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
                                   "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "olmo", "olmo2",
-                                  "granite"])
+                                  "granite", "gpt-neo"])
 def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
@@ -202,12 +205,14 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
     ("clip_qkv", -1.0, "clip_qkv"),
     ("use_sliding_window", True, "use_sliding_window=True"),
     ("use_bidirectional_attention", True, "use_bidirectional_attention=True"),
+    ("attention_types", [[["global", "sparse"], 1]], "attention_types"),
 ])
 def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
     import shutil
 
     owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "use_parallel_residual": "stablelm",
-             "clip_qkv": "olmo", "use_sliding_window": "olmo2", "use_bidirectional_attention": "granite"}
+             "clip_qkv": "olmo", "use_sliding_window": "olmo2", "use_bidirectional_attention": "granite",
+             "attention_types": "gpt-neo"}
     _, path = hf_model(owner.get(field, "llama"), tmp_path_factory)
     copy = tmp_path / "edited"
     shutil.copytree(path, copy)

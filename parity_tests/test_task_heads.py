@@ -51,6 +51,11 @@ FAMILIES = {  # each family's config class and settings; its task classes are th
     "Phi3": ("Phi3Config", dict(DECODER, num_key_value_heads=6)),
     "Starcoder2": ("Starcoder2Config", dict(DECODER, sliding_window=None)),
     "StableLm": ("StableLmConfig", dict(DECODER, use_qkv_bias=True)),
+    # a window of 8 over at most 5 pads (verify's 11-token probes): a padded query whose whole window is padding
+    # attends to finfo.min scores in transformers' GPT-Neo where the reference gives zeros (hf_gpt_neo)
+    "GPTNeo": ("GPTNeoConfig", dict(vocab_size=61, hidden_size=48, num_heads=6, num_layers=2, intermediate_size=37,
+                                    attention_types=[[["global", "local"], 1]], window_size=8,
+                                    max_position_embeddings=64, pad_token_id=3)),
     "Olmo": ("OlmoConfig", dict(DECODER, clip_qkv=0.3)),
     "Olmo2": ("Olmo2Config", DECODER),
     "Mixtral": ("MixtralConfig", dict(DECODER, num_local_experts=4, num_experts_per_tok=2)),

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 # format name -> module: the Hugging Face families (model directories, `hf.py` reads and writes them) ...
 HF_LAYOUTS = {
     "hf-gpt2": "hf_gpt2",
+    "hf-gpt-neo": "hf_gpt_neo",
     "hf-opt": "hf_opt",
     "hf-bert": "hf_bert",
     "hf-roberta": "hf_roberta",
