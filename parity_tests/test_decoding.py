@@ -16,7 +16,8 @@ from .tolerances import atol
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ROOT / "benchmarks" / "results" / "reverse" / "torch" / "checkpoint.safetensors"
 CACHE_VARIANTS = ["post-ln", "pre-ln+final-norm", "learned-pos", "tied", "pad-id-3", "asymmetric-depth",
-                  "post-norms+soft-caps", "layer-kinds+nope"]
+                  "post-norms+soft-caps", "layer-kinds+nope", "plain-norms+clip+multipliers",
+                  "post-norms-only+qk-norm-all", "skip-pad-sinusoids"]
 
 
 

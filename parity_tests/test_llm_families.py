@@ -69,6 +69,16 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     # biases, lm_head with one (GPT-J)
     "gptj": ("GPTJForCausalLM", "GPTJConfig", dict(NEOX, intermediate_size=OMIT, n_inner=37, rotary_dim=8,
                                                    layer_norm_eps=OMIT, layer_norm_epsilon=1e-5)),
+    # LayerNorms without parameters and q/k/v clamped (OLMo); norms after the sublayers only and q/k norms over all
+    # heads (OLMo 2); the four multipliers (Granite)
+    "olmo": ("OlmoForCausalLM", "OlmoConfig", dict(clip_qkv=0.3, attention_bias=True)),
+    "olmo2": ("Olmo2ForCausalLM", "Olmo2Config", dict()),
+    "granite": ("GraniteForCausalLM", "GraniteConfig", dict(head_dim=16, embedding_multiplier=3.0,
+                                                            residual_multiplier=0.4, attention_multiplier=0.3,
+                                                            logits_scaling=2.5, mlp_bias=True)),
+    # GPT-2's blocks with separate q/k/v without biases, unscaled scores, a global and a local layer (window 5)
+    "gpt-neo": ("GPTNeoForCausalLM", "GPTNeoConfig", dict(attention_types=[[["global", "local"], 1]], window_size=5,
+                                                          num_key_value_heads=None, rms_norm_eps=None)),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
@@ -121,7 +131,8 @@ def test_float64_reference_matches_transformers_in_float64(name, tmp_path_factor
     loaded = formats.load(path)
     model64 = copy.deepcopy(model).double()
     exact_float64(model64, loaded.config)
-    fix = hf_family(loaded.format).float64_fix  # what the family keeps in float32 beyond those (GPT-J's tables)
+    fix = hf_family(loaded.format).float64_fix  # what the family keeps in float32 beyond those (GPT-J's tables,
+    # OLMo's LayerNorms)
     if fix is not None:
         fix.apply(model64, loaded.config)
     src = ids()
@@ -154,7 +165,8 @@ def test_float32_outputs_match_the_reference(name, impl, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3", "starcoder2", "stablelm",
-                                  "opt", "gpt-neox", "phi-qk-layernorm", "gptj"])
+                                  "opt", "gpt-neox", "phi-qk-layernorm", "gptj", "olmo", "olmo2", "granite",
+                                  "gpt-neo"])
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
@@ -189,7 +201,8 @@ def _steppers(config, weights):
 
 
 @pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
-                                  "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "gpt-neox", "phi", "gptj"])
+                                  "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "gpt-neox", "phi", "gptj",
+                                  "olmo", "olmo2", "granite", "gpt-neo"])
 def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
@@ -212,15 +225,20 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
     ("qk_layernorm", True, "qk_layernorm=True"),
     ("use_parallel_residual", True, "use_parallel_residual=True"),
     ("num_key_value_heads", 2, "num_key_value_heads=2"),  # GPT-NeoX: transformers reads none
-    ("head_dim", 8, "head_dim=8 beside qk_layernorm"),
-    ("rotary_dim", None, "rotary_dim=None"),  # GPT-J: tables n_embd wide, which one head alone could use  # Phi: its q/k LayerNorms are hidden_size / heads wide
+    ("head_dim", 8, "head_dim=8 beside qk_layernorm"),  # Phi: its q/k LayerNorms are hidden_size / heads wide
+    ("rotary_dim", None, "rotary_dim=None"),  # GPT-J: tables n_embd wide, which one head alone could use
+    ("clip_qkv", -1.0, "clip_qkv"),
+    ("use_sliding_window", True, "use_sliding_window=True"),
+    ("use_bidirectional_attention", True, "use_bidirectional_attention=True"),
+    ("attention_types", [[["global", "sparse"], 1]], "attention_types"),
 ])
 def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
     import shutil
 
     owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "use_parallel_residual": "stablelm",
-             "num_key_value_heads": "gpt-neox", "head_dim": "phi-qk-layernorm",
-             "rotary_dim": "gptj"}
+             "num_key_value_heads": "gpt-neox", "head_dim": "phi-qk-layernorm", "rotary_dim": "gptj",
+             "clip_qkv": "olmo", "use_sliding_window": "olmo2", "use_bidirectional_attention": "granite",
+             "attention_types": "gpt-neo"}
     _, path = hf_model(owner.get(field, "llama"), tmp_path_factory)
     copy = tmp_path / "edited"
     shutil.copytree(path, copy)

@@ -29,6 +29,10 @@ FAMILIES = {  # name -> (config class, model class, pad id, decoder start id, wh
               dict(embed_norm=True, positional="learned", position_offset=2)),
     "pegasus": ("PegasusConfig", "PegasusForConditionalGeneration", 0, 0,
                 dict(embed_norm=False, positional="sinusoidal", sinusoid_layout="concatenated")),
+    # fairseq's sinusoids counted over non-pad tokens from pad + 1, no final_logits_bias
+    "m2m_100": ("M2M100Config", "M2M100ForConditionalGeneration", 1, 2,
+                dict(embed_norm=False, positional="sinusoidal", sinusoid_frequencies="inclusive",
+                     positions_skip_pad=True, position_offset=2, has_output_bias=False)),
 }
 
 
@@ -44,7 +48,8 @@ def family(request, tmp_path_factory):
         for name, p in model.named_parameters():
             if "embed_positions" not in name or not request.param == "pegasus":  # Pegasus' sinusoids are fixed
                 p.add_(0.1 * torch.randn_like(p))
-        model.final_logits_bias.add_(0.1 * torch.randn_like(model.final_logits_bias))
+        if hasattr(model, "final_logits_bias"):  # M2M100 has none
+            model.final_logits_bias.add_(0.1 * torch.randn_like(model.final_logits_bias))
     path = tmp_path_factory.mktemp(request.param) / "model"
     model.save_pretrained(path)
     return request.param, model, path, formats.load(path)
@@ -66,7 +71,7 @@ def _hf_logits(model, src, tgt) -> np.ndarray:
 
 def test_it_reads_pre_norm_with_final_norms(family):
     name, _, _, loaded = family
-    assert loaded.format == f"hf-{name}"
+    assert loaded.format == f"hf-{name.replace('_', '-')}"
     assert loaded.config.norm_first and loaded.config.final_norm and loaded.config.scale_embedding
     for field, value in FAMILIES[name][4].items():
         assert getattr(loaded.config, field) == value, field

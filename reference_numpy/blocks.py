@@ -171,6 +171,8 @@ def run_block(config: TransformerConfig, block: Block, weights: Mapping[str, np.
     else:
         kernel = w[tied_output_embedding(config)].T if config.tie_embeddings else w["output.kernel"]
         logits = ops.linear(state["x"], kernel, w.get("output.bias"))
+        if config.logit_divisor != 1.0:
+            logits = logits / logits.dtype.type(config.logit_divisor)
         if config.final_logit_softcap is not None:
             logits = ops.soft_cap(logits, config.final_logit_softcap)
         state["x"] = record["logits"] = logits

@@ -22,8 +22,11 @@ ROPE_TYPES = {
     "longrope": ("short_factor", "long_factor", "factor", "original_max_position_embeddings", "attention_factor"),
 }
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
+# the sinusoids' frequencies: 10000^(-2i/d) (the paper), or 10000^(-i/(d/2 - 1)), the last exactly 1/10000 (fairseq)
+SINUSOID_FREQUENCIES = ("paper", "inclusive")
 LAYER_KINDS = ("sliding", "full")  # a decoder layer's self-attention: within `sliding_window`, or every earlier key
 ATTENTION_SCALES = ("head", "model", "none")  # or a positive finite number
+QK_NORM_OVER = ("head", "all")  # qk_norm over each head, or over all heads of q (and of k) at once
 HEAD_ORDERS = ("dense-activation-norm", "dense-norm-activation")
 ROUTER_SOFTMAX = ("before_topk", "after_topk")  # a mixture of experts' router: softmax over all, or over the k chosen
 # one score vector per sequence, one per position, start/end per position, one score per sequence that is one choice
@@ -63,6 +66,7 @@ class TransformerConfig:
     layer_norm_eps: float = 1e-5  # PyTorch's default; Keras's LayerNormalization defaults to 1e-3
     positional: str = "sinusoidal"  # sinusoidal (paper section 3.5) or learned
     sinusoid_layout: str = "interleaved"  # interleaved sin/cos (paper) or concatenated [sin | cos] (tensor2tensor)
+    sinusoid_frequencies: str = "paper"  # 10000^(-2i/d) (paper) or inclusive: 10000^(-i/(d/2 - 1)) (M2M100, fairseq)
     scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model) (paper section 3.4)
     bias: bool = True  # biases on the attention and feed-forward projections and the output layer
     tie_embeddings: bool = False  # output projection reuses the target (encoder-only: source) embedding
@@ -71,6 +75,7 @@ class TransformerConfig:
     output_projection: bool = True  # False = a bare backbone returning final hidden states (BertModel)
     share_embeddings: bool = False  # the decoder reads the source embedding table (Marian; equal vocabularies)
     position_offset: int = 0  # learned positions: position p reads row p + offset (BART: 2); table is max_len + offset
+    # (sinusoidal positions take an offset only under positions_skip_pad: M2M100's pad_id + 1)
     type_vocab_size: int = 0  # (BERT) segment embeddings added to the source embedding; 0 = none
     embed_norm: bool = False  # (BERT, BART) a LayerNorm on token + position (+ segment) embeddings
     head_transform: bool = False  # (BERT) dense -> activation -> LayerNorm before the output projection
@@ -123,6 +128,14 @@ class TransformerConfig:
     # residual at once: x + attn(norm1(x)) + ffn(norm3(x)); False = one after the other
     parallel_residual: bool = False
     ffn_shares_norm: bool = False  # (GPT-J, Phi) parallel_residual's feed-forward reads norm1(x) too; no norm3
+    # (OLMo, OLMo 2, Granite) the norms and scalings below; `_check_scalings`
+    pre_norms: bool = True  # False (OLMo 2): no norm before the sublayers, x + post_norm(f(x)) (needs post_norms)
+    qk_norm_over: str = "head"  # qk_norm over each head's d_k (Qwen3) or "all" of q and of k at once (OLMo 2)
+    norm_affine: bool = True  # False (OLMo): LayerNorms without gamma and beta, (x - mean) / sqrt(var + eps)
+    clip_qkv: float | None = None  # (OLMo) q, k and v clamped to [-clip_qkv, clip_qkv] right after their projection
+    embedding_multiplier: float = 1.0  # (Granite) the token embeddings times this
+    residual_multiplier: float = 1.0  # (Granite) each sublayer's output times this before the residual add
+    logit_divisor: float = 1.0  # (Granite's logits_scaling) the logits divided by this
     # (RoBERTa) learned positions count non-pad ids only: the k-th non-pad token of a row (k = 0, 1, ...) reads row
     # position_offset + k, every pad_id token row position_offset - 1 (`ops.skip_pad_positions`)
     positions_skip_pad: bool = False
@@ -201,6 +214,7 @@ class TransformerConfig:
         self._check_llm_fields()
         self._check_layer_fields()
         self._check_parallel()
+        self._check_scalings()
         self._check_classifier()
         self._check_experts()
         _check_attention_scale(self.attention_scale)
@@ -227,15 +241,21 @@ class TransformerConfig:
             raise ValueError("share_embeddings needs an encoder-decoder model with src_vocab_size == tgt_vocab_size, "
                              f"received num_encoder_layers={self.num_encoder_layers}, num_decoder_layers="
                              f"{self.num_decoder_layers}, vocabularies {self.src_vocab_size} and {self.tgt_vocab_size}")
-        if self.position_offset and self.positional != "learned":
-            raise ValueError(f"position_offset={self.position_offset} needs positional='learned', received "
+        _check_choice("sinusoid_frequencies", self.sinusoid_frequencies, SINUSOID_FREQUENCIES)
+        if self.sinusoid_frequencies == "inclusive" and self.d_model < 4:
+            raise ValueError(f"sinusoid_frequencies='inclusive' spreads d_model / 2 frequencies from 1 to 1/10000: it "
+                             f"needs d_model >= 4, received d_model={self.d_model}")
+        if self.position_offset and not (self.positional == "learned" or (
+                self.positional == "sinusoidal" and self.positions_skip_pad)):
+            raise ValueError(f"position_offset={self.position_offset} needs positional='learned' (or sinusoidal "
+                             f"ones under positions_skip_pad), received "
                              f"positional={self.positional!r}")
-        if self.positions_skip_pad and not (self.positional == "learned" and self.pad_id is not None
-                                            and self.position_offset >= 1 and self.is_encoder_only):
-            raise ValueError("positions_skip_pad (RoBERTa's positions) needs an encoder-only model with positional="
-                             "'learned', a pad_id and position_offset >= 1 (pad tokens read row position_offset - 1), "
-                             f"received num_decoder_layers={self.num_decoder_layers}, positional={self.positional!r}, "
-                             f"pad_id={self.pad_id}, position_offset={self.position_offset}")
+        if self.positions_skip_pad and not (self.positional in ("learned", "sinusoidal") and self.pad_id is not None
+                                            and self.position_offset >= 1):
+            raise ValueError("positions_skip_pad (RoBERTa's and M2M100's positions) needs positional='learned' or "
+                             "'sinusoidal', a pad_id and position_offset >= 1 (pad tokens read row position_offset - "
+                             f"1), received positional={self.positional!r}, pad_id={self.pad_id}, position_offset="
+                             f"{self.position_offset}")
         if self.embedding_size is not None:
             _check_int("embedding_size", self.embedding_size, minimum=1, or_none=True)
             if not (self.is_encoder_only and self.positional == "learned" and not self.embed_bias
@@ -370,6 +390,32 @@ class TransformerConfig:
     def ffn_norm(self) -> str:
         """The norm a decoder layer's feed-forward reads: `norm1` under `ffn_shares_norm`, else its own `norm3`."""
         return "norm1" if self.ffn_shares_norm else "norm3"
+    def _check_scalings(self) -> None:
+        """The fields of OLMo, OLMo 2 and Granite: norms without parameters or only after the sublayers, q/k norms
+        over all heads at once, clamped q/k/v, and three multipliers (each a positive finite number)."""
+        for name in ("pre_norms", "norm_affine"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, received {getattr(self, name)!r}")
+        _check_choice("qk_norm_over", self.qk_norm_over, QK_NORM_OVER)
+        if self.qk_norm_over != "head" and not self.qk_norm:
+            raise ValueError(f"qk_norm_over={self.qk_norm_over!r} says what the q/k norms cover; this model has "
+                             "qk_norm=False")
+        if not self.pre_norms and not (self.norm_first and self.post_norms):
+            raise ValueError("pre_norms=False leaves only the norm on each sublayer's output, x + post_norm(f(x)): it "
+                             f"needs norm_first=True and post_norms=True, received norm_first={self.norm_first}, "
+                             f"post_norms={self.post_norms}")
+        if not self.norm_affine and self.norm != "layer":
+            raise ValueError(f"norm_affine=False (LayerNorms without gamma and beta) needs norm='layer', received "
+                             f"norm={self.norm!r}")
+        if self.clip_qkv is not None:
+            _check_finite("clip_qkv", self.clip_qkv, positive=True)
+            object.__setattr__(self, "clip_qkv", float(self.clip_qkv))
+        for name in ("embedding_multiplier", "residual_multiplier", "logit_divisor"):
+            _check_finite(name, getattr(self, name), positive=True)
+            object.__setattr__(self, name, float(getattr(self, name)))  # JSON may give 1 for 1.0
+        if self.logit_divisor != 1.0 and not self.output_projection:
+            raise ValueError(f"logit_divisor={self.logit_divisor!r} divides the output projection's logits; this "
+                             "model has output_projection=False")
 
     def layer_window(self, i: int) -> int | None:
         """The sliding window decoder layer `i` attends within: `sliding_window`, or None for a "full" layer of

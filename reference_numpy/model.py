@@ -54,7 +54,8 @@ class MultiHeadAttention(_Module):
     Grouped-query attention reads `kv_heads` key/value heads, each serving `num_heads / kv_heads` query heads;
     `qk_norm` normalizes each head of q and k; rotary positions (`positional="rope"`) turn q and k in
     self-attention, the queries being the last `Tq` of `Tk` positions (`local_rope`: at a sliding layer's own base,
-    `local_rope_theta`); `attn_logit_softcap` caps the scaled scores."""
+    `local_rope_theta`); `attn_logit_softcap` caps the scaled scores. `clip_qkv` clamps the projected q, k and v;
+    `qk_norm_over="all"` normalizes all of q's (and k's) features at once, before the split into heads."""
 
     def __init__(self, config, weights, name, rotary: bool = False, local_rope: bool = False):
         super().__init__(config, weights, name)
@@ -66,10 +67,16 @@ class MultiHeadAttention(_Module):
     def __call__(self, x_q: np.ndarray, x_kv: np.ndarray, mask: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray]:
         c, op = self.config, self.ops
-        q = op.split_heads(op.linear(x_q, self.param("q.kernel"), self.param("q.bias")), c.num_heads)  # (B,H,Tq,dk)
-        k = op.split_heads(op.linear(x_kv, self.param("k.kernel"), self.param("k.bias")), c.kv_heads)  # (B,KV,Tk,dk)
-        v = op.split_heads(op.linear(x_kv, self.param("v.kernel"), self.param("v.bias")), c.kv_heads)  # (B,KV,Tk,dk)
-        if self.q_norm is not None:
+        q, k, v = (op.linear(x, self.param(f"{p}.kernel"), self.param(f"{p}.bias"))
+                   for p, x in (("q", x_q), ("k", x_kv), ("v", x_kv)))  # (B, T, H*dk), (B, T, KV*dk) twice
+        if c.clip_qkv is not None:
+            q, k, v = (np.clip(t, -c.clip_qkv, c.clip_qkv) for t in (q, k, v))
+        every = self.q_norm is not None and c.qk_norm_over == "all"
+        if every:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = op.split_heads(q, c.num_heads)  # (B, H, Tq, dk)
+        k, v = op.split_heads(k, c.kv_heads), op.split_heads(v, c.kv_heads)  # (B, KV, Tk, dk)
+        if self.q_norm is not None and not every:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:
             tq, tk = q.shape[2], k.shape[2]
@@ -121,11 +128,13 @@ class MixtureOfExperts(_Module):
         return out.reshape(x.shape)
 
 
-def _sublayer(x: np.ndarray, norm: LayerNorm, fn, config: TransformerConfig, record: Record | None, name: str,
+def _sublayer(x: np.ndarray, norm: LayerNorm | None, fn, config: TransformerConfig, record: Record | None, name: str,
               attention_weights: bool, post_norm: LayerNorm | None = None):
     """One residual block: post-LN `norm(x + f(x))` (the paper) or pre-LN `x + f(norm(x))`, with `post_norms`
-    `x + post_norm(f(norm(x)))` (Gemma 2/3), the post norm's output traced under its own name."""
-    out = fn(norm(x) if config.norm_first else x)
+    `x + post_norm(f(norm(x)))` (Gemma 2/3), the post norm's output traced under its own name; without a norm
+    before it (`pre_norms=False`, OLMo 2) `x + post_norm(f(x))`; the output times `residual_multiplier` (Granite)
+    before the add."""
+    out = fn(norm(x) if config.norm_first and norm is not None else x)
     if isinstance(out, tuple):
         out, weights = out
         if record is not None and attention_weights:
@@ -136,7 +145,10 @@ def _sublayer(x: np.ndarray, norm: LayerNorm, fn, config: TransformerConfig, rec
         out = post_norm(out)
         if record is not None:
             record[post_norm.name] = out
-    return norm.store(x + out) if config.norm_first else norm(norm.store(x + out))
+    store = (norm or post_norm).store
+    if config.residual_multiplier != 1.0:
+        out = _times(post_norm or norm, out, config.residual_multiplier)
+    return store(x + out) if config.norm_first else norm(store(x + out))
 
 
 def _post_norm(config: TransformerConfig, weights, name: str) -> LayerNorm | None:
@@ -144,14 +156,26 @@ def _post_norm(config: TransformerConfig, weights, name: str) -> LayerNorm | Non
     return LayerNorm(config, weights, name) if config.post_norms else None
 
 
+def _times(module, x: np.ndarray, factor: float, divide: bool = False) -> np.ndarray:
+    """`x * factor` or `x / factor` (Granite's multipliers), rounded once in a reduced-precision model (an
+    elementwise op on its dtype)."""
+    y = x / x.dtype.type(factor) if divide else x * x.dtype.type(factor)
+    return y if module.ops is ops else module.ops.rounded(y)
+
+
+def _pre_norm(config: TransformerConfig, weights, name: str) -> LayerNorm | None:
+    """A sublayer's own norm (`norm1`, ...), or None under `pre_norms=False` (OLMo 2)."""
+    return LayerNorm(config, weights, name) if config.pre_norms else None
+
+
 class EncoderLayer(_Module):
     def __init__(self, config, weights, name):
         super().__init__(config, weights, name)
         self.self_attn = MultiHeadAttention(config, weights, f"{name}.self_attn", rotary=True)
-        self.norm1 = LayerNorm(config, weights, f"{name}.norm1")
+        self.norm1 = _pre_norm(config, weights, f"{name}.norm1")
         self.post_attn_norm = _post_norm(config, weights, f"{name}.post_attn_norm")
         self.ffn = FeedForward(config, weights, f"{name}.ffn")
-        self.norm2 = LayerNorm(config, weights, f"{name}.norm2")
+        self.norm2 = _pre_norm(config, weights, f"{name}.norm2")
         self.post_ffn_norm = _post_norm(config, weights, f"{name}.post_ffn_norm")
 
     def __call__(self, x, mask, record: Record | None = None, attention_weights: bool = False):
@@ -174,16 +198,16 @@ class DecoderLayer(_Module):
         self.kind = config.layer_kind(index)
         self.self_attn = MultiHeadAttention(config, weights, f"{name}.self_attn", rotary=config.layer_rotary(index),
                                             local_rope=config.layer_local_rope(index))
-        self.norm1 = LayerNorm(config, weights, f"{name}.norm1")
+        self.norm1 = _pre_norm(config, weights, f"{name}.norm1")
         self.post_attn_norm = _post_norm(config, weights, f"{name}.post_attn_norm")
         if config.has_encoder:
             self.cross_attn = MultiHeadAttention(config, weights, f"{name}.cross_attn")
-            self.norm2 = LayerNorm(config, weights, f"{name}.norm2")
+            self.norm2 = _pre_norm(config, weights, f"{name}.norm2")
             self.post_cross_attn_norm = _post_norm(config, weights, f"{name}.post_cross_attn_norm")
         else:
             self.cross_attn = self.norm2 = self.post_cross_attn_norm = None
         self.ffn = (MixtureOfExperts if config.layer_experts(index) else FeedForward)(config, weights, f"{name}.ffn")
-        self.norm3 = None if config.ffn_shares_norm else LayerNorm(config, weights, f"{name}.norm3")
+        self.norm3 = None if config.ffn_shares_norm else _pre_norm(config, weights, f"{name}.norm3")
         self.post_ffn_norm = _post_norm(config, weights, f"{name}.post_ffn_norm")
 
     def __call__(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False):
@@ -231,14 +255,16 @@ class Embedding(_Module):
         self.token_table = weights[token_embedding(config, side)]
         self.token_bias = weights[f"{side}_embed.bias"] if config.embed_bias else None
         if config.positional == "sinusoidal":
-            self.position_table = ops.sinusoidal_positions(config.max_len, config.d_model,
-                                                           config.sinusoid_layout).astype(self.token_table.dtype)
+            self.position_table = ops.position_sinusoids(config).astype(self.token_table.dtype)
         elif config.positional == "rope":
             self.position_table = None  # rotary positions turn q and k inside attention instead
         else:
             self.position_table = weights[f"{side}_pos.embedding"][config.position_offset:]
         # positions_skip_pad: rows picked per token from the whole table (`ops.skip_pad_positions`)
-        self.whole_table = weights[f"{side}_pos.embedding"] if config.positions_skip_pad else None
+        self.whole_table = None
+        if config.positions_skip_pad:
+            self.whole_table = self.position_table if config.positional == "sinusoidal" else \
+                weights[f"{side}_pos.embedding"]
         self.type_table = weights["src_type.embedding"] if side == "src" and config.type_vocab_size else None
         self.norm = LayerNorm(config, weights, f"{side}_embed_norm") if config.embed_norm else None
         self.proj = f"{side}_embed_proj" if config.embedding_size is not None else None  # ALBERT: E -> d_model
@@ -249,10 +275,12 @@ class Embedding(_Module):
             x = self.store(x + self.token_bias)
         if self.config.scale_embedding:
             x = self.store(x * x.dtype.type(math.sqrt(self.config.d_model)))
+        if self.config.embedding_multiplier != 1.0:
+            x = self.store(x * x.dtype.type(self.config.embedding_multiplier))
         if self.type_table is not None:  # BERT's order: (token + segment) + position
             x = self.store(x + self.type_table[np.zeros_like(ids) if type_ids is None else type_ids])
         if self.whole_table is not None:
-            rows = ops.skip_pad_positions(ids, self.config.pad_id, self.config.position_offset)
+            rows = ops.skip_pad_positions(ids, self.config.pad_id, self.config.position_offset, offset)
             x = self.store(x + self.whole_table[rows])
         elif self.position_table is not None:
             x = self.store(x + self.store(self.position_table[offset:offset + ids.shape[1]]))  # a sinusoid table too
@@ -522,6 +550,8 @@ class Transformer:
                 record["last_hidden_state"] = x
             return x
         logits = self.ops.linear(x, self.output_kernel, self.weights.get("output.bias"))
+        if self.config.logit_divisor != 1.0:
+            logits = _times(self, logits, self.config.logit_divisor, divide=True)
         if self.config.final_logit_softcap is not None:
             logits = self.ops.soft_cap(logits, self.config.final_logit_softcap)
         if record is not None:

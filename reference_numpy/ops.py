@@ -19,11 +19,13 @@ def linear(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None) ->
     return y if bias is None else y + bias
 
 
-def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
-    """LayerNorm over the last axis with the biased variance, as torch.nn.LayerNorm and Keras compute it."""
+def layer_norm(x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float) -> np.ndarray:
+    """LayerNorm over the last axis with the biased variance, as torch.nn.LayerNorm and Keras compute it; without
+    gamma and beta (None: OLMo's, `norm_affine=False`) the normalized x alone."""
     mean = x.mean(axis=-1, keepdims=True)
     var = np.square(x - mean).mean(axis=-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + x.dtype.type(eps)) * gamma + beta
+    normed = (x - mean) / np.sqrt(var + x.dtype.type(eps))
+    return normed if gamma is None else normed * gamma + beta
 
 
 def rms_norm(x: np.ndarray, gamma: np.ndarray, eps: float, offset: float = 0.0) -> np.ndarray:
@@ -74,16 +76,21 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def sinusoidal_positions(length: int, d_model: int, layout: str = "interleaved") -> np.ndarray:
+def sinusoidal_positions(length: int, d_model: int, layout: str = "interleaved", frequencies: str = "paper"
+                         ) -> np.ndarray:
     """The fixed position table of section 3.5, float64, shape `(length, d_model)`.
 
     `interleaved` (the paper): PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(same angle).
     `concatenated` (tensor2tensor, Marian, TensorFlow's tutorial): [sin(angles) | cos(angles)].
+    `frequencies="inclusive"` (fairseq, M2M100): angles p / 10000^(i / (d/2 - 1)), the last exactly p / 10000.
     """
     if d_model % 2:
         raise ValueError(f"sinusoidal positions need an even d_model, received {d_model}")
     positions = np.arange(length, dtype=np.float64)[:, None]  # (L, 1)
-    inv_freq = 10000.0 ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)  # (D/2,)
+    if frequencies == "inclusive":
+        inv_freq = np.exp(np.arange(d_model // 2, dtype=np.float64) * -(math.log(10000.0) / (d_model // 2 - 1)))
+    else:
+        inv_freq = 10000.0 ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)  # (D/2,)
     angles = positions * inv_freq  # (L, D/2)
     if layout == "interleaved":
         table = np.stack([np.sin(angles), np.cos(angles)], axis=-1).reshape(length, d_model)  # (L, D/2, 2) -> (L, D)
@@ -191,12 +198,23 @@ def padding_mask(ids: np.ndarray, pad_id: int | None) -> np.ndarray:
     return ids != pad_id
 
 
-def skip_pad_positions(ids: np.ndarray, pad_id: int, offset: int) -> np.ndarray:
-    """`(B, T)` token ids -> `(B, T)` rows of a learned position table as RoBERTa (fairseq's `make_positions`) reads
-    them: the k-th non-pad token of a row (k = 0, 1, ...) reads row `offset + k`, whatever padding comes before it,
-    and every `pad_id` token reads row `offset - 1` (RoBERTa's `padding_idx`, with `offset = padding_idx + 1`)."""
+def skip_pad_positions(ids: np.ndarray, pad_id: int, offset: int, start: int = 0) -> np.ndarray:
+    """`(B, T)` token ids -> `(B, T)` rows of a position table as RoBERTa and M2M100 (fairseq's `make_positions`)
+    read them: the k-th non-pad token of a row (k = 0, 1, ...) reads row `offset + start + k`, whatever padding
+    comes before it, and every `pad_id` token reads row `offset - 1` (their `padding_idx`, with `offset =
+    padding_idx + 1`); `start`: the positions already decoded before these."""
     real = np.asarray(ids) != pad_id
-    return np.cumsum(real, axis=1) * real + (offset - 1)
+    return (np.cumsum(real, axis=1) + start) * real + (offset - 1)
+
+
+def position_sinusoids(config) -> np.ndarray:
+    """A model's sinusoid table, float64: `(max_len, d_model)`, or under `positions_skip_pad` `(max_len +
+    position_offset, d_model)` with the pad tokens' row `position_offset - 1` zero (M2M100's)."""
+    rows = config.max_len + (config.position_offset if config.positions_skip_pad else 0)
+    table = sinusoidal_positions(rows, config.d_model, config.sinusoid_layout, config.sinusoid_frequencies)
+    if config.positions_skip_pad:
+        table[config.position_offset - 1] = 0.0
+    return table
 
 
 def causal_mask(query_len: int, key_len: int, window: int | None = None) -> np.ndarray:

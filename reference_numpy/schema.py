@@ -37,14 +37,18 @@ def _attention(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, .
     for proj, width in (("q", inner), ("k", kv), ("v", kv)):
         shapes.update(_linear(f"{prefix}.{proj}", d, width, config.has_qkv_bias))
     shapes.update(_linear(f"{prefix}.o", inner, d, config.has_o_bias))
-    if config.qk_norm:
-        shapes.update(_norm(f"{prefix}.q_norm", config.head_dim, config))
-        shapes.update(_norm(f"{prefix}.k_norm", config.head_dim, config))
+    if config.qk_norm:  # over each head, or (qk_norm_over="all") over all of q's and of k's features at once
+        every = config.qk_norm_over == "all"
+        shapes.update(_norm(f"{prefix}.q_norm", inner if every else config.head_dim, config))
+        shapes.update(_norm(f"{prefix}.k_norm", kv if every else config.head_dim, config))
     return shapes
 
 
 def _norm(prefix: str, width: int, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
-    """A LayerNorm's gamma and beta, or an RMSNorm's gamma alone (`norm="rms"`)."""
+    """A LayerNorm's gamma and beta, or an RMSNorm's gamma alone (`norm="rms"`); nothing under
+    `norm_affine=False`."""
+    if not config.norm_affine:
+        return {}
     if config.norm == "rms":
         return {f"{prefix}.gamma": (width,)}
     return {f"{prefix}.gamma": (width,), f"{prefix}.beta": (width,)}
@@ -53,6 +57,11 @@ def _norm(prefix: str, width: int, config: TransformerConfig) -> dict[str, tuple
 def _post_norm(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
     """A norm on a sublayer's output before the residual (`post_norms`, Gemma 2/3), d_model wide; none otherwise."""
     return _norm(prefix, config.d_model, config) if config.post_norms else {}
+
+
+def _pre_norm(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
+    """A sublayer's own norm (`norm1`, `norm2`, `norm3`), d_model wide; none under `pre_norms=False` (OLMo 2)."""
+    return _norm(prefix, config.d_model, config) if config.pre_norms else {}
 
 
 def _ffn(prefix: str, config: TransformerConfig, width: int | None = None) -> dict[str, tuple[int, ...]]:
@@ -114,25 +123,25 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
         shapes.update(_embedding("tgt", config.tgt_vocab_size, config, table=not config.share_embeddings))
     for i in range(config.encoder_weight_layers):  # one under shared_layers
         shapes.update(_attention(f"encoder.layers.{i}.self_attn", config))
-        shapes.update(_norm(f"encoder.layers.{i}.norm1", d, config))
+        shapes.update(_pre_norm(f"encoder.layers.{i}.norm1", config))
         shapes.update(_post_norm(f"encoder.layers.{i}.post_attn_norm", config))
         shapes.update(_ffn(f"encoder.layers.{i}.ffn", config))
-        shapes.update(_norm(f"encoder.layers.{i}.norm2", d, config))
+        shapes.update(_pre_norm(f"encoder.layers.{i}.norm2", config))
         shapes.update(_post_norm(f"encoder.layers.{i}.post_ffn_norm", config))
     if config.final_norm and config.has_encoder:
         shapes.update(_norm("encoder.final_norm", d, config))
     for i in range(config.num_decoder_layers):
         shapes.update(_attention(f"decoder.layers.{i}.self_attn", config))
-        shapes.update(_norm(f"decoder.layers.{i}.norm1", d, config))
+        shapes.update(_pre_norm(f"decoder.layers.{i}.norm1", config))
         shapes.update(_post_norm(f"decoder.layers.{i}.post_attn_norm", config))
         if config.has_encoder:
             shapes.update(_attention(f"decoder.layers.{i}.cross_attn", config))
-            shapes.update(_norm(f"decoder.layers.{i}.norm2", d, config))
+            shapes.update(_pre_norm(f"decoder.layers.{i}.norm2", config))
             shapes.update(_post_norm(f"decoder.layers.{i}.post_cross_attn_norm", config))
         shapes.update(_experts(f"decoder.layers.{i}.ffn", config) if config.layer_experts(i) else
                       _ffn(f"decoder.layers.{i}.ffn", config))
         if not config.ffn_shares_norm:
-            shapes.update(_norm(f"decoder.layers.{i}.norm3", d, config))
+            shapes.update(_pre_norm(f"decoder.layers.{i}.norm3", config))
         shapes.update(_post_norm(f"decoder.layers.{i}.post_ffn_norm", config))
     if config.final_norm and config.has_decoder:
         shapes.update(_norm("decoder.final_norm", d, config))

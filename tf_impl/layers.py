@@ -149,11 +149,13 @@ class RMSNorm(keras.layers.Layer):
 
 def norm_layer(config: TransformerConfig, name: str, dtype, eps: float | None = None) -> keras.layers.Layer:
     """The model's norm: `LayerNormalization` with the config's epsilon (Keras defaults to 1e-3; the reference uses
-    the config's, PyTorch's 1e-5 by default), or `RMSNorm` under `norm="rms"`."""
+    the config's, PyTorch's 1e-5 by default; without gamma and beta under `norm_affine=False`), or `RMSNorm` under
+    `norm="rms"`."""
     eps = config.layer_norm_eps if eps is None else eps
     if config.norm == "rms":
         return RMSNorm(eps, config.norm_weight_offset, dtype=dtype, name=name)
-    return keras.layers.LayerNormalization(epsilon=eps, dtype=dtype, name=name)
+    affine = config.norm_affine
+    return keras.layers.LayerNormalization(epsilon=eps, center=affine, scale=affine, dtype=dtype, name=name)
 
 
 def rotate(x, start, config: TransformerConfig, local: bool = False):
@@ -213,6 +215,7 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
         self.k = keras.layers.Dense(kv, **qkv, name="k")
         self.v = keras.layers.Dense(kv, **qkv, name="v")
         self.o = keras.layers.Dense(config.d_model, use_bias=config.has_o_bias, dtype=self.dtype_policy, name="o")
+        self.all_heads_norm = config.qk_norm and config.qk_norm_over == "all"  # before the split into heads (OLMo 2)
         self.q_norm = norm_layer(config, "q_norm", self.dtype_policy, config.qk_norm_eps) if config.qk_norm else None
         self.k_norm = norm_layer(config, "k_norm", self.dtype_policy, config.qk_norm_eps) if config.qk_norm else None
         self.seed_generator = keras.random.SeedGenerator(name="attention_dropout") if config.dropout > 0 else None
@@ -225,9 +228,10 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
         self.k.build(x_kv_shape)
         self.v.build(x_kv_shape)
         self.o.build((*x_q_shape[:-1], self.config.num_heads * self.config.head_dim))
-        for norm in (self.q_norm, self.k_norm):
+        c = self.config
+        for norm, heads in ((self.q_norm, c.num_heads), (self.k_norm, c.kv_heads)):
             if norm is not None:
-                norm.build((None, None, None, self.config.head_dim))
+                norm.build((None, None, heads * c.head_dim) if self.all_heads_norm else (None, None, None, c.head_dim))
 
     def call(self, x_q, x_kv, attention_mask=None, need_weights: bool = False, training: bool = False,
              cache: AttentionCache | None = None):
@@ -237,16 +241,16 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
         b, tq = tf.shape(x_q)[0], tf.shape(x_q)[1]
         c = self.config
         h, kvh, dk = c.num_heads, c.kv_heads, c.head_dim
-        q = tf.transpose(tf.reshape(self.q(x_q), (b, tq, h, dk)), (0, 2, 1, 3))  # (B, H, Tq, d_k)
-        if self.q_norm is not None:
+        q = tf.transpose(tf.reshape(self._flat(self.q(x_q), self.q_norm), (b, tq, h, dk)), (0, 2, 1, 3))  # (B,H,Tq,dk)
+        if self.q_norm is not None and not self.all_heads_norm:
             q = self.q_norm(q)
         fixed = cache is not None and cache.index is not None
         if cache is not None and cache.static and cache.k is not None:
             k, v = cache.k, cache.v  # the memory's keys and values, from the first decoding step
         else:
-            k = tf.transpose(tf.reshape(self.k(x_kv), (b, -1, kvh, dk)), (0, 2, 1, 3))  # (B, KV, Tk, d_k)
-            v = tf.transpose(tf.reshape(self.v(x_kv), (b, -1, kvh, dk)), (0, 2, 1, 3))  # (B, KV, Tk, d_k)
-            if self.k_norm is not None:
+            k = tf.transpose(tf.reshape(self._flat(self.k(x_kv), self.k_norm), (b, -1, kvh, dk)), (0, 2, 1, 3))
+            v = tf.transpose(tf.reshape(self._flat(self.v(x_kv), None), (b, -1, kvh, dk)), (0, 2, 1, 3))
+            if self.k_norm is not None and not self.all_heads_norm:  # k, v: (B, KV, Tk, d_k)
                 k = self.k_norm(k)
             if self.rotary:  # the new keys' positions: after those cached (stored turned)
                 start = cache.index if fixed else (
@@ -270,6 +274,13 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
             training=training, seed=self.seed_generator, scale=c.attention_scale_factor, softcap=c.attn_logit_softcap)
         out = tf.reshape(tf.transpose(out, (0, 2, 1, 3)), (b, tq, h * dk))  # (B, H, Tq, d_k) -> (B, Tq, D)
         return self.o(out), (weights if need_weights else None)
+
+    def _flat(self, x, norm):
+        """A projection `(B, T, heads*d_k)` clamped (`clip_qkv`) and, under `qk_norm_over="all"`, normalized."""
+        clip = self.config.clip_qkv
+        if clip is not None:
+            x = tf.clip_by_value(x, tf.constant(-clip, x.dtype), tf.constant(clip, x.dtype))
+        return norm(x) if norm is not None and self.all_heads_norm else x
 
 
 class FeedForward(ConfigSerializable, keras.layers.Layer):
@@ -313,15 +324,19 @@ class _ResidualLayer(ConfigSerializable, keras.layers.Layer):
     def _post_norm(self, name: str) -> keras.layers.Layer | None:
         return self._norm(name) if self.config.post_norms else None
 
+    def _pre_norm(self, name: str) -> keras.layers.Layer | None:
+        return self._norm(name) if self.config.pre_norms else None  # none before the sublayers: OLMo 2
+
     @staticmethod
     def _build_norms(x_shape, norm, post_norm) -> None:
         """A sublayer's norm, then its post norm if it has one (in creation order)."""
-        norm.build(x_shape)
+        if norm is not None:
+            norm.build(x_shape)
         if post_norm is not None:
             post_norm.build(x_shape)
 
     def _sublayer(self, x, norm, fn, name, record, attention_weights, training, post_norm=None):
-        out = fn(norm(x) if self.config.norm_first else x)
+        out = fn(norm(x) if self.config.norm_first and norm is not None else x)
         if isinstance(out, tuple):
             out, weights = out
             if attention_weights:
@@ -330,6 +345,8 @@ class _ResidualLayer(ConfigSerializable, keras.layers.Layer):
         if post_norm is not None:
             out = record[post_norm.name] = post_norm(out)
         out = self.dropout(out, training=training)
+        if self.config.residual_multiplier != 1.0:  # Granite
+            out = out * tf.constant(self.config.residual_multiplier, out.dtype)
         return x + out if self.config.norm_first else norm(x + out)
 
 
@@ -341,10 +358,10 @@ class EncoderLayer(_ResidualLayer):
         super().__init__(**kwargs)
         self.config, self.impl = config, impl
         self.self_attn = MultiHeadAttention(config, impl, rotary=True, dtype=self.dtype_policy, name="self_attn")
-        self.norm1 = self._norm("norm1")
+        self.norm1 = self._pre_norm("norm1")
         self.post_attn_norm = self._post_norm("post_attn_norm")
         self.ffn = FeedForward(config, dtype=self.dtype_policy, name="ffn")
-        self.norm2 = self._norm("norm2")
+        self.norm2 = self._pre_norm("norm2")
         self.post_ffn_norm = self._post_norm("post_ffn_norm")
         self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
 
@@ -379,16 +396,16 @@ class DecoderLayer(_ResidualLayer):
         self.self_attn = MultiHeadAttention(config, impl, rotary=config.layer_rotary(index),
                                             local_rope=config.layer_local_rope(index), dtype=self.dtype_policy,
                                             name="self_attn")
-        self.norm1 = self._norm("norm1")
+        self.norm1 = self._pre_norm("norm1")
         self.post_attn_norm = self._post_norm("post_attn_norm")
         self.cross_attn = self.norm2 = self.post_cross_attn_norm = None
         if config.has_encoder:  # a decoder-only model has no encoder-decoder attention
             self.cross_attn = MultiHeadAttention(config, impl, dtype=self.dtype_policy, name="cross_attn")
-            self.norm2 = self._norm("norm2")
+            self.norm2 = self._pre_norm("norm2")
             self.post_cross_attn_norm = self._post_norm("post_cross_attn_norm")
         self.ffn = (MixtureOfExperts(config, FeedForward, dtype=self.dtype_policy, name="ffn")
                     if config.layer_experts(index) else FeedForward(config, dtype=self.dtype_policy, name="ffn"))
-        self.norm3 = None if config.ffn_shares_norm else self._norm("norm3")
+        self.norm3 = None if config.ffn_shares_norm else self._pre_norm("norm3")
         self.post_ffn_norm = self._post_norm("post_ffn_norm")
         self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy, name="dropout")
 

@@ -83,8 +83,7 @@ class Embedding(ConfigSerializable, keras.layers.Layer):
                                                    name="position")
         elif config.positional == "sinusoidal":
             # A constant, not a weight: computed once in float64 by the reference, then cast to the compute dtype.
-            self.sinusoid = rn.sinusoidal_positions(config.max_len, config.d_model, config.sinusoid_layout
-                                                    ).astype(self.compute_dtype)  # (max_len, D)
+            self.sinusoid = rn.ops.position_sinusoids(config).astype(self.compute_dtype)  # (max_len, D)
         self.norm = (norm_layer(config, "norm", self.dtype_policy) if config.embed_norm else None)
         self.proj = (keras.layers.Dense(config.d_model, use_bias=config.bias, dtype=self.dtype_policy, name="proj")
                      if config.embedding_size is not None else None)  # ALBERT: E -> d_model
@@ -114,17 +113,20 @@ class Embedding(ConfigSerializable, keras.layers.Layer):
             x = x + self.bias
         if self.config.scale_embedding:
             x = x * math.sqrt(self.config.d_model)
+        if self.config.embedding_multiplier != 1.0:  # Granite
+            x = x * tf.constant(self.config.embedding_multiplier, x.dtype)
         if self.segment is not None:  # BERT's order: (token + segment) + position
             x = x + self.segment(tf.zeros_like(ids) if type_ids is None else type_ids)
         # tf.slice with the size given: XLA compiles it for a tensor offset as a static-shape dynamic slice (a
         # `table[offset:offset + t]` slice there comes out of dynamic, padded size)
         size = (tf.shape(ids)[1], self.config.embed_width)
-        if self.sinusoid is not None:
-            x = x + tf.slice(tf.convert_to_tensor(self.sinusoid), (offset, 0), size)
-        elif self.position is not None and self.config.positions_skip_pad:  # RoBERTa: rows counted over non-pads
+        if self.config.positions_skip_pad:  # RoBERTa, M2M100: rows counted over non-pads
             real = tf.cast(tf.not_equal(ids, tf.cast(self.config.pad_id, ids.dtype)), tf.int32)
-            rows = tf.cumsum(real, axis=1) * real + (self.config.position_offset - 1)
-            x = x + tf.gather(tf.convert_to_tensor(self.position.embeddings), rows)
+            rows = (tf.cumsum(real, axis=1) + tf.cast(offset, tf.int32)) * real + (self.config.position_offset - 1)
+            table = self.sinusoid if self.sinusoid is not None else self.position.embeddings
+            x = x + tf.gather(tf.convert_to_tensor(table), rows)
+        elif self.sinusoid is not None:
+            x = x + tf.slice(tf.convert_to_tensor(self.sinusoid), (offset, 0), size)
         elif self.position is not None:
             start = offset + self.config.position_offset
             x = x + tf.slice(tf.convert_to_tensor(self.position.embeddings), (start, 0), size)
@@ -311,6 +313,8 @@ class OutputProjection(ConfigSerializable, keras.layers.Layer):
             logits = tf.matmul(rows, self.kernel)  # (B*T, V)
         if self.bias is not None:
             logits = logits + self.bias
+        if self.config.logit_divisor != 1.0:  # Granite's logits_scaling
+            logits = logits / tf.constant(self.config.logit_divisor, logits.dtype)
         if self.config.final_logit_softcap is not None:
             cap = tf.constant(self.config.final_logit_softcap, logits.dtype)
             logits = tf.math.tanh(logits / cap) * cap

@@ -107,20 +107,21 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
             groups[f"{stack}/final_norm"] = "final_norm"
         for i in range(depth):
             path = keras_path(f"{stack}/layers/{stack}_layer_{i}/")[:-1]
-            groups.update({path: f"layers_{i}", f"{path}/dropout": "dropout", f"{path}/norm1": "norm1"})
+            groups.update({path: f"layers_{i}", f"{path}/dropout": "dropout"})
             groups.update(_ffn_groups(config, f"{path}/ffn", "ffn", stack == "decoder" and config.layer_experts(i)))
             posts = ("post_attn_norm", "post_ffn_norm") + (
                 ("post_cross_attn_norm",) if stack == "decoder" and config.has_encoder else ())
             if config.post_norms:
                 groups.update({f"{path}/{post}": post for post in posts})
             attention(f"{path}/self_attn", "self_attn")
-            if stack == "encoder":
-                groups[f"{path}/norm2"] = "norm2"
-            elif not config.ffn_shares_norm:
-                groups[f"{path}/norm3"] = "norm3"
+            norms = ("norm1", "norm2") if stack == "encoder" or config.has_encoder else ("norm1", "norm3")
             if stack == "decoder" and config.has_encoder:
+                norms += ("norm3",)
                 attention(f"{path}/cross_attn", "cross_attn")
-                groups[f"{path}/norm2"] = "norm2"
+            if stack == "decoder" and config.ffn_shares_norm:  # the feed-forward reads norm1 (parallel_residual)
+                norms = tuple(n for n in norms if n != "norm3")
+            if config.pre_norms:  # OLMo 2 has none
+                groups.update({f"{path}/{norm}": norm for norm in norms})
     return groups
 
 

@@ -63,11 +63,12 @@ class RMSNorm(nn.Module):
 
 
 def norm_layer(config: TransformerConfig, width: int, eps: float | None = None) -> nn.Module:
-    """The model's norm over `width` features: `nn.LayerNorm`, or `RMSNorm` under `norm="rms"`."""
+    """The model's norm over `width` features: `nn.LayerNorm` (without parameters under `norm_affine=False`), or
+    `RMSNorm` under `norm="rms"`."""
     eps = config.layer_norm_eps if eps is None else eps
     if config.norm == "rms":
         return RMSNorm(width, eps, config.norm_weight_offset)
-    return nn.LayerNorm(width, eps=eps)
+    return nn.LayerNorm(width, eps=eps, elementwise_affine=config.norm_affine)
 
 
 # (id(config), start, length, dtype, device) -> (config, cos, sin): the rotary tables of one call's positions, made
@@ -122,7 +123,8 @@ class MultiHeadAttention(nn.Module):
 
     Grouped-query attention reads `kv_heads` key/value heads, each serving `num_heads / kv_heads` query heads;
     `qk_norm` normalizes each head of q and k; rotary positions turn q and k in self-attention (cached keys are
-    stored turned; `local_rope`: at a sliding layer's own base). `attn_logit_softcap` takes the explicit path."""
+    stored turned; `local_rope`: at a sliding layer's own base). `attn_logit_softcap` takes the explicit path.
+    `clip_qkv` clamps the projected q, k and v; `qk_norm_over="all"` normalizes all of q's (k's) features at once."""
 
     def __init__(self, config: TransformerConfig, name: str, rotary: bool = False, local_rope: bool = False):
         super().__init__()
@@ -132,8 +134,10 @@ class MultiHeadAttention(nn.Module):
         self.k = nn.Linear(d, kv, bias=config.has_qkv_bias)
         self.v = nn.Linear(d, kv, bias=config.has_qkv_bias)
         self.o = nn.Linear(inner, d, bias=config.has_o_bias)
-        self.q_norm = norm_layer(config, config.head_dim, config.qk_norm_eps) if config.qk_norm else None
-        self.k_norm = norm_layer(config, config.head_dim, config.qk_norm_eps) if config.qk_norm else None
+        self.all_heads_norm = config.qk_norm and config.qk_norm_over == "all"  # before the split into heads
+        q_width, k_width = (inner, kv) if self.all_heads_norm else (config.head_dim, config.head_dim)
+        self.q_norm = norm_layer(config, q_width, config.qk_norm_eps) if config.qk_norm else None
+        self.k_norm = norm_layer(config, k_width, config.qk_norm_eps) if config.qk_norm else None
         self.rotary = rotary and config.positional == "rope"
         self.local_rope = local_rope
         self.impl = "fused"  # "explicit" forces matmul-softmax-matmul even without weights being asked for
@@ -143,12 +147,13 @@ class MultiHeadAttention(nn.Module):
         c = self.config
         h, kvh, dk = c.num_heads, c.kv_heads, c.head_dim
         if cache is not None and cache.static and cache.k is not None:
-            q, k, v = self.q(x_q), cache.k, cache.v  # the memory's keys and values, from the first decoding step
+            q, k, v = self._flat(self.q(x_q), self.q_norm), cache.k, cache.v  # the memory's, from the first step
         else:
             q, k, v = self._project(x_q, x_kv)  # (B, Tq, H*d_k), (B, Tk, KV*d_k), (B, Tk, KV*d_k)
+            q, k, v = self._flat(q, self.q_norm), self._flat(k, self.k_norm), self._flat(v, None)
             k = k.view(b, -1, kvh, dk).transpose(1, 2)  # (B, KV, Tk, d_k)
             v = v.view(b, -1, kvh, dk).transpose(1, 2)  # (B, KV, Tk, d_k)
-            if self.k_norm is not None:
+            if self.k_norm is not None and not self.all_heads_norm:
                 k = self.k_norm(k)
             cached = 0 if cache is None or cache.k is None else cache.k.shape[2]
             if self.rotary:
@@ -159,7 +164,7 @@ class MultiHeadAttention(nn.Module):
                     v = torch.cat([cache.v, v], dim=2)  # (B, KV, T_cached + Tk, d_k)
                 cache.k, cache.v = k, v
         q = q.view(b, tq, h, dk).transpose(1, 2)  # (B, H, Tq, d_k)
-        if self.q_norm is not None:
+        if self.q_norm is not None and not self.all_heads_norm:
             q = self.q_norm(q)
         if self.rotary:
             q = rotate(q, k.shape[2] - tq, c, self.local_rope)  # the queries are the last Tq positions
@@ -175,6 +180,13 @@ class MultiHeadAttention(nn.Module):
             scale=c.attention_scale_factor, grouped=grouped, softcap=c.attn_logit_softcap)
         out = out.transpose(1, 2).reshape(b, tq, h * dk)  # (B, H, Tq, d_k) -> (B, Tq, H*d_k)
         return self.o(out), weights
+
+    def _flat(self, x, norm):
+        """A projection `(B, T, heads*d_k)` clamped (`clip_qkv`) and, under `qk_norm_over="all"`, normalized."""
+        c = self.config
+        if c.clip_qkv is not None:
+            x = x.clamp(-c.clip_qkv, c.clip_qkv)
+        return norm(x) if norm is not None and self.all_heads_norm else x
 
     def _project(self, x_q, x_kv):
         """Queries, keys and values, `(B, T, D)` each.

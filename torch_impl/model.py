@@ -52,7 +52,7 @@ class _ResidualLayer(nn.Module):
     output recorded as `post_name`)."""
 
     def _sublayer(self, x, norm, fn, name, record, attention_weights, post_norm=None, post_name=None):
-        out = fn(norm(x) if self.config.norm_first else x)
+        out = fn(norm(x) if self.config.norm_first and norm is not None else x)
         if isinstance(out, tuple):
             out, weights = out
             if record is not None and attention_weights:
@@ -64,6 +64,8 @@ class _ResidualLayer(nn.Module):
             if record is not None:
                 record[post_name] = out
         out = self.dropout(out)
+        if self.config.residual_multiplier != 1.0:  # Granite
+            out = out * self.config.residual_multiplier
         return x + out if self.config.norm_first else norm(x + out)
 
 
@@ -73,10 +75,10 @@ class EncoderLayer(_ResidualLayer):
         self.config, self.name = config, name
         eps = config.layer_norm_eps
         self.self_attn = MultiHeadAttention(config, f"{name}.self_attn", rotary=True)
-        self.norm1 = norm_layer(config, config.d_model, eps)
+        self.norm1 = norm_layer(config, config.d_model, eps) if config.pre_norms else None
         self.post_attn_norm = norm_layer(config, config.d_model, eps) if config.post_norms else None
         self.ffn = FeedForward(config, f"{name}.ffn")
-        self.norm2 = norm_layer(config, config.d_model, eps)
+        self.norm2 = norm_layer(config, config.d_model, eps) if config.pre_norms else None
         self.post_ffn_norm = norm_layer(config, config.d_model, eps) if config.post_norms else None
         self.dropout = nn.Dropout(config.dropout)
 
@@ -104,16 +106,17 @@ class DecoderLayer(_ResidualLayer):
         post = config.post_norms
         self.self_attn = MultiHeadAttention(config, f"{name}.self_attn", rotary=config.layer_rotary(index),
                                             local_rope=config.layer_local_rope(index))
-        self.norm1 = norm_layer(config, config.d_model, eps)
+        self.norm1 = norm_layer(config, config.d_model, eps) if config.pre_norms else None
         self.post_attn_norm = norm_layer(config, config.d_model, eps) if post else None
         self.cross_attn = self.norm2 = self.post_cross_attn_norm = None
         if config.has_encoder:  # a decoder-only model has no encoder-decoder attention
             self.cross_attn = MultiHeadAttention(config, f"{name}.cross_attn")
-            self.norm2 = norm_layer(config, config.d_model, eps)
+            self.norm2 = norm_layer(config, config.d_model, eps) if config.pre_norms else None
             self.post_cross_attn_norm = norm_layer(config, config.d_model, eps) if post else None
         self.ffn = MixtureOfExperts(config, f"{name}.ffn", FeedForward) if config.layer_experts(index) else \
             FeedForward(config, f"{name}.ffn")
-        self.norm3 = None if config.ffn_shares_norm else norm_layer(config, config.d_model, eps)
+        self.norm3 = norm_layer(config, config.d_model, eps) if config.pre_norms and not config.ffn_shares_norm \
+            else None
         self.post_ffn_norm = norm_layer(config, config.d_model, eps) if post else None
         self.dropout = nn.Dropout(config.dropout)
 
@@ -185,7 +188,7 @@ class Embedding(nn.Module):
     def _sinusoid_table(self) -> torch.Tensor:
         """The fixed table, computed once in float64 by the reference (cast later with the module's dtype)."""
         c = self.config
-        return torch.from_numpy(rn.sinusoidal_positions(c.max_len, c.d_model, c.sinusoid_layout))
+        return torch.from_numpy(rn.ops.position_sinusoids(c))
 
     def reset_buffers(self) -> None:
         if self.sinusoid is not None:
@@ -199,15 +202,17 @@ class Embedding(nn.Module):
             x = x + self.bias
         if self.config.scale_embedding:
             x = x * math.sqrt(self.config.d_model)
+        if self.config.embedding_multiplier != 1.0:  # Granite
+            x = x * self.config.embedding_multiplier
         if self.segment is not None:  # BERT's order: (token + segment) + position
             x = x + self.segment(torch.zeros_like(ids) if type_ids is None else type_ids)
         t = ids.shape[1]
-        if self.sinusoid is not None:
-            x = x + self.sinusoid[offset:offset + t]
-        elif self.position is not None and self.config.positions_skip_pad:  # RoBERTa: rows counted over non-pads
+        if self.config.positions_skip_pad:  # RoBERTa, M2M100: rows counted over non-pads
             real = (ids != self.config.pad_id).long()
-            x = x + F.embedding(torch.cumsum(real, dim=1) * real + (self.config.position_offset - 1),
-                                self.position.weight)
+            table = self.sinusoid if self.sinusoid is not None else self.position.weight
+            x = x + F.embedding((torch.cumsum(real, dim=1) + offset) * real + (self.config.position_offset - 1), table)
+        elif self.sinusoid is not None:
+            x = x + self.sinusoid[offset:offset + t]
         elif self.position is not None:
             start = offset + self.config.position_offset
             x = x + self.position.weight[start:start + t]
@@ -297,12 +302,14 @@ class OutputProjection(nn.Module):
         d, v = config.embed_width, config.tgt_vocab_size  # ALBERT: from the embedding width
         self.weight = None if config.tie_embeddings else nn.Parameter(torch.empty(v, d))
         self.bias = nn.Parameter(torch.zeros(v)) if config.has_output_bias else None
-        self.final_logit_softcap = config.final_logit_softcap
+        self.final_logit_softcap, self.logit_divisor = config.final_logit_softcap, config.logit_divisor
         if self.weight is not None:
             nn.init.xavier_uniform_(self.weight)
 
     def forward(self, x, tied_weight=None):
         logits = F.linear(x, self.weight if self.weight is not None else tied_weight, self.bias)
+        if self.logit_divisor != 1.0:  # Granite's logits_scaling
+            logits = logits / self.logit_divisor
         cap = self.final_logit_softcap
         return logits if cap is None else torch.tanh(logits / cap) * cap
 

@@ -37,6 +37,15 @@ VARIANTS = {
     # without positions
     "layer-kinds+nope": TINY.replace(positional="rope", sliding_window=3, layer_kinds=("sliding", "full"),
                                      local_rope_theta=100.0, rope_layers=(True, False)),
+    # (OLMo, Granite) LayerNorms without parameters, q/k/v clamped, the three multipliers, a query scale of its own
+    "plain-norms+clip+multipliers": TINY.replace(norm_affine=False, clip_qkv=0.5, embedding_multiplier=3.0,
+                                                 residual_multiplier=0.5, logit_divisor=2.0, attention_scale=0.3),
+    # (OLMo 2) RMSNorms after each sublayer only; q/k norms over all heads at once, k narrower (2 of 4 heads)
+    "post-norms-only+qk-norm-all": TINY.replace(norm_first=True, final_norm=True, norm="rms", post_norms=True,
+                                                pre_norms=False, qk_norm=True, qk_norm_over="all", num_kv_heads=2),
+    # (M2M100) [sin | cos] at fairseq's frequencies, counted over non-pad tokens from pad_id + 1, pads a zero row
+    "skip-pad-sinusoids": TINY.replace(sinusoid_layout="concatenated", sinusoid_frequencies="inclusive",
+                                       positions_skip_pad=True, position_offset=TINY.pad_id + 1),
 }
 
 FAMILIES = {

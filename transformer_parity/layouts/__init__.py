@@ -19,9 +19,12 @@ directories, `hf` the Hugging Face model directories.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
+
+import reference_numpy as rn
 
 if TYPE_CHECKING:
     from .family import HFFamily, KerasHubFamily
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
 # format name -> module: the Hugging Face families (model directories, `hf.py` reads and writes them) ...
 HF_LAYOUTS = {
     "hf-gpt2": "hf_gpt2",
+    "hf-gpt-neo": "hf_gpt_neo",
     "hf-opt": "hf_opt",
     "hf-bert": "hf_bert",
     "hf-roberta": "hf_roberta",
@@ -40,6 +44,7 @@ HF_LAYOUTS = {
     "hf-bart": "hf_bart",
     "hf-mbart": "hf_mbart",
     "hf-pegasus": "hf_pegasus",
+    "hf-m2m-100": "hf_m2m_100",
     "hf-llama": "hf_llama",
     "hf-mistral": "hf_mistral",
     "hf-mixtral": "hf_mixtral",
@@ -57,6 +62,9 @@ HF_LAYOUTS = {
     "hf-gpt-neox": "hf_gpt_neox",
     "hf-phi": "hf_phi",
     "hf-gptj": "hf_gptj",
+    "hf-olmo": "hf_olmo",
+    "hf-olmo2": "hf_olmo2",
+    "hf-granite": "hf_granite",
 }
 # ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
 KERASHUB_PRESET_LAYOUTS = {
@@ -126,6 +134,14 @@ FAMILY_ONLY = {
     "parallel_residual": "attention and feed-forward side by side on one residual",
     "ffn_shares_norm": "one norm read by attention and feed-forward",
     "rotary_interleaved": "rotary positions on adjacent dim pairs",
+    "pre_norms": "no norm before the sublayers",  # False: OLMo 2
+    "qk_norm_over": "q/k norms over all heads at once",
+    "norm_affine": "norms without parameters",  # False: OLMo
+    "clip_qkv": "q, k and v clamped",
+    "embedding_multiplier": "token embeddings times a multiplier",
+    "residual_multiplier": "sublayer outputs times a multiplier",
+    "logit_divisor": "logits divided by a divisor",
+    "sinusoid_frequencies": "sinusoids at other frequencies",
 }
 
 
@@ -136,7 +152,7 @@ def canonical_only(config, family: HFFamily | KerasHubFamily | None = None) -> l
     problems = [f"{field}={getattr(config, field)!r} ({what}{_expressed_by(field)}; "
                 f"{family.name if family is not None else 'this layout'} has none)"
                 for field, what in FAMILY_ONLY.items()
-                if getattr(config, field) and field not in (family.expresses if family is not None else ())]
+                if getattr(config, field) != _DEFAULTS[field] and field not in (family.expresses if family is not None else ())]
     if config.attention_scale != "head" and "attention_scale" not in (family.expresses if family is not None else ()):
         problems.append(f"attention_scale={config.attention_scale!r} (scores scaled by 1/sqrt(d_head) there"
                         f"{_expressed_by('attention_scale')})")
@@ -145,6 +161,10 @@ def canonical_only(config, family: HFFamily | KerasHubFamily | None = None) -> l
     if config.head_order != "dense-activation-norm":
         problems.append(f"head_order={config.head_order!r} (dense -> activation -> LayerNorm there)")
     return problems
+
+
+# a FAMILY_ONLY setting is one away from its default
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(rn.TransformerConfig)}
 
 
 def _expressed_by(field: str) -> str:
