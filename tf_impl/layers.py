@@ -419,8 +419,7 @@ class DecoderLayer(_ResidualLayer):
             self.cross_attn.build(x_shape, memory_shape)
             self._build_norms(x_shape, self.norm2, self.post_cross_attn_norm)
         self.ffn.build(x_shape)
-        if self.norm3 is not None:
-            self._build_norms(x_shape, self.norm3, self.post_ffn_norm)
+        self._build_norms(x_shape, self.norm3, self.post_ffn_norm)  # norm3 None: the FFN reads norm1 or no norm
 
     def call(self, x, memory, self_mask=None, cross_mask=None, attention_weights: bool = False,
              training: bool = False, cache: tuple[AttentionCache, AttentionCache] | None = None):
