@@ -281,7 +281,7 @@ class Embedding(_Module):
             x = self.store(x + self.type_table[np.zeros_like(ids) if type_ids is None else type_ids])
         if self.whole_table is not None:
             rows = ops.skip_pad_positions(ids, self.config.pad_id, self.config.position_offset, offset)
-            x = self.store(x + self.whole_table[rows])
+            x = self.store(x + self.store(self.whole_table[rows]))  # a sinusoid table too
         elif self.position_table is not None:
             x = self.store(x + self.store(self.position_table[offset:offset + ids.shape[1]]))  # a sinusoid table too
         x = x if self.norm is None else self.norm(x)
