@@ -94,9 +94,9 @@ def test_packed_projections_under_autograd(kind, dtype, monkeypatch):
         x_q.numpy().astype(np.float64), x_kv.numpy().astype(np.float64), mask)
     mha = load(ti.MultiHeadAttention(TINY, name), weights, name, dtype)
     packed_sizes, grads = [], {}
-    packed = ti.model._packed_linear
+    packed = ti.layers._packed_linear
     for path, linear in (("packed", packed), ("separate", lambda x, linears: tuple(f(x) for f in linears))):
-        monkeypatch.setattr(ti.model, "_packed_linear",
+        monkeypatch.setattr(ti.layers, "_packed_linear",
                             lambda x, linears, linear=linear: packed_sizes.append(len(linears)) or linear(x, linears))
         mha.zero_grad(set_to_none=True)
         out, _ = mha(x_q, x_kv, t(mask))

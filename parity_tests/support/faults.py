@@ -125,7 +125,7 @@ def _patched(obj, attr: str, value) -> Iterator[None]:
 
 def _attention_module(backend: str):
     if backend == "torch":
-        import torch_impl.model as module
+        import torch_impl.layers as module
     elif backend == "keras":
         import tf_impl.layers as module
     else:
