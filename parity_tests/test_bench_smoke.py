@@ -455,6 +455,21 @@ def test_model_flop_count():
     assert model_flops(c, b, s, t, 2, "generate-nocache") > model_flops(c, b, s, t, 2, "generate")
 
 
+def test_model_flop_count_with_grouped_heads_a_gated_ffn_and_experts():
+    """By hand for mixtral-micro (d 16, 4 heads of 4 over 2 k/v heads, gated d_ff 24, 4 experts, top 2, V 24):
+    k and v projections are half as wide, each token runs 2 experts of 3 matrices, and the router is counted."""
+    from transformer_parity.bench.model import MODELS, model_flops
+    from reference_numpy import TransformerConfig
+
+    c = TransformerConfig(**MODELS["mixtral-micro"]["config"])
+    d, f, v, b, t = 16, 24, 24, 2, 5
+    per_token = (4 * d * d + 4 * d * 8) + (2 * 2 * 3 * d * f + 2 * d * 4)
+    assert model_flops(c, b, 0, t, 0, "forward") == b * t * per_token + 4 * b * t * t * d + 2 * b * t * d * v
+    dense = c.replace(num_experts=0, experts_per_token=0, router_renormalize=False)
+    assert model_flops(dense, b, 0, t, 0, "forward") == (b * t * (4 * d * d + 4 * d * 8 + 2 * 3 * d * f)
+                                                         + 4 * b * t * t * d + 2 * b * t * d * v)
+
+
 @pytest.mark.parametrize("argv,message", [
     (["model", "--impl", "nope"], "unknown implementation 'nope'"),
     (["model", "--task", "sing"], "--task takes comma-separated values"),

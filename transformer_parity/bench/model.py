@@ -17,10 +17,11 @@ Method, per problem (a model config, a shape, a task and a dtype) — the attent
 Training rows keep training: each timed call is one more Adam update (dropout 0 by default, so the first call's loss
 is comparable across frameworks).
 
-FLOP convention (analytic, matmuls only, 2 per multiply-add): per layer, the attention projections (q, k, v, o:
-`8 d^2` per token; cross-attention's k and v on the source tokens), the scores and the weighted sum (`4 d` per
-query per key, the full square also under a causal mask: the dense kernels compute it), the feed-forward (`4 d d_ff`
-per token); the output projection (`2 d V` per position that is projected). A training step counts 3x its forward
+FLOP convention (analytic, matmuls only, 2 per multiply-add): per layer, the attention projections (q and o
+`2 d h dh` each, k and v `2 d kv dh` each per token: `8 d^2` without grouped heads; cross-attention's k and v on the
+source tokens), the scores and the weighted sum (`4 h dh` per query per key, the full square also under a causal
+mask: the dense kernels compute it), the feed-forward (`4 d d_ff` per token, `6 d d_ff` gated; a mixture of experts:
+the k experts each token runs, the router and a shared expert); the output projection (`2 d V` per position that is projected). A training step counts 3x its forward
 (backward = 2x); Adam, softmax, LayerNorm and embeddings are not counted. Generation counts the encoder once and per
 step the decoder over the positions it actually runs (the new one with a cache, the whole prefix without), cached
 cross-attention keys and values once, and the logits of the last position only (useful work: an implementation
@@ -52,9 +53,10 @@ from . import harness, machine, timing
 from .model_impls import OURS, REGISTRY, TASKS, greedy, select
 
 DTYPES = ("float32", "bfloat16")
-FLOP_CONVENTION = ("matmuls only: projections 8d^2/token, scores+context 4d per query-key pair (full square), "
-                   "FFN 4d*d_ff/token, logits 2dV per projected position; train = 3x forward; generation: encoder "
-                   "once + decoder per step over the positions run, logits of the last position only")
+FLOP_CONVENTION = ("matmuls only: projections 4d(h+kv)dh/token, scores+context 4h*dh per query-key pair (full "
+                   "square), FFN 4d*d_ff/token (6 gated; experts: k of them + router), logits 2dV per projected "
+                   "position; train = 3x forward; generation: encoder once + decoder per step over the positions "
+                   "run, logits of the last position only")
 
 
 # --- models and problems ------------------------------------------------------------------------------------------
@@ -107,9 +109,28 @@ class Problem:
         return model_flops(self.config, self.batch, self.src_len, self.tgt_len, self.new_tokens, self.task)
 
 
+def _attention_flops(c) -> float:
+    """Per token: the q and o projections (2 d x heads*head_dim each, 2 FLOPs per multiply-add) and the k and v
+    projections (2 d x kv_heads*head_dim each: grouped-query attention projects fewer)."""
+    d, inner = c.d_model, c.num_heads * c.head_dim
+    return 4.0 * d * inner + 4.0 * d * c.kv_heads * c.head_dim
+
+
+def _ffn_flops(c, layer: int | None) -> float:
+    """Per token: the feed-forward's matrices (2 of d x d_ff, 3 when gated); a decoder layer with experts
+    (`layer`) runs `experts_per_token` experts of `expert_width`, the router (d x num_experts) and a shared
+    expert with its gate where the model has one."""
+    d, matrices = c.d_model, 3 if c.ffn_gated else 2
+    if layer is None or not c.layer_experts(layer):
+        return 2.0 * matrices * d * c.d_ff
+    flops = 2.0 * matrices * d * c.expert_width * c.experts_per_token + 2.0 * d * c.num_experts
+    if c.shared_expert_d_ff:
+        flops += 2.0 * matrices * d * c.shared_expert_d_ff + 2.0 * d
+    return flops
+
+
 def _encoder_flops(c, b: int, s: int) -> float:
-    d = c.d_model
-    per_layer = b * s * (8 * d * d + 4 * d * c.d_ff) + 4.0 * b * s * s * d
+    per_layer = b * s * (_attention_flops(c) + _ffn_flops(c, None)) + 4.0 * b * s * s * c.num_heads * c.head_dim
     return c.num_encoder_layers * per_layer
 
 
@@ -117,13 +138,17 @@ def _decoder_flops(c, b: int, s: int, t_new: int, t_keys: int, cross_kv: bool) -
     """`t_new` query positions against `t_keys` self-attention keys and `s` source positions; `cross_kv`: the
     cross-attention keys and values of the source are computed in this call. A decoder-only model has no
     cross-attention (`s` is ignored)."""
-    d = c.d_model
-    if c.is_decoder_only:
-        return c.num_decoder_layers * (b * t_new * (8 * d * d + 4 * d * c.d_ff) + 4.0 * b * t_new * t_keys * d)
-    per_layer = b * t_new * (8 * d * d + 4 * d * d + 4 * d * c.d_ff) + 4.0 * b * t_new * (t_keys + s) * d
-    if cross_kv:
-        per_layer += 4.0 * b * s * d * d
-    return c.num_decoder_layers * per_layer
+    d, inner = c.d_model, c.num_heads * c.head_dim
+    total = 0.0
+    for i in range(c.num_decoder_layers):
+        per_token = _attention_flops(c) + _ffn_flops(c, i)
+        if c.is_decoder_only:
+            total += b * t_new * per_token + 4.0 * b * t_new * t_keys * inner
+            continue
+        total += b * t_new * (per_token + 4.0 * d * inner) + 4.0 * b * t_new * (t_keys + s) * inner
+        if cross_kv:
+            total += 4.0 * b * s * d * inner
+    return total
 
 
 def model_flops(c, b: int, s: int, t: int, new_tokens: int, task: str) -> float:
