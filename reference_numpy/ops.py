@@ -6,6 +6,7 @@ Every function computes in the dtype of its inputs. Masks are boolean with one m
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -83,7 +84,13 @@ def sinusoidal_positions(length: int, d_model: int, layout: str = "interleaved",
     `interleaved` (the paper): PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(same angle).
     `concatenated` (tensor2tensor, Marian, TensorFlow's tutorial): [sin(angles) | cos(angles)].
     `frequencies="inclusive"` (fairseq, M2M100): angles p / 10000^(i / (d/2 - 1)), the last exactly p / 10000.
+    A fresh array each call; the table itself is computed once per shape (probing builds many models alike).
     """
+    return _sinusoid_table(int(length), int(d_model), layout, frequencies).copy()
+
+
+@functools.lru_cache(maxsize=8)
+def _sinusoid_table(length: int, d_model: int, layout: str, frequencies: str) -> np.ndarray:
     if d_model % 2:
         raise ValueError(f"sinusoidal positions need an even d_model, received {d_model}")
     positions = np.arange(length, dtype=np.float64)[:, None]  # (L, 1)
