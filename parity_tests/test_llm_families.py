@@ -49,6 +49,8 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     # each head, StableLM's default when config.json names none (StableLM)
     "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config", dict(sliding_window=5, norm_epsilon=1e-5)),
     "stablelm": ("StableLmForCausalLM", "StableLmConfig", dict(use_qkv_bias=True, hidden_size=96)),
+    # attention and feed-forward side by side on input_layernorm (StableLM's use_parallel_residual)
+    "stablelm-parallel": ("StableLmForCausalLM", "StableLmConfig", dict(use_parallel_residual=True, hidden_size=96)),
     # learned positions at +2 with LayerNorms before each sublayer and at the end, or after each (OPT-350m's)
     "opt": ("OPTForCausalLM", "OPTConfig", dict(ffn_dim=37)),
     "opt-post-ln": ("OPTForCausalLM", "OPTConfig", dict(ffn_dim=37, do_layer_norm_before=False)),
@@ -189,7 +191,8 @@ def _steppers(config, weights):
 
 
 @pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
-                                  "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "gpt-neox", "phi", "gptj"])
+                                  "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "gpt-neox", "phi", "gptj",
+                                  "stablelm-parallel"])
 def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
@@ -210,7 +213,6 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
     ("layer_types", ["full_attention", "sliding_attention"], "layer_types mixes"),
     ("pretraining_tp", 2, "pretraining_tp=2"),
     ("qk_layernorm", True, "qk_layernorm=True"),
-    ("use_parallel_residual", True, "use_parallel_residual=True"),
     ("num_key_value_heads", 2, "num_key_value_heads=2"),  # GPT-NeoX: transformers reads none
     ("head_dim", 8, "head_dim=8 beside qk_layernorm"),
     ("rotary_dim", None, "rotary_dim=None"),  # GPT-J: tables n_embd wide, which one head alone could use  # Phi: its q/k LayerNorms are hidden_size / heads wide
@@ -218,7 +220,7 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
 def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
     import shutil
 
-    owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "use_parallel_residual": "stablelm",
+    owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm",
              "num_key_value_heads": "gpt-neox", "head_dim": "phi-qk-layernorm",
              "rotary_dim": "gptj"}
     _, path = hf_model(owner.get(field, "llama"), tmp_path_factory)
