@@ -71,6 +71,10 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     # biases, lm_head with one (GPT-J)
     "gptj": ("GPTJForCausalLM", "GPTJConfig", dict(NEOX, intermediate_size=OMIT, n_inner=37, rotary_dim=8,
                                                    layer_norm_eps=OMIT, layer_norm_epsilon=1e-5)),
+    # GPT-J's model with q, v, k fused in 4 shards of a head each (CodeGen)
+    "codegen": ("CodeGenForCausalLM", "CodeGenConfig", dict(NEOX, hidden_size=64, num_attention_heads=4,
+                                                            intermediate_size=OMIT, n_inner=37, rotary_dim=8,
+                                                            layer_norm_eps=OMIT, layer_norm_epsilon=1e-5)),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
@@ -156,7 +160,7 @@ def test_float32_outputs_match_the_reference(name, impl, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3", "starcoder2", "stablelm",
-                                  "opt", "gpt-neox", "phi-qk-layernorm", "gptj"])
+                                  "opt", "gpt-neox", "phi-qk-layernorm", "gptj", "stablelm-parallel", "codegen"])
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
@@ -192,7 +196,7 @@ def _steppers(config, weights):
 
 @pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
                                   "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "gpt-neox", "phi", "gptj",
-                                  "stablelm-parallel"])
+                                  "stablelm-parallel", "codegen"])
 def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
@@ -215,14 +219,15 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
     ("qk_layernorm", True, "qk_layernorm=True"),
     ("num_key_value_heads", 2, "num_key_value_heads=2"),  # GPT-NeoX: transformers reads none
     ("head_dim", 8, "head_dim=8 beside qk_layernorm"),
-    ("rotary_dim", None, "rotary_dim=None"),  # GPT-J: tables n_embd wide, which one head alone could use  # Phi: its q/k LayerNorms are hidden_size / heads wide
+    ("rotary_dim", None, "rotary_dim=None"),  # GPT-J: tables n_embd wide, which one head alone could use
+    ("n_head", 2, "n_head=2"),  # CodeGen: 4 shards of heads  # Phi: its q/k LayerNorms are hidden_size / heads wide
 ])
 def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
     import shutil
 
     owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm",
              "num_key_value_heads": "gpt-neox", "head_dim": "phi-qk-layernorm",
-             "rotary_dim": "gptj"}
+             "rotary_dim": "gptj", "n_head": "codegen"}
     _, path = hf_model(owner.get(field, "llama"), tmp_path_factory)
     copy = tmp_path / "edited"
     shutil.copytree(path, copy)

@@ -57,6 +57,7 @@ HF_LAYOUTS = {
     "hf-gpt-neox": "hf_gpt_neox",
     "hf-phi": "hf_phi",
     "hf-gptj": "hf_gptj",
+    "hf-codegen": "hf_codegen",
 }
 # ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
 KERASHUB_PRESET_LAYOUTS = {
