@@ -152,3 +152,23 @@ def test_a_bfloat16_port_passes_the_reduced_precision_judge(backend):
     report = judge(config, weights, Subject(backend, backend, config, weights), seed=3)
     assert report.passed, report.first_divergence
     assert {r.limit for r in report.rows} == {lowp.RATIO_LIMIT} and report.max_ratio() > 0.1
+
+
+@pytest.mark.parametrize("name", ["two-norms", "shared-norm+interleaved"])
+def test_float64_gradients_torch_vs_keras(name):
+    """Training goes through the same blocks: the Keras twin's float64 gradients (every parameter, no norm3 under a
+    shared norm) and loss equal torch's, as for every variant (test_gradients.py)."""
+    from .support.training_parity import batch_for
+    from .test_gradients import GRADIENT_RTOL, gradient_errors, loss_and_gradients
+    from .tolerances import atol
+
+    config = CONFIGS[name]
+    weights = seeded_weights(config, 2, np.float64)
+    batch = batch_for(config)
+    desired_loss, desired = loss_and_gradients("torch", config, weights, batch, 0.1)
+    loss, actual = loss_and_gradients("tf", config, weights, batch, 0.1)
+    assert sorted(actual) == sorted(rn.parameter_shapes(config))
+    errors = gradient_errors(actual, desired)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= GRADIENT_RTOL["float64"], f"{worst}: {errors[worst]:.3g}"
+    np.testing.assert_allclose(loss, desired_loss, rtol=0, atol=atol("float64"))
