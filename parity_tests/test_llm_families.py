@@ -49,6 +49,8 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     # each head, StableLM's default when config.json names none (StableLM)
     "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config", dict(sliding_window=5, norm_epsilon=1e-5)),
     "stablelm": ("StableLmForCausalLM", "StableLmConfig", dict(use_qkv_bias=True, hidden_size=96)),
+    # attention and feed-forward side by side on input_layernorm (StableLM's use_parallel_residual)
+    "stablelm-parallel": ("StableLmForCausalLM", "StableLmConfig", dict(use_parallel_residual=True, hidden_size=96)),
     # learned positions at +2 with LayerNorms before each sublayer and at the end, or after each (OPT-350m's)
     "opt": ("OPTForCausalLM", "OPTConfig", dict(ffn_dim=37)),
     "opt-post-ln": ("OPTForCausalLM", "OPTConfig", dict(ffn_dim=37, do_layer_norm_before=False)),
@@ -79,6 +81,10 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     # GPT-2's blocks with separate q/k/v without biases, unscaled scores, a global and a local layer (window 5)
     "gpt-neo": ("GPTNeoForCausalLM", "GPTNeoConfig", dict(attention_types=[[["global", "local"], 1]], window_size=5,
                                                           num_key_value_heads=None, rms_norm_eps=None)),
+    # GPT-J's model with q, v, k fused in 4 shards of a head each (CodeGen)
+    "codegen": ("CodeGenForCausalLM", "CodeGenConfig", dict(NEOX, hidden_size=64, num_attention_heads=4,
+                                                            intermediate_size=OMIT, n_inner=37, rotary_dim=8,
+                                                            layer_norm_eps=OMIT, layer_norm_epsilon=1e-5)),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
@@ -165,8 +171,8 @@ def test_float32_outputs_match_the_reference(name, impl, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3", "starcoder2", "stablelm",
-                                  "opt", "gpt-neox", "phi-qk-layernorm", "gptj", "olmo", "olmo2", "granite",
-                                  "gpt-neo"])
+                                  "opt", "gpt-neox", "phi-qk-layernorm", "gptj", "stablelm-parallel", "codegen",
+                                  "olmo", "olmo2", "granite", "gpt-neo"])
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
@@ -223,7 +229,6 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
     ("layer_types", ["full_attention", "sliding_attention"], "layer_types mixes"),
     ("pretraining_tp", 2, "pretraining_tp=2"),
     ("qk_layernorm", True, "qk_layernorm=True"),
-    ("use_parallel_residual", True, "use_parallel_residual=True"),
     ("num_key_value_heads", 2, "num_key_value_heads=2"),  # GPT-NeoX: transformers reads none
     ("head_dim", 8, "head_dim=8 beside qk_layernorm"),  # Phi: its q/k LayerNorms are hidden_size / heads wide
     ("rotary_dim", None, "rotary_dim=None"),  # GPT-J: tables n_embd wide, which one head alone could use
@@ -231,14 +236,14 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
     ("use_sliding_window", True, "use_sliding_window=True"),
     ("use_bidirectional_attention", True, "use_bidirectional_attention=True"),
     ("attention_types", [[["global", "sparse"], 1]], "attention_types"),
+    ("n_head", 2, "n_head=2"),  # CodeGen: 4 shards of heads
 ])
 def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
     import shutil
 
-    owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "use_parallel_residual": "stablelm",
-             "num_key_value_heads": "gpt-neox", "head_dim": "phi-qk-layernorm", "rotary_dim": "gptj",
-             "clip_qkv": "olmo", "use_sliding_window": "olmo2", "use_bidirectional_attention": "granite",
-             "attention_types": "gpt-neo"}
+    owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "num_key_value_heads": "gpt-neox",
+             "head_dim": "phi-qk-layernorm", "rotary_dim": "gptj", "n_head": "codegen", "clip_qkv": "olmo",
+             "use_sliding_window": "olmo2", "use_bidirectional_attention": "granite", "attention_types": "gpt-neo"}
     _, path = hf_model(owner.get(field, "llama"), tmp_path_factory)
     copy = tmp_path / "edited"
     shutil.copytree(path, copy)

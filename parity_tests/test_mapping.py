@@ -44,7 +44,8 @@ def test_heads_first_puts_the_heads_before_the_input_features():
     np.testing.assert_array_equal(mapping.to_canonical(external, "heads_first", (5, 12)), kernel)
 
 
-FUSED_CASES = [(t, (6, 6, 6)) for t in mapping.FUSED] + [(t, (6, 2, 2)) for t in mapping.FUSED if "heads" not in t]
+FUSED_CASES = [(t, (8, 8, 8) if "blocks" in t else (6, 6, 6)) for t in mapping.FUSED] + [
+    (t, (6, 2, 2)) for t in mapping.FUSED if "heads" not in t and "blocks" not in t]
 
 
 @pytest.mark.parametrize("transform,widths", FUSED_CASES, ids=[f"{t}-{w}" for t, w in FUSED_CASES])
@@ -57,6 +58,10 @@ def test_fused_qkv_split_and_join(transform, widths):  # grouped-query k/v are n
         np.testing.assert_array_equal(mapping.fused_part(fused, transform, part, widths, head_dim=2), expected)
     if transform == "fused_qkv_t":  # nn.Linear's (q+k+v, in): q's rows first
         np.testing.assert_array_equal(fused[:widths[0]], parts[0].T)
+    if transform == "fused_qvk_blocks_t":  # each block: a quarter of q's heads, then v's, then k's
+        np.testing.assert_array_equal(fused[2:4], parts[2][:, :2].T)
+        np.testing.assert_array_equal(fused[4:6], parts[1][:, :2].T)
+        np.testing.assert_array_equal(fused[6:8], parts[0][:, 2:4].T)
 
 
 def test_a_fused_array_of_the_wrong_width_is_refused():

@@ -19,6 +19,7 @@ Hugging Face and KerasHub family, and a user's layout file (which is this table,
   | `fused_qkv_t` | the same stored `(q+k+v, in)`, as an `nn.Linear` holds it (Phi-3's `qkv_proj`, `gate_up_proj`) | required | written |
   | `fused_qkv_heads` | q, k, v interleaved per head: last axis `(H, 3, dk)` | required     | written   |
   | `fused_qkv_heads_t` | the same stored `(3D, in)` (a Lightning `qkv_proj`) | required    | written   |
+  | `fused_qvk_blocks_t` | q, v, k in 4 model-parallel blocks: features `(4, [q, v, k], D/4)`, stored `(3D, in)` | required | written |
   | `heads_out` | output features split per head: `(in, H, dk)`, bias `(H, dk)` (Keras MHA q/k/v) | required | written |
   | `heads_in`  | input features split per head: `(H, dk, out)` (Keras MHA output kernel) | required | written |
   | `heads_first` | heads leading: `(H, in, dk)`, bias `(H, dk)` (KerasHub Gemma q/k/v) | required | written |
@@ -56,8 +57,12 @@ import numpy as np
 
 TRANSFORMS = ("identity", "transpose", "fused_qkv", "row", "tied", "sinusoid", "causal_mask", "ignore",
               "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t", "heads_out", "heads_in", "seq_first",
-              "heads_first", "position_ids", "zero_type_ids", "mask_fill", "rope_inv_freq")
-FUSED = ("fused_qkv", "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t")  # one external array holds q, k, v
+              "heads_first", "position_ids", "zero_type_ids", "mask_fill", "rope_inv_freq", "fused_qvk_blocks_t")
+FUSED = ("fused_qkv", "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t",
+         "fused_qvk_blocks_t")  # one external array holds q, k, v
+# fused_qvk_blocks_t: a checkpoint trained over 4 model-parallel shards keeps each shard's q | v | k side by side, each
+# a quarter of the heads (head h in shard h // (H / 4)); where q, k and v sit in a shard
+BLOCKS, BLOCK_SLOTS = 4, (0, 2, 1)
 HEADS = ("heads_out", "heads_in", "heads_first")  # einsum kernels (Keras MultiHeadAttention, KerasHub Gemma)
 # optional on reading, never written: a copy, or a buffer the model recomputes, checked against what it must hold
 CHECKED = ("tied", "sinusoid", "causal_mask", "ignore", "position_ids", "zero_type_ids", "mask_fill", "rope_inv_freq")
@@ -173,7 +178,7 @@ def check_table(table: Sequence[Entry]) -> None:
         if entry[2] in FUSED and len(placeholders(entry[0]) & set(PARTS)) != 1:
             raise ValueError(f"a fused entry needs {{qkv}}, {{kv}} or {{gate_up}} (one of them) in its canonical pattern, "
                              f"received {entry!r}")
-        if entry[2] in FUSED and "heads" in entry[2] and "qkv" not in placeholders(entry[0]):
+        if entry[2] in FUSED and ("heads" in entry[2] or "blocks" in entry[2]) and "qkv" not in placeholders(entry[0]):
             raise ValueError(f"{entry[2]} interleaves q, k and v per head: its canonical pattern needs {{qkv}}, "
                              f"received {entry!r}")
 
@@ -339,11 +344,19 @@ def to_external(array: np.ndarray, transform: str, head_dim: int = 1) -> np.ndar
 def fused_part(array: np.ndarray, transform: str, part: int, widths: Sequence[int], head_dim: int = 1) -> np.ndarray:
     """Part `part` (q, k, v: 0/1/2; gate, linear1: 0/1) of a fused projection, in canonical orientation; `widths`
     are the parts' feature counts (k and v narrower under grouped-query attention). `_t`: stored `(q+k+v, in)` as
-    an `nn.Linear` holds it; `_heads`: the features are `(H, 3, dk)`, q/k/v interleaved per head (equal widths)."""
+    an `nn.Linear` holds it; `_heads`: the features are `(H, 3, dk)`, q/k/v interleaved per head (equal widths);
+    `_blocks`: `(4, 3, D/4)`, q, v and k side by side in each of 4 blocks (equal widths)."""
     a = np.asarray(array)
     a = transposed(a) if transform.endswith("_t") and a.ndim == 2 else a  # (3D, in) -> (in, 3D); a bias (3D,) stays
     if a.shape[-1] != sum(widths):
         raise ValueError(f"a fused array has {a.shape[-1]} features; its parts need {'+'.join(map(str, widths))}")
+    if "blocks" in transform:
+        width = widths[0]
+        if len(widths) != 3 or len(set(widths)) != 1 or width % BLOCKS:
+            raise ValueError(f"a q/v/k array of {sum(widths)} features does not split into {BLOCKS} blocks of equal "
+                             "q, v and k")
+        a = a.reshape(a.shape[:-1] + (BLOCKS, 3, width // BLOCKS))  # (..., 3D) -> (..., 4, 3, D/4)
+        return np.ascontiguousarray(a[..., BLOCK_SLOTS[part], :]).reshape(a.shape[:-3] + (width,))  # -> (..., D)
     if "heads" in transform:
         width = widths[0]
         if len(widths) != 3 or len(set(widths)) != 1 or width % head_dim:
@@ -357,7 +370,12 @@ def fused_part(array: np.ndarray, transform: str, part: int, widths: Sequence[in
 
 def fuse(parts: Sequence[np.ndarray], transform: str, head_dim: int = 1) -> np.ndarray:
     """The inverse of `fused_part`: q, k, v (canonical orientation) -> the fused external array."""
-    if "heads" in transform:
+    if "blocks" in transform:
+        width = parts[0].shape[-1]
+        blocks = [p.reshape(p.shape[:-1] + (BLOCKS, width // BLOCKS)) for p in parts]  # (..., D) -> (..., 4, D/4)
+        stacked = np.stack([blocks[BLOCK_SLOTS.index(slot)] for slot in range(3)], axis=-2)  # (..., 4, 3, D/4)
+        fused = stacked.reshape(parts[0].shape[:-1] + (3 * width,))  # -> (..., 3D)
+    elif "heads" in transform:
         width = parts[0].shape[-1]
         heads = [p.reshape(p.shape[:-1] + (width // head_dim, head_dim)) for p in parts]  # (..., D) -> (..., H, dk)
         fused = np.stack(heads, axis=-2).reshape(parts[0].shape[:-1] + (3 * width,))  # (..., H, 3, dk) -> (..., 3D)

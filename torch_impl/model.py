@@ -147,11 +147,12 @@ class DecoderLayer(_ResidualLayer):
         `ffn_shares_norm` (one norm, computed once)."""
         y = self.norm1(x)
         attn, weights = self.self_attn(y, y, self_mask, attention_weights, cache)
-        ffn = self.ffn(y if self.norm3 is None else self.norm3(x), record)
-        if record is not None:
+        if record is not None:  # before the feed-forward's, which a mixture of experts precedes with its routing
             if attention_weights:
                 record[f"{self.self_attn.name}.weights"] = weights
             record[self.self_attn.name] = attn
+        ffn = self.ffn(y if self.norm3 is None else self.norm3(x), record)
+        if record is not None:
             record[self.ffn.name] = ffn
         return x + self.dropout(attn) + self.dropout(ffn)
 

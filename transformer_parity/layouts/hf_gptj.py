@@ -63,8 +63,14 @@ def table(config: rn.TransformerConfig, prefix: str) -> list[tuple[str, str, str
 
 def config_from_hf(hf: Mapping[str, Any], keys: Collection[str]) -> tuple[rn.TransformerConfig, str, list[str]]:
     """`(config, architecture, notes)` from GPT-J's `config.json` (and the saved key names)."""
+    return read_config(hf, keys, MODEL_TYPE, ARCHITECTURES)
+
+
+def read_config(hf: Mapping[str, Any], keys: Collection[str], model_type: str, architectures: tuple[str, str]
+                ) -> tuple[rn.TransformerConfig, str, list[str]]:
+    """GPT-J's config reader for `model_type` (CodeGen saves the same fields)."""
     has_head = any(k.startswith(BASE_PREFIX) or k.startswith("lm_head.") for k in keys)
-    arch = architecture(hf, MODEL_TYPE, ARCHITECTURES, has_head)
+    arch = architecture(hf, model_type, architectures, has_head)
     refuse(hf, {"is_encoder_decoder": False, "add_cross_attention": False})
     vocab, d, heads = integer(hf, "vocab_size"), integer(hf, "n_embd"), integer(hf, "n_head")
     if heads == 0 or d % heads:
@@ -73,7 +79,7 @@ def config_from_hf(hf: Mapping[str, Any], keys: Collection[str]) -> tuple[rn.Tra
     if rotary is None or not 0 < rotary <= d // heads or rotary % 2:
         raise ValueError(f"config.json rotary_dim={rotary!r} is not supported: an even number of each head's "
                          f"{d // heads} dims is")
-    lm = arch == ARCHITECTURES[0]
+    lm = arch == architectures[0]
     config = rn.TransformerConfig(
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=d, num_heads=heads, num_encoder_layers=0,
         num_decoder_layers=integer(hf, "n_layer"), d_ff=optional_integer(hf, "n_inner") or 4 * d,
@@ -86,31 +92,32 @@ def config_from_hf(hf: Mapping[str, Any], keys: Collection[str]) -> tuple[rn.Tra
         output_projection=lm)
     if config.rotary_dim != rotary:
         raise ValueError(f"config.json rotary_dim={rotary} is not a share of head_dim={d // heads} that rounds back")
-    return config, arch, hf_llama.pad_note(hf, MODEL_TYPE)
+    return config, arch, hf_llama.pad_note(hf, model_type)
 
 
-def export_problems(config: rn.TransformerConfig) -> list[str]:
-    """Why `config` has no GPT-J equivalent (empty if it has one)."""
+def export_problems(config: rn.TransformerConfig, model_type: str = MODEL_TYPE) -> list[str]:
+    """Why `config` has no GPT-J (`model_type`: CodeGen) equivalent (empty if it has one)."""
     wanted = {"num_encoder_layers": 0, "norm_first": True, "final_norm": True, "norm": "layer",
               "norm_weight_offset": 0.0, "positional": "rope", "rope_theta": ROPE_THETA, "rope_scaling": None,
               "rotary_interleaved": True, "ffn_gated": False, "scale_embedding": False, "embed_norm": False,
               "head_transform": False, "type_vocab_size": 0, "pooler": False, "qk_norm": False, "head_size": None,
               "num_kv_heads": None, "sliding_window": None, "parallel_residual": True, "ffn_shares_norm": True}
-    problems = [f"{k}={getattr(config, k)!r} ({MODEL_TYPE} needs {v!r})" for k, v in wanted.items()
+    problems = [f"{k}={getattr(config, k)!r} ({model_type} needs {v!r})" for k, v in wanted.items()
                 if getattr(config, k) != v]
     if config.has_qkv_bias or config.has_o_bias:
-        problems.append(f"attention biases ({MODEL_TYPE} has none)")
+        problems.append(f"attention biases ({model_type} has none)")
     if not config.has_ffn_bias:
-        problems.append(f"no feed-forward biases ({MODEL_TYPE} always has them)")
+        problems.append(f"no feed-forward biases ({model_type} always has them)")
     if config.output_projection and not config.has_output_bias:
-        problems.append(f"output_bias=False ({MODEL_TYPE}'s lm_head has a bias)")
+        problems.append(f"output_bias=False ({model_type}'s lm_head has a bias)")
     return problems
 
 
-def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
+def config_to_hf(config: rn.TransformerConfig, model_type: str = MODEL_TYPE,
+                 architectures: tuple[str, str] = ARCHITECTURES) -> tuple[dict[str, Any], str]:
     """`(config.json contents, architecture)` for a config `export_problems` accepts."""
-    arch = ARCHITECTURES[0 if config.output_projection else 1]
-    hf = {"model_type": MODEL_TYPE, "architectures": [arch], "vocab_size": config.tgt_vocab_size,
+    arch = architectures[0 if config.output_projection else 1]
+    hf = {"model_type": model_type, "architectures": [arch], "vocab_size": config.tgt_vocab_size,
           "n_embd": config.d_model, "n_head": config.num_heads, "n_layer": config.num_decoder_layers,
           "n_inner": None if config.d_ff == 4 * config.d_model else config.d_ff, "n_positions": config.max_len,
           "rotary_dim": config.rotary_dim, "activation_function": TO_HF_ACTIVATION[config.activation],
@@ -129,7 +136,7 @@ def prefix(arch: str, keys: Collection[str] | None = None) -> str:
 
 
 def exact_sinusoids_and_scores(model64, config: rn.TransformerConfig) -> None:
-    """Each GPTJAttention of a float64 model: its sinusoid table computed in float64 (transformers builds it from
+    """Each attention module of a float64 GPT-J (or CodeGen) model: its sinusoid table computed in float64 (transformers builds it from
     float32 frequencies), and its scores from float64 q and k (its `_attn` takes them to float32 first)."""
     import torch
 
@@ -145,7 +152,7 @@ def exact_sinusoids_and_scores(model64, config: rn.TransformerConfig) -> None:
         return torch.matmul(weights, value), weights
 
     for module in model64.modules():
-        if type(module).__name__ == "GPTJAttention":
+        if hasattr(module, "embed_positions") and hasattr(module, "_attn"):
             module.embed_positions = table.clone()
             module._attn = types.MethodType(scores, module)
 

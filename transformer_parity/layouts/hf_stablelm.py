@@ -3,9 +3,11 @@ gated feed-forward (`gate_proj`, `up_proj`, `down_proj`, no biases) with LayerNo
 (`layer_norm_eps`), biases on q, k and v only where `use_qkv_bias` says, and rotary positions on part of each head:
 `partial_rotary_factor`, 0.25 where config.json gives none (transformers' default for this family).
 
-Refused, each in one line naming the field: `qk_layernorm` (a LayerNorm of its own for every head, which the
-canonical model's one q/k norm shared by all heads does not compute) and `use_parallel_residual` (attention and
-feed-forward both read the same normed input and add to the residual at once)."""
+`use_parallel_residual`: attention and feed-forward both read `input_layernorm`'s output and add to the residual
+at once (canonical `parallel_residual` with `ffn_shares_norm`; the layer then has no `post_attention_layernorm`).
+
+Refused in one line naming the field: `qk_layernorm` (a LayerNorm of its own for every head, which the canonical
+model's one q/k norm shared by all heads does not compute)."""
 
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ def config_from_hf(hf: Mapping[str, Any], keys: Collection[str]) -> tuple[rn.Tra
     """`(config, architecture, notes)` from StableLM's `config.json` (and the saved key names)."""
     has_head = any(k.startswith(hf_llama.BASE_PREFIX) or k == "lm_head.weight" for k in keys)
     arch = architecture(hf, MODEL_TYPE, ARCHITECTURES, has_head)
-    refuse(hf, {"is_encoder_decoder": False, "qk_layernorm": False, "use_parallel_residual": False})
+    refuse(hf, {"is_encoder_decoder": False, "qk_layernorm": False})
+    parallel = boolean(hf, "use_parallel_residual", False)
     vocab, d, heads = integer(hf, "vocab_size"), integer(hf, "hidden_size"), integer(hf, "num_attention_heads")
     if heads == 0 or d % heads:
         raise ValueError(f"config.json hidden_size={d} is not divisible by num_attention_heads={heads}")
@@ -53,6 +56,7 @@ def config_from_hf(hf: Mapping[str, Any], keys: Collection[str]) -> tuple[rn.Tra
         norm_first=True, final_norm=True, norm="layer", layer_norm_eps=number(hf, "layer_norm_eps", 1e-5),
         positional="rope", rope_theta=theta, rope_scaling=scaling, rotary_fraction=fraction, scale_embedding=False,
         bias=False, qkv_bias=boolean(hf, "use_qkv_bias", False) or None, ffn_gated=True,
+        parallel_residual=parallel, ffn_shares_norm=parallel,
         tie_embeddings=boolean(hf, "tie_word_embeddings", False) if lm else False, pad_id=None, output_bias=False,
         output_projection=lm)
     if optional_integer(hf, "head_dim") not in (None, config.head_dim):
@@ -69,6 +73,9 @@ def export_problems(config: rn.TransformerConfig) -> list[str]:
               "head_size": None, "sliding_window": None}
     problems = [f"{k}={getattr(config, k)!r} ({MODEL_TYPE} needs {v!r})" for k, v in wanted.items()
                 if getattr(config, k) != v]
+    if config.parallel_residual != config.ffn_shares_norm:
+        problems.append(f"parallel_residual=True with ffn_shares_norm=False ({MODEL_TYPE}'s parallel layers read one "
+                        "norm)")
     if config.has_o_bias:
         problems.append(f"a bias on the attention output ({MODEL_TYPE} has none)")
     if config.has_ffn_bias:
@@ -86,7 +93,7 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
         hf.pop(key)
     hf["rope_parameters"]["partial_rotary_factor"] = config.rotary_fraction  # 1.0 too: absent means 0.25 here
     hf.update(layer_norm_eps=config.layer_norm_eps, use_qkv_bias=config.has_qkv_bias, qk_layernorm=False,
-              use_parallel_residual=False, hidden_dropout=config.dropout, architectures=[arch])
+              use_parallel_residual=config.parallel_residual, hidden_dropout=config.dropout, architectures=[arch])
     return hf, arch
 
 
@@ -102,4 +109,6 @@ FAMILY = HFFamily(
     config_from_hf=config_from_hf, export_problems=export_problems, config_to_hf=config_to_hf, config_keys=CONFIG_KEYS,
     table=table, prefix=prefix, base_prefix=hf_llama.BASE_PREFIX,
     transformers_classes=ARCHITECTURES,  # the source oracle: with an output projection, without one
-    hooks=hf_llama.HOOKS, head_hook=None, task_heads=TASK_HEADS, expresses=(), approximations=(), float64_fix=None)
+    hooks=hf_llama.HOOKS, head_hook=None, task_heads=TASK_HEADS,
+    expresses=("parallel_residual", "ffn_shares_norm"),  # `layouts.FAMILY_ONLY` settings it has (use_parallel_residual)
+    approximations=(), float64_fix=None)
