@@ -126,6 +126,9 @@ FAMILIES = {
     "qwen-tied": ("QwenBackbone", "QwenCausalLM", "hf-qwen2", dict(tie_word_embeddings=True)),
     "qwen3": ("Qwen3Backbone", "Qwen3CausalLM", "hf-qwen3", dict(head_dim=16, sliding_window_size=5,
                                                                   tie_word_embeddings=False)),
+    # the mixtures of experts: 4 experts, top-2 (Mixtral: always renormalized; Qwen3-MoE: renormalized by
+    # norm_top_k_prob, its first layer dense; Qwen-MoE: not renormalized, a shared expert of 23)
+    "mixtral": ("MixtralBackbone", "MixtralCausalLM", "hf-mixtral", dict(num_experts=4, top_k=2, sliding_window=5)),
 }
 
 
@@ -165,10 +168,47 @@ def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_f
                                   expected)
     formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), hf_format)
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    if loaded.config.num_experts:  # transformers' default experts (grouped_mm) take no odd widths
+        hf.set_experts_implementation("eager")
     with torch.no_grad():
         theirs = hf(input_ids=torch.as_tensor(src)).logits.double().numpy()
     assert np.max(np.abs(theirs - expected)) <= 1e-4
 
+
+# --- keras_hub's own converter (keras_hub/src/utils/transformers/convert_*.py) on the directory written from the preset:
+# `verify HF_DIR KERASHUB_PRESET` runs both libraries and names the first layer where they part ---------------------
+CONVERTERS = {"mixtral": "convert_mixtral"}  # family id -> keras_hub's converter module
+
+
+@pytest.mark.parametrize("name", CONVERTERS)
+def test_keras_hubs_own_converter_agrees_with_transformers(name, tmp_path_factory, tmp_path, capsys):
+    """The Hugging Face directory written from the preset, converted back by keras_hub's converter functions (its
+    `from_preset` on a directory imports every converter, some needing sentencepiece: the functions are called as its
+    preset loader calls them), then judged beside transformers by `verify HF_DIR KERASHUB_PRESET`."""
+    import importlib
+
+    from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader
+
+    _, path = family_preset(tmp_path_factory, name)
+    backbone_name, task_name, hf_format, _ = FAMILIES[name]
+    loaded = formats.load(path)
+    formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), hf_format)
+    converter = importlib.import_module(f"keras_hub.src.utils.transformers.{CONVERTERS[name]}")
+    hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    backbone = getattr(keras_hub.models, backbone_name)(**converter.convert_backbone_config(hf_config))
+    with SafetensorLoader(str(tmp_path / "hf")) as loader:
+        converter.convert_weights(backbone, loader, hf_config)
+    getattr(keras_hub.models, task_name)(backbone=backbone, preprocessor=None).save_to_preset(str(tmp_path / "kh"))
+    report = tmp_path / "r.json"
+    assert main(["--quiet", "verify", str(tmp_path / "hf"), str(tmp_path / "kh"), "--src-len", "11", "--json",
+                 str(report)]) == 0
+    between = {r["sublayer"]: r for r in json.loads(report.read_text())["rows"]
+               if r["backends"] == ["keras_hub-f32", "transformers-f32"]}
+    assert {"decoder.layers.0", "decoder.layers.1", "decoder.final_norm", "logits"} <= set(between)
+    assert all(r["passed"] for r in between.values())
+    with capsys.disabled():
+        print(f"\n{name}: keras_hub's converter, max |keras_hub - transformers| logits "
+              f"{between['logits']['max_abs_err']:.2e}")
 
 def test_a_tied_model_is_refused_as_a_mistral_preset(tmp_path_factory, tmp_path):
     _, path = family_preset(tmp_path_factory, "qwen-tied")

@@ -64,6 +64,7 @@ KERASHUB_PRESET_LAYOUTS = {
     "kerashub-albert": "kerashub_albert",
     "kerashub-llama": "kerashub_llama",
     "kerashub-mistral": "kerashub_mistral",
+    "kerashub-mixtral": "kerashub_mixtral",
     "kerashub-qwen": "kerashub_qwen",
     "kerashub-qwen3": "kerashub_qwen3",
     "kerashub-gemma": "kerashub_gemma",
