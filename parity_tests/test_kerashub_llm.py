@@ -7,6 +7,7 @@ layer where the two libraries part."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -129,6 +130,15 @@ FAMILIES = {
     # the mixtures of experts: 4 experts, top-2 (Mixtral: always renormalized; Qwen3-MoE: renormalized by
     # norm_top_k_prob, its first layer dense; Qwen-MoE: not renormalized, a shared expert of 23)
     "mixtral": ("MixtralBackbone", "MixtralCausalLM", "hf-mixtral", dict(num_experts=4, top_k=2, sliding_window=5)),
+    "qwen3-moe": ("Qwen3MoeBackbone", "Qwen3MoeCausalLM", "hf-qwen3-moe", dict(
+        num_experts=4, top_k=2, moe_intermediate_dim=19, head_dim=16, norm_top_k_prob=True, sliding_window_size=5,
+        layer_norm_epsilon=1e-6)),  # its q/k norms' epsilon (keras_hub's is always 1e-6)
+    "qwen3-moe-dense": ("Qwen3MoeBackbone", "Qwen3MoeCausalLM", "hf-qwen3-moe", dict(
+        num_experts=4, top_k=2, moe_intermediate_dim=19, head_dim=16, decoder_sparse_step=2, sliding_window_size=5,
+        layer_norm_epsilon=1e-6, tie_word_embeddings=True)),  # layer 0 dense, not renormalized, tied
+    "qwen-moe": ("QwenMoeBackbone", "QwenMoeCausalLM", "hf-qwen2-moe", dict(
+        num_experts=4, top_k=2, moe_intermediate_dim=19, shared_expert_intermediate_dim=23,
+        use_sliding_window_attention=True, sliding_window_size=5)),
 }
 
 
@@ -138,7 +148,7 @@ def family_preset(tmp_path_factory, name: str):
         backbone_name, task_name, _, extra = FAMILIES[name]
         backbone = getattr(keras_hub.models, backbone_name)(
             vocabulary_size=VOCAB, num_layers=2, num_query_heads=6, hidden_dim=48, intermediate_dim=37,
-            num_key_value_heads=2, layer_norm_epsilon=1e-5, **extra)
+            num_key_value_heads=2, **{"layer_norm_epsilon": 1e-5, **extra})
         task = getattr(keras_hub.models, task_name)(backbone=backbone, preprocessor=None)
         rng = np.random.default_rng(11)
         for variable in task.weights:
@@ -154,9 +164,10 @@ def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_f
     task, path = family_preset(tmp_path_factory, name)
     hf_format = FAMILIES[name][2]
     loaded = formats.load(path)
-    assert loaded.format == "kerashub-" + name.removesuffix("-tied")
+    assert loaded.format == "kerashub-" + name.removesuffix("-tied").removesuffix("-dense")
     window = FAMILIES[name][3].get("sliding_window", FAMILIES[name][3].get("sliding_window_size"))
-    assert loaded.config.sliding_window == window and loaded.config.tie_embeddings == (name == "qwen-tied")
+    assert loaded.config.sliding_window == window
+    assert loaded.config.tie_embeddings == FAMILIES[name][3].get("tie_word_embeddings", False)
     src = ids()  # 11 tokens: longer than the window of 5
     expected = logits(task, src)
     assert np.max(np.abs(rn.Transformer(loaded.config, loaded.weights, np.float64)(src) - expected)) <= 1e-4
@@ -175,9 +186,17 @@ def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_f
     assert np.max(np.abs(theirs - expected)) <= 1e-4
 
 
-# --- keras_hub's own converter (keras_hub/src/utils/transformers/convert_*.py) on the directory written from the preset:
-# `verify HF_DIR KERASHUB_PRESET` runs both libraries and names the first layer where they part ---------------------
-CONVERTERS = {"mixtral": "convert_mixtral"}  # family id -> keras_hub's converter module
+# --- keras_hub's own converter (keras_hub/src/utils/transformers/convert_*.py) on the directory written from the
+# preset: `verify HF_DIR KERASHUB_PRESET` runs both libraries and names the first layer where they part -------------
+# family id -> (keras_hub's converter module, config.json keys it reads that this tool leaves out (transformers'
+# values), where the two libraries part: None, nowhere)
+CONVERTERS = {
+    "mixtral": ("convert_mixtral", {}, None),
+    "qwen3-moe": ("convert_qwen3_moe", {"router_aux_loss_coef": 0.001}, None),
+    # convert_qwen_moe passes use_sliding_window, which QwenMoeBackbone does not take (its key is
+    # use_sliding_window_attention): keras_hub's model attends past the window of 5 that transformers keeps
+    "qwen-moe": ("convert_qwen_moe", {"router_aux_loss_coef": 0.001}, "decoder.layers.0.self_attn"),
+}
 
 
 @pytest.mark.parametrize("name", CONVERTERS)
@@ -193,22 +212,59 @@ def test_keras_hubs_own_converter_agrees_with_transformers(name, tmp_path_factor
     backbone_name, task_name, hf_format, _ = FAMILIES[name]
     loaded = formats.load(path)
     formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), hf_format)
-    converter = importlib.import_module(f"keras_hub.src.utils.transformers.{CONVERTERS[name]}")
-    hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    module, keys, parts_at = CONVERTERS[name]
+    converter = importlib.import_module(f"keras_hub.src.utils.transformers.{module}")
+    hf_config = {**json.loads((tmp_path / "hf" / "config.json").read_text()), **keys}
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(hf_config))
     backbone = getattr(keras_hub.models, backbone_name)(**converter.convert_backbone_config(hf_config))
     with SafetensorLoader(str(tmp_path / "hf")) as loader:
         converter.convert_weights(backbone, loader, hf_config)
     getattr(keras_hub.models, task_name)(backbone=backbone, preprocessor=None).save_to_preset(str(tmp_path / "kh"))
     report = tmp_path / "r.json"
     assert main(["--quiet", "verify", str(tmp_path / "hf"), str(tmp_path / "kh"), "--src-len", "11", "--json",
-                 str(report)]) == 0
-    between = {r["sublayer"]: r for r in json.loads(report.read_text())["rows"]
-               if r["backends"] == ["keras_hub-f32", "transformers-f32"]}
+                 str(report)]) == (0 if parts_at is None else 1)
+    result = json.loads(report.read_text())
+    between = {r["sublayer"]: r for r in result["rows"] if r["backends"] == ["keras_hub-f32", "transformers-f32"]}
     assert {"decoder.layers.0", "decoder.layers.1", "decoder.final_norm", "logits"} <= set(between)
-    assert all(r["passed"] for r in between.values())
+    if parts_at is None:
+        assert all(r["passed"] for r in between.values())
+    else:
+        assert f"first divergent sublayer {parts_at} " in result["verdict"], result["verdict"]
+        assert not between["decoder.layers.0"]["passed"]
     with capsys.disabled():
         print(f"\n{name}: keras_hub's converter, max |keras_hub - transformers| logits "
               f"{between['logits']['max_abs_err']:.2e}")
+
+@pytest.mark.parametrize("name, settings, named", [
+    ("qwen-moe", {"mlp_only_layers": [0]}, "mlp_only_layers=[0]: keras-hub 0.32's QwenMoeBackbone builds every layer "
+                                           "as its layer 0 (it never passes layer_index), so no layer has experts"),
+    ("qwen-moe", {"decoder_sparse_step": 2}, "decoder_sparse_step=2, mlp_only_layers=[]: keras-hub 0.32's"),
+    ("qwen3-moe", {"mlp_only_layers": [0, 1]}, "decoder_sparse_step=1 and mlp_only_layers=[0, 1] leave no layer"),
+    ("mixtral", {"top_k": 5}, "config.json top_k=5 must be from 1 to the 4 experts"),
+    ("mixtral", {"router_bias": True}, "config.json key(s) router_bias are not supported (not in keras-hub 0.32's "
+                                       "MixtralBackbone"),
+], ids=["qwen-moe-layer-0-dense", "qwen-moe-step-2", "qwen3-moe-all-dense", "mixtral-top-k", "mixtral-unknown-key"])
+def test_a_mixture_preset_is_read_as_keras_hub_computes_it_or_refused(name, settings, named, tmp_path_factory,
+                                                                      tmp_path):
+    """keras_hub's QwenMoeBackbone never passes layer_index to its layers, so each applies transformers' rule to
+    index 0: all layers have experts or none (a dense model, refused), and mlp_only_layers without 0 changes
+    nothing (read so, with a note); settings no model has, and keys keras-hub 0.32 does not write, are refused."""
+    import shutil
+
+    _, path = family_preset(tmp_path_factory, name)
+    shutil.copytree(path, tmp_path / "p")
+    data = json.loads((tmp_path / "p" / "config.json").read_text())
+    data["config"].update(settings)
+    (tmp_path / "p" / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=re.escape(named)):
+        formats.load(tmp_path / "p")
+    data["config"].update(mlp_only_layers=[1], decoder_sparse_step=1, top_k=2)
+    data["config"].pop("router_bias", None)
+    (tmp_path / "p" / "config.json").write_text(json.dumps(data))
+    if name == "qwen-moe":
+        loaded = formats.load(tmp_path / "p")
+        assert loaded.config.expert_layers is None
+        assert any("mlp_only_layers=[1] changes nothing in keras_hub" in note for note in loaded.notes)
 
 def test_a_tied_model_is_refused_as_a_mistral_preset(tmp_path_factory, tmp_path):
     _, path = family_preset(tmp_path_factory, "qwen-tied")
