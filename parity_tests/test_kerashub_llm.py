@@ -139,6 +139,12 @@ FAMILIES = {
     "qwen-moe": ("QwenMoeBackbone", "QwenMoeCausalLM", "hf-qwen2-moe", dict(
         num_experts=4, top_k=2, moe_intermediate_dim=19, shared_expert_intermediate_dim=23,
         use_sliding_window_attention=True, sliding_window_size=5)),
+    # Gemma 3's text model: 6 layers (five sliding to a full one, each kind its own rotary base), q/k norms, post
+    # norms, a logit soft cap, the full layers' positions scaled by 2
+    "gemma3": ("Gemma3Backbone", "Gemma3CausalLM", "hf-gemma3-text", dict(
+        image_size=None, num_layers=6, head_dim=16, use_post_ffw_norm=True, use_post_attention_norm=True,
+        final_logit_soft_cap=30.0, use_sliding_window_attention=True, sliding_window_size=5, layer_norm_epsilon=1e-6,
+        global_rope_scaling_factor=2.0)),
 }
 
 
@@ -146,9 +152,9 @@ def family_preset(tmp_path_factory, name: str):
     """`(CausalLM, its save_to_preset directory)` of a tiny random member of family `name`, built once."""
     if name not in _cache:
         backbone_name, task_name, _, extra = FAMILIES[name]
-        backbone = getattr(keras_hub.models, backbone_name)(
-            vocabulary_size=VOCAB, num_layers=2, num_query_heads=6, hidden_dim=48, intermediate_dim=37,
-            num_key_value_heads=2, **{"layer_norm_epsilon": 1e-5, **extra})
+        backbone = getattr(keras_hub.models, backbone_name)(**{
+            "vocabulary_size": VOCAB, "num_layers": 2, "num_query_heads": 6, "hidden_dim": 48, "intermediate_dim": 37,
+            "num_key_value_heads": 2, "layer_norm_epsilon": 1e-5, **extra})
         task = getattr(keras_hub.models, task_name)(backbone=backbone, preprocessor=None)
         rng = np.random.default_rng(11)
         for variable in task.weights:
@@ -165,9 +171,12 @@ def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_f
     hf_format = FAMILIES[name][2]
     loaded = formats.load(path)
     assert loaded.format == "kerashub-" + name.removesuffix("-tied").removesuffix("-dense")
+    if name == "gemma3":
+        assert loaded.config.layer_kinds == ("sliding",) * 5 + ("full",)
+        assert (loaded.config.rope_theta, loaded.config.local_rope_theta) == (1e6, 1e4)
     window = FAMILIES[name][3].get("sliding_window", FAMILIES[name][3].get("sliding_window_size"))
     assert loaded.config.sliding_window == window
-    assert loaded.config.tie_embeddings == FAMILIES[name][3].get("tie_word_embeddings", False)
+    assert loaded.config.tie_embeddings == task.backbone.token_embedding.tie_weights
     src = ids()  # 11 tokens: longer than the window of 5
     expected = logits(task, src)
     assert np.max(np.abs(rn.Transformer(loaded.config, loaded.weights, np.float64)(src) - expected)) <= 1e-4
@@ -188,40 +197,53 @@ def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_f
 
 # --- keras_hub's own converter (keras_hub/src/utils/transformers/convert_*.py) on the directory written from the
 # preset: `verify HF_DIR KERASHUB_PRESET` runs both libraries and names the first layer where they part -------------
-# family id -> (keras_hub's converter module, config.json keys it reads that this tool leaves out (transformers'
-# values), where the two libraries part: None, nowhere)
+# (family id, keras_hub's converter module, config.json keys set in the directory (keys it reads that this tool leaves
+# out, at transformers' values; or a setting the two libraries compute differently), where they part: None, nowhere)
 CONVERTERS = {
-    "mixtral": ("convert_mixtral", {}, None),
-    "qwen3-moe": ("convert_qwen3_moe", {"router_aux_loss_coef": 0.001}, None),
+    "mixtral": ("mixtral", "convert_mixtral", {}, None),
+    "qwen3-moe": ("qwen3-moe", "convert_qwen3_moe", {"router_aux_loss_coef": 0.001}, None),
     # convert_qwen_moe passes use_sliding_window, which QwenMoeBackbone does not take (its key is
     # use_sliding_window_attention): keras_hub's model attends past the window of 5 that transformers keeps
-    "qwen-moe": ("convert_qwen_moe", {"router_aux_loss_coef": 0.001}, "decoder.layers.0.self_attn"),
+    "qwen-moe": ("qwen-moe", "convert_qwen_moe", {"router_aux_loss_coef": 0.001}, "decoder.layers.0.self_attn"),
+    "gemma3": ("gemma3", "convert_gemma3", {}, None),
 }
 
 
-@pytest.mark.parametrize("name", CONVERTERS)
-def test_keras_hubs_own_converter_agrees_with_transformers(name, tmp_path_factory, tmp_path, capsys):
-    """The Hugging Face directory written from the preset, converted back by keras_hub's converter functions (its
-    `from_preset` on a directory imports every converter, some needing sentencepiece: the functions are called as its
-    preset loader calls them), then judged beside transformers by `verify HF_DIR KERASHUB_PRESET`."""
+def _converted(name: str, module: str, keys: dict, tmp_path_factory, tmp_path, monkeypatch):
+    """`(Hugging Face directory, keras_hub's task)`: the directory written from family `name`'s preset (with `keys`
+    set in its config.json), converted by keras_hub's converter functions. Its `from_preset` on a directory imports
+    every converter, some needing sentencepiece, which only their tokenizers use: the functions are called as its
+    preset loader calls them."""
     import importlib
+    import sys
+    import types
 
     from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader
 
-    _, path = family_preset(tmp_path_factory, name)
+    if importlib.util.find_spec("sentencepiece") is None:  # imported at the top of convert_gemma3, for its tokenizer
+        monkeypatch.setitem(sys.modules, "sentencepiece", types.SimpleNamespace(SentencePieceProcessor=None))
     backbone_name, task_name, hf_format, _ = FAMILIES[name]
-    loaded = formats.load(path)
+    loaded = formats.load(family_preset(tmp_path_factory, name)[1])
     formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), hf_format)
-    module, keys, parts_at = CONVERTERS[name]
     converter = importlib.import_module(f"keras_hub.src.utils.transformers.{module}")
     hf_config = {**json.loads((tmp_path / "hf" / "config.json").read_text()), **keys}
     (tmp_path / "hf" / "config.json").write_text(json.dumps(hf_config))
     backbone = getattr(keras_hub.models, backbone_name)(**converter.convert_backbone_config(hf_config))
     with SafetensorLoader(str(tmp_path / "hf")) as loader:
         converter.convert_weights(backbone, loader, hf_config)
-    getattr(keras_hub.models, task_name)(backbone=backbone, preprocessor=None).save_to_preset(str(tmp_path / "kh"))
+    return tmp_path / "hf", getattr(keras_hub.models, task_name)(backbone=backbone, preprocessor=None)
+
+
+@pytest.mark.parametrize("case", CONVERTERS)
+def test_keras_hubs_own_converter_against_transformers(case, tmp_path_factory, tmp_path, monkeypatch, capsys):
+    """keras_hub's converter on the directory written from the preset, judged beside transformers by
+    `verify HF_DIR KERASHUB_PRESET`: within float32 floors of each other, or parting where keras_hub computes
+    otherwise."""
+    name, module, keys, parts_at = CONVERTERS[case]
+    hf, task = _converted(name, module, keys, tmp_path_factory, tmp_path, monkeypatch)
+    task.save_to_preset(str(tmp_path / "kh"))
     report = tmp_path / "r.json"
-    assert main(["--quiet", "verify", str(tmp_path / "hf"), str(tmp_path / "kh"), "--src-len", "11", "--json",
+    assert main(["--quiet", "verify", str(hf), str(tmp_path / "kh"), "--src-len", "11", "--json",
                  str(report)]) == (0 if parts_at is None else 1)
     result = json.loads(report.read_text())
     between = {r["sublayer"]: r for r in result["rows"] if r["backends"] == ["keras_hub-f32", "transformers-f32"]}
@@ -232,8 +254,30 @@ def test_keras_hubs_own_converter_agrees_with_transformers(name, tmp_path_factor
         assert f"first divergent sublayer {parts_at} " in result["verdict"], result["verdict"]
         assert not between["decoder.layers.0"]["passed"]
     with capsys.disabled():
-        print(f"\n{name}: keras_hub's converter, max |keras_hub - transformers| logits "
+        print(f"\n{case}: keras_hub's converter, max |keras_hub - transformers| logits "
               f"{between['logits']['max_abs_err']:.2e}")
+
+
+def test_keras_hub_scales_gemma3_scores_by_head_dim_whatever_its_converter_says(tmp_path_factory, tmp_path,
+                                                                                  monkeypatch, capsys):
+    """transformers scales Gemma 3's scores by 1/sqrt(query_pre_attn_scalar) (Gemma 3 27B: 168, head_dim 128).
+    keras_hub's converter says query_head_dim_normalize=false for it, but Gemma3DecoderBlock builds its attention with
+    True whatever the backbone says: keras_hub scales by 1/sqrt(head_dim), another function. Reading that preset is
+    refused (the scale it means is unknown); the logits part by far more than float32 rounding."""
+    hf, task = _converted("gemma3", "convert_gemma3", {"query_pre_attn_scalar": 24}, tmp_path_factory, tmp_path,
+                          monkeypatch)
+    task.save_to_preset(str(tmp_path / "kh"))
+    with pytest.raises(ValueError, match=r"query_head_dim_normalize=false with head_dim=16 != hidden_dim // "
+                                         r"num_query_heads=8 is not supported"):
+        formats.load(tmp_path / "kh")
+    model = transformers.AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
+    src = ids()
+    with torch.no_grad():
+        theirs = model(input_ids=torch.as_tensor(src)).logits.double().numpy()
+    gap = float(np.max(np.abs(logits(task, src) - theirs)))
+    with capsys.disabled():
+        print(f"\ngemma3 query_pre_attn_scalar=24: max |keras_hub - transformers| logits {gap:.2e}")
+    assert gap > 1e-2
 
 @pytest.mark.parametrize("name, settings, named", [
     ("qwen-moe", {"mlp_only_layers": [0]}, "mlp_only_layers=[0]: keras-hub 0.32's QwenMoeBackbone builds every layer "

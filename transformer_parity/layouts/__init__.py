@@ -70,6 +70,7 @@ KERASHUB_PRESET_LAYOUTS = {
     "kerashub-qwen3": "kerashub_qwen3",
     "kerashub-qwen3-moe": "kerashub_qwen3_moe",
     "kerashub-gemma": "kerashub_gemma",
+    "kerashub-gemma3": "kerashub_gemma3",
     "kerashub-phi3": "kerashub_phi3",
     "kerashub-bart": "kerashub_bart",
 }
