@@ -72,6 +72,7 @@ KERASHUB_PRESET_LAYOUTS = {
     "kerashub-gemma": "kerashub_gemma",
     "kerashub-gemma3": "kerashub_gemma3",
     "kerashub-phi3": "kerashub_phi3",
+    "kerashub-smollm3": "kerashub_smollm3",
     "kerashub-bart": "kerashub_bart",
 }
 # ... the Keras models that have no preset, only a bare .weights.h5 (`kerashub_preset.py` reads and writes it) ...
