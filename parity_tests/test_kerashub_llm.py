@@ -120,6 +120,7 @@ def test_where_the_libraries_part_is_named(tmp_path_factory, tmp_path):
 
 # --- the Llama-like families: Mistral (a window), Qwen (q/k/v biases, tied, a window), Qwen3 (QK-norm, head_dim) ------
 
+DROP = object()  # a common setting (family_preset's) that the backbone does not take
 FAMILIES = {
     "mistral": ("MistralBackbone", "MistralCausalLM", "hf-mistral", dict(sliding_window=5, head_dim=16)),
     "qwen": ("QwenBackbone", "QwenCausalLM", "hf-qwen2", dict(use_sliding_window_attention=True,
@@ -145,9 +146,14 @@ FAMILIES = {
         image_size=None, num_layers=6, head_dim=16, use_post_ffw_norm=True, use_post_attention_norm=True,
         final_logit_soft_cap=30.0, use_sliding_window_attention=True, sliding_window_size=5, layer_norm_epsilon=1e-6,
         global_rope_scaling_factor=2.0)),
+    # Gemma 2 (GemmaBackbone's own settings): 3 layers (the even ones sliding), post norms, both soft caps
+    "gemma2": ("GemmaBackbone", "GemmaCausalLM", "hf-gemma2", dict(
+        num_layers=3, head_dim=16, intermediate_dim=74, use_post_ffw_norm=True, use_post_attention_norm=True,
+        final_logit_soft_cap=30.0, attention_logit_soft_cap=50.0, use_sliding_window_attention=True,
+        sliding_window_size=5, layer_norm_epsilon=1e-6)),
     # SmolLM3: 3 layers, the middle one without rotary positions (NoPE)
     "smollm3": ("SmolLM3Backbone", "SmolLM3CausalLM", "hf-smollm3", dict(
-        num_layers=3, num_query_heads=None, num_attention_heads=6, attention_bias=False, attention_dropout=0.0,
+        num_layers=3, num_query_heads=DROP, num_attention_heads=6, attention_bias=False, attention_dropout=0.0,
         rope_layer_enabled_list=[True, False, True], layer_types=["full_attention"] * 3, mlp_bias=False,
         max_position_embeddings=64, rope_theta=2e6, partial_rotary_factor=1.0)),
 }
@@ -159,7 +165,7 @@ def family_preset(tmp_path_factory, name: str):
         backbone_name, task_name, _, extra = FAMILIES[name]
         settings = {"vocabulary_size": VOCAB, "num_layers": 2, "num_query_heads": 6, "hidden_dim": 48,
                     "intermediate_dim": 37, "num_key_value_heads": 2, "layer_norm_epsilon": 1e-5, **extra}
-        backbone = getattr(keras_hub.models, backbone_name)(**{k: v for k, v in settings.items() if v is not None})
+        backbone = getattr(keras_hub.models, backbone_name)(**{k: v for k, v in settings.items() if v is not DROP})
         task = getattr(keras_hub.models, task_name)(backbone=backbone, preprocessor=None)
         rng = np.random.default_rng(11)
         for variable in task.weights:
@@ -177,7 +183,11 @@ def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_f
     task, path = family_preset(tmp_path_factory, name)
     hf_format = FAMILIES[name][2]
     loaded = formats.load(path)
-    assert loaded.format == "kerashub-" + name.removesuffix("-tied").removesuffix("-dense")
+    assert loaded.format == ("kerashub-gemma" if name == "gemma2" else
+                             "kerashub-" + name.removesuffix("-tied").removesuffix("-dense"))
+    if name == "gemma2":
+        assert loaded.config.layer_kinds == ("sliding", "full", "sliding") and loaded.config.post_norms
+        assert (loaded.config.attn_logit_softcap, loaded.config.final_logit_softcap) == (50.0, 30.0)
     if name == "gemma3":
         assert loaded.config.layer_kinds == ("sliding",) * 5 + ("full",)
         assert (loaded.config.rope_theta, loaded.config.local_rope_theta) == (1e6, 1e4)
@@ -213,6 +223,7 @@ CONVERTERS = {
     # use_sliding_window_attention): keras_hub's model attends past the window of 5 that transformers keeps
     "qwen-moe": ("qwen-moe", "convert_qwen_moe", {"router_aux_loss_coef": 0.001}, "decoder.layers.0.self_attn"),
     "gemma3": ("gemma3", "convert_gemma3", {}, None),
+    "gemma2": ("gemma2", "convert_gemma", {}, None),
     "smollm3": ("smollm3", "convert_smollm3", {}, None),
     # transformers' SmolLM3 slides where layer_types says so; keras_hub's keeps layer_types and never masks by it
     "smollm3-window": ("smollm3", "convert_smollm3", {"use_sliding_window": True, "sliding_window": 4,
