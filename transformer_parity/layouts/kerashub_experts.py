@@ -147,7 +147,7 @@ def write(config: rn.TransformerConfig, spec: ExpertKeys) -> dict[str, Any]:
 
 # --- the fused expert arrays <-> one kernel per expert ---------------------------------------------------------------
 
-def table(banks: tuple[Bank, ...]) -> list[tuple[str, str, str]]:
+def bank_table(banks: tuple[Bank, ...]) -> list[tuple[str, str, str]]:
     """The table entries of the per-expert parts `to_canonical_state` makes."""
     return [(canonical, bank.virtual(p), "identity") for bank in banks for p, canonical in enumerate(bank.parts)]
 
@@ -203,7 +203,7 @@ def functions(dense: Mapping[str, Any], experts: ExpertKeys, banks: tuple[Bank, 
     `keys`: every config.json key its backbone's `get_config()` writes (any other is refused)."""
 
     def table(config):
-        return dense["table"](config) + globals()["table"](banks)
+        return dense["table"](config) + bank_table(banks)
 
     def config_from_kerashub(backbone, task):
         unknown = sorted(set(backbone) - set(keys) - {"name", "trainable", "dtype"})
