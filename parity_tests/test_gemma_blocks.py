@@ -524,7 +524,7 @@ def test_transformers_gemma3_ignores_attn_logit_softcapping():
 
 
 @pytest.mark.parametrize("name", ["gemma2-like", "gemma3-like", "smollm3-like"])
-@pytest.mark.parametrize("target", ["hf-llama", "hf-gemma", "kerashub-gemma", "nn-transformer.pt"])
+@pytest.mark.parametrize("target", ["hf-llama", "hf-gemma", "kerashub-mistral", "nn-transformer.pt"])
 def test_no_family_without_these_blocks_takes_them_silently(name, target, tmp_path):
     """A soft cap, a post norm, a layer pattern or a NoPE layer has no equivalent in the families that lack them:
     writing one there is refused, naming the field, never dropped."""

@@ -17,6 +17,7 @@ from transformer_parity.cli import main
 
 from . import test_bert_family as encoders
 from . import test_llm_families as decoders
+from . import test_moe_families as mixtures
 
 keras_hub = pytest.importorskip("keras_hub")
 transformers = pytest.importorskip("transformers")
@@ -127,6 +128,10 @@ REFUSED = [  # (builders, model, --to, what the one line names)
     (encoders, "distilbert", "kerashub-distilbert", "activation='relu' (KerasHub DistilBertBackbone has 'gelu')"),
     (encoders, "albert-mlm", "kerashub-albert", "pooler=False (KerasHub AlbertMaskedLM has True)"),
     (encoders, "albert", "kerashub-albert", "gelu_tanh: KerasHub's AlbertBackbone computes tanh-approximated GELU"),
+    (mixtures, "mixtral", "kerashub-mixtral", "head_size=16 (KerasHub Mixtral: hidden_dim / heads)"),
+    (mixtures, "qwen2-moe", "kerashub-qwen-moe", "head_size=16 (KerasHub QwenMoe: hidden_dim / heads)"),
+    (mixtures, "qwen3-moe", "kerashub-qwen3-moe",  # and a dense layer between expert layers: keras_hub has that
+     "q/k norms at epsilon 1e-05 (KerasHub Qwen3Moe's attention normalizes q and k at 1e-06"),
 ]
 
 

@@ -110,14 +110,13 @@ def _edited(tmp_path_factory, tmp_path, name: str, **changes):
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(use_post_ffw_norm=True), r"use_post_ffw_norm=True is not supported: a norm after the feed-forward"),
-    (dict(final_logit_soft_cap=30.0), r"final_logit_soft_cap=30.0 is not supported: tanh soft-capped logits"),
-    (dict(use_sliding_window_attention=True), r"use_sliding_window_attention=True .* every other layer"),
+    (dict(use_post_ffw_norm=True), r"use_post_attention_norm=False, use_post_ffw_norm=True is not supported: one "
+                                   r"post norm without the other"),
     (dict(layer_norm_epsilon=1e-5), r"layer_norm_epsilon=1e-05 .* its decoder blocks keep 1e-06"),
     (dict(query_head_dim_normalize=False), r"query_head_dim_normalize=false with head_dim=16 != hidden_dim // "
                                            r"num_query_heads=12"),
     (dict(rope_max_wavelength=500000), r"key\(s\) rope_max_wavelength are not supported"),
-], ids=["post-ffw-norm", "soft-cap", "window", "epsilon", "query-scale", "unknown-key"])
+], ids=["post-ffw-norm-alone", "epsilon", "query-scale", "unknown-key"])
 def test_gemma_settings_the_canonical_model_cannot_compute_are_refused(changes, message, tmp_path_factory, tmp_path):
     with pytest.raises(ValueError, match=message):
         formats.load(_edited(tmp_path_factory, tmp_path, "gemma", **changes))

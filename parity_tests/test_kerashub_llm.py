@@ -7,6 +7,7 @@ layer where the two libraries part."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -119,6 +120,7 @@ def test_where_the_libraries_part_is_named(tmp_path_factory, tmp_path):
 
 # --- the Llama-like families: Mistral (a window), Qwen (q/k/v biases, tied, a window), Qwen3 (QK-norm, head_dim) ------
 
+DROP = object()  # a common setting (family_preset's) that the backbone does not take
 FAMILIES = {
     "mistral": ("MistralBackbone", "MistralCausalLM", "hf-mistral", dict(sliding_window=5, head_dim=16)),
     "qwen": ("QwenBackbone", "QwenCausalLM", "hf-qwen2", dict(use_sliding_window_attention=True,
@@ -126,6 +128,34 @@ FAMILIES = {
     "qwen-tied": ("QwenBackbone", "QwenCausalLM", "hf-qwen2", dict(tie_word_embeddings=True)),
     "qwen3": ("Qwen3Backbone", "Qwen3CausalLM", "hf-qwen3", dict(head_dim=16, sliding_window_size=5,
                                                                   tie_word_embeddings=False)),
+    # the mixtures of experts: 4 experts, top-2 (Mixtral: always renormalized; Qwen3-MoE: renormalized by
+    # norm_top_k_prob, its first layer dense; Qwen-MoE: not renormalized, a shared expert of 23)
+    "mixtral": ("MixtralBackbone", "MixtralCausalLM", "hf-mixtral", dict(num_experts=4, top_k=2, sliding_window=5)),
+    "qwen3-moe": ("Qwen3MoeBackbone", "Qwen3MoeCausalLM", "hf-qwen3-moe", dict(
+        num_experts=4, top_k=2, moe_intermediate_dim=19, head_dim=16, norm_top_k_prob=True, sliding_window_size=5,
+        layer_norm_epsilon=1e-6)),  # its q/k norms' epsilon (keras_hub's is always 1e-6)
+    "qwen3-moe-dense": ("Qwen3MoeBackbone", "Qwen3MoeCausalLM", "hf-qwen3-moe", dict(
+        num_experts=4, top_k=2, moe_intermediate_dim=19, head_dim=16, decoder_sparse_step=2, sliding_window_size=5,
+        layer_norm_epsilon=1e-6, tie_word_embeddings=True)),  # layer 0 dense, not renormalized, tied
+    "qwen-moe": ("QwenMoeBackbone", "QwenMoeCausalLM", "hf-qwen2-moe", dict(
+        num_experts=4, top_k=2, moe_intermediate_dim=19, shared_expert_intermediate_dim=23,
+        use_sliding_window_attention=True, sliding_window_size=5)),
+    # Gemma 3's text model: 6 layers (five sliding to a full one, each kind its own rotary base), q/k norms, post
+    # norms, a logit soft cap, the full layers' positions scaled by 2
+    "gemma3": ("Gemma3Backbone", "Gemma3CausalLM", "hf-gemma3-text", dict(
+        image_size=None, num_layers=6, head_dim=16, use_post_ffw_norm=True, use_post_attention_norm=True,
+        final_logit_soft_cap=30.0, use_sliding_window_attention=True, sliding_window_size=5, layer_norm_epsilon=1e-6,
+        global_rope_scaling_factor=2.0)),
+    # Gemma 2 (GemmaBackbone's own settings): 3 layers (the even ones sliding), post norms, both soft caps
+    "gemma2": ("GemmaBackbone", "GemmaCausalLM", "hf-gemma2", dict(
+        num_layers=3, head_dim=16, intermediate_dim=74, use_post_ffw_norm=True, use_post_attention_norm=True,
+        final_logit_soft_cap=30.0, attention_logit_soft_cap=50.0, use_sliding_window_attention=True,
+        sliding_window_size=5, layer_norm_epsilon=1e-6)),
+    # SmolLM3: 3 layers, the middle one without rotary positions (NoPE)
+    "smollm3": ("SmolLM3Backbone", "SmolLM3CausalLM", "hf-smollm3", dict(
+        num_layers=3, num_query_heads=DROP, num_attention_heads=6, attention_bias=False, attention_dropout=0.0,
+        rope_layer_enabled_list=[True, False, True], layer_types=["full_attention"] * 3, mlp_bias=False,
+        max_position_embeddings=64, rope_theta=2e6, partial_rotary_factor=1.0)),
 }
 
 
@@ -133,12 +163,14 @@ def family_preset(tmp_path_factory, name: str):
     """`(CausalLM, its save_to_preset directory)` of a tiny random member of family `name`, built once."""
     if name not in _cache:
         backbone_name, task_name, _, extra = FAMILIES[name]
-        backbone = getattr(keras_hub.models, backbone_name)(
-            vocabulary_size=VOCAB, num_layers=2, num_query_heads=6, hidden_dim=48, intermediate_dim=37,
-            num_key_value_heads=2, layer_norm_epsilon=1e-5, **extra)
+        settings = {"vocabulary_size": VOCAB, "num_layers": 2, "num_query_heads": 6, "hidden_dim": 48,
+                    "intermediate_dim": 37, "num_key_value_heads": 2, "layer_norm_epsilon": 1e-5, **extra}
+        backbone = getattr(keras_hub.models, backbone_name)(**{k: v for k, v in settings.items() if v is not DROP})
         task = getattr(keras_hub.models, task_name)(backbone=backbone, preprocessor=None)
         rng = np.random.default_rng(11)
         for variable in task.weights:
+            if "inv_freq" in variable.path:  # SmolLM3's rotary frequencies: a buffer, not a parameter
+                continue
             variable.assign(variable.numpy() + 0.1 * rng.standard_normal(variable.shape).astype("float32"))
         path = tmp_path_factory.mktemp(name) / "preset"
         task.save_to_preset(str(path))
@@ -151,9 +183,17 @@ def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_f
     task, path = family_preset(tmp_path_factory, name)
     hf_format = FAMILIES[name][2]
     loaded = formats.load(path)
-    assert loaded.format == "kerashub-" + name.removesuffix("-tied")
+    assert loaded.format == ("kerashub-gemma" if name == "gemma2" else
+                             "kerashub-" + name.removesuffix("-tied").removesuffix("-dense"))
+    if name == "gemma2":
+        assert loaded.config.layer_kinds == ("sliding", "full", "sliding") and loaded.config.post_norms
+        assert (loaded.config.attn_logit_softcap, loaded.config.final_logit_softcap) == (50.0, 30.0)
+    if name == "gemma3":
+        assert loaded.config.layer_kinds == ("sliding",) * 5 + ("full",)
+        assert (loaded.config.rope_theta, loaded.config.local_rope_theta) == (1e6, 1e4)
     window = FAMILIES[name][3].get("sliding_window", FAMILIES[name][3].get("sliding_window_size"))
-    assert loaded.config.sliding_window == window and loaded.config.tie_embeddings == (name == "qwen-tied")
+    assert loaded.config.sliding_window == window
+    assert loaded.config.tie_embeddings == task.backbone.token_embedding.tie_weights
     src = ids()  # 11 tokens: longer than the window of 5
     expected = logits(task, src)
     assert np.max(np.abs(rn.Transformer(loaded.config, loaded.weights, np.float64)(src) - expected)) <= 1e-4
@@ -165,10 +205,156 @@ def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_f
                                   expected)
     formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), hf_format)
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    if loaded.config.num_experts:  # transformers' default experts (grouped_mm) take no odd widths
+        hf.set_experts_implementation("eager")
     with torch.no_grad():
         theirs = hf(input_ids=torch.as_tensor(src)).logits.double().numpy()
     assert np.max(np.abs(theirs - expected)) <= 1e-4
 
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen3-moe", "gemma2", "smollm3"])
+def test_keras_hub_greedy_generation_equals_transformers_on_our_export(name, tmp_path_factory, tmp_path):
+    """keras_hub's greedy `generate` (its KV cache) on the preset gives the 32 tokens transformers decodes from our
+    export of it. Left out, for keras_hub's reasons: Qwen-MoE with a window (keras-hub 0.32's cached attention takes
+    a symbolic tensor as a Python bool under tf.function), Gemma 3 without a preprocessor (`Gemma3CausalLM.generate`
+    returns a None it then cannot stack)."""
+    task, path = family_preset(tmp_path_factory, name)
+    loaded = formats.load(path)
+    formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), FAMILIES[name][2])
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    if loaded.config.num_experts:  # transformers' default experts (grouped_mm) take no odd widths
+        model.set_experts_implementation("eager")
+    prompt = ids(2)[:, :4]  # id 0 in the first row
+    with torch.no_grad():
+        expected = model.generate(torch.as_tensor(prompt), attention_mask=torch.ones(2, 4, dtype=torch.long),
+                                  do_sample=False, max_new_tokens=32, min_new_tokens=32, pad_token_id=0).numpy()
+    task.compile(sampler="greedy")
+    token_ids = np.zeros((2, 4 + 32), np.int32)
+    token_ids[:, :4] = prompt
+    padding_mask = np.broadcast_to(np.arange(4 + 32) < 4, token_ids.shape)  # by position: 0 is a real token here
+    ours = task.generate({"token_ids": token_ids, "padding_mask": padding_mask}, stop_token_ids=None)
+    np.testing.assert_array_equal(np.asarray(ours["token_ids"]), expected)
+
+# --- keras_hub's own converter (keras_hub/src/utils/transformers/convert_*.py) on the directory written from the
+# preset: `verify HF_DIR KERASHUB_PRESET` runs both libraries and names the first layer where they part -------------
+# (family id, keras_hub's converter module, config.json keys set in the directory (keys it reads that this tool leaves
+# out, at transformers' values; or a setting the two libraries compute differently), where they part: None, nowhere)
+CONVERTERS = {
+    "mixtral": ("mixtral", "convert_mixtral", {}, None),
+    "qwen3-moe": ("qwen3-moe", "convert_qwen3_moe", {"router_aux_loss_coef": 0.001}, None),
+    # convert_qwen_moe passes use_sliding_window, which QwenMoeBackbone does not take (its key is
+    # use_sliding_window_attention): keras_hub's model attends past the window of 5 that transformers keeps
+    "qwen-moe": ("qwen-moe", "convert_qwen_moe", {"router_aux_loss_coef": 0.001}, "decoder.layers.0.self_attn"),
+    "gemma3": ("gemma3", "convert_gemma3", {}, None),
+    "gemma2": ("gemma2", "convert_gemma", {}, None),
+    "smollm3": ("smollm3", "convert_smollm3", {}, None),
+    # transformers' SmolLM3 slides where layer_types says so; keras_hub's keeps layer_types and never masks by it
+    "smollm3-window": ("smollm3", "convert_smollm3", {"use_sliding_window": True, "sliding_window": 4,
+                                                     "layer_types": ["sliding_attention"] * 3},
+                       "decoder.layers.0.self_attn"),
+}
+
+
+def _converted(name: str, module: str, keys: dict, tmp_path_factory, tmp_path, monkeypatch):
+    """`(Hugging Face directory, keras_hub's task)`: the directory written from family `name`'s preset (with `keys`
+    set in its config.json), converted by keras_hub's converter functions. Its `from_preset` on a directory imports
+    every converter, some needing sentencepiece, which only their tokenizers use: the functions are called as its
+    preset loader calls them."""
+    import importlib
+    import sys
+    import types
+
+    from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader
+
+    if importlib.util.find_spec("sentencepiece") is None:  # imported at the top of convert_gemma3, for its tokenizer
+        monkeypatch.setitem(sys.modules, "sentencepiece", types.SimpleNamespace(SentencePieceProcessor=None))
+    backbone_name, task_name, hf_format, _ = FAMILIES[name]
+    loaded = formats.load(family_preset(tmp_path_factory, name)[1])
+    formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), hf_format)
+    converter = importlib.import_module(f"keras_hub.src.utils.transformers.{module}")
+    hf_config = {**json.loads((tmp_path / "hf" / "config.json").read_text()), **keys}
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(hf_config))
+    backbone = getattr(keras_hub.models, backbone_name)(**converter.convert_backbone_config(hf_config))
+    with SafetensorLoader(str(tmp_path / "hf")) as loader:
+        converter.convert_weights(backbone, loader, hf_config)
+    return tmp_path / "hf", getattr(keras_hub.models, task_name)(backbone=backbone, preprocessor=None)
+
+
+@pytest.mark.parametrize("case", CONVERTERS)
+def test_keras_hubs_own_converter_against_transformers(case, tmp_path_factory, tmp_path, monkeypatch, capsys):
+    """keras_hub's converter on the directory written from the preset, judged beside transformers by
+    `verify HF_DIR KERASHUB_PRESET`: within float32 floors of each other, or parting where keras_hub computes
+    otherwise."""
+    name, module, keys, parts_at = CONVERTERS[case]
+    hf, task = _converted(name, module, keys, tmp_path_factory, tmp_path, monkeypatch)
+    task.save_to_preset(str(tmp_path / "kh"))
+    report = tmp_path / "r.json"
+    assert main(["--quiet", "verify", str(hf), str(tmp_path / "kh"), "--src-len", "11", "--json",
+                 str(report)]) == (0 if parts_at is None else 1)
+    result = json.loads(report.read_text())
+    between = {r["sublayer"]: r for r in result["rows"] if r["backends"] == ["keras_hub-f32", "transformers-f32"]}
+    assert {"decoder.layers.0", "decoder.layers.1", "logits"} <= set(between)  # SmolLM3's final norm: not hooked
+    if parts_at is None:
+        assert all(r["passed"] for r in between.values())
+    else:
+        assert f"first divergent sublayer {parts_at} " in result["verdict"], result["verdict"]
+        assert not between["decoder.layers.0"]["passed"]
+    with capsys.disabled():
+        print(f"\n{case}: keras_hub's converter, max |keras_hub - transformers| logits "
+              f"{between['logits']['max_abs_err']:.2e}")
+
+
+def test_keras_hub_scales_gemma3_scores_by_head_dim_whatever_its_converter_says(tmp_path_factory, tmp_path,
+                                                                                  monkeypatch, capsys):
+    """transformers scales Gemma 3's scores by 1/sqrt(query_pre_attn_scalar) (Gemma 3 27B: 168, head_dim 128).
+    keras_hub's converter says query_head_dim_normalize=false for it, but Gemma3DecoderBlock builds its attention with
+    True whatever the backbone says: keras_hub scales by 1/sqrt(head_dim), another function. Reading that preset is
+    refused (the scale it means is unknown); the logits part by far more than float32 rounding."""
+    hf, task = _converted("gemma3", "convert_gemma3", {"query_pre_attn_scalar": 24}, tmp_path_factory, tmp_path,
+                          monkeypatch)
+    task.save_to_preset(str(tmp_path / "kh"))
+    with pytest.raises(ValueError, match=r"query_head_dim_normalize=false with head_dim=16 != hidden_dim // "
+                                         r"num_query_heads=8 is not supported"):
+        formats.load(tmp_path / "kh")
+    model = transformers.AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
+    src = ids()
+    with torch.no_grad():
+        theirs = model(input_ids=torch.as_tensor(src)).logits.double().numpy()
+    gap = float(np.max(np.abs(logits(task, src) - theirs)))
+    with capsys.disabled():
+        print(f"\ngemma3 query_pre_attn_scalar=24: max |keras_hub - transformers| logits {gap:.2e}")
+    assert gap > 1e-2
+
+@pytest.mark.parametrize("name, settings, named", [
+    ("qwen-moe", {"mlp_only_layers": [0]}, "mlp_only_layers=[0]: keras-hub 0.32's QwenMoeBackbone builds every layer "
+                                           "as its layer 0 (it never passes layer_index), so no layer has experts"),
+    ("qwen-moe", {"decoder_sparse_step": 2}, "decoder_sparse_step=2, mlp_only_layers=[]: keras-hub 0.32's"),
+    ("qwen3-moe", {"mlp_only_layers": [0, 1]}, "decoder_sparse_step=1 and mlp_only_layers=[0, 1] leave no layer"),
+    ("mixtral", {"top_k": 5}, "config.json top_k=5 must be from 1 to the 4 experts"),
+    ("mixtral", {"router_bias": True}, "config.json key(s) router_bias are not supported (not in keras-hub 0.32's "
+                                       "MixtralBackbone"),
+], ids=["qwen-moe-layer-0-dense", "qwen-moe-step-2", "qwen3-moe-all-dense", "mixtral-top-k", "mixtral-unknown-key"])
+def test_a_mixture_preset_is_read_as_keras_hub_computes_it_or_refused(name, settings, named, tmp_path_factory,
+                                                                      tmp_path):
+    """keras_hub's QwenMoeBackbone never passes layer_index to its layers, so each applies transformers' rule to
+    index 0: all layers have experts or none (a dense model, refused), and mlp_only_layers without 0 changes
+    nothing (read so, with a note); settings no model has, and keys keras-hub 0.32 does not write, are refused."""
+    import shutil
+
+    _, path = family_preset(tmp_path_factory, name)
+    shutil.copytree(path, tmp_path / "p")
+    data = json.loads((tmp_path / "p" / "config.json").read_text())
+    data["config"].update(settings)
+    (tmp_path / "p" / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=re.escape(named)):
+        formats.load(tmp_path / "p")
+    data["config"].update(mlp_only_layers=[1], decoder_sparse_step=1, top_k=2)
+    data["config"].pop("router_bias", None)
+    (tmp_path / "p" / "config.json").write_text(json.dumps(data))
+    if name == "qwen-moe":
+        loaded = formats.load(tmp_path / "p")
+        assert loaded.config.expert_layers is None
+        assert any("mlp_only_layers=[1] changes nothing in keras_hub" in note for note in loaded.notes)
 
 def test_a_tied_model_is_refused_as_a_mistral_preset(tmp_path_factory, tmp_path):
     _, path = family_preset(tmp_path_factory, "qwen-tied")

@@ -76,10 +76,15 @@ KERASHUB_PRESET_LAYOUTS = {
     "kerashub-albert": "kerashub_albert",
     "kerashub-llama": "kerashub_llama",
     "kerashub-mistral": "kerashub_mistral",
+    "kerashub-mixtral": "kerashub_mixtral",
     "kerashub-qwen": "kerashub_qwen",
+    "kerashub-qwen-moe": "kerashub_qwen_moe",
     "kerashub-qwen3": "kerashub_qwen3",
+    "kerashub-qwen3-moe": "kerashub_qwen3_moe",
     "kerashub-gemma": "kerashub_gemma",
+    "kerashub-gemma3": "kerashub_gemma3",
     "kerashub-phi3": "kerashub_phi3",
+    "kerashub-smollm3": "kerashub_smollm3",
     "kerashub-bart": "kerashub_bart",
 }
 # ... the Keras models that have no preset, only a bare .weights.h5 (`kerashub_preset.py` reads and writes it) ...

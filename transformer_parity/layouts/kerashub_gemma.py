@@ -11,12 +11,18 @@ tanh GELU on the gate) into `ffw_linear`, each branch `intermediate_dim // 2` wi
 of config.json's `intermediate_dim`; no biases. `GemmaCausalLM`'s logits are `token_embedding(x, reverse=True)` with
 `tie_weights=True`: always tied. The table is the layout file `kerashub_gemma.toml` beside this module.
 
-Refused on reading (one line naming the key), as no canonical config computes what keras_hub does with them: the
-Gemma 2 settings (post-attention and post-feed-forward norms, attention and final logit soft caps, a sliding window
-on every other layer); `layer_norm_epsilon` other than 1e-6 (keras-hub 0.32's backbone hands it to the final norm
-only; the decoder blocks keep 1e-6); `query_head_dim_normalize=false` where `hidden_dim // num_query_heads` is not
-`head_dim` (the decoder block passes `query_head_dim_normalize=True` to its attention whatever the backbone says, so
-which scale the preset means is unknown); any config.json key keras-hub 0.32's `GemmaBackbone` does not have.
+Gemma 2's settings (the same backbone): `use_post_attention_norm` and `use_post_ffw_norm` put a norm on each
+sublayer's output (canonical `post_norms`: both or neither here); `attention_logit_soft_cap` caps the scaled scores
+(`cap * tanh(s / cap)`), `final_logit_soft_cap` the logits; `use_sliding_window_attention` makes the even layers
+(0, 2, ...) attend within `sliding_window_size` (a key `j` with `|i - j| < window`, causal) and the odd ones to
+every earlier key (canonical `layer_kinds`).
+
+Refused on reading (one line naming the key), as no canonical config computes what keras_hub does with them:
+one post norm without the other; `layer_norm_epsilon` other than 1e-6 (keras-hub 0.32's backbone hands it to the
+final norm only; the decoder blocks keep 1e-6); `query_head_dim_normalize=false` where `hidden_dim //
+num_query_heads` is not `head_dim` (the decoder block passes `query_head_dim_normalize=True` to its attention
+whatever the backbone says, so which scale the preset means is unknown: Gemma 2 27B's query_pre_attn_scalar of 144
+over heads of 128 is such a preset); any config.json key keras-hub 0.32's `GemmaBackbone` does not have.
 """
 
 from __future__ import annotations
@@ -40,28 +46,31 @@ FIXED = {"num_encoder_layers": 0, "norm": "rms", "norm_weight_offset": 1.0, "nor
          "positional": "rope", "rope_theta": 10000.0, "rope_scaling": None, "rotary_fraction": 1.0,
          "ffn_gated": True, "activation": "gelu_tanh", "scale_embedding": True, "bias": False, "embed_norm": False,
          "head_transform": False, "type_vocab_size": 0, "pooler": False, "output_bias": False, "pad_id": None,
-         "qk_norm": False, "sliding_window": None, "layer_norm_eps": EPSILON}  # pad: the padding_mask input
+         "qk_norm": False, "layer_norm_eps": EPSILON}  # pad: the padding_mask input
 CONFIG_KEYS = {"src_vocab_size": "vocabulary_size", "tgt_vocab_size": "vocabulary_size", "d_model": "hidden_dim",
                "num_heads": "num_query_heads", "num_kv_heads": "num_key_value_heads", "head_size": "head_dim",
-               "num_decoder_layers": "num_layers", "d_ff": "intermediate_dim"}  # canonical field -> config.json key
+               "num_decoder_layers": "num_layers", "d_ff": "intermediate_dim", "sliding_window": "sliding_window_size",
+               "attn_logit_softcap": "attention_logit_soft_cap",
+               "final_logit_softcap": "final_logit_soft_cap"}  # canonical field -> config.json key
 CAUSAL_LM = {"output_projection": True, "tie_embeddings": True}
 TASK_FIELDS = {"GemmaCausalLM": CAUSAL_LM}
-# config.json keys whose every value but null / false asks for what the canonical model does not compute
-GEMMA2 = {"use_post_attention_norm": "a norm after the attention (Gemma 2)",
-          "use_post_ffw_norm": "a norm after the feed-forward (Gemma 2)",
-          "attention_logit_soft_cap": "tanh soft-capped attention scores (Gemma 2)",
-          "final_logit_soft_cap": "tanh soft-capped logits (Gemma 2)",
-          "use_sliding_window_attention": "a sliding window on every other layer (0, 2, ...), where the canonical "
-                                          "model has one window for all layers"}
+POST_NORMS = ("use_post_attention_norm", "use_post_ffw_norm")  # Gemma 2's; canonical post_norms: both or neither
 KEYS = ("vocabulary_size", "num_layers", "num_query_heads", "num_key_value_heads", "hidden_dim", "intermediate_dim",
-        "head_dim", "layer_norm_epsilon", "dropout", "query_head_dim_normalize", "sliding_window_size", *GEMMA2)
+        "head_dim", "layer_norm_epsilon", "dropout", "query_head_dim_normalize", "sliding_window_size", *POST_NORMS,
+        "attention_logit_soft_cap", "final_logit_soft_cap", "use_sliding_window_attention")
 
 
 def table(config: rn.TransformerConfig) -> list[tuple[str, str, str]]:
-    """The layout file's table: the head is the tied embedding, so there is nothing to add."""
+    """The layout file's table, its post norms where the config has them; the head is the tied embedding."""
     from . import user
 
-    return user.load(LAYOUT).table
+    left_out = () if config.post_norms else (".post_attn_norm.", ".post_ffn_norm.")
+    return [entry for entry in user.load(LAYOUT).table if not any(name in entry[0] for name in left_out)]
+
+
+def kinds(num_layers: int, sliding: bool) -> list[str]:
+    """GemmaBackbone's layer kinds: the even layers sliding with sliding windows on, else all full."""
+    return ["sliding" if sliding and i % 2 == 0 else "full" for i in range(num_layers)]
 
 
 def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn.TransformerConfig, list[str]]:
@@ -69,10 +78,13 @@ def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn
     what keras_hub computes and the canonical model cannot is refused, naming the key."""
     from .hf import boolean, integer, number
 
+    from .hf import optional_integer
+
     unknown_keys(backbone, KEYS, BACKBONE)
-    for key, what in GEMMA2.items():
-        if backbone.get(key) not in (None, False):
-            raise ValueError(f"config.json {key}={backbone[key]!r} is not supported: {what}")
+    post = {key: boolean(backbone, key, False) for key in POST_NORMS}
+    if len(set(post.values())) > 1:
+        raise ValueError(f"config.json {', '.join(f'{k}={v}' for k, v in post.items())} is not supported: one post "
+                         "norm without the other (canonical post_norms is both or neither)")
     eps = number(backbone, "layer_norm_epsilon", EPSILON)
     if eps != EPSILON:
         raise ValueError(f"config.json layer_norm_epsilon={eps!r} is not supported: keras-hub's GemmaBackbone gives "
@@ -84,6 +96,12 @@ def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn
         raise ValueError(f"config.json query_head_dim_normalize=false with head_dim={head_dim} != hidden_dim // "
                          f"num_query_heads={d // heads} is not supported: keras-hub's GemmaDecoderBlock scales by "
                          "1/sqrt(head_dim) whatever it says, so the scale the preset means is unknown")
+    layer_kinds = kinds(integer(backbone, "num_layers"), boolean(backbone, "use_sliding_window_attention", False))
+    window = optional_integer(backbone, "sliding_window_size") if "sliding" in layer_kinds else None
+    if "sliding" in layer_kinds and not window:
+        raise ValueError(f"config.json sliding_window_size={window!r}: sliding layers need a window of at least 1")
+    caps = {key: None if backbone.get(key) is None else number(backbone, key, 0.0)
+            for key in ("attention_logit_soft_cap", "final_logit_soft_cap")}
     intermediate = integer(backbone, "intermediate_dim")
     notes = [f"intermediate_dim={intermediate} is odd: keras_hub builds two branches of {intermediate // 2}, "
              f"written back as intermediate_dim={intermediate // 2 * 2}"] if intermediate % 2 else []
@@ -92,7 +110,9 @@ def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn
         num_kv_heads=None if kv == heads else kv, head_size=None if head_dim * heads == d else head_dim,
         num_decoder_layers=integer(backbone, "num_layers"), d_ff=intermediate // 2, max_len=MAX_LEN,
         dropout=number(backbone, "dropout", 0.0), tie_embeddings=task is not None,
-        output_projection=task is not None, **FIXED)
+        output_projection=task is not None, post_norms=post["use_post_ffw_norm"], sliding_window=window,
+        layer_kinds=tuple(layer_kinds) if window else None, attn_logit_softcap=caps["attention_logit_soft_cap"],
+        final_logit_softcap=caps["final_logit_soft_cap"] if task is not None else None, **FIXED)
     return config, notes
 
 
@@ -106,6 +126,9 @@ def export_problems(config: rn.TransformerConfig) -> list[str]:
         problems.append("output_bias=True (GemmaCausalLM's logits have no bias)")
     if config.output_projection and not config.tie_embeddings:
         problems.append("tie_embeddings=False (GemmaCausalLM's logits are always the token embedding's)")
+    layer_kinds = [config.layer_kind(i) for i in range(config.num_decoder_layers)]
+    if "sliding" in layer_kinds and layer_kinds != kinds(config.num_decoder_layers, True):
+        problems.append(f"layer_kinds={layer_kinds} (KerasHub Gemma's sliding layers are the even ones, or none)")
     return problems
 
 
@@ -115,9 +138,11 @@ def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], st
                 "num_query_heads": config.num_heads, "num_key_value_heads": config.kv_heads,
                 "hidden_dim": config.d_model, "intermediate_dim": 2 * config.d_ff, "head_dim": config.head_dim,
                 "layer_norm_epsilon": config.layer_norm_eps, "dropout": config.dropout,
-                "query_head_dim_normalize": True, "use_post_ffw_norm": False, "use_post_attention_norm": False,
-                "final_logit_soft_cap": None, "attention_logit_soft_cap": None, "sliding_window_size": 4096,
-                "use_sliding_window_attention": False}
+                "query_head_dim_normalize": True, "use_post_ffw_norm": config.post_norms,
+                "use_post_attention_norm": config.post_norms, "final_logit_soft_cap": config.final_logit_softcap,
+                "attention_logit_soft_cap": config.attn_logit_softcap,
+                "sliding_window_size": config.sliding_window or 4096,
+                "use_sliding_window_attention": config.sliding_window is not None}
     return backbone, (TASKS[0] if config.output_projection else None)
 
 
@@ -127,4 +152,5 @@ FAMILY = KerasHubFamily(
     task_config=None, config_keys=CONFIG_KEYS, fixed=FIXED, task_fields=TASK_FIELDS,
     pad_token=None,  # padding arrives as the backbone's padding_mask input
     layout=LAYOUT, table=table, settle_from_weights=None, to_canonical_state=None, from_canonical_state=None,
-    classifier=None, predicts_mask_positions=(), expresses=(), approximations=())
+    classifier=None, predicts_mask_positions=(),
+    expresses=("attn_logit_softcap", "final_logit_softcap", "post_norms", "layer_kinds"), approximations=())
