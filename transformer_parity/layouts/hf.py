@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 import numpy as np
 
@@ -110,6 +110,23 @@ def _get(hf: Mapping[str, Any], key: str, default: Any, where: str) -> Any:
     if key not in hf and default is REQUIRED:
         raise ValueError(f"{where} has no {key}; it is needed to build the model")
     return hf.get(key, default)
+
+
+def prefix_rule(base_prefix: str, *, lm: str | None = None, bare: str | None = None) -> Callable[..., str]:
+    """A family's `prefix` hook, `prefix(arch, keys=None)`: where its base model's weights sit. Reading (`keys`
+    given): wherever the saved keys put them, under `base_prefix` or at the top. Writing: under `base_prefix` in the
+    class `lm` (the language-model class that wraps the base model), or in every class but the bare model `bare`;
+    at the top otherwise."""
+    if (lm is None) == (bare is None):
+        raise ValueError("prefix_rule takes exactly one of lm= and bare=")
+
+    def prefix(arch: str, keys: Collection[str] | None = None) -> str:
+        if keys is not None:
+            return base_prefix if any(k.startswith(base_prefix) for k in keys) else ""
+        wrapped = arch == lm if lm is not None else arch != bare
+        return base_prefix if wrapped else ""
+
+    return prefix
 
 
 def family_for(hf: Mapping[str, Any], path: str | os.PathLike, declared: str | None = None):

@@ -19,7 +19,7 @@ import reference_numpy as rn
 
 from . import hf_bert
 from .family import HFFamily
-from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
+from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, prefix_rule, refuse, token_id
 from .hf_tasks import Head, encoder_heads, linear
 
 NAME = "hf-albert"
@@ -131,12 +131,9 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
     return hf, arch
 
 
-def prefix(arch: str, keys: Collection[str] | None = None) -> str:
-    """Where the AlbertModel sits: under `albert.` in an AlbertForMaskedLM, at the top in a bare AlbertModel; when
-    reading, wherever the saved keys put it."""
-    if keys is not None:
-        return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
-    return BASE_PREFIX if arch == "AlbertForMaskedLM" else ""
+# Where the AlbertModel sits: under `albert.` in an AlbertForMaskedLM, at the top in a bare AlbertModel; when
+# reading, wherever the saved keys put it.
+prefix = prefix_rule(BASE_PREFIX, lm="AlbertForMaskedLM")
 
 
 # The task classes (`hf_tasks`): sequence scores from the pooler, token and span scores without one; pretraining:

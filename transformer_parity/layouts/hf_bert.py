@@ -14,7 +14,7 @@ from typing import Any, Collection
 import reference_numpy as rn
 
 from .family import HFFamily
-from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
+from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, prefix_rule, refuse, token_id
 from .hf_tasks import Head, causal_lm, encoder_heads, linear
 
 NAME = "hf-bert"
@@ -145,12 +145,9 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
     return hf, arch
 
 
-def prefix(arch: str, keys: Collection[str] | None = None) -> str:
-    """Where the BertModel sits: under `bert.` in a BertForMaskedLM, at the top in a bare BertModel; when reading,
-    wherever the saved keys put it."""
-    if keys is not None:
-        return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
-    return BASE_PREFIX if arch == "BertForMaskedLM" else ""
+# Where the BertModel sits: under `bert.` in a BertForMaskedLM, at the top in a bare BertModel; when reading,
+# wherever the saved keys put it.
+prefix = prefix_rule(BASE_PREFIX, lm="BertForMaskedLM")
 
 
 # The task classes (`hf_tasks`): sequence scores from the pooler; token and span scores from every position (their

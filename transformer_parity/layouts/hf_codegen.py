@@ -17,6 +17,7 @@ from reference_numpy.mapping import BLOCKS
 
 from . import hf_gptj
 from .family import HFFamily
+from .hf import prefix_rule
 
 NAME = "hf-codegen"
 MODEL_TYPE = "codegen"
@@ -59,12 +60,9 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
     return hf, arch
 
 
-def prefix(arch: str, keys: Collection[str] | None = None) -> str:
-    """Where the CodeGenModel sits: under `transformer.` in the causal-LM class, at the top in the bare model; when
-    reading, wherever the saved keys put it."""
-    if keys is not None:
-        return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
-    return BASE_PREFIX if arch == ARCHITECTURES[0] else ""
+# Where the CodeGenModel sits: under `transformer.` in the causal-LM class, at the top in the bare model; when
+# reading, wherever the saved keys put it.
+prefix = prefix_rule(BASE_PREFIX, lm=ARCHITECTURES[0])
 
 
 FAMILY = HFFamily(

@@ -19,7 +19,7 @@ import reference_numpy as rn
 
 from . import hf_bert
 from .family import HFFamily
-from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
+from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, prefix_rule, refuse, token_id
 from .hf_tasks import encoder_heads, linear
 
 NAME = "hf-distilbert"
@@ -108,12 +108,9 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
     return hf, arch
 
 
-def prefix(arch: str, keys: Collection[str] | None = None) -> str:
-    """Where the DistilBertModel sits: under `distilbert.` in a DistilBertForMaskedLM, at the top in a bare
-    DistilBertModel; when reading, wherever the saved keys put it."""
-    if keys is not None:
-        return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
-    return BASE_PREFIX if arch == "DistilBertForMaskedLM" else ""
+# Where the DistilBertModel sits: under `distilbert.` in a DistilBertForMaskedLM, at the top in a bare
+# DistilBertModel; when reading, wherever the saved keys put it.
+prefix = prefix_rule(BASE_PREFIX, lm="DistilBertForMaskedLM")
 
 
 # The task classes (`hf_tasks`): the sequence head reads position 0 through `pre_classifier` and ReLU.

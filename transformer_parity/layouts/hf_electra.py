@@ -18,7 +18,7 @@ import reference_numpy as rn
 
 from . import hf_bert
 from .family import HFFamily
-from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
+from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, prefix_rule, refuse, token_id
 from .hf_tasks import encoder_heads, linear
 
 NAME = "hf-electra"
@@ -101,12 +101,9 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
     return hf, arch
 
 
-def prefix(arch: str, keys: Collection[str] | None = None) -> str:
-    """Where the ElectraModel sits: under `electra.` in the task classes, at the top in a bare ElectraModel; when
-    reading, wherever the saved keys put it."""
-    if keys is not None:
-        return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
-    return BASE_PREFIX if arch != ARCHITECTURES[1] else ""
+# Where the ElectraModel sits: under `electra.` in the task classes, at the top in a bare ElectraModel; when
+# reading, wherever the saved keys put it.
+prefix = prefix_rule(BASE_PREFIX, bare=ARCHITECTURES[1])
 
 
 # The task classes (`hf_tasks`): sequence scores from the first position through `classifier.dense` and GELU;

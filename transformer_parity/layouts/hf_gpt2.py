@@ -12,7 +12,8 @@ from typing import Any, Collection
 import reference_numpy as rn
 
 from .family import HFFamily
-from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer, refuse, token_id
+from .hf import (TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer, prefix_rule,
+                 refuse, token_id)
 from .hf_tasks import Head, decoder_heads, linear
 
 NAME = "hf-gpt2"
@@ -106,12 +107,9 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
     return hf, arch
 
 
-def prefix(arch: str, keys: Collection[str] | None = None) -> str:
-    """Where the GPT2Model sits: under `transformer.` in a GPT2LMHeadModel, at the top in a bare GPT2Model; when
-    reading, wherever the saved keys put it."""
-    if keys is not None:
-        return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
-    return BASE_PREFIX if arch == "GPT2LMHeadModel" else ""
+# Where the GPT2Model sits: under `transformer.` in a GPT2LMHeadModel, at the top in a bare GPT2Model; when reading,
+# wherever the saved keys put it.
+prefix = prefix_rule(BASE_PREFIX, lm="GPT2LMHeadModel")
 
 
 # The task classes (`hf_tasks`): the last non-pad position scored by `score`; per position by `classifier`.

@@ -17,7 +17,8 @@ from typing import Any, Collection, Mapping
 import reference_numpy as rn
 
 from .family import Float64Fix, HFFamily
-from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer, refuse, token_id
+from .hf import (TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer, prefix_rule,
+                 refuse, token_id)
 from .hf_tasks import decoder_heads
 
 NAME = "hf-gpt-neo"
@@ -136,12 +137,9 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
     return hf, arch
 
 
-def prefix(arch: str, keys: Collection[str] | None = None) -> str:
-    """Where the GPTNeoModel sits: under `transformer.` in the causal-LM class, at the top in the bare model; when
-    reading, wherever the saved keys put it."""
-    if keys is not None:
-        return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
-    return BASE_PREFIX if arch == ARCHITECTURES[0] else ""
+# Where the GPTNeoModel sits: under `transformer.` in the causal-LM class, at the top in the bare model; when
+# reading, wherever the saved keys put it.
+prefix = prefix_rule(BASE_PREFIX, lm=ARCHITECTURES[0])
 
 
 def exact_attention(model64, config: rn.TransformerConfig) -> None:

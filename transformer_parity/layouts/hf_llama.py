@@ -19,7 +19,8 @@ from typing import Any, Callable, Collection, Mapping
 import reference_numpy as rn
 
 from .family import HFFamily
-from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer, refuse
+from .hf import (TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer,
+                 prefix_rule, refuse)
 from .hf_tasks import decoder_heads
 
 NAME = "hf-llama"
@@ -322,9 +323,7 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
 def prefix_for(arch: str, keys: Collection[str] | None, spec: FamilySpec, base_prefix: str) -> str:
     """Where the base model sits: under `model.` in the causal-LM class, at the top in the bare model; when
     reading, wherever the saved keys put it."""
-    if keys is not None:
-        return base_prefix if any(k.startswith(base_prefix) for k in keys) else ""
-    return base_prefix if arch == spec.architectures[0] else ""
+    return prefix_rule(base_prefix, lm=spec.architectures[0])(arch, keys)
 
 
 def prefix(arch: str, keys: Collection[str] | None = None) -> str:

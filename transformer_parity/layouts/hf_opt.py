@@ -16,7 +16,8 @@ from typing import Any, Collection
 import reference_numpy as rn
 
 from .family import HFFamily
-from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer, refuse
+from .hf import (TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer, prefix_rule,
+                 refuse)
 
 NAME = "hf-opt"
 MODEL_TYPE = "opt"
@@ -125,12 +126,9 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
     return hf, arch
 
 
-def prefix(arch: str, keys: Collection[str] | None = None) -> str:
-    """Where the OPTModel sits: under `model.` in the task classes, at the top in a bare OPTModel; when reading,
-    wherever the saved keys put it."""
-    if keys is not None:
-        return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
-    return BASE_PREFIX if arch != ARCHITECTURES[1] else ""
+# Where the OPTModel sits: under `model.` in the task classes, at the top in a bare OPTModel; when reading, wherever
+# the saved keys put it.
+prefix = prefix_rule(BASE_PREFIX, bare=ARCHITECTURES[1])
 
 
 # No task classes yet: they take a pad id, and transformers numbers OPT's positions over the attention mask, which

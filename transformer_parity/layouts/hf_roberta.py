@@ -21,7 +21,8 @@ import reference_numpy as rn
 
 from . import hf_bert
 from .family import HFFamily
-from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, refuse, token_id
+from .hf import (TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, prefix_rule, refuse,
+                 token_id)
 from .hf_tasks import causal_lm, encoder_heads, linear
 
 NAME = "hf-roberta"
@@ -130,9 +131,7 @@ def write_config(config: rn.TransformerConfig, family: Names) -> tuple[dict[str,
 def prefix_for(arch: str, keys: Collection[str] | None, family: Names) -> str:
     """Where the base model sits: under `roberta.` in the masked-LM class, at the top in the bare model; when
     reading, wherever the saved keys put it."""
-    if keys is not None:
-        return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
-    return BASE_PREFIX if arch == family.architectures[0] else ""
+    return prefix_rule(BASE_PREFIX, lm=family.architectures[0])(arch, keys)
 
 
 def functions(family: Names) -> dict[str, Callable]:
