@@ -126,7 +126,7 @@ def test_export_reloads_in_transformers_with_the_same_logits(name, built, tmp_pa
 
 @pytest.mark.parametrize("name", list(HF))
 def test_greedy_generation_matches_transformers_for_32_tokens(name, built):
-    from .test_llm_families import _steppers
+    from .support.greedy import steppers
 
     model, _, loaded = built[name]
     prompt = ids(2, length=4)
@@ -135,7 +135,7 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, built):
                                           do_sample=False, max_new_tokens=32, min_new_tokens=32, use_cache=cache,
                                           pad_token_id=0).numpy() for cache in (True, False)}
     np.testing.assert_array_equal(expected[True], expected[False])
-    for label, stepper in _steppers(loaded.config, loaded.weights).items():
+    for label, stepper in steppers(loaded.config, loaded.weights).items():
         ours = rn.generate(stepper, 2, prompt=prompt, eos_id=VOCAB, pad_id=None, max_new_tokens=32)  # no end token
         np.testing.assert_array_equal(ours, expected[True], err_msg=label)
 

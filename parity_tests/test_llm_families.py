@@ -18,6 +18,7 @@ from transformer_parity.cli import main
 from transformer_parity.layouts import hf_family
 from transformer_parity.verify.source_hf import exact_float64
 
+from .support.greedy import steppers
 from .tolerances import property_atol
 
 transformers = pytest.importorskip("transformers")
@@ -194,18 +195,6 @@ def test_export_reloads_in_transformers_with_the_same_logits(name, tmp_path_fact
     np.testing.assert_array_equal(hf_logits(again, src), hf_logits(model, src))
 
 
-def _steppers(config, weights):
-    import tf_impl
-    import torch_impl
-    from tf_impl import decoding as tf_decoding
-    from torch_impl import decoding as torch_decoding
-
-    tm = torch_impl.Transformer.from_reference(config, weights)
-    km = tf_impl.Transformer.from_reference(config, weights, dtype="float32")
-    return {"torch cached": torch_decoding.cached_stepper(tm), "torch recompute": torch_decoding.recompute_stepper(tm),
-            "tf cached": tf_decoding.cached_stepper(km, compiled=False), "tf recompute": tf_decoding.recompute_stepper(km)}
-
-
 @pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
                                   "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "gpt-neox", "phi", "gptj",
                                   "olmo", "olmo2", "granite", "gpt-neo"])
@@ -218,7 +207,7 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
                                           do_sample=False, max_new_tokens=32, min_new_tokens=32, use_cache=cache,
                                           pad_token_id=0).numpy() for cache in (True, False)}
     np.testing.assert_array_equal(expected[True], expected[False])
-    for label, stepper in _steppers(loaded.config, loaded.weights).items():
+    for label, stepper in steppers(loaded.config, loaded.weights).items():
         ours = rn.generate(stepper, 2, prompt=prompt, eos_id=VOCAB, pad_id=None, max_new_tokens=32)  # no end token
         np.testing.assert_array_equal(ours, expected[True], err_msg=label)
 

@@ -17,6 +17,8 @@ import reference_numpy as rn
 from transformer_parity import formats
 from transformer_parity.cli import main
 
+from .support.greedy import steppers
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
@@ -128,11 +130,6 @@ def test_the_export_reloads_in_transformers_with_the_same_logits(family, tmp_pat
 
 
 def test_greedy_generation_matches_transformers_for_32_tokens(family):
-    import tf_impl
-    import torch_impl
-    from tf_impl import decoding as tf_decoding
-    from torch_impl import decoding as torch_decoding
-
     name, model, _, loaded = family
     src, _ = _inputs(loaded.config)
     pad, start = FAMILIES[name][2:4]
@@ -142,14 +139,7 @@ def test_greedy_generation_matches_transformers_for_32_tokens(family):
                                           use_cache=cache, eos_token_id=None, pad_token_id=pad,
                                           decoder_start_token_id=start).numpy() for cache in (True, False)}
     np.testing.assert_array_equal(expected[True], expected[False])
-    tm = torch_impl.Transformer.from_reference(loaded.config, loaded.weights)
-    km = tf_impl.Transformer.from_reference(loaded.config, loaded.weights, dtype="float32")
-    mask = src != pad
-    steppers = {"torch cached": torch_decoding.cached_stepper(tm, src, mask),
-                "torch recompute": torch_decoding.recompute_stepper(tm, src, mask),
-                "tf cached": tf_decoding.cached_stepper(km, src, mask, compiled=False),
-                "tf recompute": tf_decoding.recompute_stepper(km, src, mask)}
-    for label, stepper in steppers.items():  # no end token: eos_id past the vocabulary
+    for label, stepper in steppers(loaded.config, loaded.weights, src, src != pad).items():  # no end token: eos_id past the vocabulary
         ours = rn.generate(stepper, 2, bos_id=start, eos_id=VOCAB, pad_id=pad, max_new_tokens=32)
         np.testing.assert_array_equal(ours, expected[True], err_msg=label)
 
