@@ -83,7 +83,7 @@ def measure(source: rn.TransformerConfig, target: rn.TransformerConfig, weights:
     from transformer_parity.io import limits
     from transformer_parity.layouts.approximations import located
 
-    from .streamed import peak_bytes
+    from .streamed import COLLECT_BYTES, peak_bytes
 
     limits.check_memory(peak_bytes(source, weights, "float64"), "measuring an approximation (one block at a time)")
     src, tgt, types = probe(source, batch, src_len, tgt_len, seed)
@@ -101,8 +101,10 @@ def measure(source: rn.TransformerConfig, target: rn.TransformerConfig, weights:
         for name, value in records[0].items():
             if first is None and max_abs(records[1][name] - value) > 0:
                 first = name
+        size = sum(v.nbytes for v in block_weights.values())
         del block_weights, records
-        gc.collect()
+        if size >= COLLECT_BYTES:
+            gc.collect()
     name = output_name(out[0])
     ids = src if not source.is_encoder_decoder else tgt
     real = np.ones(ids.shape, bool) if source.pad_id is None else ids != source.pad_id

@@ -33,6 +33,10 @@ from .results import JUDGE, Report, Subject, nonfinite_problems, port_rows, reco
 from transformer_parity.tolerances import PAIR_RATIO_LIMIT, RATIO_LIMIT, floors
 
 MODE = "layer-streamed"
+# A block whose weights take this much is freed by a full collection as soon as it is judged (a Keras layer holds its
+# variables in reference cycles, which wait for the next automatic full collection otherwise). A full collection
+# costs about 0.5 s in a process that holds PyTorch and TensorFlow: a small block's weights are left to the collector.
+COLLECT_BYTES = 32 * 2**20
 FLOOR = "numpy-f32 (floor)"
 
 
@@ -99,7 +103,8 @@ def judge(reference: Subject, subjects: Sequence[Subject], dtype: str, src: np.n
             floor[name] = block_floor[name]
             rows += port_rows(name, labels, records, desired, floor[name], RATIO_LIMIT, PAIR_RATIO_LIMIT)
         del weights, records
-        gc.collect()  # a Keras layer sits in reference cycles: free the block's weights now, not at some later collection
+        if sizes[n] >= COLLECT_BYTES:  # a Keras layer sits in reference cycles: free a big block's weights now
+            gc.collect()
     return sublayers, floor, rows, seconds, problems
 
 
