@@ -29,6 +29,8 @@ COMMON = dict(vocab_size=VOCAB, hidden_size=48, num_attention_heads=6, num_key_v
               bos_token_id=None, eos_token_id=None, tie_word_embeddings=False)
 OMIT = object()  # a COMMON key a family's config does not have (left out of its config.json)
 NEOX = dict(hidden_size=96, num_key_value_heads=OMIT, rms_norm_eps=OMIT, layer_norm_eps=1e-5)
+FALCON = dict(NEOX, layer_norm_eps=OMIT, layer_norm_epsilon=1e-5, intermediate_size=OMIT, ffn_hidden_size=37,
+              num_kv_heads=None)
 LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
           "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
 MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
@@ -85,6 +87,12 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     "codegen": ("CodeGenForCausalLM", "CodeGenConfig", dict(NEOX, hidden_size=64, num_attention_heads=4,
                                                             intermediate_size=OMIT, n_inner=37, rotary_dim=8,
                                                             layer_norm_eps=OMIT, layer_norm_epsilon=1e-5)),
+    # one key/value head, attention and feed-forward side by side on one LayerNorm, no biases, tied (Falcon-7B); the
+    # new decoder: ln_attn and ln_mlp side by side, 2 key/value groups fused with their query heads, biases (Falcon-40B)
+    "falcon-7b": ("FalconForCausalLM", "FalconConfig", dict(FALCON, tie_word_embeddings=True, rope_parameters={
+        "rope_type": "default", "rope_theta": 5000.0})),
+    "falcon-40b": ("FalconForCausalLM", "FalconConfig", dict(FALCON, new_decoder_architecture=True, num_kv_heads=2,
+                                                             bias=True)),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
