@@ -93,6 +93,8 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
         "rope_type": "default", "rope_theta": 5000.0})),
     "falcon-40b": ("FalconForCausalLM", "FalconConfig", dict(FALCON, new_decoder_architecture=True, num_kv_heads=2,
                                                              bias=True)),
+    # one sublayer after the other, q/k/v fused per head, biases (Falcon-RW)
+    "falcon-rw": ("FalconForCausalLM", "FalconConfig", dict(FALCON, multi_query=False, parallel_attn=False, bias=True)),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
@@ -180,7 +182,7 @@ def test_float32_outputs_match_the_reference(name, impl, tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3", "starcoder2", "stablelm",
                                   "opt", "gpt-neox", "phi-qk-layernorm", "gptj", "stablelm-parallel", "codegen",
-                                  "olmo", "olmo2", "granite", "gpt-neo"])
+                                  "olmo", "olmo2", "granite", "gpt-neo", "falcon-7b", "falcon-40b"])
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
@@ -216,7 +218,7 @@ def _steppers(config, weights):
 
 @pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
                                   "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "gpt-neox", "phi", "gptj",
-                                  "olmo", "olmo2", "granite", "gpt-neo"])
+                                  "olmo", "olmo2", "granite", "gpt-neo", "falcon-7b"])
 def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
@@ -245,13 +247,16 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
     ("use_bidirectional_attention", True, "use_bidirectional_attention=True"),
     ("attention_types", [[["global", "sparse"], 1]], "attention_types"),
     ("n_head", 2, "n_head=2"),  # CodeGen: 4 shards of heads
+    ("alibi", True, "alibi=true"),  # Falcon: ALiBi is another attention block
+    ("num_kv_heads", 3, "num_kv_heads=3"),  # Falcon-RW: groups only in new_decoder_architecture
 ])
 def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
     import shutil
 
     owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "num_key_value_heads": "gpt-neox",
              "head_dim": "phi-qk-layernorm", "rotary_dim": "gptj", "n_head": "codegen", "clip_qkv": "olmo",
-             "use_sliding_window": "olmo2", "use_bidirectional_attention": "granite", "attention_types": "gpt-neo"}
+             "use_sliding_window": "olmo2", "use_bidirectional_attention": "granite", "attention_types": "gpt-neo",
+             "alibi": "falcon-7b", "num_kv_heads": "falcon-rw"}
     _, path = hf_model(owner.get(field, "llama"), tmp_path_factory)
     copy = tmp_path / "edited"
     shutil.copytree(path, copy)
