@@ -283,3 +283,34 @@ def test_gpt_neox_reads_its_older_rotary_keys():
     newer = {**hf, "rotary_pct": 0.5, "rope_parameters": {"rope_theta": 20.0, "partial_rotary_factor": 1.0}}
     read = hf_gpt_neox.config_from_hf(newer, keys)[0]
     assert (read.rotary_fraction, read.rope_theta) == (1.0, 20.0)
+
+
+def test_falcon_reads_its_three_forms_and_refuses_what_transformers_cannot_run():
+    """FalconDecoderLayer's flags as `(parallel_residual, ffn_shares_norm, num_kv_heads)`, written back as the same
+    form (new_decoder_architecture wherever the older decoder cannot hold the key/value groups); the flag mixes
+    transformers builds but cannot run, ALiBi and a partial rotary factor refused naming the field."""
+    import dataclasses
+
+    from transformer_parity.layouts import hf_falcon
+
+    hf = {"model_type": "falcon", "architectures": ["FalconForCausalLM"], "vocab_size": VOCAB, "hidden_size": 96,
+          "num_attention_heads": 6, "num_hidden_layers": 2, "max_position_embeddings": 64}
+    forms = [({}, (True, True, 1)), ({"multi_query": False}, (True, True, None)),
+             ({"parallel_attn": False, "multi_query": False}, (False, False, None)),
+             ({"new_decoder_architecture": True, "num_kv_heads": 2}, (True, False, 2)),
+             ({"new_decoder_architecture": True, "num_kv_heads": 3, "num_ln_in_parallel_attn": 1}, (True, True, 3))]
+    for settings, expected in forms:
+        config = hf_falcon.config_from_hf({**hf, **settings}, ["lm_head.weight"])[0]
+        assert (config.parallel_residual, config.ffn_shares_norm, config.num_kv_heads) == expected, settings
+        written = hf_falcon.config_to_hf(config)[0]
+        assert hf_falcon.config_from_hf(written, ["lm_head.weight"])[0] == config, settings
+    grouped = dataclasses.replace(config, parallel_residual=False, ffn_shares_norm=False)  # groups one after the other
+    assert any(p.startswith("num_kv_heads=3") for p in hf_falcon.export_problems(grouped))
+    for settings, named in [({"alibi": True}, "alibi=true"),
+                            ({"new_decoder_architecture": True, "parallel_attn": False}, "parallel_attn=false"),
+                            ({"num_ln_in_parallel_attn": 2}, "num_ln_in_parallel_attn=2"),
+                            ({"new_decoder_architecture": True, "num_kv_heads": 4}, "num_kv_heads=4"),
+                            ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                                  "partial_rotary_factor": 0.5}}, "partial_rotary_factor=0.5")]:
+        with pytest.raises(ValueError, match=named):
+            hf_falcon.config_from_hf({**hf, **settings}, ["lm_head.weight"])
