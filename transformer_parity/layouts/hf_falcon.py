@@ -13,9 +13,11 @@ its query heads, then its key, then its value (`fused_qkv_groups_t`: new_decoder
 groups, one group under multi_query, one per head under neither). `bias` switches every linear's bias but
 `lm_head`'s (it has none); the head is tied unless `tie_word_embeddings` is false. Refused, naming the field:
 `alibi` (ALiBi position biases are another attention block), a head_dim other than hidden_size / heads,
-`num_kv_heads` other than the heads without new_decoder_architecture (transformers cannot run it), a partial
-rotary factor, and the norm layouts transformers builds but cannot run (`num_ln_in_parallel_attn` 2 without
-new_decoder_architecture; new_decoder_architecture with `parallel_attn` false).
+`num_kv_heads` other than the heads without new_decoder_architecture or multi_query (transformers cannot run it),
+a partial rotary factor, and the norm layouts transformers builds but cannot run (`num_ln_in_parallel_attn` 2
+without new_decoder_architecture; new_decoder_architecture with `parallel_attn` false). transformers adds the
+attention output into the feed-forward's (in place) and then the residual, `x + (ffn + attn)`, where the canonical
+order is `(x + attn) + ffn`: one rounding apart (2.8e-15 in f64).
 """
 
 from __future__ import annotations
