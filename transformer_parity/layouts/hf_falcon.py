@@ -179,6 +179,8 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
         "hidden_dropout": config.dropout, "attention_dropout": config.dropout,
         "tie_word_embeddings": config.tie_embeddings and config.output_projection,
         "pad_token_id": config.pad_id, "bos_token_id": None, "eos_token_id": None}
+    if (config.rope_scaling or {}).get("rope_type") in hf_llama.TOP_LEVEL_ORIGINAL:  # the one transformers 5 reads
+        hf["original_max_position_embeddings"] = config.rope_scaling["original_max_position_embeddings"]
     return hf, arch
 
 
