@@ -30,6 +30,8 @@ COMMON = dict(vocab_size=VOCAB, hidden_size=48, num_attention_heads=6, num_key_v
               bos_token_id=None, eos_token_id=None, tie_word_embeddings=False)
 OMIT = object()  # a COMMON key a family's config does not have (left out of its config.json)
 NEOX = dict(hidden_size=96, num_key_value_heads=OMIT, rms_norm_eps=OMIT, layer_norm_eps=1e-5)
+FALCON = dict(NEOX, layer_norm_eps=OMIT, layer_norm_epsilon=1e-5, intermediate_size=OMIT, ffn_hidden_size=37,
+              num_kv_heads=None)
 LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
           "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
 MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
@@ -86,6 +88,14 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     "codegen": ("CodeGenForCausalLM", "CodeGenConfig", dict(NEOX, hidden_size=64, num_attention_heads=4,
                                                             intermediate_size=OMIT, n_inner=37, rotary_dim=8,
                                                             layer_norm_eps=OMIT, layer_norm_epsilon=1e-5)),
+    # one key/value head, attention and feed-forward side by side on one LayerNorm, no biases, tied (Falcon-7B); the
+    # new decoder: ln_attn and ln_mlp side by side, 2 key/value groups fused with their query heads, biases (Falcon-40B)
+    "falcon-7b": ("FalconForCausalLM", "FalconConfig", dict(FALCON, tie_word_embeddings=True, rope_parameters={
+        "rope_type": "default", "rope_theta": 5000.0})),
+    "falcon-40b": ("FalconForCausalLM", "FalconConfig", dict(FALCON, new_decoder_architecture=True, num_kv_heads=2,
+                                                             bias=True)),
+    # one sublayer after the other, q/k/v fused per head, biases (Falcon-RW)
+    "falcon-rw": ("FalconForCausalLM", "FalconConfig", dict(FALCON, multi_query=False, parallel_attn=False, bias=True)),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
@@ -173,7 +183,7 @@ def test_float32_outputs_match_the_reference(name, impl, tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3", "starcoder2", "stablelm",
                                   "opt", "gpt-neox", "phi-qk-layernorm", "gptj", "stablelm-parallel", "codegen",
-                                  "olmo", "olmo2", "granite", "gpt-neo"])
+                                  "olmo", "olmo2", "granite", "gpt-neo", "falcon-7b", "falcon-40b"])
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
@@ -197,7 +207,7 @@ def test_export_reloads_in_transformers_with_the_same_logits(name, tmp_path_fact
 
 @pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
                                   "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "gpt-neox", "phi", "gptj",
-                                  "olmo", "olmo2", "granite", "gpt-neo"])
+                                  "olmo", "olmo2", "granite", "gpt-neo", "falcon-7b"])
 def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
@@ -226,13 +236,16 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
     ("use_bidirectional_attention", True, "use_bidirectional_attention=True"),
     ("attention_types", [[["global", "sparse"], 1]], "attention_types"),
     ("n_head", 2, "n_head=2"),  # CodeGen: 4 shards of heads
+    ("alibi", True, "alibi=true"),  # Falcon: ALiBi is another attention block
+    ("num_kv_heads", 3, "num_kv_heads=3"),  # Falcon-RW: groups only in new_decoder_architecture
 ])
 def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
     import shutil
 
     owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "num_key_value_heads": "gpt-neox",
              "head_dim": "phi-qk-layernorm", "rotary_dim": "gptj", "n_head": "codegen", "clip_qkv": "olmo",
-             "use_sliding_window": "olmo2", "use_bidirectional_attention": "granite", "attention_types": "gpt-neo"}
+             "use_sliding_window": "olmo2", "use_bidirectional_attention": "granite", "attention_types": "gpt-neo",
+             "alibi": "falcon-7b", "num_kv_heads": "falcon-rw"}
     _, path = hf_model(owner.get(field, "llama"), tmp_path_factory)
     copy = tmp_path / "edited"
     shutil.copytree(path, copy)
@@ -259,3 +272,34 @@ def test_gpt_neox_reads_its_older_rotary_keys():
     newer = {**hf, "rotary_pct": 0.5, "rope_parameters": {"rope_theta": 20.0, "partial_rotary_factor": 1.0}}
     read = hf_gpt_neox.config_from_hf(newer, keys)[0]
     assert (read.rotary_fraction, read.rope_theta) == (1.0, 20.0)
+
+
+def test_falcon_reads_its_three_forms_and_refuses_what_transformers_cannot_run():
+    """FalconDecoderLayer's flags as `(parallel_residual, ffn_shares_norm, num_kv_heads)`, written back as the same
+    form (new_decoder_architecture wherever the older decoder cannot hold the key/value groups); the flag mixes
+    transformers builds but cannot run, ALiBi and a partial rotary factor refused naming the field."""
+    import dataclasses
+
+    from transformer_parity.layouts import hf_falcon
+
+    hf = {"model_type": "falcon", "architectures": ["FalconForCausalLM"], "vocab_size": VOCAB, "hidden_size": 96,
+          "num_attention_heads": 6, "num_hidden_layers": 2, "max_position_embeddings": 64}
+    forms = [({}, (True, True, 1)), ({"multi_query": False}, (True, True, None)),
+             ({"parallel_attn": False, "multi_query": False}, (False, False, None)),
+             ({"new_decoder_architecture": True, "num_kv_heads": 2}, (True, False, 2)),
+             ({"new_decoder_architecture": True, "num_kv_heads": 3, "num_ln_in_parallel_attn": 1}, (True, True, 3))]
+    for settings, expected in forms:
+        config = hf_falcon.config_from_hf({**hf, **settings}, ["lm_head.weight"])[0]
+        assert (config.parallel_residual, config.ffn_shares_norm, config.num_kv_heads) == expected, settings
+        written = hf_falcon.config_to_hf(config)[0]
+        assert hf_falcon.config_from_hf(written, ["lm_head.weight"])[0] == config, settings
+    grouped = dataclasses.replace(config, parallel_residual=False, ffn_shares_norm=False)  # groups one after the other
+    assert any(p.startswith("num_kv_heads=3") for p in hf_falcon.export_problems(grouped))
+    for settings, named in [({"alibi": True}, "alibi=true"),
+                            ({"new_decoder_architecture": True, "parallel_attn": False}, "parallel_attn=false"),
+                            ({"num_ln_in_parallel_attn": 2}, "num_ln_in_parallel_attn=2"),
+                            ({"new_decoder_architecture": True, "num_kv_heads": 4}, "num_kv_heads=4"),
+                            ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                                  "partial_rotary_factor": 0.5}}, "partial_rotary_factor=0.5")]:
+        with pytest.raises(ValueError, match=named):
+            hf_falcon.config_from_hf({**hf, **settings}, ["lm_head.weight"])

@@ -45,7 +45,8 @@ def test_heads_first_puts_the_heads_before_the_input_features():
 
 
 FUSED_CASES = [(t, (8, 8, 8) if "blocks" in t else (6, 6, 6)) for t in mapping.FUSED] + [
-    (t, (6, 2, 2)) for t in mapping.FUSED if "heads" not in t and "blocks" not in t]
+    (t, (6, 2, 2)) for t in mapping.FUSED if "heads" not in t and "blocks" not in t] + [
+    (t, (12, 4, 4)) for t in mapping.FUSED if "groups" in t]
 
 
 @pytest.mark.parametrize("transform,widths", FUSED_CASES, ids=[f"{t}-{w}" for t, w in FUSED_CASES])
@@ -62,6 +63,24 @@ def test_fused_qkv_split_and_join(transform, widths):  # grouped-query k/v are n
         np.testing.assert_array_equal(fused[2:4], parts[2][:, :2].T)
         np.testing.assert_array_equal(fused[4:6], parts[1][:, :2].T)
         np.testing.assert_array_equal(fused[6:8], parts[0][:, 2:4].T)
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(6, 2), (6, 1), (6, 6)])
+def test_fused_qkv_groups_is_falcons_split(heads, kv_heads):
+    """Falcon's `_split_heads` on an output `(G, g + 2, dk)`: the first g = H / G of each group are query heads, then
+    its key, then its value (new_decoder_architecture's groups; multi-query is one group, neither G = H)."""
+    dk, per = 2, heads // kv_heads
+    rng = np.random.default_rng(1)
+    parts = [rng.standard_normal((5, n * dk)) for n in (heads, kv_heads, kv_heads)]
+    fused = mapping.fuse(parts, "fused_qkv_groups_t", head_dim=dk)  # (out, in), as nn.Linear holds it
+    view = fused.T.reshape(5, kv_heads, per + 2, dk)
+    np.testing.assert_array_equal(view[:, :, :-2].reshape(5, -1), parts[0])
+    np.testing.assert_array_equal(view[:, :, -2].reshape(5, -1), parts[1])
+    np.testing.assert_array_equal(view[:, :, -1].reshape(5, -1), parts[2])
+    if kv_heads == heads:  # one group per head: the per-head interleaving
+        np.testing.assert_array_equal(fused, mapping.fuse(parts, "fused_qkv_heads_t", head_dim=dk))
+    if kv_heads == 1:  # multi-query: q | k | v side by side
+        np.testing.assert_array_equal(fused, mapping.fuse(parts, "fused_qkv_t", head_dim=dk))
 
 
 def test_a_fused_array_of_the_wrong_width_is_refused():

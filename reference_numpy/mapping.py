@@ -20,6 +20,8 @@ Hugging Face and KerasHub family, and a user's layout file (which is this table,
   | `fused_qkv_heads` | q, k, v interleaved per head: last axis `(H, 3, dk)` | required     | written   |
   | `fused_qkv_heads_t` | the same stored `(3D, in)` (a Lightning `qkv_proj`) | required    | written   |
   | `fused_qvk_blocks_t` | q, v, k in 4 model-parallel blocks: features `(4, [q, v, k], D/4)`, stored `(3D, in)` | required | written |
+  | `fused_qkv_groups` | per key/value head its query heads, then k, then v: features `(G, [q * H/G, k, v], dk)` | required | written |
+  | `fused_qkv_groups_t` | the same stored `(q+k+v, in)` (Falcon's `query_key_value`) | required | written |
   | `heads_out` | output features split per head: `(in, H, dk)`, bias `(H, dk)` (Keras MHA q/k/v) | required | written |
   | `heads_in`  | input features split per head: `(H, dk, out)` (Keras MHA output kernel) | required | written |
   | `heads_first` | heads leading: `(H, in, dk)`, bias `(H, dk)` (KerasHub Gemma q/k/v) | required | written |
@@ -57,9 +59,10 @@ import numpy as np
 
 TRANSFORMS = ("identity", "transpose", "fused_qkv", "row", "tied", "sinusoid", "causal_mask", "ignore",
               "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t", "heads_out", "heads_in", "seq_first",
-              "heads_first", "position_ids", "zero_type_ids", "mask_fill", "rope_inv_freq", "fused_qvk_blocks_t")
+              "heads_first", "position_ids", "zero_type_ids", "mask_fill", "rope_inv_freq", "fused_qvk_blocks_t",
+              "fused_qkv_groups", "fused_qkv_groups_t")
 FUSED = ("fused_qkv", "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t",
-         "fused_qvk_blocks_t")  # one external array holds q, k, v
+         "fused_qvk_blocks_t", "fused_qkv_groups", "fused_qkv_groups_t")  # one external array holds q, k, v
 # fused_qvk_blocks_t: a checkpoint trained over 4 model-parallel shards keeps each shard's q | v | k side by side, each
 # a quarter of the heads (head h in shard h // (H / 4)); where q, k and v sit in a shard
 BLOCKS, BLOCK_SLOTS = 4, (0, 2, 1)
@@ -178,7 +181,8 @@ def check_table(table: Sequence[Entry]) -> None:
         if entry[2] in FUSED and len(placeholders(entry[0]) & set(PARTS)) != 1:
             raise ValueError(f"a fused entry needs {{qkv}}, {{kv}} or {{gate_up}} (one of them) in its canonical pattern, "
                              f"received {entry!r}")
-        if entry[2] in FUSED and ("heads" in entry[2] or "blocks" in entry[2]) and "qkv" not in placeholders(entry[0]):
+        if entry[2] in FUSED and any(w in entry[2] for w in ("heads", "blocks", "groups")) \
+                and "qkv" not in placeholders(entry[0]):
             raise ValueError(f"{entry[2]} interleaves q, k and v per head: its canonical pattern needs {{qkv}}, "
                              f"received {entry!r}")
 
@@ -345,7 +349,8 @@ def fused_part(array: np.ndarray, transform: str, part: int, widths: Sequence[in
     """Part `part` (q, k, v: 0/1/2; gate, linear1: 0/1) of a fused projection, in canonical orientation; `widths`
     are the parts' feature counts (k and v narrower under grouped-query attention). `_t`: stored `(q+k+v, in)` as
     an `nn.Linear` holds it; `_heads`: the features are `(H, 3, dk)`, q/k/v interleaved per head (equal widths);
-    `_blocks`: `(4, 3, D/4)`, q, v and k side by side in each of 4 blocks (equal widths)."""
+    `_blocks`: `(4, 3, D/4)`, q, v and k side by side in each of 4 blocks (equal widths); `_groups`: `(G, g + 2, dk)`,
+    each of the G key/value heads after its g = H / G query heads (k and v `G * dk` wide)."""
     a = np.asarray(array)
     a = transposed(a) if transform.endswith("_t") and a.ndim == 2 else a  # (3D, in) -> (in, 3D); a bias (3D,) stays
     if a.shape[-1] != sum(widths):
@@ -357,6 +362,11 @@ def fused_part(array: np.ndarray, transform: str, part: int, widths: Sequence[in
                              "q, v and k")
         a = a.reshape(a.shape[:-1] + (BLOCKS, 3, width // BLOCKS))  # (..., 3D) -> (..., 4, 3, D/4)
         return np.ascontiguousarray(a[..., BLOCK_SLOTS[part], :]).reshape(a.shape[:-3] + (width,))  # -> (..., D)
+    if "groups" in transform:
+        groups, per = _groups(widths, head_dim)
+        a = a.reshape(a.shape[:-1] + (groups, per + 2, head_dim))  # (..., q+k+v) -> (..., G, g + 2, dk)
+        picked = a[..., :per, :] if part == 0 else a[..., per + part - 1:per + part, :]  # q: g heads; k, v: one
+        return np.ascontiguousarray(picked).reshape(a.shape[:-3] + (widths[part],))  # -> (..., G * n * dk)
     if "heads" in transform:
         width = widths[0]
         if len(widths) != 3 or len(set(widths)) != 1 or width % head_dim:
@@ -368,9 +378,22 @@ def fused_part(array: np.ndarray, transform: str, part: int, widths: Sequence[in
     return np.ascontiguousarray(a[..., start:start + widths[part]])  # (..., q+k+v) -> (..., part)
 
 
+def _groups(widths: Sequence[int], head_dim: int) -> tuple[int, int]:
+    """`(G, g)` of a grouped fused q/k/v array: its key/value heads, and the query heads each one serves."""
+    if len(widths) != 3 or widths[1] != widths[2] or widths[1] % head_dim or widths[0] % widths[1]:
+        raise ValueError(f"a grouped q/k/v array of {'+'.join(map(str, widths))} features does not split into "
+                         f"key/value heads of {head_dim}, each after a whole number of query heads")
+    return widths[1] // head_dim, widths[0] // widths[1]
+
+
 def fuse(parts: Sequence[np.ndarray], transform: str, head_dim: int = 1) -> np.ndarray:
     """The inverse of `fused_part`: q, k, v (canonical orientation) -> the fused external array."""
-    if "blocks" in transform:
+    if "groups" in transform:
+        groups, per = _groups([p.shape[-1] for p in parts], head_dim)
+        lead = parts[0].shape[:-1]
+        split = [p.reshape(lead + (groups, n, head_dim)) for p, n in zip(parts, (per, 1, 1))]  # (..., G, n, dk)
+        fused = np.concatenate(split, axis=-2).reshape(lead + (sum(p.shape[-1] for p in parts),))  # (..., q+k+v)
+    elif "blocks" in transform:
         width = parts[0].shape[-1]
         blocks = [p.reshape(p.shape[:-1] + (BLOCKS, width // BLOCKS)) for p in parts]  # (..., D) -> (..., 4, D/4)
         stacked = np.stack([blocks[BLOCK_SLOTS.index(slot)] for slot in range(3)], axis=-2)  # (..., 4, 3, D/4)

@@ -66,6 +66,7 @@ HF_LAYOUTS = {
     "hf-olmo2": "hf_olmo2",
     "hf-granite": "hf_granite",
     "hf-codegen": "hf_codegen",
+    "hf-falcon": "hf_falcon",
 }
 # ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
 KERASHUB_PRESET_LAYOUTS = {

@@ -127,7 +127,8 @@ def _one_line(exc: BaseException) -> str:
 
 def _hook_outputs(modules: Mapping[str, Any], record: dict[str, Any], transpose: bool = False) -> list[Any]:
     """Forward hooks that store each module's output (the first element of a tuple; a `routing` record's router gives
-    `(scores, weights, chosen experts)`, as transformers' routers do: the last) under its canonical name. A module
+    `(scores, weights, chosen experts)`, as transformers' routers do: the last) under its canonical name, as a copy (a
+    layer may add another sublayer's output to a tensor in place after its module returned it). A module
     under several names (one layer's weights run by every layer) stores its k-th call under the k-th name."""
     names: dict[int, tuple[Any, list[str]]] = {}  # id(module) -> (module, its canonical names in order)
     for name, module in modules.items():
@@ -139,6 +140,7 @@ def _hook_outputs(modules: Mapping[str, Any], record: dict[str, Any], transpose:
             if name is None:  # called more often than it has names: the first calls are the ones recorded
                 return
             out = output[-1 if name.endswith(".routing") else 0] if isinstance(output, tuple) else output
+            out = out.detach().clone() if hasattr(out, "clone") else out  # a copy: its caller may add to it in place
             record[name] = out.transpose(0, 1) if transpose else out  # (len, B, D) -> (B, len, D)
         return store
 
