@@ -28,7 +28,8 @@ import reference_numpy as rn
 
 from . import hf_llama
 from .family import HFFamily
-from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer, refuse
+from .hf import (TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, optional_integer,
+                 prefix_rule, refuse)
 from .hf_tasks import decoder_heads
 
 NAME = "hf-falcon"
@@ -184,12 +185,9 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
     return hf, arch
 
 
-def prefix(arch: str, keys: Collection[str] | None = None) -> str:
-    """Where the FalconModel sits: under `transformer.` in the causal-LM class, at the top in the bare model; when
-    reading, wherever the saved keys put it."""
-    if keys is not None:
-        return BASE_PREFIX if any(k.startswith(BASE_PREFIX) for k in keys) else ""
-    return BASE_PREFIX if arch == ARCHITECTURES[0] else ""
+# Where the FalconModel sits: under `transformer.` in the causal-LM class, at the top in the bare model; when
+# reading, wherever the saved keys put it.
+prefix = prefix_rule(BASE_PREFIX, lm=ARCHITECTURES[0])
 
 
 TASK_HEADS = decoder_heads("Falcon", token_score="classifier")  # `hf_tasks`
