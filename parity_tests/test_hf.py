@@ -327,8 +327,8 @@ def _copy(path, tmp_path):
 def test_unsupported_model_type_lists_the_supported_ones(tmp_path_factory, tmp_path, capsys):
     copy = _copy(hf_model("gpt2", tmp_path_factory)[1], tmp_path)
     config = json.loads((copy / "config.json").read_text())
-    (copy / "config.json").write_text(json.dumps({**config, "model_type": "falcon"}))
-    _convert_fails(tmp_path, capsys, copy, "model_type='falcon' is not supported; supported model types: gpt2")
+    (copy / "config.json").write_text(json.dumps({**config, "model_type": "xlnet"}))
+    _convert_fails(tmp_path, capsys, copy, "model_type='xlnet' is not supported; supported model types: gpt2")
 
 
 def test_config_json_of_neither_kind_names_both_kinds(tmp_path, capsys):
