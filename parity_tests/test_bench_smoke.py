@@ -570,7 +570,7 @@ def test_the_io_benches_refuse_zero_rounds_in_one_line(script, capsys):
     assert "--rounds must be at least 1, got 0" in capsys.readouterr().err.splitlines()[-1]
 
 
-@pytest.mark.parametrize("shape", ["llama-micro", "gpt2-micro"])
+@pytest.mark.parametrize("shape", ["llama-micro", "gpt2-micro", "mixtral-micro"])
 def test_model_bench_library_rows_run_against_transformers_and_keras_hub(shape):
     """The rows of an architecture both libraries hold: our twin, transformers' class (LlamaForCausalLM,
     GPT2LMHeadModel: from the project's HF export) and KerasHub's causal LM (LlamaCausalLM, GPT2CausalLM: from the
