@@ -71,6 +71,7 @@ HF_LAYOUTS = {
 # ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
 KERASHUB_PRESET_LAYOUTS = {
     "kerashub-gpt2": "kerashub_gpt2",
+    "kerashub-gpt-neox": "kerashub_gpt_neox",
     "kerashub-bert": "kerashub_bert",
     "kerashub-roberta": "kerashub_roberta",
     "kerashub-distilbert": "kerashub_distilbert",
