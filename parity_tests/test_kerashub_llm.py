@@ -160,6 +160,9 @@ FAMILIES = {
     # tanh GELU, the head tied
     "gpt-neox": ("GPTNeoXBackbone", "GPTNeoXCausalLM", "hf-gpt-neox", dict(
         num_query_heads=DROP, num_key_value_heads=DROP, num_heads=6, rotary_percentage=0.5)),
+    # OPT: GPT-2's pre-LN blocks with ReLU, positions from row 0 (transformers' from row 2), the head tied
+    "opt": ("OPTBackbone", "OPTCausalLM", "hf-opt", dict(
+        num_query_heads=DROP, num_key_value_heads=DROP, layer_norm_epsilon=DROP, num_heads=6, max_sequence_length=64)),
 }
 
 
@@ -216,7 +219,7 @@ def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_f
     assert np.max(np.abs(theirs - expected)) <= 1e-4
 
 
-@pytest.mark.parametrize("name", ["mixtral", "qwen3-moe", "gemma2", "smollm3"])
+@pytest.mark.parametrize("name", ["mixtral", "qwen3-moe", "gemma2", "smollm3", "opt"])
 def test_keras_hub_greedy_generation_equals_transformers_on_our_export(name, tmp_path_factory, tmp_path):
     """keras_hub's greedy `generate` (its KV cache) on the preset gives the 32 tokens transformers decodes from our
     export of it. Left out, for keras_hub's reasons: Qwen-MoE with a window (keras-hub 0.32's cached attention takes

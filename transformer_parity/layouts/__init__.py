@@ -72,6 +72,7 @@ HF_LAYOUTS = {
 KERASHUB_PRESET_LAYOUTS = {
     "kerashub-gpt2": "kerashub_gpt2",
     "kerashub-gpt-neox": "kerashub_gpt_neox",
+    "kerashub-opt": "kerashub_opt",
     "kerashub-bert": "kerashub_bert",
     "kerashub-roberta": "kerashub_roberta",
     "kerashub-distilbert": "kerashub_distilbert",
