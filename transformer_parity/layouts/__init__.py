@@ -77,6 +77,7 @@ KERASHUB_PRESET_LAYOUTS = {
     "kerashub-roberta": "kerashub_roberta",
     "kerashub-distilbert": "kerashub_distilbert",
     "kerashub-albert": "kerashub_albert",
+    "kerashub-electra": "kerashub_electra",
     "kerashub-llama": "kerashub_llama",
     "kerashub-mistral": "kerashub_mistral",
     "kerashub-mixtral": "kerashub_mixtral",
