@@ -412,3 +412,24 @@ def test_a_backbone_saved_alone_keeps_its_untied_head(backbone, settings, tmp_pa
     report = tmp_path / "report.json"
     assert main(["--quiet", "verify", str(tmp_path / "preset"), "--src-len", "11", "--json", str(report)]) == 0
     assert json.loads(report.read_text())["source"]["runs"][0]["label"] == "keras_hub-f32"
+
+
+@pytest.mark.parametrize("name", ["gpt-neox", "opt"])
+def test_a_setting_keras_hub_032_does_not_write_is_refused_and_an_untied_head_is_not_written(name, tmp_path_factory,
+                                                                                            tmp_path):
+    """GPT-NeoX and OPT: a config.json key their backbone's get_config() does not write is refused, naming it; an
+    untied head has no KerasHub form (their causal LMs' logits are the token embedding reversed)."""
+    import shutil
+
+    _, path = family_preset(tmp_path_factory, name)
+    changed = tmp_path / "changed"
+    shutil.copytree(path, changed)
+    config = json.loads((changed / "config.json").read_text())
+    config["config"]["use_parallel_residual"] = False
+    (changed / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="use_parallel_residual are not supported"):
+        formats.load(changed)
+    loaded = formats.load(path)
+    weights = {**loaded.weights, "output.kernel": np.array(loaded.weights["tgt_embed.embedding"]).T.copy()}
+    with pytest.raises(ValueError, match=r"tie_embeddings=False \(\w+CausalLM's logits reuse the token embedding\)"):
+        formats.save(tmp_path / "untied", loaded.config.replace(tie_embeddings=False), weights, "kerashub-" + name)
