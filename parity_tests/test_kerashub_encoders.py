@@ -243,3 +243,61 @@ def test_bare_weights_file_reads_as_the_preset(preset, tmp_path):
     preset_model, loaded = load(name, path), formats.load(out)
     assert loaded.config == preset_model.config and sorted(loaded.weights) == sorted(preset_model.weights)
     assert all(np.array_equal(loaded.weights[k], preset_model.weights[k]) for k in preset_model.weights)
+
+
+# --- ELECTRA (`layouts.kerashub_electra`): a backbone only (keras-hub 0.32 has no ELECTRA task), embeddings 10 wide
+# projected to 36, three segments, a pooler that transformers' ElectraModel does not have -----------------------------
+
+@pytest.fixture(scope="module")
+def electra(tmp_path_factory):
+    model = keras_hub.models.ElectraBackbone(vocab_size=53, num_layers=2, num_heads=3, hidden_dim=36, embedding_dim=10,
+                                             intermediate_dim=37, max_sequence_length=16, num_segments=3, dropout=0.0)
+    rng = np.random.default_rng(9)
+    model.set_weights([w + 0.1 * rng.standard_normal(w.shape).astype(w.dtype) for w in model.get_weights()])
+    path = tmp_path_factory.mktemp("kh") / "electra"
+    model.save_to_preset(str(path))
+    keras_hub.models.ElectraTokenizer(vocabulary=["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "a"]).save_to_preset(
+        str(path))  # [PAD] at 3: id 0 is a real token
+    return model, path
+
+
+def test_electra_preset_reads_verifies_and_writes_back(electra, tmp_path):
+    model, path = electra
+    loaded = formats.load(path)
+    config = loaded.config
+    assert loaded.format == "kerashub-electra" and config.pad_id == 3 and config.embedding_size == 10
+    assert config.activation == "gelu_tanh" and config.pooler and config.type_vocab_size == 3
+    ids, positions = inputs(config.pad_id)
+    expected = keras_output(model, ids, positions, config.pad_id)
+    worst = float(np.max(np.abs(reference_output(loaded, ids, positions) - expected)))
+    MEASURED["electra-backbone"] = worst
+    assert worst <= TOLERANCE
+    report = tmp_path / "r.json"
+    assert main(["verify", str(path), "--src-len", "16", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["verdict"].startswith("PASS: matches the source (keras_hub ElectraBackbone")
+    formats.save(tmp_path / "again", config, dict(loaded.weights), "kerashub")
+    again = keras_hub.models.Backbone.from_preset(str(tmp_path / "again"))
+    np.testing.assert_array_equal(keras_output(again, ids, positions, config.pad_id), expected)
+
+
+def test_electra_without_its_pooler_is_transformers_electra_model(electra, tmp_path, capsys):
+    """The sequence output is transformers' (its tanh GELU written as gelu_new); the pooler is not: `verify HF_DIR
+    PRESET` names it (its two weights missing in transformers, the outputs not compared)."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    _, path = electra
+    loaded = formats.load(path)
+    with pytest.raises(ValueError, match="pooler=True"):
+        formats.save(tmp_path / "refused", loaded.config, dict(loaded.weights), "hf-electra")
+    weights = {k: v for k, v in loaded.weights.items() if not k.startswith("pooler.")}
+    formats.save(tmp_path / "hf", loaded.config.replace(pooler=False), weights, "hf-electra")
+    hf = transformers.ElectraModel.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    ids, positions = inputs(loaded.config.pad_id)
+    with torch.no_grad():
+        theirs = hf(input_ids=torch.as_tensor(ids).long(), token_type_ids=torch.as_tensor(segments(ids)).long(),
+                    attention_mask=torch.as_tensor(ids != 3).long()).last_hidden_state.double().numpy()
+    expected = keras_output(electra[0], ids, positions, loaded.config.pad_id)
+    assert np.max(np.abs(theirs - expected)[ids != 3]) <= TOLERANCE  # the padded rows: neither library's concern
+    assert main(["verify", str(tmp_path / "hf"), str(path), "--src-len", "16"]) == 1
+    assert "not the same architecture as torch: (reference, this) = {'pooler': (False, True)}" in \
+        capsys.readouterr().out

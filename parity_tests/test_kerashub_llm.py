@@ -156,6 +156,13 @@ FAMILIES = {
         num_layers=3, num_query_heads=DROP, num_attention_heads=6, attention_bias=False, attention_dropout=0.0,
         rope_layer_enabled_list=[True, False, True], layer_types=["full_attention"] * 3, mlp_bias=False,
         max_position_embeddings=64, rope_theta=2e6, partial_rotary_factor=1.0)),
+    # GPT-NeoX: the parallel residual (two LayerNorms), every projection biased, rotary on half of each head, the
+    # tanh GELU, the head tied
+    "gpt-neox": ("GPTNeoXBackbone", "GPTNeoXCausalLM", "hf-gpt-neox", dict(
+        num_query_heads=DROP, num_key_value_heads=DROP, num_heads=6, rotary_percentage=0.5)),
+    # OPT: GPT-2's pre-LN blocks with ReLU, positions from row 0 (transformers' from row 2), the head tied
+    "opt": ("OPTBackbone", "OPTCausalLM", "hf-opt", dict(
+        num_query_heads=DROP, num_key_value_heads=DROP, layer_norm_epsilon=DROP, num_heads=6, max_sequence_length=64)),
 }
 
 
@@ -212,12 +219,13 @@ def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_f
     assert np.max(np.abs(theirs - expected)) <= 1e-4
 
 
-@pytest.mark.parametrize("name", ["mixtral", "qwen3-moe", "gemma2", "smollm3"])
+@pytest.mark.parametrize("name", ["mixtral", "qwen3-moe", "gemma2", "smollm3", "opt"])
 def test_keras_hub_greedy_generation_equals_transformers_on_our_export(name, tmp_path_factory, tmp_path):
     """keras_hub's greedy `generate` (its KV cache) on the preset gives the 32 tokens transformers decodes from our
     export of it. Left out, for keras_hub's reasons: Qwen-MoE with a window (keras-hub 0.32's cached attention takes
     a symbolic tensor as a Python bool under tf.function), Gemma 3 without a preprocessor (`Gemma3CausalLM.generate`
-    returns a None it then cannot stack)."""
+    returns a None it then cannot stack), GPT-NeoX (keras-hub 0.32's `GPTNeoXAttention` rotates each cached step's
+    query at position 0, no `start_index`: its first generated token already differs from transformers')."""
     task, path = family_preset(tmp_path_factory, name)
     loaded = formats.load(path)
     formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), FAMILIES[name][2])
@@ -234,6 +242,21 @@ def test_keras_hub_greedy_generation_equals_transformers_on_our_export(name, tmp
     padding_mask = np.broadcast_to(np.arange(4 + 32) < 4, token_ids.shape)  # by position: 0 is a real token here
     ours = task.generate({"token_ids": token_ids, "padding_mask": padding_mask}, stop_token_ids=None)
     np.testing.assert_array_equal(np.asarray(ours["token_ids"]), expected)
+
+def test_keras_hub_gpt_neox_computes_the_tanh_gelu_where_transformers_computes_the_exact_one(tmp_path_factory,
+                                                                                          tmp_path):
+    """keras_hub's GPT-NeoX always computes `gelu_approximate`; transformers' GPT-NeoX (Pythia) defaults to the
+    exact `gelu`: `verify` on such a directory against the preset parts at the first feed-forward."""
+    _, path = family_preset(tmp_path_factory, "gpt-neox")
+    loaded = formats.load(path)
+    formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), "hf-gpt-neox")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "hidden_act": "gelu"}))
+    report = tmp_path / "r.json"
+    assert main(["verify", str(tmp_path / "hf"), str(path), "--outputs-only", "--src-len", "11", "--json",
+                 str(report)]) == 1
+    assert "first divergent sublayer decoder.layers.0.ffn" in json.loads(report.read_text())["verdict"]
+
 
 # --- keras_hub's own converter (keras_hub/src/utils/transformers/convert_*.py) on the directory written from the
 # preset: `verify HF_DIR KERASHUB_PRESET` runs both libraries and names the first layer where they part -------------
@@ -389,3 +412,24 @@ def test_a_backbone_saved_alone_keeps_its_untied_head(backbone, settings, tmp_pa
     report = tmp_path / "report.json"
     assert main(["--quiet", "verify", str(tmp_path / "preset"), "--src-len", "11", "--json", str(report)]) == 0
     assert json.loads(report.read_text())["source"]["runs"][0]["label"] == "keras_hub-f32"
+
+
+@pytest.mark.parametrize("name", ["gpt-neox", "opt"])
+def test_a_setting_keras_hub_032_does_not_write_is_refused_and_an_untied_head_is_not_written(name, tmp_path_factory,
+                                                                                            tmp_path):
+    """GPT-NeoX and OPT: a config.json key their backbone's get_config() does not write is refused, naming it; an
+    untied head has no KerasHub form (their causal LMs' logits are the token embedding reversed)."""
+    import shutil
+
+    _, path = family_preset(tmp_path_factory, name)
+    changed = tmp_path / "changed"
+    shutil.copytree(path, changed)
+    config = json.loads((changed / "config.json").read_text())
+    config["config"]["use_parallel_residual"] = False
+    (changed / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="use_parallel_residual are not supported"):
+        formats.load(changed)
+    loaded = formats.load(path)
+    weights = {**loaded.weights, "output.kernel": np.array(loaded.weights["tgt_embed.embedding"]).T.copy()}
+    with pytest.raises(ValueError, match=r"tie_embeddings=False \(\w+CausalLM's logits reuse the token embedding\)"):
+        formats.save(tmp_path / "untied", loaded.config.replace(tie_embeddings=False), weights, "kerashub-" + name)

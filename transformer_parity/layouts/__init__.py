@@ -71,10 +71,13 @@ HF_LAYOUTS = {
 # ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
 KERASHUB_PRESET_LAYOUTS = {
     "kerashub-gpt2": "kerashub_gpt2",
+    "kerashub-gpt-neox": "kerashub_gpt_neox",
+    "kerashub-opt": "kerashub_opt",
     "kerashub-bert": "kerashub_bert",
     "kerashub-roberta": "kerashub_roberta",
     "kerashub-distilbert": "kerashub_distilbert",
     "kerashub-albert": "kerashub_albert",
+    "kerashub-electra": "kerashub_electra",
     "kerashub-llama": "kerashub_llama",
     "kerashub-mistral": "kerashub_mistral",
     "kerashub-mixtral": "kerashub_mixtral",
