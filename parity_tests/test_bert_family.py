@@ -268,8 +268,8 @@ def test_albert_and_roberta_models_have_no_bert_equivalent_and_back(tmp_path_fac
     albert = formats.load(hf_model("albert-mlm", tmp_path_factory)[1])
     with pytest.raises(ValueError) as info:
         formats.save(tmp_path / "bert", albert.config, dict(albert.weights), "hf-bert")
-    assert ("embedding_size=20 (factorized embeddings, which hf-albert, hf-electra and kerashub-albert have; hf-bert has none)"
-            in str(info.value))
+    assert ("embedding_size=20 (factorized embeddings, which hf-albert, hf-electra, kerashub-albert and "
+            "kerashub-electra have; hf-bert has none)" in str(info.value))
     assert ("shared_layers=True (one set of layer weights run by every layer, which hf-albert and kerashub-albert "
             "have; hf-bert has none)" in str(info.value))
     bert = albert.config.replace(embedding_size=None, shared_layers=False)

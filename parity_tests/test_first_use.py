@@ -105,7 +105,8 @@ def _write_safetensors(path, names):
     ("hf-weights-alone", "names are a Hugging Face model's ('transformer.h.0.attn.c_attn.bias', ...): give the model's "
                          "directory"),
     ("kerashub-preset-weights", "weights file of the KerasHub preset"),
-    ("kerashub-bare-weights", "--from with its family (kerashub-gpt2, kerashub-bert, "),
+    ("kerashub-bare-weights", "--from with its family (kerashub-gpt2, kerashub-gpt-neox, kerashub-opt, "
+                              "kerashub-bert, "),
     ("keras-model-of-your-own", "layout --scaffold mine.weights.h5 > layout.toml, then --layout layout.toml"),
     ("safetensors-of-your-own", "layout --scaffold mine.safetensors > layout.toml, then --layout layout.toml"),
     ("canonical-names", "give one with --config FILE.json (or --set FIELD=VALUE ...)"),
