@@ -66,11 +66,16 @@ def export_problems(config: rn.TransformerConfig) -> list[str]:
     return problems
 
 
+def backbone_config(config: rn.TransformerConfig) -> dict[str, Any]:
+    """The `get_config()` keys KerasHub's decoder backbones of GPT-2's lineage share (GPT-2, OPT, GPT-NeoX)."""
+    return {"vocabulary_size": config.tgt_vocab_size, "num_layers": config.num_decoder_layers,
+            "num_heads": config.num_heads, "hidden_dim": config.d_model, "intermediate_dim": config.d_ff,
+            "dropout": config.dropout, "max_sequence_length": config.max_len}
+
+
 def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], str | None]:
     """`(GPT2Backbone config, task class or None)` for a config `export_problems` accepts."""
-    backbone = {"vocabulary_size": config.tgt_vocab_size, "num_layers": config.num_decoder_layers,
-                "num_heads": config.num_heads, "hidden_dim": config.d_model, "intermediate_dim": config.d_ff,
-                "dropout": config.dropout, "max_sequence_length": config.max_len}
+    backbone = backbone_config(config)
     return backbone, (TASKS[0] if config.output_projection else None)
 
 

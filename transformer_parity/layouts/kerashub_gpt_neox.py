@@ -24,6 +24,7 @@ import numpy as np
 import reference_numpy as rn
 
 from .family import KerasHubFamily
+from .kerashub_gpt2 import backbone_config
 from .kerashub_llama import unknown_keys
 
 NAME = "kerashub-gpt-neox"
@@ -87,11 +88,8 @@ def export_problems(config: rn.TransformerConfig) -> list[str]:
 
 def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], str | None]:
     """`(GPTNeoXBackbone config, task class or None)` for a config `export_problems` accepts."""
-    backbone = {"vocabulary_size": config.tgt_vocab_size, "num_layers": config.num_decoder_layers,
-                "num_heads": config.num_heads, "hidden_dim": config.d_model, "intermediate_dim": config.d_ff,
-                "dropout": config.dropout, "rotary_percentage": config.rotary_fraction,
-                "rotary_max_wavelength": config.rope_theta, "max_sequence_length": config.max_len,
-                "layer_norm_epsilon": config.layer_norm_eps}
+    backbone = {**backbone_config(config), "rotary_percentage": config.rotary_fraction,
+                "rotary_max_wavelength": config.rope_theta, "layer_norm_epsilon": config.layer_norm_eps}
     return backbone, (TASKS[0] if config.output_projection else None)
 
 

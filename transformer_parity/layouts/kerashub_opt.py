@@ -25,6 +25,7 @@ import reference_numpy as rn
 
 from .family import KerasHubFamily
 from .hf_opt import POSITION_OFFSET
+from .kerashub_gpt2 import backbone_config
 from .kerashub_llama import unknown_keys
 
 NAME = "kerashub-opt"
@@ -98,9 +99,7 @@ def export_problems(config: rn.TransformerConfig) -> list[str]:
 
 def config_to_kerashub(config: rn.TransformerConfig) -> tuple[dict[str, Any], str | None]:
     """`(OPTBackbone config, task class or None)` for a config `export_problems` accepts."""
-    backbone = {"vocabulary_size": config.tgt_vocab_size, "num_layers": config.num_decoder_layers,
-                "num_heads": config.num_heads, "hidden_dim": config.d_model, "intermediate_dim": config.d_ff,
-                "dropout": config.dropout, "max_sequence_length": config.max_len}
+    backbone = backbone_config(config)
     return backbone, (TASKS[0] if config.output_projection else None)
 
 
