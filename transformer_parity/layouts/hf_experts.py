@@ -80,8 +80,10 @@ def _expert_layers(hf: Mapping[str, Any], depth: int, experts: int) -> list[bool
     return None if all(flags) else flags
 
 
-def problems(config: rn.TransformerConfig, spec: ExpertKeys, name: str) -> list[str]:
-    """Why `config`'s mixture of experts has no equivalent in the family (`spec`, called `name`): empty if it has."""
+def router_problems(config: rn.TransformerConfig, spec, name: str, width_key: str) -> list[str]:
+    """Why `config`'s router and experts have no equivalent in a family whose keys `spec` describes (this module's
+    `ExpertKeys` or KerasHub's, `kerashub_experts`: its `renormalize`, `width` and `shared` keys, None where the
+    family has none), called `name`, its experts' width read from `width_key`: empty if they have one."""
     if config.num_experts == 0:
         return [f"num_experts=0 ({name} has a mixture of experts in its feed-forward)"]
     out = []
@@ -90,12 +92,18 @@ def problems(config: rn.TransformerConfig, spec: ExpertKeys, name: str) -> list[
     if spec.renormalize is None and not config.router_renormalize:
         out.append(f"router_renormalize=False ({name} always divides the chosen weights by their sum)")
     if spec.width is None and config.expert_d_ff is not None:
-        out.append(f"expert_d_ff={config.expert_d_ff} ({name}'s experts are intermediate_size={config.d_ff} wide)")
+        out.append(f"expert_d_ff={config.expert_d_ff} ({name}'s experts are {width_key}={config.d_ff} wide)")
     if spec.shared is None and config.shared_expert_d_ff is not None:
         out.append(f"shared_expert_d_ff={config.shared_expert_d_ff} ({name} has no shared expert)")
     if spec.shared is not None and config.shared_expert_d_ff is None:
         out.append(f"shared_expert_d_ff=None ({name} always has a shared expert)")
-    if not spec.sparse_layers and config.expert_layers is not None:
+    return out
+
+
+def problems(config: rn.TransformerConfig, spec: ExpertKeys, name: str) -> list[str]:
+    """Why `config`'s mixture of experts has no equivalent in the family (`spec`, called `name`): empty if it has."""
+    out = router_problems(config, spec, name, "intermediate_size")
+    if config.num_experts and not spec.sparse_layers and config.expert_layers is not None:
         out.append(f"expert_layers={list(config.expert_layers)} ({name} has experts in every layer)")
     return out
 

@@ -23,6 +23,8 @@ import numpy as np
 
 import reference_numpy as rn
 
+from .hf_experts import router_problems
+
 LAYER_RULES = ("every_layer", "by_index", "as_layer_0")
 
 
@@ -110,20 +112,8 @@ def _expert_layers(backbone: Mapping[str, Any], depth: int, spec: ExpertKeys) ->
 def problems(config: rn.TransformerConfig, spec: ExpertKeys) -> list[str]:
     """Why `config`'s mixture of experts has no equivalent in the family (`spec`): empty if it has."""
     name = f"KerasHub {spec.backbone}"
-    if config.num_experts == 0:
-        return [f"num_experts=0 ({name} has a mixture of experts in its feed-forward)"]
-    out = []
-    if config.router_softmax != "before_topk":
-        out.append(f"router_softmax={config.router_softmax!r} ({name}'s router takes the softmax before the top-k)")
-    if spec.renormalize is None and not config.router_renormalize:
-        out.append(f"router_renormalize=False ({name} always divides the chosen weights by their sum)")
-    if spec.width is None and config.expert_d_ff is not None:
-        out.append(f"expert_d_ff={config.expert_d_ff} ({name}'s experts are intermediate_dim={config.d_ff} wide)")
-    if spec.shared is None and config.shared_expert_d_ff is not None:
-        out.append(f"shared_expert_d_ff={config.shared_expert_d_ff} ({name} has no shared expert)")
-    if spec.shared is not None and config.shared_expert_d_ff is None:
-        out.append(f"shared_expert_d_ff=None ({name} always has a shared expert)")
-    if spec.layer_rule != "by_index" and config.expert_layers is not None:
+    out = router_problems(config, spec, name, "intermediate_dim")
+    if config.num_experts and spec.layer_rule != "by_index" and config.expert_layers is not None:
         why = "has experts in every layer" if spec.layer_rule == "every_layer" else \
             "builds every layer as its layer 0 (keras-hub 0.32 never passes layer_index): experts in all or none"
         out.append(f"expert_layers={list(config.expert_layers)} ({name} {why})")
