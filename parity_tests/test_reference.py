@@ -270,6 +270,30 @@ def test_causal_mask_with_fewer_queries_than_keys():
     assert rn.causal_mask(2, 5).tolist() == [[True, True, True, True, False], [True] * 5]
 
 
+def test_rows_seeing_no_key_are_padded_queries_with_no_key_in_some_layer():
+    """A right-padded row under a window of 2 (sliding and full layers): the padded positions 4..6 see only padding
+    in the sliding layer from position 5 on; a left-padded causal row: its first padded positions see nothing. A
+    bidirectional encoder sees every real key from every position."""
+    real = np.array([[True] * 7, [True] * 4 + [False] * 3])
+    window = rn.TransformerConfig(num_encoder_layers=0, num_decoder_layers=2, d_model=8, num_heads=2, d_ff=8,
+                                  positional="rope", norm="rms", sliding_window=2, layer_kinds=("sliding", "full"))
+    assert rn.rows_seeing_no_key(window, None, real)["decoder"].tolist() == [[False] * 7,
+                                                                           [False] * 5 + [True, True]]
+    left = np.array([[True] * 7, [False] * 3 + [True] * 4])
+    causal = window.replace(sliding_window=None, layer_kinds=None)
+    assert rn.rows_seeing_no_key(causal, None, left)["decoder"].tolist() == [[False] * 7, [True] * 3 + [False] * 4]
+    assert not rn.rows_seeing_no_key(causal, None, real)["decoder"].any()  # right padding sees the real tokens
+    encoder = rn.TransformerConfig(num_encoder_layers=1, num_decoder_layers=0, d_model=8, num_heads=2, d_ff=8)
+    assert set(rn.rows_seeing_no_key(encoder, left, None)) == {"encoder"}
+    assert not rn.rows_seeing_no_key(encoder, left, None)["encoder"].any()
+    # and the model gives exactly those positions a zero attention output in that layer
+    weights = rn.init_weights(window, seed=1)
+    ids = np.array([[5, 6, 7, 8, 9, 10, 11], [5, 6, 7, 8, 1, 1, 1]])
+    record = rn.Transformer(window, weights).trace(ids, src_mask=real)
+    attn = record["decoder.layers.0.self_attn"]
+    assert not attn[1, 5:].any() and np.abs(attn[1, :5]).min() > 0
+
+
 def test_layer_norm_and_activations():
     x = RNG.standard_normal((3, 7))
     gamma, beta = RNG.standard_normal(7), RNG.standard_normal(7)

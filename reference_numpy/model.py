@@ -398,6 +398,31 @@ def self_attention_masks(config: TransformerConfig, key_mask: np.ndarray, query_
             for kind in config.decoder_kinds}
 
 
+def encoder_attention_mask(config: TransformerConfig, key_mask: np.ndarray) -> np.ndarray:
+    """The encoder's self-attention mask `(B, 1, S, S)` from the key padding mask `(B, S)`: every real key, or every
+    earlier one under `causal_encoder`."""
+    return ops.attention_mask(key_mask, key_mask.shape[1], causal=config.causal_encoder)
+
+
+def rows_seeing_no_key(config: TransformerConfig, src_mask: np.ndarray | None, tgt_mask: np.ndarray | None
+                       ) -> dict[str, np.ndarray]:
+    """Per stack ("encoder", "decoder"; a decoder-only model's ids are `tgt_mask`'s), the positions `(B, T)` whose
+    query may attend to no key in some layer: a padded position whose whole sliding window is padding, or a padded
+    position before a causal stack's first real token.
+
+    The contract gives such a query zero weights and a zero attention output; libraries differ there (transformers'
+    eager attention spreads it evenly over the masked keys, sdpa gives zeros), and the position's later values with
+    it. Only padded positions can be such rows, and no real query reads a padded key, so no real position's values
+    depend on them."""
+    stacks = {}
+    if src_mask is not None and config.has_encoder:
+        stacks["encoder"] = ~encoder_attention_mask(config, src_mask).any(axis=-1)[:, 0]
+    if tgt_mask is not None and config.has_decoder:
+        masks = self_attention_masks(config, tgt_mask, tgt_mask.shape[1]).values()
+        stacks["decoder"] = np.logical_or.reduce([~m.any(axis=-1)[:, 0] for m in masks])
+    return stacks
+
+
 def last_positions(mask: np.ndarray) -> np.ndarray:
     """The last real position of each row, `(B,)`: transformers' `(arange(S) * mask).argmax(-1)` (a row without one
     reads position 0)."""
@@ -469,8 +494,7 @@ class Transformer:
         x = self.src_embed(src_ids, type_ids=type_ids)
         if record is not None:
             record["encoder.embed"] = x
-        mask = ops.attention_mask(src_mask, src_ids.shape[1], causal=self.config.causal_encoder)
-        return self.encoder(x, mask, record, attention_weights)
+        return self.encoder(x, encoder_attention_mask(self.config, src_mask), record, attention_weights)
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, record: Record | None = None,
                attention_weights: bool = False, *, last_only: bool = False, classifier_mask=None):

@@ -14,6 +14,7 @@ from typing import Any, Collection, Mapping
 import reference_numpy as rn
 
 from . import hf_llama
+from .hf_tasks import decoder_heads
 from .family import Float64Fix, HFFamily
 from .hf import activation, number, optional_integer
 from .hf_llama import FamilySpec
@@ -203,10 +204,7 @@ def exact_eager_attention(model64, config: rn.TransformerConfig) -> None:
                 module.forward = swapped(module.forward, modeling)  # the bound forward: this instance only
 
 
-# No task classes yet: on left-padded inputs transformers' float64 Gemma 2 (eager attention, soft-capped) does not
-# agree with the reference at the first attention of a task model, while its float32 run does; until the cause is
-# found, Gemma2ForSequenceClassification and Gemma2ForTokenClassification are refused in one line.
-TASK_HEADS: tuple = ()
+TASK_HEADS = decoder_heads("Gemma2", qa=False)  # `hf_tasks`
 
 
 FAMILY = HFFamily(

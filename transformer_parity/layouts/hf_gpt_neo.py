@@ -8,7 +8,8 @@ without biases, `out_proj`, `c_fc` and `c_proj` with them; attention scores not 
 transformers' GPT-Neo computes attention scores in float32 even in a float64 model: verify's float64 run computes
 them in float64 (`exact_attention`). It masks by adding finfo.min, so a padded query whose whole local window is
 padding still attends (to scores near finfo.min) where the reference, which has no key for it, gives zeros: the two
-differ at such padded positions alone, which nothing reads but a per-position head's scores there."""
+differ at such padded positions alone, which no real position reads; verify leaves them out of its comparisons with
+the source (`rn.rows_seeing_no_key`)."""
 
 from __future__ import annotations
 

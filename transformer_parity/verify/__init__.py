@@ -134,7 +134,13 @@ def judge_subjects(reference: Subject, subjects: Sequence[Subject], dtype: str =
     runs = []
     if source is not None:
         runs = _run_source(source, config, judge, (src, tgt, types), seconds, progress)
-        rows += _source_rows(judge, floor32, floor, dtype, runs, subjects, outputs)
+        unseen = _rows_seeing_no_key(config, src, tgt)
+        rows += _source_rows(judge, floor32, floor, dtype, runs, subjects, outputs,
+                             lambda name, value: _without_unseen(name, value, unseen, config))
+        if any(m.any() for m in unseen.values()):
+            notes = [*notes, f"{sum(int(m.sum()) for m in unseen.values())} padded positions whose queries see no key "
+                     "in some layer are not compared with the source: the contract gives them zeros, libraries "
+                     "differ, and no real position reads them"]
     findings = []
     if approximated:  # each run with its recorded setting, judged against the reference run so
         from transformer_parity.verify import approximation
@@ -228,8 +234,31 @@ def _run_source(source, config, judge, inputs, seconds: dict[str, float], progre
     return runs
 
 
-def _source_rows(judge, floor32, floor, dtype: str, runs, subjects: Sequence[Subject], outputs) -> list[Row]:
-    """The source against the judge, and every subject against the source, at each sublayer the source gave.
+def _rows_seeing_no_key(config: rn.TransformerConfig, src, tgt) -> dict[str, np.ndarray]:
+    """`rn.rows_seeing_no_key` on the probe: its padding is the pad id's."""
+    def real(ids):
+        if ids is None:
+            return None
+        return ids != config.pad_id if config.pad_id is not None else np.ones(ids.shape, bool)
+
+    return (rn.rows_seeing_no_key(config, None, real(src)) if config.is_decoder_only
+            else rn.rows_seeing_no_key(config, real(src), real(tgt)))
+
+
+def _without_unseen(name: str, value, unseen: Mapping[str, np.ndarray], config: rn.TransformerConfig):
+    """`value` (a record of sublayer `name`) with zeros at its stack's positions that see no key."""
+    stack = name.split(".")[0] if name.startswith(("encoder.", "decoder.")) else (
+        "decoder" if config.has_decoder else "encoder")
+    rows = unseen.get(stack)
+    if value is None or rows is None or not rows.any() or value.ndim < 2 or value.shape[:2] != rows.shape:
+        return value
+    return np.where(rows.reshape(rows.shape + (1,) * (value.ndim - 2)), 0, value)
+
+
+def _source_rows(judge, floor32, floor, dtype: str, runs, subjects: Sequence[Subject], outputs,
+                 blank=lambda name, value: value) -> list[Row]:
+    """The source against the judge, and every subject against the source, at each sublayer the source gave, each
+    record as `blank(name, record)` leaves it (`_without_unseen`).
 
     A source that returned float32 sits about one float32 floor from exact, so it is judged at `RATIO_LIMIT` float32
     floors; one that returned float64, at the floor times eps64/eps32. A subject against the source: both of one
@@ -242,16 +271,16 @@ def _source_rows(judge, floor32, floor, dtype: str, runs, subjects: Sequence[Sub
         for r in runs:
             if name not in r.outputs:
                 continue
-            actual = r.outputs[name]
+            actual = blank(name, r.outputs[name])
             wide = actual.dtype == np.float64
             own = floor32[name] * (EPS64 / EPS32 if wide else 1.0)
-            rows.append(row(name, (r.label, JUDGE), actual, judge[name], own, RATIO_LIMIT, "source"))
+            rows.append(row(name, (r.label, JUDGE), actual, blank(name, judge[name]), own, RATIO_LIMIT, "source"))
             for other in runs:  # two libraries: each float32 run against the other's, as two ports are
                 library, other_library = r.label.split("-")[0], other.label.split("-")[0]
                 if library < other_library and name in other.outputs and not wide \
                         and other.outputs[name].dtype != np.float64:
-                    rows.append(row(name, (r.label, other.label), actual, other.outputs[name], floor32[name],
-                                     PAIR_RATIO_LIMIT, "source"))
+                    rows.append(row(name, (r.label, other.label), actual, blank(name, other.outputs[name]),
+                                    floor32[name], PAIR_RATIO_LIMIT, "source"))
             for s in subjects:
                 if lowp.is_reduced(dtype):
                     tolerance = floor[name], lowp.RATIO_LIMIT
@@ -259,7 +288,8 @@ def _source_rows(judge, floor32, floor, dtype: str, runs, subjects: Sequence[Sub
                     tolerance = own, PAIR_RATIO_LIMIT
                 else:
                     tolerance = max(own, floor[name]), RATIO_LIMIT
-                rows.append(row(name, (s.label, r.label), outputs[s.label].get(name), actual, *tolerance, "source"))
+                rows.append(row(name, (s.label, r.label), blank(name, outputs[s.label].get(name)), actual, *tolerance,
+                                "source"))
     return rows
 
 
