@@ -3,6 +3,7 @@
     python benchmarks/bench_streaming.py --size 1b --rounds 3   # ~1.2 B parameters, 2.5 GB of bfloat16
     python benchmarks/bench_streaming.py --size 8b --skip-libraries
     python benchmarks/bench_streaming.py --size tiny        # seconds; what the test runs
+    python benchmarks/bench_streaming.py --size moe --skip-libraries   # a Mixtral-shaped mixture of experts, 1.6 GB
 
 A synthetic Hugging Face directory (`LlamaForCausalLM`, bfloat16, sharded at 5 GB as `save_pretrained` shards it)
 is generated on demand under --dir and removed after. In the same run, each row is timed in a fresh process with its
@@ -55,13 +56,18 @@ SIZES = {
                num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True),
     "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False),
+    # a mixture of experts (`MixtralForCausalLM`, experts saved one by one as transformers saves them): Mixtral's
+    # proportions at a quarter of its width, 8 experts in each of 8 layers; the experts are 88% of the bytes
+    "moe": dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=8, num_attention_heads=16,
+                num_key_value_heads=8, vocab_size=32000, tie_word_embeddings=False, num_local_experts=8,
+                num_experts_per_tok=2),
 }
 PACKAGES = ("reference_numpy", "transformer_parity", "torch_impl", "tf_impl")
 TARGET_RSS_X, TARGET_TIME_X = 0.25, 2.0  # the targets: peak RSS <= 0.25x the checkpoint, wall <= 2x cp -r
 
 
 def shapes(hf: dict) -> dict[str, tuple[int, ...]]:
-    """The tensors `LlamaForCausalLM` saves, in its order."""
+    """The tensors `LlamaForCausalLM` (or, with experts, `MixtralForCausalLM`) saves, in its order."""
     d, f, v = hf["hidden_size"], hf["intermediate_size"], hf["vocab_size"]
     kv = d // hf["num_attention_heads"] * hf["num_key_value_heads"]
     out = {"model.embed_tokens.weight": (v, d)}
@@ -72,10 +78,24 @@ def shapes(hf: dict) -> dict[str, tuple[int, ...]]:
                     p + "mlp.gate_proj.weight": (f, d), p + "mlp.up_proj.weight": (f, d),
                     p + "mlp.down_proj.weight": (d, f), p + "input_layernorm.weight": (d,),
                     p + "post_attention_layernorm.weight": (d,)})
+        if "num_local_experts" in hf:  # the feed-forward is a router and its experts
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                del out[p + f"mlp.{name}.weight"]
+            out[p + "block_sparse_moe.gate.weight"] = (hf["num_local_experts"], d)
+            for e in range(hf["num_local_experts"]):
+                q = p + f"block_sparse_moe.experts.{e}."
+                out.update({q + "w1.weight": (f, d), q + "w3.weight": (f, d), q + "w2.weight": (d, f)})
     out["model.norm.weight"] = (d,)
     if not hf["tie_word_embeddings"]:
         out["lm_head.weight"] = (v, d)
     return out
+
+
+def family(size: str) -> tuple[str, str, str]:
+    """(transformers class, model_type, our KerasHub format) of a size's checkpoint."""
+    if "num_local_experts" in SIZES[size]:
+        return "MixtralForCausalLM", "mixtral", "kerashub-mixtral"
+    return "LlamaForCausalLM", "llama", "kerashub-llama"
 
 
 def parameters(size: str) -> int:
@@ -90,7 +110,8 @@ def generate(path: Path, size: str) -> int:
     from transformer_parity.io.safetensors_io import bfloat16
     from transformer_parity.layouts.hf_dir import write_dir
 
-    hf = dict(SIZES[size], architectures=["LlamaForCausalLM"], model_type="llama", rms_norm_eps=1e-5,
+    arch, model_type, _ = family(size)
+    hf = dict(SIZES[size], architectures=[arch], model_type=model_type, rms_norm_eps=1e-5,
               rope_theta=500000.0, max_position_embeddings=8192, hidden_act="silu", dtype="bfloat16",
               bos_token_id=1, eos_token_id=2)
     block = (np.random.default_rng(0).standard_normal(1 << 20) * 0.02).astype(bfloat16())
@@ -190,7 +211,9 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
             (shutil.rmtree if out.is_dir() else os.remove)(out)
 
     canon, keras, preset = workdir / "model.safetensors", workdir / "m.weights.h5", workdir / "preset"
-    keep_preset = kerashub and 3 * nbytes < available_bytes()  # KerasHub's own row reads it
+    kerashub_format = family(size)[2]
+    # KerasHub's own row (LlamaBackbone) reads the preset
+    keep_preset = kerashub and kerashub_format == "kerashub-llama" and 3 * nbytes < available_bytes()
     for n in range(rounds):
         row("cp -r", ["cp", "-r", str(src), str(workdir / "copy")], workdir / "copy")
         row("cp -r + sync (written to disk, as convert's atomic output is)",
@@ -204,7 +227,7 @@ def measure(size: str, workdir: Path, libraries: bool = True, kerashub: bool = T
             [*cli, "convert", str(keras), str(workdir / "hf"), "--to", "hf", "-q"], workdir / "hf", source=keras)
         os.remove(keras)
         row("convert -> KerasHub preset (bfloat16)",
-            [*cli, "convert", str(src), str(preset), "--to", "kerashub-llama", "-q"], None)
+            [*cli, "convert", str(src), str(preset), "--to", kerashub_format, "-q"], None)
         row("convert KerasHub preset -> HF directory",
             [*cli, "convert", str(preset), str(workdir / "hf"), "--to", "hf", "-q"], workdir / "hf",
             source=preset)

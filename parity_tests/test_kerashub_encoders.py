@@ -23,6 +23,7 @@ SIZES = dict(vocabulary_size=53, num_layers=2, num_heads=3, hidden_dim=36, inter
              max_sequence_length=16)
 # name: (backbone class, masked-LM class, format, pad id the tokenizer gives (ALBERT's: the user's), extra arguments)
 FAMILIES = {"roberta": ("RobertaBackbone", "RobertaMaskedLM", "kerashub-roberta", 1, {}),
+            "xlm_roberta": ("XLMRobertaBackbone", "XLMRobertaMaskedLM", "kerashub-xlm-roberta", 1, {}),
             "distilbert": ("DistilBertBackbone", "DistilBertMaskedLM", "kerashub-distilbert", 3, {}),
             "albert": ("AlbertBackbone", "AlbertMaskedLM", "kerashub-albert", 3, {"embedding_dim": 10,
                                                                                  "num_segments": 3})}
@@ -49,7 +50,7 @@ def tokenizer(name: str):
         return keras_hub.models.RobertaTokenizer(vocabulary=vocabulary, merges=["Ġ a"])
     if name == "distilbert":
         return keras_hub.models.DistilBertTokenizer(vocabulary=["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "a"])
-    return None  # AlbertTokenizer needs sentencepiece: `spm_model` writes its vocabulary
+    return None  # AlbertTokenizer needs sentencepiece: `spm_model` writes its vocabulary; XLM-R's pad id is fixed
 
 
 def build(name: str, task: bool, seed: int):
@@ -70,7 +71,7 @@ def preset(request, tmp_path_factory):
     model.save_to_preset(str(path))
     if tokenizer(name) is not None:
         tokenizer(name).save_to_preset(str(path))
-    else:
+    elif name == "albert":
         (path / "assets" / "tokenizer").mkdir(parents=True)
         (path / "assets" / "tokenizer" / "vocabulary.spm").write_bytes(spm_model(ALBERT_PIECES))
     return name, task, model, path
@@ -118,7 +119,7 @@ def test_the_preset_reads_as_keras_hub_computes(preset):
     config = loaded.config
     assert loaded.format == FAMILIES[name][2] and config.pad_id == FAMILIES[name][3]
     assert (config.position_offset, config.positions_skip_pad) == (0, False)  # KerasHub's positions: 0..T-1
-    assert config.layer_norm_eps == (1e-5 if name == "roberta" else 1e-12)
+    assert config.layer_norm_eps == (1e-5 if name in ("roberta", "xlm_roberta") else 1e-12)
     if name == "albert":
         assert config.activation == "gelu_tanh" and config.pooler and config.type_vocab_size == 3
         assert config.embedding_size == 10 and config.shared_layers
@@ -166,9 +167,10 @@ def test_hugging_face_export_matches_transformers_or_is_refused(preset, tmp_path
     name, task, model, path = preset
     loaded = load(name, path)
     out = tmp_path / "hf"
-    if name == "roberta":  # transformers' RoBERTa numbers positions from pad_token_id + 1, skipping pads
-        with pytest.raises(ValueError, match=r"as hf-roberta: .*positions_skip_pad=False \(roberta needs True\)"):
-            formats.save(out, loaded.config, dict(loaded.weights), "hf-roberta")
+    if name in ("roberta", "xlm_roberta"):  # transformers' numbers positions from pad_token_id + 1, skipping pads
+        hf_format = "hf-" + name.replace("_", "-")
+        with pytest.raises(ValueError, match=rf"as {hf_format}: .*positions_skip_pad=False \(.* needs True\)"):
+            formats.save(out, loaded.config, dict(loaded.weights), hf_format)
         assert not out.exists()
         return
     hf_format, hf_name = {"distilbert": ("hf-distilbert", "DistilBERT"), "albert": ("hf-albert", "ALBERT")}[name]
@@ -199,12 +201,12 @@ def test_hugging_face_export_matches_transformers_or_is_refused(preset, tmp_path
 def test_hugging_face_roberta_positions_have_no_kerashub_equivalent(preset, tmp_path):
     """The other way: a canonical RoBERTa with transformers' pad-skipping positions is refused as kerashub-roberta."""
     name, task, _, path = preset
-    if name != "roberta":
+    if name not in ("roberta", "xlm_roberta"):
         pytest.skip("RoBERTa's positions only")
     loaded = load(name, path)
     skipping = loaded.config.replace(positions_skip_pad=True, position_offset=2)
     with pytest.raises(ValueError, match=r"positions_skip_pad=True \(positions counted over non-pad ids"):
-        formats.save(tmp_path / "kh", skipping, dict(loaded.weights), "kerashub-roberta")
+        formats.save(tmp_path / "kh", skipping, dict(loaded.weights), FAMILIES[name][2])
     assert not (tmp_path / "kh").exists()
 
 
@@ -214,6 +216,20 @@ def test_albert_groupings_other_than_one_shared_layer_are_refused(key, tmp_path)
     backbone.save_to_preset(str(tmp_path / "grouped"))
     with pytest.raises(ValueError, match=rf"config.json {key}=2 is not supported"):
         formats.load(tmp_path / "grouped", fields={"pad_id": 3})
+
+
+def test_xlm_roberta_pad_id_is_its_tokenizers_and_no_other_is_written(preset, tmp_path):
+    """XLMRobertaTokenizer puts <pad> at 1 ahead of any vocabulary: read as 1 with no vocabulary in the preset, and a
+    model padding with another id is refused for export (keras_hub would mask id 1)."""
+    name, task, _, path = preset
+    if name != "xlm_roberta":
+        pytest.skip("XLM-RoBERTa's tokenizer only")
+    assert not (path / "assets").exists()
+    loaded = load(name, path)
+    assert loaded.config.pad_id == 1 and any("XLMRobertaTokenizer" in n for n in loaded.notes)
+    with pytest.raises(ValueError, match=r"pad_id=3 \(XLMRobertaTokenizer's <pad> is always 1\)"):
+        formats.save(tmp_path / "kh", loaded.config.replace(pad_id=3), dict(loaded.weights), "kerashub-xlm-roberta")
+    assert not (tmp_path / "kh").exists()
 
 
 def test_albert_preset_without_a_vocabulary_asks_for_the_pad_id(preset, tmp_path, capsys):

@@ -259,13 +259,13 @@ def test_a_causal_lm_class_without_is_decoder_is_refused_as_the_other_model_it_r
 # --- KerasHub's text classifiers (`layouts.kerashub_classifiers`) ---------------------------------------------------
 
 KERAS_HUB_ATOL = 1e-4  # keras_hub float32 against our reference and against transformers (observed: about 1e-7)
-BACKBONES = {"Bert": {}, "Roberta": {}, "DistilBert": {}, "Albert": {"embedding_dim": 16}}
+BACKBONES = {"Bert": {}, "Roberta": {}, "XLMRoberta": {}, "DistilBert": {}, "Albert": {"embedding_dim": 16}}
 
 
 @pytest.mark.parametrize("stem", list(BACKBONES))
 def test_a_keras_hub_text_classifier_matches_keras_hub_and_goes_to_transformers(stem, tmp_path):
     """Read as a sequence classifier and judged by keras_hub itself; where transformers has the same model (not
-    RoBERTa, whose KerasHub positions do not skip pads), the exported class gives keras_hub's scores."""
+    RoBERTa or XLM-RoBERTa, whose KerasHub positions do not skip pads), the exported class gives keras_hub's scores."""
     keras_hub = pytest.importorskip("keras_hub")
     import keras
 
@@ -292,7 +292,7 @@ def test_a_keras_hub_text_classifier_matches_keras_hub_and_goes_to_transformers(
     theirs = np.asarray(task(inputs), np.float64)
     ours = rn.Transformer(loaded.config, loaded.weights)(ids, src_mask=ids != 0)
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=KERAS_HUB_ATOL)
-    if stem == "Roberta":
+    if stem in ("Roberta", "XLMRoberta"):
         return
     assert main(["--quiet", "convert", str(tmp_path / "preset"), str(tmp_path / "hf"), "--set", "pad_id=0",
                  "--to", "hf"]) == 0

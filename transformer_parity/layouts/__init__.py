@@ -75,6 +75,7 @@ KERASHUB_PRESET_LAYOUTS = {
     "kerashub-opt": "kerashub_opt",
     "kerashub-bert": "kerashub_bert",
     "kerashub-roberta": "kerashub_roberta",
+    "kerashub-xlm-roberta": "kerashub_xlm_roberta",
     "kerashub-distilbert": "kerashub_distilbert",
     "kerashub-albert": "kerashub_albert",
     "kerashub-electra": "kerashub_electra",
