@@ -267,6 +267,38 @@ def test_a_kerashub_preset_reads_lazily_and_converts_back_bit_for_bit(bf16_llama
     assert all(torch.equal(theirs[k], ours[k]) for k in ours)
 
 
+def test_a_mixture_of_experts_streams_to_a_kerashub_preset_and_back_bit_for_bit(tmp_path):
+    """KerasHub stores each layer's experts as one bank `(experts, in, 2 x out)`: written lazily (a bank made when it
+    is written, from its experts' lazy parts) and read lazily (each expert's rows of the bank from the file's bytes,
+    `lazy.leading_rows`), so that a conversion holds one bank, not the model. A bfloat16 Mixtral goes to a preset
+    and back with every tensor bit for bit."""
+    config = transformers.MixtralConfig(vocab_size=53, hidden_size=48, intermediate_size=37, num_hidden_layers=2,
+                                        num_attention_heads=6, num_key_value_heads=2, num_local_experts=4,
+                                        num_experts_per_tok=2, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = transformers.MixtralForCausalLM(config).to(torch.bfloat16)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(tmp_path / "hf")
+    preset = tmp_path / "preset"
+    assert main(["convert", str(tmp_path / "hf"), str(preset), "--to", "kerashub-mixtral", "-q"]) == 0
+    lazy = formats.load(preset, lazy=True)
+    expert = lazy.weights["decoder.layers.1.ffn.experts.3.gate.kernel"]
+    assert isinstance(expert, LazyArray) and expert.shape == (48, 37)
+    eager = formats.load(preset)
+    for name, value in eager.weights.items():
+        np.testing.assert_array_equal(np.asarray(lazy.weights[name]).astype(np.float32), value, err_msg=name)
+    rows = lz.leading_rows(lazy.weights["decoder.layers.0.self_attn.q.kernel"], 5, 9)  # a file's rows, alone
+    assert rows.span is not None and rows.shape == (4, 48)
+    whole = np.asarray(lazy.weights["decoder.layers.0.self_attn.q.kernel"])
+    np.testing.assert_array_equal(np.asarray(rows), whole[5:9])
+    assert main(["convert", str(preset), str(tmp_path / "back"), "--to", "hf", "-q"]) == 0
+    _, theirs = state_of(tmp_path / "back")
+    ours = model.state_dict()
+    assert all(torch.equal(theirs[k], ours[k]) for k in ours)
+
+
 def test_a_chunked_hdf5_dataset_reads_lazily_through_hdf5(tmp_path):
     """A dataset stored in chunks (not what Keras writes, but HDF5 allows it) has no single span of the file: it is
     read through h5py, with the same values; a contiguous one is read from the file's bytes."""

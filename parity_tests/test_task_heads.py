@@ -205,7 +205,8 @@ def test_a_task_model_matches_transformers_and_goes_both_ways_with_its_labels(ar
         for name, value in desired.items():
             np.testing.assert_array_equal(reloaded[name], value, err_msg=name)
             seen = ~unseen if value.shape[:2] == ids.shape else np.ones(value.shape[:1], bool)
-            np.testing.assert_allclose(ours[name][seen], value[seen], rtol=0, atol=ATOL64, err_msg=f"{name}, left={left}")
+            np.testing.assert_allclose(ours[name][seen], value[seen], rtol=0, atol=ATOL64,
+                                       err_msg=f"{name}, left={left}")
 
 
 NOT_HERE = {f"{stem}{kind}" for stem in ("Bart", "Marian", "MBart", "Pegasus", "M2M100")  # refused, naming what is supported

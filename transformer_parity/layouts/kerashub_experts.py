@@ -23,6 +23,8 @@ import numpy as np
 
 import reference_numpy as rn
 
+from transformer_parity.streaming import lazy
+
 from .hf_experts import router_problems
 
 LAYER_RULES = ("every_layer", "by_index", "as_layer_0")
@@ -153,17 +155,18 @@ def to_canonical_state(banks: tuple[Bank, ...]):
         for bank in banks:
             pattern = _pattern(bank.path)
             for key in [k for k in state if pattern.match(k)]:
-                array = np.asarray(state.pop(key))
+                array = state.pop(key)  # read lazily: an expert's rows at a time (`lazy.leading_rows`)
                 parts = len(bank.parts)
-                if array.ndim != 3 or array.shape[0] != config.num_experts or array.shape[2] % parts:
-                    raise ValueError(f"{key} {array.shape} is not a bank of num_experts={config.num_experts} experts "
-                                     f"(experts, in, {'out' if parts == 1 else f'{parts} x out'})")
+                if len(array.shape) != 3 or array.shape[0] != config.num_experts or array.shape[2] % parts:
+                    raise ValueError(f"{key} {tuple(array.shape)} is not a bank of num_experts={config.num_experts} "
+                                     f"experts (experts, in, {'out' if parts == 1 else f'{parts} x out'})")
                 layer = pattern.match(key)[1]
                 width = array.shape[2] // parts
                 for e in range(array.shape[0]):
+                    rows = lazy.leading_rows(array, e, e + 1)
                     for p in range(parts):
                         name = bank.virtual(p).replace("{i}", layer).replace("{e}", str(e))
-                        state[name] = np.ascontiguousarray(array[e, :, p * width:(p + 1) * width])  # (in, out)
+                        state[name] = _columns(rows, p * width, (p + 1) * width)  # (in, out)
 
     return split
 
@@ -178,10 +181,31 @@ def from_canonical_state(banks: tuple[Bank, ...]):
             for bank in banks:
                 names = [[bank.virtual(p).replace("{i}", str(i)).replace("{e}", str(e)) for p in range(len(bank.parts))]
                          for e in range(config.num_experts)]
-                experts = [np.concatenate([np.asarray(state.pop(n)) for n in row], axis=-1) for row in names]
-                state[bank.path.replace("{i}", str(i))] = np.stack(experts)  # (experts, in, parts * out)
+                parts = [[state.pop(n) for n in row] for row in names]
+                state[bank.path.replace("{i}", str(i))] = _stacked(parts)  # (experts, in, parts * out)
 
     return stack
+
+
+def _columns(rows: Any, start: int, stop: int) -> Any:
+    """Columns `start:stop` of the one expert `rows` holds, `(1, in, out)` -> `(in, stop - start)`; lazy if it is."""
+    def compute():
+        return np.ascontiguousarray(np.asarray(rows)[0, :, start:stop])
+
+    return lazy.LazyArray((rows.shape[1], stop - start), rows.dtype, compute) if lazy.is_lazy(rows) else compute()
+
+
+def _stacked(parts: list[list[Any]]) -> Any:
+    """Each expert's parts joined on their last axis, the experts stacked: `(experts, in, parts * out)`; a
+    `LazyArray` made when it is written where the parts are lazy, so that a conversion holds one bank at a time."""
+    def compute():
+        return np.stack([np.concatenate([np.asarray(part) for part in row], axis=-1) for row in parts])
+
+    if not any(lazy.is_lazy(part) for row in parts for part in row):
+        return compute()
+    first = parts[0][0]
+    shape = (len(parts), first.shape[0], sum(part.shape[1] for part in parts[0]))
+    return lazy.LazyArray(shape, first.dtype, compute)
 
 
 # --- a KerasHub family with experts: its record's hooks ------------------------------------------------------------

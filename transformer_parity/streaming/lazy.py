@@ -186,6 +186,22 @@ def is_lazy(array: Any) -> bool:
     return isinstance(array, LazyArray)
 
 
+def leading_rows(array: Any, start: int, stop: int) -> Any:
+    """Rows `start:stop` of `array`'s first axis (one expert of a bank of experts): a `LazyArray` that reads only
+    those rows from the file where `array`'s values are its bytes (all of it, then the rows, otherwise), or the
+    slice of an array in memory."""
+    if not is_lazy(array):
+        return np.asarray(array)[start:stop]
+    shape = (stop - start,) + tuple(array.shape[1:])
+    if array.span is None:
+        return LazyArray(shape, array.dtype, lambda: np.asarray(array)[start:stop])
+    file, offset, _ = array.span
+    row = int(np.prod(array.shape[1:], dtype=np.int64)) * array.dtype.itemsize
+    rows = LazyArray(shape, array.dtype, lambda: None, span=(file, offset + start * row, (stop - start) * row))
+    rows._compute = lambda: next(_bands(rows, max(shape[0], 1)))[2]
+    return rows
+
+
 def file_span(array: Any) -> tuple[str, int, int] | None:
     """The bytes of a file that `array`'s values are made from, through any transposes and casts (`source`); None
     when they are not one file's bytes (an array in memory, a fused tensor's several sources)."""
