@@ -582,3 +582,31 @@ def test_ctrl_c_inside_a_subcommand_modules_import_is_an_interrupt_not_a_broken_
     assert cli.main(["convert", "--preset", "tiny", str(tmp_path / "m.safetensors")]) == 130
     err = capsys.readouterr().err
     assert err.strip() == "transformer-parity: interrupted", err
+
+
+def test_an_interrupt_while_the_console_script_loads_the_cli_waits_for_the_import(tmp_path):
+    """The console script's entry point is `console.main`, which holds SIGINT while it imports the CLI: a Ctrl-C that
+    lands inside that import is delivered after it, whole (exit 130, one line), never inside a C extension's import.
+    Here the interrupt is sent as the import of `transformer_parity.cli` starts; the module is complete afterwards."""
+    import importlib.metadata
+
+    (entry,) = [e for e in importlib.metadata.entry_points(group="console_scripts") if e.name == "transformer-parity"]
+    assert entry.value == "transformer_parity.console:main"
+    code = """
+import importlib.abc, os, signal, sys
+class Interrupt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "transformer_parity.cli":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, Interrupt())
+sys.argv = ["transformer-parity", "--help"]
+from transformer_parity.console import main
+code = main()
+print(hasattr(sys.modules.get("transformer_parity.cli"), "main"))
+sys.exit(code)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 130 and proc.stderr == "transformer-parity: interrupted\n", proc.stderr
+    assert proc.stdout.strip() == "True"  # held: the CLI loaded whole before the interrupt arrived
+

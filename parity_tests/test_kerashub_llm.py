@@ -206,7 +206,10 @@ def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_f
     assert np.max(np.abs(rn.Transformer(loaded.config, loaded.weights, np.float64)(src) - expected)) <= 1e-4
     report = tmp_path / "r.json"
     assert main(["verify", str(path), "--src-len", "11", "--json", str(report)]) == 0
-    assert json.loads(report.read_text())["verdict"].startswith(f"PASS: matches the source (keras_hub {FAMILIES[name][1]}")
+    result = json.loads(report.read_text())
+    assert result["verdict"].startswith(f"PASS: matches the source (keras_hub {FAMILIES[name][1]}")
+    hooked = {r["sublayer"] for r in result["rows"] if "keras_hub-f32" in r["backends"]}
+    assert {"decoder.layers.0", "decoder.final_norm"} <= hooked  # each layer and the final norm, whatever its name
     formats.save(tmp_path / "again", loaded.config, dict(loaded.weights), loaded.format)
     np.testing.assert_array_equal(logits(keras_hub.models.CausalLM.from_preset(str(tmp_path / "again")), src),
                                   expected)

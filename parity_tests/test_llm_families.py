@@ -29,8 +29,9 @@ COMMON = dict(vocab_size=VOCAB, hidden_size=48, num_attention_heads=6, num_key_v
               intermediate_size=37, max_position_embeddings=64, rms_norm_eps=1e-5, pad_token_id=None,
               bos_token_id=None, eos_token_id=None, tie_word_embeddings=False)
 OMIT = object()  # a COMMON key a family's config does not have (left out of its config.json)
-NEOX = dict(hidden_size=96, num_key_value_heads=OMIT, rms_norm_eps=OMIT, layer_norm_eps=1e-5)
-FALCON = dict(NEOX, layer_norm_eps=OMIT, layer_norm_epsilon=1e-5, intermediate_size=OMIT, ffn_hidden_size=37,
+# epsilons that are no library default (1e-5, 1e-6, Keras 1e-3): a reader that ignores the file's shows in float64
+NEOX = dict(hidden_size=96, num_key_value_heads=OMIT, rms_norm_eps=OMIT, layer_norm_eps=2e-4)
+FALCON = dict(NEOX, layer_norm_eps=OMIT, layer_norm_epsilon=2e-4, intermediate_size=OMIT, ffn_hidden_size=37,
               num_kv_heads=None)
 LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
           "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
@@ -47,11 +48,13 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     "gemma": ("GemmaForCausalLM", "GemmaConfig", dict(head_dim=16, hidden_act="gelu_pytorch_tanh",
                                                       tie_word_embeddings=True)),
     "phi3": ("Phi3ForCausalLM", "Phi3Config",
-             dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})),
+             dict(rms_norm_eps=2e-4,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})),
     # LayerNorms with a bias: biases on every linear and a window (Starcoder2), q/k/v biases over a rotary quarter of
     # each head, StableLM's default when config.json names none (StableLM)
-    "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config", dict(sliding_window=5, norm_epsilon=1e-5)),
-    "stablelm": ("StableLmForCausalLM", "StableLmConfig", dict(use_qkv_bias=True, hidden_size=96)),
+    "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config", dict(sliding_window=5, norm_epsilon=2e-4)),
+    "stablelm": ("StableLmForCausalLM", "StableLmConfig", dict(use_qkv_bias=True, hidden_size=96,
+                                                                   layer_norm_eps=2e-4)),
     # attention and feed-forward side by side on input_layernorm (StableLM's use_parallel_residual)
     "stablelm-parallel": ("StableLmForCausalLM", "StableLmConfig", dict(use_parallel_residual=True, hidden_size=96)),
     # learned positions at +2 with LayerNorms before each sublayer and at the end, or after each (OPT-350m's)
@@ -73,21 +76,22 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     # one LayerNorm read side by side, rotary positions on adjacent pairs of a half of each head of 16, no attention
     # biases, lm_head with one (GPT-J)
     "gptj": ("GPTJForCausalLM", "GPTJConfig", dict(NEOX, intermediate_size=OMIT, n_inner=37, rotary_dim=8,
-                                                   layer_norm_eps=OMIT, layer_norm_epsilon=1e-5)),
+                                                   layer_norm_eps=OMIT, layer_norm_epsilon=2e-4)),
     # LayerNorms without parameters and q/k/v clamped (OLMo); norms after the sublayers only and q/k norms over all
     # heads (OLMo 2); the four multipliers (Granite)
     "olmo": ("OlmoForCausalLM", "OlmoConfig", dict(clip_qkv=0.3, attention_bias=True)),
-    "olmo2": ("Olmo2ForCausalLM", "Olmo2Config", dict()),
+    "olmo2": ("Olmo2ForCausalLM", "Olmo2Config", dict(rms_norm_eps=2e-4)),
     "granite": ("GraniteForCausalLM", "GraniteConfig", dict(head_dim=16, embedding_multiplier=3.0,
                                                             residual_multiplier=0.4, attention_multiplier=0.3,
                                                             logits_scaling=2.5, mlp_bias=True)),
     # GPT-2's blocks with separate q/k/v without biases, unscaled scores, a global and a local layer (window 5)
     "gpt-neo": ("GPTNeoForCausalLM", "GPTNeoConfig", dict(attention_types=[[["global", "local"], 1]], window_size=5,
-                                                          num_key_value_heads=None, rms_norm_eps=None)),
+                                                          num_key_value_heads=None, rms_norm_eps=None,
+                                                          layer_norm_epsilon=2e-4)),
     # GPT-J's model with q, v, k fused in 4 shards of a head each (CodeGen)
     "codegen": ("CodeGenForCausalLM", "CodeGenConfig", dict(NEOX, hidden_size=64, num_attention_heads=4,
                                                             intermediate_size=OMIT, n_inner=37, rotary_dim=8,
-                                                            layer_norm_eps=OMIT, layer_norm_epsilon=1e-5)),
+                                                            layer_norm_eps=OMIT, layer_norm_epsilon=2e-4)),
     # one key/value head, attention and feed-forward side by side on one LayerNorm, no biases, tied (Falcon-7B); the
     # new decoder: ln_attn and ln_mlp side by side, 2 key/value groups fused with their query heads, biases (Falcon-40B)
     "falcon-7b": ("FalconForCausalLM", "FalconConfig", dict(FALCON, tie_word_embeddings=True, rope_parameters={

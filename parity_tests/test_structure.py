@@ -25,7 +25,7 @@ ROOMS = [
     ("transformer_parity.train", "transformer_parity.plots"),
     ("transformer_parity.bench",),
     ("transformer_parity.cli",),
-    ("transformer_parity.__main__",),
+    ("transformer_parity.console", "transformer_parity.__main__"),  # the entry point: holds signals, loads the cli
 ]
 MAX_LINES = 800
 

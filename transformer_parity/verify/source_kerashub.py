@@ -68,6 +68,10 @@ def _kerashub_source(path: Path, fmt: str, config: rn.TransformerConfig) -> Sour
     return Source(f"keras_hub {cls_name}", "builtin", run, notes)
 
 
+# the attributes keras_hub's backbones keep their final norm in (most use `layer_norm`), the first one it has
+FINAL_NORMS = ("layer_norm", "norm", "final_layernorm")
+
+
 def _kerashub_layers(model, config: rn.TransformerConfig) -> dict[str, Any]:
     """Canonical name -> the KerasHub layer whose output it is, for a decoder-only backbone with `transformer_layers`
     (each decoder layer, and the final norm): what names the first layer where keras_hub and another library part."""
@@ -76,6 +80,7 @@ def _kerashub_layers(model, config: rn.TransformerConfig) -> dict[str, Any]:
     if not config.is_decoder_only or not stack or len(stack) != config.num_decoder_layers:
         return {}
     layers = {f"decoder.layers.{i}": layer for i, layer in enumerate(stack)}
-    if config.final_norm and getattr(backbone, "layer_norm", None) is not None:
-        layers["decoder.final_norm"] = backbone.layer_norm
+    final = next((getattr(backbone, name) for name in FINAL_NORMS if getattr(backbone, name, None) is not None), None)
+    if config.final_norm and final is not None:
+        layers["decoder.final_norm"] = final
     return layers
