@@ -476,10 +476,12 @@ def _check_relative(cfg: Any) -> None:
                          f"None, received {terms!r}")
     object.__setattr__(cfg, "relative_terms", tuple(t for t in RELATIVE_TERMS if t in terms))
     if not (cfg.is_encoder_only and not cfg.causal_encoder and not cfg.shared_layers
-            and cfg.kv_heads == cfg.num_heads and cfg.positional in ("learned", "none") and not cfg.qk_norm):
+            and cfg.kv_heads == cfg.num_heads and cfg.positional in ("learned", "none") and not cfg.qk_norm
+            and cfg.norm == "layer" and cfg.norm_affine):
         raise ValueError(f"relative_terms={list(terms)!r} (disentangled attention) needs an encoder-only model "
                          "without causal_encoder, shared_layers, grouped key/value heads or q/k norms, with learned "
-                         f"or no absolute positions, received num_decoder_layers={cfg.num_decoder_layers}, "
+                         "or no absolute positions and LayerNorms with parameters, received norm="
+                         f"{cfg.norm!r}, norm_affine={cfg.norm_affine},  num_decoder_layers={cfg.num_decoder_layers}, "
                          f"causal_encoder={cfg.causal_encoder}, shared_layers={cfg.shared_layers}, num_kv_heads="
                          f"{cfg.num_kv_heads}, qk_norm={cfg.qk_norm}, positional={cfg.positional!r}")
     if cfg.max_relative_positions < 1:
