@@ -17,7 +17,7 @@ import pytest
 
 import reference_numpy as rn
 from transformer_parity import cli, formats
-from transformer_parity.layouts import hf_dir
+from transformer_parity.layouts import hf_dir, hf_family
 
 from .support.hf_models import perturbed
 from .tolerances import property_atol
@@ -30,6 +30,9 @@ SIZES = dict(vocab_size=VOCAB, hidden_size=36, num_attention_heads=3, intermedia
              max_position_embeddings=40)
 DISTIL_SIZES = dict(vocab_size=VOCAB, dim=36, n_heads=3, hidden_dim=37, n_layers=2, max_position_embeddings=40)
 ALBERT_SIZES = dict(SIZES, num_hidden_layers=3, embedding_size=20, pad_token_id=3)
+# DeBERTa: 5 heads of 8, 8 log buckets reaching distance 9 (shorter than the 13-token inputs), a normed relative table
+DEBERTA_SIZES = dict(SIZES, hidden_size=40, num_attention_heads=5, pad_token_id=3, relative_attention=True,
+                     position_buckets=8, max_relative_positions=9, pos_att_type="p2c|c2p", norm_rel_ebd="layer_norm")
 MODELS = {  # id -> (transformers class, config class, its settings, our format)
     # a tanh-GELU encoder: RobertaLMHead's exact GELU must come from the head, not hidden_act
     "roberta-mlm": ("RobertaForMaskedLM", "RobertaConfig", dict(SIZES, hidden_act="gelu_new"), "hf-roberta"),
@@ -51,6 +54,12 @@ MODELS = {  # id -> (transformers class, config class, its settings, our format)
     "electra-mlm": ("ElectraForMaskedLM", "ElectraConfig", dict(SIZES, embedding_size=20, pad_token_id=3,
                                                                 hidden_act="gelu_new"), "hf-electra"),
     "electra": ("ElectraModel", "ElectraConfig", dict(SIZES, embedding_size=36, pad_token_id=3), "hf-electra"),
+    # DeBERTa-v2: absolute positions and segments beside the disentangled attention's own projections (legacy head);
+    # v3: no absolute positions, the positions projected by the layers' q and k (share_att_key)
+    "deberta-v2-mlm": ("DebertaV2ForMaskedLM", "DebertaV2Config", dict(DEBERTA_SIZES, type_vocab_size=2),
+                       "hf-deberta-v2"),
+    "deberta-v3": ("DebertaV2Model", "DebertaV2Config", dict(DEBERTA_SIZES, position_biased_input=False,
+                                                             share_att_key=True), "hf-deberta-v2"),
 }
 _cache: dict = {}
 
@@ -102,7 +111,11 @@ def test_float64_reference_matches_transformers_in_float32_and_float64(name, tmp
     ids, types, hf_kwargs = inputs(loaded.config)
     actual = ours(loaded, ids, types)
     np.testing.assert_allclose(actual, hf_output(model, hf_kwargs), rtol=0, atol=1e-4)
-    np.testing.assert_allclose(actual, hf_output(copy.deepcopy(model).double(), hf_kwargs), rtol=0, atol=1e-10)
+    model64 = copy.deepcopy(model).double()
+    fix = hf_family(loaded.format).float64_fix  # what transformers keeps in float32 (DeBERTa's scale's square root)
+    if fix is not None:
+        fix.apply(model64, loaded.config)
+    np.testing.assert_allclose(actual, hf_output(model64, hf_kwargs), rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("impl", ["torch_impl", "tf_impl"])
