@@ -228,6 +228,10 @@ def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory
     ("distilbert", "activation", "gelu_fast", "config.json activation='gelu_fast' is not supported"),
     ("albert-mlm", "num_hidden_groups", 2, "config.json num_hidden_groups=2 is not supported (only 1)"),
     ("albert", "inner_group_num", 2, "config.json inner_group_num=2 is not supported (only 1)"),
+    ("deberta-v2-mlm", "conv_kernel_size", 3, "config.json conv_kernel_size=3 is not supported (only 0)"),
+    ("deberta-v2-mlm", "legacy", False, "config.json legacy=False is not supported (only True)"),
+    ("deberta-v3", "pos_att_type", ["c2p", "p2p"], "config.json pos_att_type=['c2p', 'p2p'] is not supported"),
+    ("deberta-v3", "embedding_size", 20, "config.json embedding_size=20 is not supported (only hidden_size=40)"),
 ])
 def test_a_config_field_we_do_not_implement_is_refused(name, field, value, named, tmp_path_factory, tmp_path,
                                                        capsys):
@@ -241,6 +245,32 @@ def test_a_config_field_we_do_not_implement_is_refused(name, field, value, named
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and named in err, err
     assert not (tmp_path / "out.safetensors").exists()
+
+
+@pytest.mark.parametrize("buckets, distance", [(8, 9), (8, 40), (256, 512), (64, 128)])
+def test_deberta_log_buckets_are_transformers(buckets, distance):
+    """The reference's log buckets (float64) are transformers' (float32) at every distance a model of that size
+    reads: the tested models' and the released checkpoints' (256 buckets to 512)."""
+    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+
+    relative = np.arange(-distance, distance + 1)
+    desired = make_log_bucket_position(torch.as_tensor(relative), buckets, distance).long().numpy()
+    np.testing.assert_array_equal(rn.ops.log_bucket_positions(relative, buckets, distance), desired)
+
+
+def test_a_deberta_model_has_no_bert_equivalent(tmp_path_factory, tmp_path):
+    """Disentangled attention, zeroed padding embeddings and averaging padding queries are DeBERTa's alone: an
+    export to BERT names each; invalid values are refused naming the field."""
+    loaded = formats.load(hf_model("deberta-v2-mlm", tmp_path_factory)[1])
+    with pytest.raises(ValueError) as info:
+        formats.save(tmp_path / "bert", loaded.config, dict(loaded.weights), "hf-bert")
+    for named in ("relative_terms=('c2p', 'p2c') (disentangled attention over relative positions, which "
+                  "hf-deberta-v2 has", "embed_zero_padding=True", "padded_queries='average'"):
+        assert named in str(info.value), str(info.value)
+    for field, value in (("relative_terms", ("c2p", "p2p")), ("relative_buckets", 16),
+                         ("padded_queries", "zero")):
+        with pytest.raises(ValueError, match=field):
+            loaded.config.replace(**{field: value})
 
 
 def test_distilbert_export_refuses_what_it_cannot_hold(tmp_path_factory, tmp_path):

@@ -248,7 +248,7 @@ def log_bucket_positions(relative: np.ndarray, buckets: int, max_positions: int)
     `relative`'s shape: a distance within `buckets // 2` (mid) each way stays itself, a longer one becomes
     sign * (mid + ceil(log(|d| / mid) / log((max_positions - 1) / mid) * (mid - 1))), computed in float64
     (transformers computes it in float32; the two agree on every distance below 1292 at its 256 buckets and 512
-    positions, and at every size `parity_tests/test_deberta.py` checks)."""
+    positions, and at the sizes `parity_tests/test_bert_family.py` checks)."""
     mid = buckets // 2
     relative = np.asarray(relative, dtype=np.int64)
     near = (relative < mid) & (relative > -mid)
