@@ -330,7 +330,7 @@ def _h5_structure(path):
     return out
 
 
-@pytest.mark.parametrize("name", ["albert-mlm", "albert", "roberta-mlm"])
+@pytest.mark.parametrize("name", ["albert-mlm", "albert", "roberta-mlm", "deberta-v2-mlm"])
 def test_keras_weights_h5_is_what_keras_writes_and_reads(name, tmp_path_factory, tmp_path):
     """The `.weights.h5` layout of the new settings (the embedding projection, the one shared layer) is the one Keras
     itself writes for tf_impl, and Keras reads ours back to the same weights."""
