@@ -79,6 +79,7 @@ KERASHUB_PRESET_LAYOUTS = {
     "kerashub-distilbert": "kerashub_distilbert",
     "kerashub-albert": "kerashub_albert",
     "kerashub-electra": "kerashub_electra",
+    "kerashub-deberta-v3": "kerashub_deberta_v3",
     "kerashub-llama": "kerashub_llama",
     "kerashub-mistral": "kerashub_mistral",
     "kerashub-mixtral": "kerashub_mixtral",
