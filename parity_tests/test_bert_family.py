@@ -265,7 +265,9 @@ def test_a_deberta_model_has_no_bert_equivalent(tmp_path_factory, tmp_path):
     with pytest.raises(ValueError) as info:
         formats.save(tmp_path / "bert", loaded.config, dict(loaded.weights), "hf-bert")
     for named in ("relative_terms=('c2p', 'p2c') (disentangled attention over relative positions, which "
-                  "hf-deberta-v2 has", "embed_zero_padding=True", "padded_queries='average'"):
+                  "hf-deberta-v2 and kerashub-deberta-v3 have; hf-bert has none)",
+                  "embed_zero_padding=True (embeddings zeroed at padding, which hf-deberta-v2 has; hf-bert has none)",
+                  "padded_queries='average'"):
         assert named in str(info.value), str(info.value)
     for field, value in (("relative_terms", ("c2p", "p2p")), ("relative_buckets", 16),
                          ("padded_queries", "zero")):
