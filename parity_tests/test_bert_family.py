@@ -202,7 +202,7 @@ def test_a_roberta_model_has_no_bert_or_distilbert_equivalent(tmp_path_factory, 
 
 # --- (3) verify judges the directory against transformers -------------------------------------------------------------
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", [name for name in MODELS if name != "deberta-v3"])  # v2's verify covers v3's blocks
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
