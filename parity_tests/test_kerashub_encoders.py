@@ -378,3 +378,32 @@ def test_deberta_v3_is_transformers_at_every_real_position(deberta, tmp_path):
           f"{np.max(np.abs(theirs - expected)[~real]):.2e} at the padding ones")
     assert worst <= TOLERANCE
     assert np.max(np.abs(theirs - expected)[~real]) > 100 * TOLERANCE  # the padding positions: another function
+
+
+def test_deberta_text_classifier_reads_as_keras_hub_computes_and_writes_back(tmp_path):
+    """`DebertaV3TextClassifier`: position 0 through `pooled_dense` (GELU), then the scores (5 classes)."""
+    import keras
+
+    keras.utils.set_random_seed(5)
+    backbone = keras_hub.models.DebertaV3Backbone(vocabulary_size=53, num_layers=2, num_heads=5, hidden_dim=40,
+                                                  intermediate_dim=37, max_sequence_length=16, bucket_size=8,
+                                                  dropout=0.0)
+    task = keras_hub.models.DebertaV3TextClassifier(backbone=backbone, num_classes=5, preprocessor=None)
+    rng = np.random.default_rng(5)
+    for v in task.weights:
+        v.assign(v.numpy() + 0.1 * rng.standard_normal(v.shape).astype("float32"))
+    task.save_to_preset(str(tmp_path / "preset"))
+    loaded = formats.load(tmp_path / "preset", fields={"pad_id": 3})
+    config = loaded.config
+    assert (config.classifier, config.classifier_input, config.classifier_dense, config.num_labels) == (
+        "sequence", "first", "gelu", 5)
+    ids, _ = inputs(3)
+    feed = {"token_ids": ids, "padding_mask": ids != 3}
+    theirs = np.asarray(task(feed), np.float64)
+    worst = float(np.max(np.abs(rn.Transformer(config, loaded.weights)(ids.astype(np.int64)) - theirs)))
+    MEASURED["deberta-v3-classifier"] = worst
+    print(f"deberta-v3 text classifier: max |reference - keras_hub| = {worst:.2e}")
+    assert worst <= TOLERANCE
+    formats.save(tmp_path / "again", config, dict(loaded.weights), "kerashub")
+    again = keras_hub.models.TextClassifier.from_preset(str(tmp_path / "again"))
+    np.testing.assert_array_equal(np.asarray(again(feed)), np.asarray(task(feed)))
