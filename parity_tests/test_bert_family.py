@@ -258,6 +258,20 @@ def test_deberta_log_buckets_are_transformers(buckets, distance):
     np.testing.assert_array_equal(rn.ops.log_bucket_positions(relative, buckets, distance), desired)
 
 
+def test_a_short_probe_names_the_relative_rows_it_left_out():
+    """verify's coverage: a probe shorter than max_relative_positions + 1 reads only some rows of the relative table,
+    and says which; `--cover` lengthens it to read them all."""
+    from transformer_parity.verify import coverage
+
+    config = rn.TransformerConfig(src_vocab_size=53, tgt_vocab_size=53, d_model=40, num_heads=5, d_ff=37,
+                                  num_encoder_layers=1, num_decoder_layers=0, max_len=40, positional="none",
+                                  relative_terms=("c2p", "p2c"), relative_buckets=8, max_relative_positions=9)
+    notes = coverage.not_exercised(config, np.ones((1, 5), np.int64), None, None)
+    assert "relative positions: the probe's distances up to 4 read rows 4..12 of the 16-row table" in notes[-1]
+    assert coverage.cover_lengths(config, 5, 5)[0] == 10
+    assert not any("relative" in n for n in coverage.not_exercised(config, np.ones((1, 10), np.int64), None, None))
+
+
 def test_a_deberta_model_has_no_bert_equivalent(tmp_path_factory, tmp_path):
     """Disentangled attention, zeroed padding embeddings and averaging padding queries are DeBERTa's alone: an
     export to BERT names each; invalid values are refused naming the field."""
