@@ -230,6 +230,7 @@ def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory
     ("albert", "inner_group_num", 2, "config.json inner_group_num=2 is not supported (only 1)"),
     ("deberta-v2-mlm", "conv_kernel_size", 3, "config.json conv_kernel_size=3 is not supported (only 0)"),
     ("deberta-v2-mlm", "legacy", False, "config.json legacy=False is not supported (only True)"),
+    ("deberta-v2-mlm", "tie_word_embeddings", False, "config.json tie_word_embeddings=False is not supported"),
     ("deberta-v3", "pos_att_type", ["c2p", "p2p"], "config.json pos_att_type=['c2p', 'p2p'] is not supported"),
     ("deberta-v3", "embedding_size", 20, "config.json embedding_size=20 is not supported (only hidden_size=40)"),
 ])

@@ -146,8 +146,8 @@ def run_block(config: TransformerConfig, block: Block, weights: Mapping[str, np.
             w = {this + name[len(first):]: value for name, value in w.items()}
         x = state["x"]
         if block.stack == "encoder":
-            state["x"] = m.EncoderLayer(config, w, block.name)(x, m.encoder_mask(config, key_mask(config, state, "src")),
-                                                               record)
+            mask = m.encoder_mask(config, key_mask(config, state, "src"))
+            state["x"] = m.EncoderLayer(config, w, block.name)(x, mask, record)
         else:
             self_mask = ops.attention_mask(key_mask(config, state, "tgt"), x.shape[1], causal=True,
                                            window=config.layer_window(block.index))

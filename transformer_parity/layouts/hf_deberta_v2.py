@@ -17,7 +17,7 @@ tied to the word embeddings with its own bias); the task heads read the first po
 `pooler_hidden_act` (the ContextPooler). Refused, each in one line: `legacy=false` (the `lm_predictions` head),
 `conv_kernel_size` > 0 (the convolution beside the first layer), `embedding_size` != `hidden_size` (DeBERTa projects
 before its norm, ALBERT after), another `attention_head_size` or `pooler_hidden_size`, a `pos_att_type` other than
-c2p and p2c, relative attention without a position term.
+c2p and p2c, relative attention without a position term, an untied masked-LM decoder.
 """
 
 from __future__ import annotations
@@ -132,6 +132,8 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
     arch = architecture(hf, MODEL_TYPE, ARCHITECTURES, any(k.startswith(("cls.", BASE_PREFIX)) for k in keys))
     refuse(hf, {"legacy": True, "conv_kernel_size": 0})
     mlm = arch == ARCHITECTURES[0]
+    if mlm:  # untied, the legacy decoder adds its own bias and never reads cls.predictions.bias
+        refuse(hf, {"tie_word_embeddings": True})
     vocab, hidden, heads = integer(hf, "vocab_size"), integer(hf, "hidden_size"), integer(hf, "num_attention_heads")
     for key in ("embedding_size", "pooler_hidden_size"):
         if hf.get(key, hidden) != hidden:
@@ -158,14 +160,15 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
         activation=activation(hf, "hidden_act", "gelu"), norm_first=False, final_norm=False,
         layer_norm_eps=number(hf, "layer_norm_eps", 1e-7),
         positional="learned" if boolean(hf, "position_biased_input", True) else "none",
-        scale_embedding=False, bias=True, tie_embeddings=mlm and boolean(hf, "tie_word_embeddings", True),
+        scale_embedding=False, bias=True, tie_embeddings=mlm,
         pad_id=token_id(hf, "pad_token_id", vocab, default=0) or 0, output_bias=mlm, output_projection=mlm,
         type_vocab_size=integer(hf, "type_vocab_size", 0), embed_norm=True, head_transform=mlm, pooler=False,
         attention_scale=1.0 / math.sqrt(head_dim * (1 + len(terms))) if terms else "head",
         relative_terms=terms if relative else None,
         relative_buckets=max(buckets, 0) if relative else 0,
         max_relative_positions=(max_relative if max_relative >= 1 else max_len) if relative else 0,
-        relative_embed_norm=relative and _rel_norm(hf), relative_shares_qk=relative and boolean(hf, "share_att_key", False),
+        relative_embed_norm=relative and _rel_norm(hf),
+        relative_shares_qk=relative and boolean(hf, "share_att_key", False),
         embed_zero_padding=True, padded_queries="average")
     return config, arch, []
 
