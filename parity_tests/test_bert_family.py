@@ -17,7 +17,7 @@ import pytest
 
 import reference_numpy as rn
 from transformer_parity import cli, formats
-from transformer_parity.layouts import hf_dir
+from transformer_parity.layouts import hf_dir, hf_family
 
 from .support.hf_models import perturbed
 from .tolerances import property_atol
@@ -30,6 +30,9 @@ SIZES = dict(vocab_size=VOCAB, hidden_size=36, num_attention_heads=3, intermedia
              max_position_embeddings=40)
 DISTIL_SIZES = dict(vocab_size=VOCAB, dim=36, n_heads=3, hidden_dim=37, n_layers=2, max_position_embeddings=40)
 ALBERT_SIZES = dict(SIZES, num_hidden_layers=3, embedding_size=20, pad_token_id=3)
+# DeBERTa: 5 heads of 8, 8 log buckets reaching distance 9 (shorter than the 13-token inputs), a normed relative table
+DEBERTA_SIZES = dict(SIZES, hidden_size=40, num_attention_heads=5, pad_token_id=3, relative_attention=True,
+                     position_buckets=8, max_relative_positions=9, pos_att_type="p2c|c2p", norm_rel_ebd="layer_norm")
 MODELS = {  # id -> (transformers class, config class, its settings, our format)
     # a tanh-GELU encoder: RobertaLMHead's exact GELU must come from the head, not hidden_act
     "roberta-mlm": ("RobertaForMaskedLM", "RobertaConfig", dict(SIZES, hidden_act="gelu_new"), "hf-roberta"),
@@ -51,6 +54,12 @@ MODELS = {  # id -> (transformers class, config class, its settings, our format)
     "electra-mlm": ("ElectraForMaskedLM", "ElectraConfig", dict(SIZES, embedding_size=20, pad_token_id=3,
                                                                 hidden_act="gelu_new"), "hf-electra"),
     "electra": ("ElectraModel", "ElectraConfig", dict(SIZES, embedding_size=36, pad_token_id=3), "hf-electra"),
+    # DeBERTa-v2: absolute positions and segments beside the disentangled attention's own projections (legacy head);
+    # v3: no absolute positions, the positions projected by the layers' q and k (share_att_key)
+    "deberta-v2-mlm": ("DebertaV2ForMaskedLM", "DebertaV2Config", dict(DEBERTA_SIZES, type_vocab_size=2),
+                       "hf-deberta-v2"),
+    "deberta-v3": ("DebertaV2Model", "DebertaV2Config", dict(DEBERTA_SIZES, position_biased_input=False,
+                                                             share_att_key=True), "hf-deberta-v2"),
 }
 _cache: dict = {}
 
@@ -102,7 +111,11 @@ def test_float64_reference_matches_transformers_in_float32_and_float64(name, tmp
     ids, types, hf_kwargs = inputs(loaded.config)
     actual = ours(loaded, ids, types)
     np.testing.assert_allclose(actual, hf_output(model, hf_kwargs), rtol=0, atol=1e-4)
-    np.testing.assert_allclose(actual, hf_output(copy.deepcopy(model).double(), hf_kwargs), rtol=0, atol=1e-10)
+    model64 = copy.deepcopy(model).double()
+    fix = hf_family(loaded.format).float64_fix  # what transformers keeps in float32 (DeBERTa's scale's square root)
+    if fix is not None:
+        fix.apply(model64, loaded.config)
+    np.testing.assert_allclose(actual, hf_output(model64, hf_kwargs), rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("impl", ["torch_impl", "tf_impl"])
@@ -189,7 +202,7 @@ def test_a_roberta_model_has_no_bert_or_distilbert_equivalent(tmp_path_factory, 
 
 # --- (3) verify judges the directory against transformers -------------------------------------------------------------
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", [name for name in MODELS if name != "deberta-v3"])  # v2's verify covers v3's blocks
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
@@ -215,6 +228,11 @@ def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory
     ("distilbert", "activation", "gelu_fast", "config.json activation='gelu_fast' is not supported"),
     ("albert-mlm", "num_hidden_groups", 2, "config.json num_hidden_groups=2 is not supported (only 1)"),
     ("albert", "inner_group_num", 2, "config.json inner_group_num=2 is not supported (only 1)"),
+    ("deberta-v2-mlm", "conv_kernel_size", 3, "config.json conv_kernel_size=3 is not supported (only 0)"),
+    ("deberta-v2-mlm", "legacy", False, "config.json legacy=False is not supported (only True)"),
+    ("deberta-v2-mlm", "tie_word_embeddings", False, "config.json tie_word_embeddings=False is not supported"),
+    ("deberta-v3", "pos_att_type", ["c2p", "p2p"], "config.json pos_att_type=['c2p', 'p2p'] is not supported"),
+    ("deberta-v3", "embedding_size", 20, "config.json embedding_size=20 is not supported (only hidden_size=40)"),
 ])
 def test_a_config_field_we_do_not_implement_is_refused(name, field, value, named, tmp_path_factory, tmp_path,
                                                        capsys):
@@ -228,6 +246,48 @@ def test_a_config_field_we_do_not_implement_is_refused(name, field, value, named
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and named in err, err
     assert not (tmp_path / "out.safetensors").exists()
+
+
+@pytest.mark.parametrize("buckets, distance", [(8, 9), (8, 40), (256, 512), (64, 128)])
+def test_deberta_log_buckets_are_transformers(buckets, distance):
+    """The reference's log buckets (float64) are transformers' (float32) at every distance a model of that size
+    reads: the tested models' and the released checkpoints' (256 buckets to 512)."""
+    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+
+    relative = np.arange(-distance, distance + 1)
+    desired = make_log_bucket_position(torch.as_tensor(relative), buckets, distance).long().numpy()
+    np.testing.assert_array_equal(rn.ops.log_bucket_positions(relative, buckets, distance), desired)
+
+
+def test_a_short_probe_names_the_relative_rows_it_left_out():
+    """verify's coverage: a probe shorter than max_relative_positions + 1 reads only some rows of the relative table,
+    and says which; `--cover` lengthens it to read them all."""
+    from transformer_parity.verify import coverage
+
+    config = rn.TransformerConfig(src_vocab_size=53, tgt_vocab_size=53, d_model=40, num_heads=5, d_ff=37,
+                                  num_encoder_layers=1, num_decoder_layers=0, max_len=40, positional="none",
+                                  relative_terms=("c2p", "p2c"), relative_buckets=8, max_relative_positions=9)
+    notes = coverage.not_exercised(config, np.ones((1, 5), np.int64), None, None)
+    assert "relative positions: the probe's distances up to 4 read rows 4..12 of the 16-row table" in notes[-1]
+    assert coverage.cover_lengths(config, 5, 5)[0] == 10
+    assert not any("relative" in n for n in coverage.not_exercised(config, np.ones((1, 10), np.int64), None, None))
+
+
+def test_a_deberta_model_has_no_bert_equivalent(tmp_path_factory, tmp_path):
+    """Disentangled attention, zeroed padding embeddings and averaging padding queries are DeBERTa's alone: an
+    export to BERT names each; invalid values are refused naming the field."""
+    loaded = formats.load(hf_model("deberta-v2-mlm", tmp_path_factory)[1])
+    with pytest.raises(ValueError) as info:
+        formats.save(tmp_path / "bert", loaded.config, dict(loaded.weights), "hf-bert")
+    for named in ("relative_terms=('c2p', 'p2c') (disentangled attention over relative positions, which "
+                  "hf-deberta-v2 and kerashub-deberta-v3 have; hf-bert has none)",
+                  "embed_zero_padding=True (embeddings zeroed at padding, which hf-deberta-v2 has; hf-bert has none)",
+                  "padded_queries='average'"):
+        assert named in str(info.value), str(info.value)
+    for field, value in (("relative_terms", ("c2p", "p2p")), ("relative_buckets", 16),
+                         ("padded_queries", "zero")):
+        with pytest.raises(ValueError, match=field):
+            loaded.config.replace(**{field: value})
 
 
 def test_distilbert_export_refuses_what_it_cannot_hold(tmp_path_factory, tmp_path):
@@ -287,7 +347,7 @@ def _h5_structure(path):
     return out
 
 
-@pytest.mark.parametrize("name", ["albert-mlm", "albert", "roberta-mlm"])
+@pytest.mark.parametrize("name", ["albert-mlm", "albert", "roberta-mlm", "deberta-v2-mlm"])
 def test_keras_weights_h5_is_what_keras_writes_and_reads(name, tmp_path_factory, tmp_path):
     """The `.weights.h5` layout of the new settings (the embedding projection, the one shared layer) is the one Keras
     itself writes for tf_impl, and Keras reads ours back to the same weights."""

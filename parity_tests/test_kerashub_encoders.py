@@ -317,3 +317,109 @@ def test_electra_without_its_pooler_is_transformers_electra_model(electra, tmp_p
     assert main(["verify", str(tmp_path / "hf"), str(path), "--src-len", "16"]) == 1
     assert "not the same architecture as torch: (reference, this) = {'pooler': (False, True)}" in \
         capsys.readouterr().out
+
+
+# --- DeBERTa-v3 (`layouts.kerashub_deberta_v3`): disentangled attention over 8 log buckets reaching 16 positions, 5
+# heads of 8, no absolute positions; KerasHub masks padding keys only, transformers also zeroes the padding embeddings
+# and averages every position for a padding query: the two agree at every real position ------------------------------
+
+DEBERTA_PIECES = ["<unk>", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "▁a"]  # [PAD] at 3: id 0 is a real token
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["backbone", "mlm"])
+def deberta(request, tmp_path_factory):
+    model = keras_hub.models.DebertaV3Backbone(vocabulary_size=53, num_layers=2, num_heads=5, hidden_dim=40,
+                                               intermediate_dim=37, max_sequence_length=16, bucket_size=8,
+                                               dropout=0.0)
+    if request.param:
+        model = keras_hub.models.DebertaV3MaskedLM(backbone=model, preprocessor=None)
+    rng = np.random.default_rng(11)
+    model.set_weights([w + 0.1 * rng.standard_normal(w.shape).astype(w.dtype) for w in model.get_weights()])
+    path = tmp_path_factory.mktemp("kh") / "deberta"
+    model.save_to_preset(str(path))
+    (path / "assets" / "tokenizer").mkdir(parents=True)
+    (path / "assets" / "tokenizer" / "vocabulary.spm").write_bytes(spm_model(DEBERTA_PIECES))
+    return model, path
+
+
+def test_deberta_preset_reads_verifies_and_writes_back(deberta, tmp_path):
+    model, path = deberta
+    loaded = formats.load(path)
+    config = loaded.config
+    assert loaded.format == "kerashub-deberta-v3" and config.pad_id == 3 and config.positional == "none"
+    assert (config.relative_terms, config.relative_buckets, config.max_relative_positions) == (("c2p", "p2c"), 8, 16)
+    assert config.relative_shares_qk and config.relative_embed_norm and config.padded_queries == "attend"
+    ids, positions = inputs(config.pad_id)
+    expected = keras_output(model, ids, positions, config.pad_id)
+    worst = float(np.max(np.abs(reference_output(loaded, ids, positions) - expected)))
+    MEASURED[f"deberta-v3-{'mlm' if config.output_projection else 'backbone'}"] = worst
+    print(f"deberta-v3 {'masked LM' if config.output_projection else 'backbone'}: max |reference - keras_hub| = "
+          f"{worst:.2e}")
+    assert worst <= TOLERANCE
+    report = tmp_path / "r.json"
+    assert main(["verify", str(path), "--src-len", "16", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["verdict"].startswith("PASS: matches the source (keras_hub DebertaV3")
+    formats.save(tmp_path / "again", config, dict(loaded.weights), "kerashub")
+    cls = "DebertaV3MaskedLM" if config.output_projection else "DebertaV3Backbone"
+    again = getattr(keras_hub.models, cls).from_preset(str(tmp_path / "again"))
+    np.testing.assert_array_equal(keras_output(again, ids, positions, config.pad_id), expected)
+
+
+def test_deberta_v3_is_transformers_at_every_real_position(deberta, tmp_path):
+    """KerasHub's backbone exported with transformers' padding (zeroed embeddings, averaging padding queries) is
+    transformers' DebertaV2Model at every real position; as it is, it is refused as hf-deberta-v2, naming both, and a
+    transformers DeBERTa is refused as kerashub-deberta-v3 the same way."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    model, path = deberta
+    loaded = formats.load(path)
+    if loaded.config.output_projection:
+        pytest.skip("the backbone only: DebertaV3MaskedLM's head LayerNorm (1e-5) is not transformers' (the encoder's)")
+    with pytest.raises(ValueError, match=r"embed_zero_padding=False .*padded_queries='attend'"):
+        formats.save(tmp_path / "refused", loaded.config, dict(loaded.weights), "hf-deberta-v2")
+    hf_like = loaded.config.replace(embed_zero_padding=True, padded_queries="average")
+    formats.save(tmp_path / "hf", hf_like, dict(loaded.weights), "hf-deberta-v2")
+    with pytest.raises(ValueError, match=r"as kerashub-deberta-v3: .*embed_zero_padding=True"):
+        formats.save(tmp_path / "kh", hf_like, dict(loaded.weights), "kerashub-deberta-v3")
+    hf = transformers.DebertaV2Model.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    ids, positions = inputs(loaded.config.pad_id)
+    with torch.no_grad():
+        theirs = hf(input_ids=torch.as_tensor(ids).long(),
+                    attention_mask=torch.as_tensor(ids != 3).long()).last_hidden_state.double().numpy()
+    expected = keras_output(model, ids, positions, loaded.config.pad_id)
+    real = ids != 3
+    worst = float(np.max(np.abs(theirs - expected)[real]))
+    MEASURED["deberta-v3-vs-transformers-real"] = worst
+    print(f"deberta-v3 backbone: max |transformers - keras_hub| = {worst:.2e} at the real positions, "
+          f"{np.max(np.abs(theirs - expected)[~real]):.2e} at the padding ones")
+    assert worst <= TOLERANCE
+    assert np.max(np.abs(theirs - expected)[~real]) > 100 * TOLERANCE  # the padding positions: another function
+
+
+def test_deberta_text_classifier_reads_as_keras_hub_computes_and_writes_back(tmp_path):
+    """`DebertaV3TextClassifier`: position 0 through `pooled_dense` (GELU), then the scores (5 classes)."""
+    import keras
+
+    keras.utils.set_random_seed(5)
+    backbone = keras_hub.models.DebertaV3Backbone(vocabulary_size=53, num_layers=2, num_heads=5, hidden_dim=40,
+                                                  intermediate_dim=37, max_sequence_length=16, bucket_size=8,
+                                                  dropout=0.0)
+    task = keras_hub.models.DebertaV3TextClassifier(backbone=backbone, num_classes=5, preprocessor=None)
+    rng = np.random.default_rng(5)
+    for v in task.weights:
+        v.assign(v.numpy() + 0.1 * rng.standard_normal(v.shape).astype("float32"))
+    task.save_to_preset(str(tmp_path / "preset"))
+    loaded = formats.load(tmp_path / "preset", fields={"pad_id": 3})
+    config = loaded.config
+    assert (config.classifier, config.classifier_input, config.classifier_dense, config.num_labels) == (
+        "sequence", "first", "gelu", 5)
+    ids, _ = inputs(3)
+    feed = {"token_ids": ids, "padding_mask": ids != 3}
+    theirs = np.asarray(task(feed), np.float64)
+    worst = float(np.max(np.abs(rn.Transformer(config, loaded.weights)(ids.astype(np.int64)) - theirs)))
+    MEASURED["deberta-v3-classifier"] = worst
+    print(f"deberta-v3 text classifier: max |reference - keras_hub| = {worst:.2e}")
+    assert worst <= TOLERANCE
+    formats.save(tmp_path / "again", config, dict(loaded.weights), "kerashub")
+    again = keras_hub.models.TextClassifier.from_preset(str(tmp_path / "again"))
+    np.testing.assert_array_equal(np.asarray(again(feed)), np.asarray(task(feed)))

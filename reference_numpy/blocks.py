@@ -97,6 +97,8 @@ def block_parameters(config: TransformerConfig, block: Block) -> list[str]:
         return names + ([token] if token not in names else [])
     if block.kind == "layer":
         prefix = f"{block.stack}.layers.{weight_layer(config, block)}."
+        if block.stack == "encoder" and config.relative_terms:  # DeBERTa: the relative positions' shared table
+            return [n for n in shapes if n.startswith((prefix, "encoder.rel_embed"))]
     elif block.kind == "final_norm":
         prefix = f"{block.stack}.final_norm."
     else:
@@ -134,7 +136,8 @@ def run_block(config: TransformerConfig, block: Block, weights: Mapping[str, np.
     if block.kind == "embed":
         side = block.side
         types = state.get("src_type_ids") if side == "src" else None
-        state["x"] = m.Embedding(config, w, side)(state[f"{side}_ids"], type_ids=types)
+        state["x"] = m.Embedding(config, w, side)(state[f"{side}_ids"], type_ids=types,
+                                                  mask=key_mask(config, state, side))
         record[f"{block.stack}.embed"] = state["x"]
     elif block.kind == "layer":
         own = weight_layer(config, block)
@@ -143,7 +146,7 @@ def run_block(config: TransformerConfig, block: Block, weights: Mapping[str, np.
             w = {this + name[len(first):]: value for name, value in w.items()}
         x = state["x"]
         if block.stack == "encoder":
-            mask = ops.attention_mask(key_mask(config, state, "src"), x.shape[1], causal=config.causal_encoder)
+            mask = m.encoder_mask(config, key_mask(config, state, "src"))
             state["x"] = m.EncoderLayer(config, w, block.name)(x, mask, record)
         else:
             self_mask = ops.attention_mask(key_mask(config, state, "tgt"), x.shape[1], causal=True,

@@ -43,7 +43,7 @@ class TransformerConfig:
     norm_first: bool = False  # False = post-LN as in the paper; True = pre-LN
     final_norm: bool = False  # a LayerNorm after each stack, as torch.nn.Transformer always has
     layer_norm_eps: float = 1e-5  # PyTorch's default; Keras's LayerNormalization defaults to 1e-3
-    positional: str = "sinusoidal"  # sinusoidal (paper section 3.5) or learned
+    positional: str = "sinusoidal"  # sinusoidal (paper section 3.5), learned, rope, or none (DeBERTa-v3)
     sinusoid_layout: str = "interleaved"  # interleaved sin/cos (paper) or concatenated [sin | cos] (tensor2tensor)
     sinusoid_frequencies: str = "paper"  # 10000^(-2i/d) (paper) or inclusive: 10000^(-i/(d/2 - 1)) (M2M100, fairseq)
     scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model) (paper section 3.4)
@@ -126,6 +126,19 @@ class TransformerConfig:
     # (BERT as a decoder: BertLMHeadModel, RobertaForCausalLM) an encoder-only model whose self-attention is causal:
     # position i attends the real positions j <= i
     causal_encoder: bool = False
+    # (DeBERTa) disentangled attention: beside the content scores q k^T, every encoder self-attention adds the
+    # position terms named here, "c2p" (each query against the key of its relative position to the key) and "p2c"
+    # (each key against the query of that position), scaled as the content scores; the relative positions' table
+    # `encoder.rel_embed` is shared by every layer. None = no relative positions.
+    relative_terms: tuple[str, ...] | None = None
+    relative_buckets: int = 0  # the table's rows each way: log-bucketed distances (0: max_relative_positions exact)
+    max_relative_positions: int = 0  # the largest distance the log buckets reach (without buckets: the table's rows)
+    relative_embed_norm: bool = False  # a LayerNorm on the relative positions' table (`encoder.rel_embed_norm`)
+    relative_shares_qk: bool = False  # the positions are projected by q's and k's kernels, not pos_q's and pos_k's
+    embed_zero_padding: bool = False  # (DeBERTa) the embeddings (after their norm) times the padding mask
+    # a padding position's query: "attend" the real keys (BERT), or "average" every position's value with equal
+    # weights (DeBERTa: its mask hides every key from a padding query, and its softmax of equal fills is uniform)
+    padded_queries: str = "attend"
     # A task head on the final hidden states, in place of the output projection (`output_projection=False`); its
     # scores are the model's `logits`. `classifier`: "sequence" (one score vector per sequence, read from
     # `classifier_input`: the pooler's output, position 0, the last non-pad position of a causal model, or the
@@ -216,6 +229,12 @@ class TransformerConfig:
     def encoder_weight_layers(self) -> int:
         """How many encoder layers have weights of their own: 1 under `shared_layers` (and any layer at all)."""
         return min(1, self.num_encoder_layers) if self.shared_layers else self.num_encoder_layers
+
+    @property
+    def relative_span(self) -> int:
+        """The relative positions' table has `2 * relative_span` rows: `relative_buckets`, or
+        `max_relative_positions` without buckets."""
+        return self.relative_buckets or self.max_relative_positions
 
     @property
     def kv_heads(self) -> int:

@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
-POSITIONAL = ("sinusoidal", "learned", "rope")
+POSITIONAL = ("sinusoidal", "learned", "rope", "none")
 NORMS = ("layer", "rms")
 # transformers' rope types (modeling_rope_utils) and the parameters each reads besides rope_type; `ops.rope_frequencies`
 # computes each exactly as transformers does.
@@ -34,6 +34,8 @@ ROUTER_SOFTMAX = ("before_topk", "after_topk")  # a mixture of experts' router: 
 CLASSIFIERS = ("sequence", "token", "span", "choice")
 CLASSIFIER_INPUTS = ("pooler", "first", "last", "eos")  # what a sequence classifier reads
 CLASSIFIER_DENSE = ("tanh", *ACTIVATIONS)  # the activation of a classifier's dense layer
+RELATIVE_TERMS = ("c2p", "p2c")  # disentangled attention's position terms (DeBERTa), in the order they add
+PADDED_QUERIES = ("attend", "average")  # a padding query attends the real keys, or averages every position
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")  # transformers' names
 
 
@@ -85,6 +87,7 @@ def check_config(cfg: Any) -> None:
     _check_scalings(cfg)
     _check_classifier(cfg)
     _check_experts(cfg)
+    _check_relative(cfg)
     _check_attention_scale(cfg.attention_scale)
     if not isinstance(cfg.attention_scale, str):
         object.__setattr__(cfg, "attention_scale", float(cfg.attention_scale))  # JSON may give 1 for 1.0
@@ -445,3 +448,48 @@ def _check_rope_scaling(value: Any) -> None:
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(choices)}, received {value!r}")
+
+
+def _check_relative(cfg: Any) -> None:
+    """DeBERTa's fields: disentangled attention (`relative_terms` and the table's size, norm and projections),
+    embeddings zeroed at padding, and padding queries that average every position."""
+    for name in ("relative_embed_norm", "relative_shares_qk", "embed_zero_padding"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise ValueError(f"{name} must be a bool, received {getattr(cfg, name)!r}")
+    _check_choice("padded_queries", cfg.padded_queries, PADDED_QUERIES)
+    if cfg.padded_queries != "attend" and not (cfg.is_encoder_only and not cfg.causal_encoder):
+        raise ValueError(f"padded_queries={cfg.padded_queries!r} needs an encoder-only model without "
+                         f"causal_encoder, received num_decoder_layers={cfg.num_decoder_layers}, causal_encoder="
+                         f"{cfg.causal_encoder}")
+    _check_int("relative_buckets", cfg.relative_buckets, minimum=0)
+    _check_int("max_relative_positions", cfg.max_relative_positions, minimum=0)
+    terms = cfg.relative_terms
+    if terms is None:
+        for name in ("relative_buckets", "max_relative_positions", "relative_embed_norm", "relative_shares_qk"):
+            if getattr(cfg, name):
+                raise ValueError(f"{name}={getattr(cfg, name)!r} configures disentangled attention; this model has "
+                                 "relative_terms=None")
+        return
+    if not isinstance(terms, (list, tuple)) or not terms or len(set(terms)) != len(terms) or not all(
+            isinstance(t, str) and t in RELATIVE_TERMS for t in terms):
+        raise ValueError(f"relative_terms must name one or both of {', '.join(RELATIVE_TERMS)}, each once, or be "
+                         f"None, received {terms!r}")
+    object.__setattr__(cfg, "relative_terms", tuple(t for t in RELATIVE_TERMS if t in terms))
+    if not (cfg.is_encoder_only and not cfg.causal_encoder and not cfg.shared_layers
+            and cfg.kv_heads == cfg.num_heads and cfg.positional in ("learned", "none") and not cfg.qk_norm
+            and cfg.norm == "layer" and cfg.norm_affine):
+        raise ValueError(f"relative_terms={list(terms)!r} (disentangled attention) needs an encoder-only model "
+                         "without causal_encoder, shared_layers, grouped key/value heads or q/k norms, with learned "
+                         "or no absolute positions and LayerNorms with parameters, received norm="
+                         f"{cfg.norm!r}, norm_affine={cfg.norm_affine},  num_decoder_layers={cfg.num_decoder_layers}, "
+                         f"causal_encoder={cfg.causal_encoder}, shared_layers={cfg.shared_layers}, num_kv_heads="
+                         f"{cfg.num_kv_heads}, qk_norm={cfg.qk_norm}, positional={cfg.positional!r}")
+    if cfg.max_relative_positions < 1:
+        raise ValueError(f"relative_terms={list(terms)!r} needs max_relative_positions >= 1, received "
+                         f"{cfg.max_relative_positions}")
+    if cfg.relative_buckets:
+        mid = cfg.relative_buckets // 2
+        if cfg.relative_buckets < 2 or cfg.max_relative_positions - 1 <= mid:
+            raise ValueError(f"relative_buckets={cfg.relative_buckets} log-buckets distances up to "
+                             f"max_relative_positions={cfg.max_relative_positions}: it needs relative_buckets >= 2 "
+                             "and max_relative_positions > relative_buckets // 2 + 1")

@@ -114,17 +114,22 @@ class Precision:
         """Rotary positions in float32 from a rounded input, the output rounded once."""
         return self.rounded(ops.apply_rope(x, positions, inv_freq, scaling, rotary_dim, interleaved))
 
-    def scaled_dot_product_attention(self, q, k, v, mask=None, scale=None, softcap=None):
+    def scaled_dot_product_attention(self, q, k, v, mask=None, scale=None, softcap=None, position_scores=None,
+                                     empty_rows="zero"):
         """torch's fused CPU attention (an online softmax): scores and their exponentials in float32 from rounded
         q, k, v; the exponentials rounded for the product with v (accumulated in float32), then divided by their
         float32 sum, and the output rounded once. Returns `(out, the float32 weights)`; shapes as
         `ops.scaled_dot_product_attention`. A `softcap` caps the float32 scores (an approximation: the frameworks
-        take their explicit path then, which rounds the scores themselves)."""
+        take their explicit path then, which rounds the scores themselves). DeBERTa's `position_scores` (float32,
+        from rounded inputs) join the scores before the scale; `empty_rows="average"` as in `ops`."""
         r = self.round
         q, k, v = r(q), r(k), r(v)
         if scale is None:
             scale = 1.0 / np.sqrt(q.shape[-1])
-        scores = q @ np.swapaxes(k, -1, -2) * np.float32(scale)  # (B, H, Tq, Tk)
+        scores = q @ np.swapaxes(k, -1, -2)  # (B, H, Tq, Tk)
+        if position_scores is not None:
+            scores = scores + position_scores
+        scores = scores * np.float32(scale)
         if softcap is not None:
             scores = ops.soft_cap(scores, softcap)
         if mask is not None:
@@ -133,8 +138,17 @@ class Precision:
         row_max = np.where(np.isfinite(row_max), row_max, 0)  # fully masked rows: avoid inf - inf
         e = np.exp(scores - row_max)  # (B, H, Tq, Tk)
         total = e.sum(axis=-1, keepdims=True)
+        if empty_rows == "average":  # a row with no key weighs every key equally
+            e = np.where(total > 0, e, np.float32(1.0))
+            total = e.sum(axis=-1, keepdims=True)
         total = np.where(total > 0, total, 1)  # a row with no key gets a zero output
         return r((r(e) @ v) / total), e / total
+
+    def disentangled_scores(self, q, k, pos_q, pos_k, index):
+        """DeBERTa's position terms in float32 from rounded inputs (`ops.disentangled_scores`), rounded once."""
+        r = self.round
+        return r(ops.disentangled_scores(r(q), r(k), None if pos_q is None else r(pos_q),
+                                         None if pos_k is None else r(pos_k), index))
 
     split_heads = staticmethod(ops.split_heads)
     merge_heads = staticmethod(ops.merge_heads)

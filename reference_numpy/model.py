@@ -55,12 +55,18 @@ class MultiHeadAttention(_Module):
     `qk_norm` normalizes each head of q and k; rotary positions (`positional="rope"`) turn q and k in
     self-attention, the queries being the last `Tq` of `Tk` positions (`local_rope`: at a sliding layer's own base,
     `local_rope_theta`); `attn_logit_softcap` caps the scaled scores. `clip_qkv` clamps the projected q, k and v;
-    `qk_norm_over="all"` normalizes all of q's (and k's) features at once, before the split into heads."""
+    `qk_norm_over="all"` normalizes all of q's (and k's) features at once, before the split into heads.
+    `relative` (an encoder's self-attention under `relative_terms`, DeBERTa): the disentangled position terms join
+    the scores, from the shared relative positions' table (normed by `encoder.rel_embed_norm`)."""
 
-    def __init__(self, config, weights, name, rotary: bool = False, local_rope: bool = False):
+    def __init__(self, config, weights, name, rotary: bool = False, local_rope: bool = False,
+                 relative: bool = False):
         super().__init__(config, weights, name)
         self.rotary = rotary and config.positional == "rope"
         self.local_rope = local_rope
+        self.relative = relative and config.relative_terms is not None
+        self.rel_norm = LayerNorm(config, weights, "encoder.rel_embed_norm") \
+            if self.relative and config.relative_embed_norm else None
         self.q_norm = LayerNorm(config, weights, f"{name}.q_norm", config.qk_norm_eps) if config.qk_norm else None
         self.k_norm = LayerNorm(config, weights, f"{name}.k_norm", config.qk_norm_eps) if config.qk_norm else None
 
@@ -85,10 +91,28 @@ class MultiHeadAttention(_Module):
             k = op.apply_rope(k, np.arange(tk), inv_freq, scaling, c.rotary_dim, c.rotary_interleaved)
         groups = c.num_heads // c.kv_heads
         k, v = ops.repeat_kv(k, groups), ops.repeat_kv(v, groups)  # (B, H, Tk, d_k)
-        out, weights = op.scaled_dot_product_attention(q, k, v, mask, scale=c.attention_scale_factor,
-                                                       softcap=c.attn_logit_softcap)
+        out, weights = op.scaled_dot_product_attention(
+            q, k, v, mask, scale=c.attention_scale_factor, softcap=c.attn_logit_softcap,
+            position_scores=self._position_scores(q, k) if self.relative else None,
+            empty_rows="average" if c.padded_queries == "average" else "zero")
         out = op.merge_heads(out)  # (B, Tq, D)
         return op.linear(out, self.param("o.kernel"), self.param("o.bias")), weights
+
+    def _position_scores(self, q: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """DeBERTa's position terms `(B, H, Tq, Tk)`, before the scale: the relative positions' table (normed),
+        projected by pos_k for "c2p" and pos_q for "p2c" (k's and q's own projections under
+        `relative_shares_qk`)."""
+        c, op = self.config, self.ops
+        table = self.weights["encoder.rel_embed.embedding"]
+        table = (table if self.rel_norm is None else self.rel_norm(table))[None]  # (1, 2 span, D)
+        projected = {}
+        for term, proj in (("c2p", "k"), ("p2c", "q")):
+            if term in c.relative_terms:
+                name = proj if c.relative_shares_qk else f"pos_{proj}"
+                projected[term] = op.split_heads(op.linear(table, self.param(f"{name}.kernel"),
+                                                           self.param(f"{name}.bias")), c.num_heads)  # (1, H, 2s, d)
+        index = ops.relative_position_index(c, q.shape[2], k.shape[2])  # (Tq, Tk)
+        return op.disentangled_scores(q, k, projected.get("p2c"), projected.get("c2p"), index)
 
 
 class FeedForward(_Module):
@@ -171,7 +195,7 @@ def _pre_norm(config: TransformerConfig, weights, name: str) -> LayerNorm | None
 class EncoderLayer(_Module):
     def __init__(self, config, weights, name):
         super().__init__(config, weights, name)
-        self.self_attn = MultiHeadAttention(config, weights, f"{name}.self_attn", rotary=True)
+        self.self_attn = MultiHeadAttention(config, weights, f"{name}.self_attn", rotary=True, relative=True)
         self.norm1 = _pre_norm(config, weights, f"{name}.norm1")
         self.post_attn_norm = _post_norm(config, weights, f"{name}.post_attn_norm")
         self.ffn = FeedForward(config, weights, f"{name}.ffn")
@@ -247,9 +271,10 @@ class Embedding(_Module):
     """One side's (`src` or `tgt`) input embedding: token embedding (plus its bias if `embed_bias`: what one-hot ids
     through a `Linear(vocab, d_model)` compute), times sqrt(d_model) if `scale_embedding`,
     plus segment embeddings (source side, `type_vocab_size`), plus sinusoidal or learned positions, then a LayerNorm
-    if `embed_norm`, then (ALBERT's `embedding_size`) a projection to d_model. Positions start at `offset`; learned
+    if `embed_norm`, then (ALBERT's `embedding_size`) a projection to d_model, then (`embed_zero_padding`,
+    DeBERTa) zeros at the padding positions of `mask`. Positions start at `offset`; learned
     ones read row `offset + position_offset` onwards (under `positions_skip_pad`, the rows `ops.skip_pad_positions`
-    picks from the ids)."""
+    picks from the ids); `positional="none"` adds none."""
 
     def __init__(self, config, weights, side: str):
         super().__init__(config, weights, f"{side}_embed")
@@ -257,8 +282,8 @@ class Embedding(_Module):
         self.token_bias = weights[f"{side}_embed.bias"] if config.embed_bias else None
         if config.positional == "sinusoidal":
             self.position_table = ops.position_sinusoids(config).astype(self.token_table.dtype)
-        elif config.positional == "rope":
-            self.position_table = None  # rotary positions turn q and k inside attention instead
+        elif config.positional in ("rope", "none"):
+            self.position_table = None  # rotary positions turn q and k inside attention instead, or none at all
         else:
             self.position_table = weights[f"{side}_pos.embedding"][config.position_offset:]
         # positions_skip_pad: rows picked per token from the whole table (`ops.skip_pad_positions`)
@@ -270,7 +295,8 @@ class Embedding(_Module):
         self.norm = LayerNorm(config, weights, f"{side}_embed_norm") if config.embed_norm else None
         self.proj = f"{side}_embed_proj" if config.embedding_size is not None else None  # ALBERT: E -> d_model
 
-    def __call__(self, ids: np.ndarray, offset: int = 0, type_ids: np.ndarray | None = None) -> np.ndarray:
+    def __call__(self, ids: np.ndarray, offset: int = 0, type_ids: np.ndarray | None = None,
+                 mask: np.ndarray | None = None) -> np.ndarray:
         x = self.token_table[ids]  # (B, T, D)
         if self.token_bias is not None:
             x = self.store(x + self.token_bias)
@@ -288,6 +314,8 @@ class Embedding(_Module):
         x = x if self.norm is None else self.norm(x)
         if self.proj is not None:
             x = self.ops.linear(x, self.weights[f"{self.proj}.kernel"], self.weights.get(f"{self.proj}.bias"))
+        if self.config.embed_zero_padding:
+            x = x * np.asarray(ops.padding_mask(ids, self.config.pad_id) if mask is None else mask, x.dtype)[..., None]
         return x
 
 
@@ -390,18 +418,20 @@ def eos_mask(config: TransformerConfig, src_ids, tgt_len: int) -> np.ndarray:
     return found
 
 
+def encoder_mask(config: TransformerConfig, key_mask: np.ndarray) -> np.ndarray:
+    """The encoder's self-attention mask `(B, 1, S, S)` from its padding mask `(B, S)`: every real key (causal under
+    `causal_encoder`); under `padded_queries="average"` (DeBERTa) a padding query attends no key, which
+    `empty_rows="average"` turns into equal weights on every key."""
+    mask = ops.attention_mask(key_mask, key_mask.shape[1], causal=config.causal_encoder)
+    return mask & key_mask[:, None, :, None] if config.padded_queries == "average" else mask
+
+
 def self_attention_masks(config: TransformerConfig, key_mask: np.ndarray, query_len: int) -> dict[str, np.ndarray]:
     """The decoder's causal self-attention masks `(B, 1, Tq, Tk)`, one per layer kind its layers use (`sliding`:
     within `sliding_window`; `full`), from the key padding mask `(B, Tk)`; the queries are the last `query_len`
     positions."""
     return {kind: ops.attention_mask(key_mask, query_len, causal=True, window=config.kind_window(kind))
             for kind in config.decoder_kinds}
-
-
-def encoder_attention_mask(config: TransformerConfig, key_mask: np.ndarray) -> np.ndarray:
-    """The encoder's self-attention mask `(B, 1, S, S)` from the key padding mask `(B, S)`: every real key, or every
-    earlier one under `causal_encoder`."""
-    return ops.attention_mask(key_mask, key_mask.shape[1], causal=config.causal_encoder)
 
 
 def rows_seeing_no_key(config: TransformerConfig, src_mask: np.ndarray | None, tgt_mask: np.ndarray | None
@@ -415,8 +445,9 @@ def rows_seeing_no_key(config: TransformerConfig, src_mask: np.ndarray | None, t
     it. Only padded positions can be such rows, and no real query reads a padded key, so no real position's values
     depend on them."""
     stacks = {}
-    if src_mask is not None and config.has_encoder:
-        stacks["encoder"] = ~encoder_attention_mask(config, src_mask).any(axis=-1)[:, 0]
+    if src_mask is not None and config.has_encoder:  # padded_queries="average" rows: the contract's own, not these
+        mask = ops.attention_mask(src_mask, src_mask.shape[1], causal=config.causal_encoder)
+        stacks["encoder"] = ~mask.any(axis=-1)[:, 0]
     if tgt_mask is not None and config.has_decoder:
         masks = self_attention_masks(config, tgt_mask, tgt_mask.shape[1]).values()
         stacks["decoder"] = np.logical_or.reduce([~m.any(axis=-1)[:, 0] for m in masks])
@@ -491,10 +522,10 @@ class Transformer:
         check_stack(self.config, "encode")
         src_ids, src_mask = self._inputs("src", src_ids, src_mask, self.config.src_vocab_size)
         type_ids = self._type_ids(src_type_ids, src_ids.shape)
-        x = self.src_embed(src_ids, type_ids=type_ids)
+        x = self.src_embed(src_ids, type_ids=type_ids, mask=src_mask)
         if record is not None:
             record["encoder.embed"] = x
-        return self.encoder(x, encoder_attention_mask(self.config, src_mask), record, attention_weights)
+        return self.encoder(x, encoder_mask(self.config, src_mask), record, attention_weights)
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, record: Record | None = None,
                attention_weights: bool = False, *, last_only: bool = False, classifier_mask=None):

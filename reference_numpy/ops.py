@@ -243,11 +243,57 @@ def attention_mask(key_mask: np.ndarray, query_len: int, causal: bool = False, w
     return mask
 
 
+def log_bucket_positions(relative: np.ndarray, buckets: int, max_positions: int) -> np.ndarray:
+    """DeBERTa's log buckets of relative distances (transformers' `make_log_bucket_position`), int64 of
+    `relative`'s shape: a distance within `buckets // 2` (mid) each way stays itself, a longer one becomes
+    sign * (mid + ceil(log(|d| / mid) / log((max_positions - 1) / mid) * (mid - 1))), computed in float64
+    (transformers computes it in float32; the two agree on every distance below 1292 at its 256 buckets and 512
+    positions, and at the sizes `parity_tests/test_bert_family.py` checks)."""
+    mid = buckets // 2
+    relative = np.asarray(relative, dtype=np.int64)
+    near = (relative < mid) & (relative > -mid)
+    distance = np.where(near, mid - 1, np.abs(relative)).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):  # log(0) at mid = 1 lies where the distance stays itself
+        log_pos = np.ceil(np.log(distance / mid) / math.log((max_positions - 1) / mid) * (mid - 1)) + mid
+        return np.where(distance <= mid, relative, log_pos * np.sign(relative)).astype(np.int64)
+
+
+def relative_position_index(config, query_len: int, key_len: int) -> np.ndarray:
+    """`(Tq, Tk)` int64: the row of the relative positions' table (`encoder.rel_embed`, `2 * relative_span` rows)
+    that pairs query i with key j: the distance i - j, log-bucketed under `relative_buckets`, plus the span,
+    clipped to the table."""
+    relative = np.arange(query_len)[:, None] - np.arange(key_len)[None, :]  # (Tq, Tk)
+    if config.relative_buckets:
+        relative = log_bucket_positions(relative, config.relative_buckets, config.max_relative_positions)
+    span = config.relative_span
+    return np.clip(relative + span, 0, 2 * span - 1)
+
+
+def disentangled_scores(q: np.ndarray, k: np.ndarray, pos_q: np.ndarray | None, pos_k: np.ndarray | None,
+                        index: np.ndarray) -> np.ndarray:
+    """DeBERTa's position terms of the attention scores, before the scale, `(B, H, Tq, Tk)`: content-to-position
+    q_i . pos_k[index[i, j]] (where `pos_k` is given) plus position-to-content k_j . pos_q[index[i, j]] (where
+    `pos_q` is). q `(B, H, Tq, d)`, k `(B, H, Tk, d)`; pos_q, pos_k `(1, H, 2 span, d)`: the relative positions'
+    table projected; index `(Tq, Tk)` (`relative_position_index`)."""
+    tq, tk = index.shape
+    scores = np.zeros(q.shape[:2] + index.shape, dtype=q.dtype)
+    if pos_k is not None:
+        c2p = q @ np.swapaxes(pos_k, -1, -2)  # (B, H, Tq, 2 span)
+        scores = scores + c2p[:, :, np.arange(tq)[:, None], index]
+    if pos_q is not None:
+        p2c = k @ np.swapaxes(pos_q, -1, -2)  # (B, H, Tk, 2 span)
+        scores = scores + p2c[:, :, np.arange(tk)[None, :], index]
+    return scores
+
+
 def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None,
-                                 scale: float | None = None, softcap: float | None = None
+                                 scale: float | None = None, softcap: float | None = None,
+                                 position_scores: np.ndarray | None = None, empty_rows: str = "zero"
                                  ) -> tuple[np.ndarray, np.ndarray]:
     """softmax(scale q k^T) v, equation (1) with scale = 1/sqrt(d_k); with `softcap`, the scaled scores are
-    `soft_cap`ped before the mask and the softmax (Gemma 2).
+    `soft_cap`ped before the mask and the softmax (Gemma 2); `position_scores` (DeBERTa's
+    `disentangled_scores`) are added to q k^T before the scale. `empty_rows="average"`: a query row with no key it
+    may attend to weighs every key equally (DeBERTa's padding queries), not zero.
 
     Args:
         q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
@@ -261,7 +307,10 @@ def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, ma
     """
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = q @ np.swapaxes(k, -1, -2) * q.dtype.type(scale)  # (B, H, Tq, Tk)
+    scores = q @ np.swapaxes(k, -1, -2)  # (B, H, Tq, Tk)
+    if position_scores is not None:
+        scores = scores + position_scores
+    scores = scores * q.dtype.type(scale)
     if softcap is not None:
         scores = soft_cap(scores, softcap)
     if mask is None:
@@ -273,6 +322,8 @@ def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, ma
         e = np.exp(scores - row_max)  # exp(-inf) = 0 exactly
         total = e.sum(axis=-1, keepdims=True)
         weights = e / np.where(total > 0, total, 1)
+        if empty_rows == "average":
+            weights = np.where(total > 0, weights, q.dtype.type(1.0 / k.shape[-2]))
     return weights @ v, weights
 
 

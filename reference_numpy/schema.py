@@ -37,6 +37,10 @@ def _attention(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, .
     for proj, width in (("q", inner), ("k", kv), ("v", kv)):
         shapes.update(_linear(f"{prefix}.{proj}", d, width, config.has_qkv_bias))
     shapes.update(_linear(f"{prefix}.o", inner, d, config.has_o_bias))
+    if config.relative_terms and not config.relative_shares_qk:  # DeBERTa: the relative positions' own projections
+        for term, proj in (("c2p", "pos_k"), ("p2c", "pos_q")):
+            if term in config.relative_terms:
+                shapes.update(_linear(f"{prefix}.{proj}", d, inner, config.has_qkv_bias))
     if config.qk_norm:  # over each head, or (qk_norm_over="all") over all of q's and of k's features at once
         every = config.qk_norm_over == "all"
         shapes.update(_norm(f"{prefix}.q_norm", inner if every else config.head_dim, config))
@@ -121,6 +125,10 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
         shapes.update(_embedding("src", config.src_vocab_size, config, table=True))
     if config.has_decoder:
         shapes.update(_embedding("tgt", config.tgt_vocab_size, config, table=not config.share_embeddings))
+    if config.relative_terms:  # DeBERTa: the relative positions' table every encoder layer reads, and its norm
+        shapes["encoder.rel_embed.embedding"] = (2 * config.relative_span, d)
+        if config.relative_embed_norm:
+            shapes.update(_norm("encoder.rel_embed_norm", d, config))
     for i in range(config.encoder_weight_layers):  # one under shared_layers
         shapes.update(_attention(f"encoder.layers.{i}.self_attn", config))
         shapes.update(_pre_norm(f"encoder.layers.{i}.norm1", config))

@@ -33,7 +33,8 @@ def causal_mask(query_len, key_len, first=None, window: int | None = None) -> tf
 def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask: tf.Tensor | None = None, *,
                                  causal: bool = False, need_weights: bool = False, impl: str = "explicit",
                                  dropout_p: float = 0.0, training: bool = False, seed=None,
-                                 scale: float | None = None, softcap: float | None = None
+                                 scale: float | None = None, softcap: float | None = None,
+                                 position_scores: tf.Tensor | None = None, empty_rows: str = "zero"
                                  ) -> tuple[tf.Tensor, tf.Tensor | None]:
     """softmax(scale q k^T) v (equation 1 with scale = 1/sqrt(d_k)); with `softcap`, the scaled scores are
     cap * tanh(scores / cap) before the mask (Gemma 2).
@@ -53,6 +54,9 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
         scale: what the scores are multiplied by (`TransformerConfig.attention_scale_factor`); None = 1/sqrt(d_k).
         softcap: `TransformerConfig.attn_logit_softcap`. Neither `keras` nor `blockwise` caps its scores, so a cap
             takes the explicit path.
+        position_scores: DeBERTa's position terms `(B, H, Tq, Tk)`, added to q k^T before the scale (explicit path).
+        empty_rows: "average": a query row with no key weighs every key equally (DeBERTa's padding queries;
+            explicit path), not zero.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)` or None. A query row with no key it may attend
@@ -60,7 +64,7 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
-    if softcap is not None:
+    if softcap is not None or position_scores is not None or empty_rows != "zero":
         impl = "explicit"
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
@@ -82,12 +86,18 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
     if impl == "keras" and not need_weights and not dropout:
         out = _keras_attention(q, k, v, safe_mask, scale)
         return (out if has_key is None else tf.where(has_key, out, tf.zeros_like(out))), None
-    scores = tf.matmul(q, k, transpose_b=True) * tf.constant(scale, q.dtype)  # (B, H, Tq, Tk)
+    scores = tf.matmul(q, k, transpose_b=True)  # (B, H, Tq, Tk)
+    if position_scores is not None:
+        scores = scores + position_scores
+    scores = scores * tf.constant(scale, q.dtype)
     if softcap is not None:  # constants in the scores' dtype: float64 stays float64
         cap = tf.constant(softcap, scores.dtype)
         scores = tf.math.tanh(scores / cap) * cap
     if safe_mask is not None:
         scores = tf.where(safe_mask, scores, tf.constant(-math.inf, scores.dtype))
+        if empty_rows == "average":  # equal scores on a row with no key: equal weights on every key
+            scores = tf.where(has_key, scores, tf.zeros_like(scores))
+            has_key = None
     weights = tf.nn.softmax(scores, axis=-1)
     if has_key is not None and need_weights:
         weights = tf.where(has_key, weights, tf.zeros_like(weights))

@@ -15,7 +15,7 @@ from reference_numpy.blocks import Block, weight_layer
 from reference_numpy.schema import tied_output_embedding
 
 from .model import (Classifier, DecoderLayer, Embedding, EncoderLayer, HeadTransform, OutputProjection, Pooler,
-                    _zero_initializers, attention_mask, last_positions, norm_layer, padding_mask, weight_table)
+                    _zero_initializers, attention_mask, encoder_mask, last_positions, norm_layer, padding_mask, weight_table)
 
 
 def _layer(config, block: Block, dtype: str) -> tuple[keras.layers.Layer, tuple, str]:
@@ -59,6 +59,17 @@ def build_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str
     return layer, {path: value for path, value in state.items() if path not in own}
 
 
+def _relative_table(config: rn.TransformerConfig, other: Mapping[str, np.ndarray], dtype: str):
+    """DeBERTa's relative positions' table (normed) from the whole model's variables a layer reads, or None."""
+    if config.relative_terms is None:
+        return None
+    table = other["encoder/rel_embed/embeddings"].astype(dtype)
+    if config.relative_embed_norm:
+        table = rn.ops.layer_norm(table, other["encoder/rel_embed_norm/gamma"].astype(dtype),
+                                  other["encoder/rel_embed_norm/beta"].astype(dtype), config.layer_norm_eps)
+    return tf.convert_to_tensor(table)
+
+
 def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, np.ndarray], dtype, state: dict
               ) -> dict[str, np.ndarray]:
     """`reference_numpy.blocks.run_block` in Keras at `dtype` (float32 or float64)."""
@@ -72,12 +83,13 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
         shared = other.get("src_embed/token/embeddings") if config.share_embeddings and block.side == "tgt" else None
         x = record[f"{block.stack}.embed"] = layer(
             ids[block.side], type_ids=None if types is None else tf.convert_to_tensor(types),
-            token_table=None if shared is None else tf.convert_to_tensor(shared.astype(dtype)))
+            token_table=None if shared is None else tf.convert_to_tensor(shared.astype(dtype)),
+            mask=padding_mask(ids[block.side], config.pad_id))
     elif block.kind == "layer":
         t = tf.shape(x)[1]
         if block.stack == "encoder":
-            mask = attention_mask(padding_mask(ids["src"], config.pad_id), t, causal=config.causal_encoder)
-            x, sublayers = layer(x, mask)
+            x, sublayers = layer(x, encoder_mask(config, padding_mask(ids["src"], config.pad_id)),
+                                 relative=_relative_table(config, other, dtype))
         else:
             self_mask = attention_mask(padding_mask(ids["tgt"], config.pad_id), t, causal=True,
                                        window=config.layer_window(block.index))

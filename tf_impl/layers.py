@@ -198,12 +198,15 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
             to switch; a `tf.function` keeps the value it was traced with.
         rotary: whether rotary positions turn q and k (`positional="rope"`); `local_rope`: at a sliding layer's own
             base, `local_rope_theta`.
+        relative: an encoder's self-attention under `relative_terms` (DeBERTa): the disentangled position terms
+            join the scores, from the relative positions' table the caller passes, projected by `pos_k` / `pos_q`
+            (by `k` / `q` under `relative_shares_qk`).
     """
 
-    _CONFIG_ARGS = ("impl", "rotary", "local_rope")
+    _CONFIG_ARGS = ("impl", "rotary", "local_rope", "relative")
 
     def __init__(self, config: TransformerConfig, impl: str = "explicit", rotary: bool = False,
-                 local_rope: bool = False, **kwargs):
+                 local_rope: bool = False, relative: bool = False, **kwargs):
         super().__init__(**kwargs)
         if impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
@@ -215,6 +218,10 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
         self.k = keras.layers.Dense(kv, **qkv, name="k")
         self.v = keras.layers.Dense(kv, **qkv, name="v")
         self.o = keras.layers.Dense(config.d_model, use_bias=config.has_o_bias, dtype=self.dtype_policy, name="o")
+        self.relative = relative
+        own = relative and config.relative_terms is not None and not config.relative_shares_qk
+        self.pos_k = keras.layers.Dense(inner, **qkv, name="pos_k") if own and "c2p" in config.relative_terms else None
+        self.pos_q = keras.layers.Dense(inner, **qkv, name="pos_q") if own and "p2c" in config.relative_terms else None
         self.all_heads_norm = config.qk_norm and config.qk_norm_over == "all"  # before the split into heads (OLMo 2)
         self.q_norm = norm_layer(config, "q_norm", self.dtype_policy, config.qk_norm_eps) if config.qk_norm else None
         self.k_norm = norm_layer(config, "k_norm", self.dtype_policy, config.qk_norm_eps) if config.qk_norm else None
@@ -228,16 +235,20 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
         self.k.build(x_kv_shape)
         self.v.build(x_kv_shape)
         self.o.build((*x_q_shape[:-1], self.config.num_heads * self.config.head_dim))
+        for proj in (self.pos_k, self.pos_q):
+            if proj is not None:
+                proj.build((None, d))
         c = self.config
         for norm, heads in ((self.q_norm, c.num_heads), (self.k_norm, c.kv_heads)):
             if norm is not None:
                 norm.build((None, None, heads * c.head_dim) if self.all_heads_norm else (None, None, None, c.head_dim))
 
     def call(self, x_q, x_kv, attention_mask=None, need_weights: bool = False, training: bool = False,
-             cache: AttentionCache | None = None):
+             cache: AttentionCache | None = None, relative=None):
         """`(B, Tq, D)` queries, `(B, Tk, D)` keys/values, bool mask broadcastable to `(B, H, Tq, Tk)` ->
         `(out, weights)`: `(B, Tq, D)` and `(B, H, Tq, Tk)` (None unless `need_weights`). `cache`: see
-        `AttentionCache`; the mask must then cover the cached keys too."""
+        `AttentionCache`; the mask must then cover the cached keys too. `relative`: DeBERTa's relative positions'
+        table `(2 span, D)`, normed, or None."""
         b, tq = tf.shape(x_q)[0], tf.shape(x_q)[1]
         c = self.config
         h, kvh, dk = c.num_heads, c.kv_heads, c.head_dim
@@ -271,9 +282,30 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
             k, v = tf.repeat(k, h // kvh, axis=1), tf.repeat(v, h // kvh, axis=1)  # (B, H, Tk, d_k)
         out, weights = scaled_dot_product_attention(
             q, k, v, attention_mask, need_weights=need_weights, impl=self.impl, dropout_p=c.dropout,
-            training=training, seed=self.seed_generator, scale=c.attention_scale_factor, softcap=c.attn_logit_softcap)
+            training=training, seed=self.seed_generator, scale=c.attention_scale_factor, softcap=c.attn_logit_softcap,
+            position_scores=None if relative is None else self._position_scores(q, k, relative),
+            empty_rows="average" if c.padded_queries == "average" else "zero")
         out = tf.reshape(tf.transpose(out, (0, 2, 1, 3)), (b, tq, h * dk))  # (B, H, Tq, d_k) -> (B, Tq, D)
         return self.o(out), (weights if need_weights else None)
+
+    def _position_scores(self, q, k, relative):
+        """DeBERTa's position terms `(B, H, Tq, Tk)` before the scale (`reference_numpy.ops.disentangled_scores`):
+        q_i . pos_k[index[i, j]] (c2p) plus k_j . pos_q[index[i, j]] (p2c)."""
+        c = self.config
+        h, dk = c.num_heads, c.head_dim
+        b, tq, tk = tf.shape(q)[0], tf.shape(q)[2], tf.shape(k)[2]
+        index = relative_position_index(c, tq, tk)  # (Tq, Tk)
+        scores = tf.zeros((b, h, tq, tk), dtype=q.dtype)
+        if "c2p" in c.relative_terms:
+            pos_k = tf.transpose(tf.reshape((self.pos_k or self.k)(relative), (-1, h, dk)), (1, 0, 2))  # (H, 2s, dk)
+            c2p = tf.matmul(q, pos_k, transpose_b=True)  # (B, H, Tq, 2 span)
+            scores += tf.gather(c2p, tf.broadcast_to(index, (b, h, tq, tk)), axis=3, batch_dims=3)
+        if "p2c" in c.relative_terms:
+            pos_q = tf.transpose(tf.reshape((self.pos_q or self.q)(relative), (-1, h, dk)), (1, 0, 2))  # (H, 2s, dk)
+            p2c = tf.matmul(k, pos_q, transpose_b=True)  # (B, H, Tk, 2 span)
+            gathered = tf.gather(p2c, tf.broadcast_to(tf.transpose(index), (b, h, tk, tq)), axis=3, batch_dims=3)
+            scores += tf.transpose(gathered, (0, 1, 3, 2))  # (B, H, Tk, Tq) -> (B, H, Tq, Tk)
+        return scores
 
     def _flat(self, x, norm):
         """A projection `(B, T, heads*d_k)` clamped (`clip_qkv`) and, under `qk_norm_over="all"`, normalized."""
@@ -281,6 +313,22 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
         if clip is not None:
             x = tf.clip_by_value(x, tf.constant(-clip, x.dtype), tf.constant(clip, x.dtype))
         return norm(x) if norm is not None and self.all_heads_norm else x
+
+
+def relative_position_index(config: TransformerConfig, query_len, key_len) -> tf.Tensor:
+    """`(Tq, Tk)` int32 rows of DeBERTa's relative positions' table (`reference_numpy.ops.relative_position_index`,
+    the log buckets in float64 too), for lengths that may be scalar tensors."""
+    relative = tf.range(query_len)[:, None] - tf.range(key_len)[None, :]  # (Tq, Tk)
+    if config.relative_buckets:
+        mid = config.relative_buckets // 2
+        near = tf.logical_and(relative < mid, relative > -mid)
+        distance = tf.cast(tf.where(near, mid - 1, tf.abs(relative)), tf.float64)
+        log_pos = tf.math.ceil(tf.math.log(distance / mid) / math.log((config.max_relative_positions - 1) / mid)
+                               * (mid - 1)) + mid
+        log_pos = tf.where(tf.math.is_finite(log_pos), log_pos, tf.zeros_like(log_pos))  # mid = 1: never read
+        relative = tf.where(distance <= mid, relative, tf.cast(log_pos, tf.int32) * tf.sign(relative))
+    span = config.relative_span
+    return tf.clip_by_value(relative + span, 0, 2 * span - 1)
 
 
 class FeedForward(ConfigSerializable, keras.layers.Layer):
@@ -357,7 +405,8 @@ class EncoderLayer(_ResidualLayer):
     def __init__(self, config: TransformerConfig, impl: str = "explicit", **kwargs):
         super().__init__(**kwargs)
         self.config, self.impl = config, impl
-        self.self_attn = MultiHeadAttention(config, impl, rotary=True, dtype=self.dtype_policy, name="self_attn")
+        self.self_attn = MultiHeadAttention(config, impl, rotary=True, relative=True, dtype=self.dtype_policy,
+                                            name="self_attn")
         self.norm1 = self._pre_norm("norm1")
         self.post_attn_norm = self._post_norm("post_attn_norm")
         self.ffn = FeedForward(config, dtype=self.dtype_policy, name="ffn")
@@ -372,10 +421,11 @@ class EncoderLayer(_ResidualLayer):
         self.ffn.build(x_shape)
         self._build_norms(x_shape, self.norm2, self.post_ffn_norm)
 
-    def call(self, x, attention_mask=None, attention_weights: bool = False, training: bool = False):
+    def call(self, x, attention_mask=None, attention_weights: bool = False, training: bool = False, relative=None):
+        """`relative`: DeBERTa's relative positions' table `(2 span, D)`, normed (`Encoder.relative_table`)."""
         record: Record = {}
         x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, attention_mask, need_weights=attention_weights,
-                                                                   training=training),
+                                                                   training=training, relative=relative),
                            "self_attn", record, attention_weights, training, self.post_attn_norm)
         x = self._sublayer(x, self.norm2, lambda y: self.ffn(y, training=training), "ffn", record, attention_weights,
                            training, self.post_ffn_norm)

@@ -60,7 +60,8 @@ class Embedding(ConfigSerializable, keras.layers.Layer):
     """One side's (`src` or `tgt`) input embedding: token embedding (plus its bias if `embed_bias`: what one-hot ids
     through a `Linear(vocab, d_model)` compute), times sqrt(d_model) if `scale_embedding`,
     plus segment embeddings (source side, `type_vocab_size`), plus sinusoidal or learned positions, then a LayerNorm
-    if `embed_norm`, then (ALBERT's `embedding_size`) a projection to d_model, then dropout (torch_impl applies the
+    if `embed_norm`, then (ALBERT's `embedding_size`) a projection to d_model, then (`embed_zero_padding`) zeros
+    where `mask` `(B, T)` (default: the ids' padding) is False, then dropout (torch_impl applies the
     same dropout just after its Embedding). Positions start at `offset`; learned ones read row `offset +
     position_offset` onwards (under `positions_skip_pad`, the rows `rn.ops.skip_pad_positions` picks from the ids).
     Under `share_embeddings` the target side has no token table of its own: the caller passes the source's."""
@@ -105,7 +106,7 @@ class Embedding(ConfigSerializable, keras.layers.Layer):
         if self.proj is not None:
             self.proj.build((*ids_shape, self.config.embed_width))
 
-    def call(self, ids, offset=0, type_ids=None, token_table=None, training: bool = False):
+    def call(self, ids, offset=0, type_ids=None, token_table=None, training: bool = False, mask=None):
         """`(B, T)` int ids -> `(B, T, D)`; positions start at `offset`. `token_table` `(V, D)`: the shared table
         when this side has none of its own."""
         x = self.token(ids) if token_table is None else tf.gather(token_table, ids)  # (B, T, D)
@@ -134,6 +135,8 @@ class Embedding(ConfigSerializable, keras.layers.Layer):
             x = self.norm(x)
         if self.proj is not None:
             x = self.proj(x)
+        if self.config.embed_zero_padding:
+            x = x * tf.cast(padding_mask(ids, self.config.pad_id) if mask is None else mask, x.dtype)[..., None]
         return self.dropout(x, training=training)
 
 
@@ -150,6 +153,11 @@ class Encoder(ConfigSerializable, keras.layers.Layer):
         self.layers = [EncoderLayer(config, impl, dtype=self.dtype_policy, name=f"layers_{i}")
                        for i in range(config.encoder_weight_layers)]
         self.final_norm = (norm_layer(config, "final_norm", self.dtype_policy) if config.final_norm else None)
+        relative = config.relative_terms is not None  # DeBERTa: the relative positions' table all layers read
+        self.rel_embed = (keras.layers.Embedding(2 * config.relative_span, config.d_model, dtype=self.dtype_policy,
+                                                 name="rel_embed") if relative else None)
+        self.rel_embed_norm = (norm_layer(config, "rel_embed_norm", self.dtype_policy)
+                               if relative and config.relative_embed_norm else None)
 
     def build(self, x_shape):
         check_features(self.name, "x", x_shape, self.config.d_model)
@@ -157,12 +165,25 @@ class Encoder(ConfigSerializable, keras.layers.Layer):
             layer.build(x_shape)
         if self.final_norm is not None:
             self.final_norm.build(x_shape)
+        if self.rel_embed is not None:
+            self.rel_embed.build((None,))
+        if self.rel_embed_norm is not None:
+            self.rel_embed_norm.build((None, self.config.d_model))
+
+    def relative_table(self):
+        """The relative positions' table `(2 span, D)`, normed where `relative_embed_norm` says; None without."""
+        if self.rel_embed is None:
+            return None
+        table = tf.convert_to_tensor(self.rel_embed.embeddings)
+        return table if self.rel_embed_norm is None else self.rel_embed_norm(table)
 
     def call(self, x, attention_mask=None, attention_weights: bool = False, training: bool = False):
         record: Record = {}
+        relative = self.relative_table()
         for i in range(self.config.num_encoder_layers):
             layer = self.layers[min(i, len(self.layers) - 1)]  # shared_layers: the one layer, every time
-            x, sublayers = layer(x, attention_mask, attention_weights=attention_weights, training=training)
+            x, sublayers = layer(x, attention_mask, attention_weights=attention_weights, training=training,
+                                 relative=relative)
             record.update({f"{self.name}.layers.{i}.{k}": v for k, v in sublayers.items()})
             record[f"{self.name}.layers.{i}"] = x
         if self.final_norm is not None:
@@ -490,10 +511,10 @@ class Transformer(ConfigSerializable, keras.Model):
         rn.check_stack(self.config, "encode")
         src_ids, src_mask = self._inputs("src", src_ids, src_mask, self.config.src_vocab_size)
         type_ids = self._type_ids(src_type_ids, src_ids)
-        x = self.src_embed(src_ids, type_ids=type_ids, training=training)
+        x = self.src_embed(src_ids, type_ids=type_ids, training=training, mask=src_mask)
         record: Record = {"encoder.embed": x}
-        mask = attention_mask(src_mask, tf.shape(src_ids)[1], causal=self.config.causal_encoder)
-        memory, layers = self.encoder(x, mask, attention_weights=attention_weights, training=training)
+        memory, layers = self.encoder(x, encoder_mask(self.config, src_mask), attention_weights=attention_weights,
+                                      training=training)
         return memory, {**record, **layers}
 
     def _decode(self, tgt_ids, memory, src_mask, tgt_mask, attention_weights, training, cache=None,
@@ -671,6 +692,13 @@ def last_positions(mask) -> tf.Tensor:
     """The last True position of each row of `mask` `(B, S)`: transformers' `(arange(S) * mask).argmax(-1)`."""
     positions = tf.range(tf.shape(mask)[1], dtype=tf.int32)
     return tf.argmax(positions[None] * tf.cast(mask, tf.int32), axis=-1, output_type=tf.int32)
+
+
+def encoder_mask(config: TransformerConfig, key_mask: tf.Tensor) -> tf.Tensor:
+    """The encoder's self-attention mask `(B, 1, S, S)` (`reference_numpy.model.encoder_mask`): every real key
+    (causal under `causal_encoder`); under `padded_queries="average"` no key for a padding query."""
+    mask = attention_mask(key_mask, tf.shape(key_mask)[1], causal=config.causal_encoder)
+    return tf.logical_and(mask, key_mask[:, None, :, None]) if config.padded_queries == "average" else mask
 
 
 def attention_mask(key_mask: tf.Tensor, query_len, causal: bool = False, first=None, window: int | None = None

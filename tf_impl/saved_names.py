@@ -83,9 +83,11 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
         if config.embedding_size is not None:
             groups[f"{path}/proj"] = "proj"
 
-    def attention(path: str, name: str) -> None:
+    def attention(path: str, name: str, relative: bool = False) -> None:
         groups[path] = name
         parts = ("q", "k", "v", "o") + (("q_norm", "k_norm") if config.qk_norm else ())
+        if relative and config.relative_terms and not config.relative_shares_qk:  # DeBERTa's position projections
+            parts += tuple(proj for term, proj in (("c2p", "pos_k"), ("p2c", "pos_q")) if term in config.relative_terms)
         groups.update({f"{path}/{p}": p for p in parts})
 
     src, tgt = _embedding_paths(config)
@@ -105,6 +107,10 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
         groups[stack] = stack
         if config.final_norm:
             groups[f"{stack}/final_norm"] = "final_norm"
+        if stack == "encoder" and config.relative_terms:  # DeBERTa's relative positions' table and its norm
+            groups[f"{stack}/rel_embed"] = "rel_embed"
+            if config.relative_embed_norm:
+                groups[f"{stack}/rel_embed_norm"] = "rel_embed_norm"
         for i in range(depth):
             path = keras_path(f"{stack}/layers/{stack}_layer_{i}/")[:-1]
             groups.update({path: f"layers_{i}", f"{path}/dropout": "dropout"})
@@ -113,7 +119,7 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
                 ("post_cross_attn_norm",) if stack == "decoder" and config.has_encoder else ())
             if config.post_norms:
                 groups.update({f"{path}/{post}": post for post in posts})
-            attention(f"{path}/self_attn", "self_attn")
+            attention(f"{path}/self_attn", "self_attn", relative=stack == "encoder")
             norms = ("norm1", "norm2") if stack == "encoder" or config.has_encoder else ("norm1", "norm3")
             if stack == "decoder" and config.has_encoder:
                 norms += ("norm3",)

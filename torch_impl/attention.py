@@ -17,7 +17,8 @@ IMPLS = ("fused", "explicit")
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                  mask: torch.Tensor | None = None, *, causal: bool = False,
                                  need_weights: bool = False, impl: str = "fused", dropout_p: float = 0.0,
-                                 scale: float | None = None, grouped: bool = False, softcap: float | None = None
+                                 scale: float | None = None, grouped: bool = False, softcap: float | None = None,
+                                 position_scores: torch.Tensor | None = None, empty_rows: str = "zero"
                                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """softmax(scale q k^T) v (equation 1 with scale = 1/sqrt(d_k)); with `softcap`, the scaled scores are
     cap * tanh(scores / cap) before the mask (Gemma 2).
@@ -35,6 +36,9 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
             heads; the fused path only (`enable_gqa`), the explicit one takes them repeated.
         softcap: `TransformerConfig.attn_logit_softcap`. `F.scaled_dot_product_attention` cannot cap its scores,
             so a cap takes the explicit path (and the caller repeats grouped heads).
+        position_scores: DeBERTa's position terms `(B, H, Tq, Tk)`, added to q k^T before the scale (explicit path).
+        empty_rows: "average": a query row with no key weighs every key equally (DeBERTa's padding queries;
+            explicit path), not zero.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)` or None. A query row with no key it may attend
@@ -42,7 +46,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
-    if softcap is not None:
+    if softcap is not None or position_scores is not None or empty_rows != "zero":
         impl = "explicit"
     if grouped and (impl != "fused" or need_weights):
         raise ValueError("grouped k/v heads go to the fused kernel only; repeat them for the explicit path")
@@ -69,7 +73,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         safe_mask = None if mask is None else mask | ~has_key
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout_p, scale=scale, **gqa)
         return (out if has_key is None else out.masked_fill(~has_key, 0)), None
-    scores = q @ k.transpose(-2, -1) * scale  # (B, H, Tq, Tk)
+    scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
+    scores = (scores if position_scores is None else scores + position_scores) * scale
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if mask is not None:
@@ -77,6 +82,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     weights = torch.softmax(scores, dim=-1)
     if has_key is not None:
         weights = weights.masked_fill(~has_key, 0)
+        if empty_rows == "average":
+            weights = torch.where(has_key, weights, weights.new_tensor(1.0 / k.shape[-2]))
     if dropout_p > 0:
         weights = F.dropout(weights, p=dropout_p)
     return weights @ v, weights

@@ -15,7 +15,7 @@ from reference_numpy.blocks import Block, weight_layer
 from reference_numpy.schema import tied_output_embedding
 
 from .model import (Classifier, DecoderLayer, Embedding, EncoderLayer, HeadTransform, OutputProjection, Pooler,
-                    attention_mask, last_positions, norm_layer, padding_mask, weight_table)
+                    attention_mask, encoder_mask, last_positions, norm_layer, padding_mask, weight_table)
 
 # The module a block's weights sit under in the whole model's state dict (`weight_table`).
 _PREFIX = {"embed": "{side}_embed.", "layer": "{stack}.layers.{index}.", "final_norm": "{stack}.final_norm.",
@@ -60,6 +60,17 @@ def build_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str
     return module.eval(), other
 
 
+def _relative_table(config: rn.TransformerConfig, other: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
+    """DeBERTa's relative positions' table (normed) from the whole model's state entries a layer reads, or None."""
+    if config.relative_terms is None:
+        return None
+    table = other["encoder.rel_embed.weight"]
+    if not config.relative_embed_norm:
+        return table
+    return torch.nn.functional.layer_norm(table, table.shape[-1:], other.get("encoder.rel_embed_norm.weight"),
+                                          other.get("encoder.rel_embed_norm.bias"), config.layer_norm_eps)
+
+
 def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, np.ndarray], dtype, state: dict
               ) -> dict[str, np.ndarray]:
     """`reference_numpy.blocks.run_block` in PyTorch at `dtype` (float32 or float64)."""
@@ -73,12 +84,13 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
             types = state.get("src_type_ids") if block.side == "src" else None
             shared = other.get("src_embed.token.weight") if config.share_embeddings and block.side == "tgt" else None
             x = record[f"{block.stack}.embed"] = module(
-                ids[block.side], type_ids=None if types is None else torch.as_tensor(types), token_table=shared)
+                ids[block.side], type_ids=None if types is None else torch.as_tensor(types), token_table=shared,
+                mask=padding_mask(ids[block.side], config.pad_id))
         elif block.kind == "layer":
             t = x.shape[1]
             if block.stack == "encoder":
-                mask = attention_mask(padding_mask(ids["src"], config.pad_id), t, causal=config.causal_encoder)
-                x = module(x, mask, record, name=block.name)
+                x = module(x, encoder_mask(config, padding_mask(ids["src"], config.pad_id)), record, name=block.name,
+                           relative=_relative_table(config, other))
             else:
                 self_mask = attention_mask(padding_mask(ids["tgt"], config.pad_id), t, causal=True,
                                            window=config.layer_window(block.index))

@@ -124,9 +124,13 @@ class MultiHeadAttention(nn.Module):
     Grouped-query attention reads `kv_heads` key/value heads, each serving `num_heads / kv_heads` query heads;
     `qk_norm` normalizes each head of q and k; rotary positions turn q and k in self-attention (cached keys are
     stored turned; `local_rope`: at a sliding layer's own base). `attn_logit_softcap` takes the explicit path.
-    `clip_qkv` clamps the projected q, k and v; `qk_norm_over="all"` normalizes all of q's (k's) features at once."""
+    `clip_qkv` clamps the projected q, k and v; `qk_norm_over="all"` normalizes all of q's (k's) features at once.
+    `relative` (an encoder's self-attention under `relative_terms`, DeBERTa): the disentangled position terms join
+    the scores, from the relative positions' table the caller passes (`relative_table`), projected by `pos_k` /
+    `pos_q` (by `k` / `q` under `relative_shares_qk`)."""
 
-    def __init__(self, config: TransformerConfig, name: str, rotary: bool = False, local_rope: bool = False):
+    def __init__(self, config: TransformerConfig, name: str, rotary: bool = False, local_rope: bool = False,
+                 relative: bool = False):
         super().__init__()
         self.config, self.name = config, name
         d, inner, kv = config.d_model, config.num_heads * config.head_dim, config.kv_heads * config.head_dim
@@ -140,9 +144,14 @@ class MultiHeadAttention(nn.Module):
         self.k_norm = norm_layer(config, k_width, config.qk_norm_eps) if config.qk_norm else None
         self.rotary = rotary and config.positional == "rope"
         self.local_rope = local_rope
+        own = relative and config.relative_terms is not None and not config.relative_shares_qk
+        self.pos_k = nn.Linear(d, inner, bias=config.has_qkv_bias) if own and "c2p" in config.relative_terms else None
+        self.pos_q = nn.Linear(d, inner, bias=config.has_qkv_bias) if own and "p2c" in config.relative_terms else None
         self.impl = "fused"  # "explicit" forces matmul-softmax-matmul even without weights being asked for
 
-    def forward(self, x_q, x_kv, mask=None, need_weights: bool = False, cache: AttentionCache | None = None):
+    def forward(self, x_q, x_kv, mask=None, need_weights: bool = False, cache: AttentionCache | None = None,
+                relative: torch.Tensor | None = None):
+        """`relative`: the relative positions' table `(2 span, D)`, normed (DeBERTa), or None."""
         b, tq, _ = x_q.shape
         c = self.config
         h, kvh, dk = c.num_heads, c.kv_heads, c.head_dim
@@ -177,9 +186,28 @@ class MultiHeadAttention(nn.Module):
             v = v.repeat_interleave(h // kvh, dim=1)
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, need_weights=need_weights, impl=impl, dropout_p=c.dropout if self.training else 0.0,
-            scale=c.attention_scale_factor, grouped=grouped, softcap=c.attn_logit_softcap)
+            scale=c.attention_scale_factor, grouped=grouped, softcap=c.attn_logit_softcap,
+            position_scores=None if relative is None else self._position_scores(q, k, relative),
+            empty_rows="average" if c.padded_queries == "average" else "zero")
         out = out.transpose(1, 2).reshape(b, tq, h * dk)  # (B, H, Tq, d_k) -> (B, Tq, H*d_k)
         return self.o(out), weights
+
+    def _position_scores(self, q, k, relative):
+        """DeBERTa's position terms `(B, H, Tq, Tk)` before the scale (`reference_numpy.ops.disentangled_scores`):
+        q_i . pos_k[index[i, j]] (c2p) plus k_j . pos_q[index[i, j]] (p2c)."""
+        c = self.config
+        (b, h, tq, dk), tk = q.shape, k.shape[2]
+        index = torch.from_numpy(rn.ops.relative_position_index(c, tq, tk)).to(q.device)  # (Tq, Tk)
+        scores = torch.zeros(b, h, tq, tk, dtype=q.dtype, device=q.device)
+        if "c2p" in c.relative_terms:
+            pos_k = (self.pos_k or self.k)(relative).view(-1, h, dk).transpose(0, 1)  # (H, 2 span, d_k)
+            c2p = q @ pos_k.transpose(-1, -2)  # (B, H, Tq, 2 span)
+            scores = scores + torch.gather(c2p, -1, index.expand(b, h, tq, tk))
+        if "p2c" in c.relative_terms:
+            pos_q = (self.pos_q or self.q)(relative).view(-1, h, dk).transpose(0, 1)  # (H, 2 span, d_k)
+            p2c = k @ pos_q.transpose(-1, -2)  # (B, H, Tk, 2 span)
+            scores = scores + torch.gather(p2c, -1, index.T.expand(b, h, tk, tq)).transpose(-1, -2)
+        return scores
 
     def _flat(self, x, norm):
         """A projection `(B, T, heads*d_k)` clamped (`clip_qkv`) and, under `qk_norm_over="all"`, normalized."""

@@ -74,7 +74,7 @@ class EncoderLayer(_ResidualLayer):
         super().__init__()
         self.config, self.name = config, name
         eps = config.layer_norm_eps
-        self.self_attn = MultiHeadAttention(config, f"{name}.self_attn", rotary=True)
+        self.self_attn = MultiHeadAttention(config, f"{name}.self_attn", rotary=True, relative=True)
         self.norm1 = norm_layer(config, config.d_model, eps) if config.pre_norms else None
         self.post_attn_norm = norm_layer(config, config.d_model, eps) if config.post_norms else None
         self.ffn = FeedForward(config, f"{name}.ffn")
@@ -82,10 +82,12 @@ class EncoderLayer(_ResidualLayer):
         self.post_ffn_norm = norm_layer(config, config.d_model, eps) if config.post_norms else None
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False, name: str | None = None):
-        """`name`: the layer this call records as (`shared_layers` runs one layer under every layer's name)."""
+    def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False, name: str | None = None,
+                relative: torch.Tensor | None = None):
+        """`name`: the layer this call records as (`shared_layers` runs one layer under every layer's name);
+        `relative`: DeBERTa's relative positions' table, normed (`Encoder.relative_table`)."""
         name = name or self.name
-        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, mask, attention_weights),
+        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, mask, attention_weights, relative=relative),
                            f"{name}.self_attn", record, attention_weights, self.post_attn_norm,
                            f"{name}.post_attn_norm")
         x = self._sublayer(x, self.norm2, self.ffn, f"{name}.ffn", record, attention_weights, self.post_ffn_norm,
@@ -161,7 +163,8 @@ class Embedding(nn.Module):
     """One side's (`src` or `tgt`) input embedding: token embedding (plus its bias if `embed_bias`: what one-hot ids
     through a `Linear(vocab, d_model)` compute), times sqrt(d_model) if `scale_embedding`,
     plus segment embeddings (source side, `type_vocab_size`), plus sinusoidal or learned positions, then a LayerNorm
-    if `embed_norm`, then (ALBERT's `embedding_size`) a projection to d_model. Positions start at `offset`; learned
+    if `embed_norm`, then (ALBERT's `embedding_size`) a projection to d_model, then (`embed_zero_padding`) zeros
+    where `mask` `(B, T)` (default: the ids' padding) is False. Positions start at `offset`; learned
     ones read row `offset + position_offset` onwards (under `positions_skip_pad`, the rows
     `rn.ops.skip_pad_positions` picks from the ids). Under `share_embeddings` the target side has no token table of
     its own: the caller passes the source's."""
@@ -195,7 +198,7 @@ class Embedding(nn.Module):
         if self.sinusoid is not None:
             self.sinusoid.copy_(self._sinusoid_table())
 
-    def forward(self, ids, offset: int = 0, type_ids=None, token_table: torch.Tensor | None = None):
+    def forward(self, ids, offset: int = 0, type_ids=None, token_table: torch.Tensor | None = None, mask=None):
         """`(B, T)` int ids -> `(B, T, D)`; positions start at `offset`. `token_table` `(V, D)`: the shared table
         when this side has none of its own."""
         x = self.token(ids) if token_table is None else F.embedding(ids, token_table)  # (B, T, D)
@@ -218,7 +221,10 @@ class Embedding(nn.Module):
             start = offset + self.config.position_offset
             x = x + self.position.weight[start:start + t]
         x = x if self.norm is None else self.norm(x)
-        return x if self.proj is None else self.proj(x)
+        x = x if self.proj is None else self.proj(x)
+        if self.config.embed_zero_padding:
+            x = x * (padding_mask(ids, self.config.pad_id) if mask is None else mask)[..., None].to(x.dtype)
+        return x
 
 
 class Encoder(nn.Module):
@@ -231,11 +237,21 @@ class Encoder(nn.Module):
                                     for i in range(config.encoder_weight_layers))
         self.final_norm = norm_layer(config, config.d_model) if config.final_norm else None
         self.name, self.depth = name, config.num_encoder_layers
+        relative = config.relative_terms is not None  # DeBERTa: the relative positions' table all layers read
+        self.rel_embed = nn.Embedding(2 * config.relative_span, config.d_model) if relative else None
+        self.rel_embed_norm = norm_layer(config, config.d_model) if relative and config.relative_embed_norm else None
+
+    def relative_table(self) -> torch.Tensor | None:
+        """The relative positions' table `(2 span, D)`, normed where `relative_embed_norm` says; None without."""
+        if self.rel_embed is None:
+            return None
+        return self.rel_embed.weight if self.rel_embed_norm is None else self.rel_embed_norm(self.rel_embed.weight)
 
     def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False):
+        relative = self.relative_table()
         for i in range(self.depth):
             layer = self.layers[min(i, len(self.layers) - 1)]  # shared_layers: the one layer, every time
-            x = layer(x, mask, record, attention_weights, name=f"{self.name}.layers.{i}")
+            x = layer(x, mask, record, attention_weights, name=f"{self.name}.layers.{i}", relative=relative)
         if self.final_norm is not None:
             x = self.final_norm(x)
             if record is not None:
@@ -410,11 +426,10 @@ class Transformer(nn.Module):
         rn.check_stack(self.config, "encode")
         src_ids, src_mask = self._inputs("src", src_ids, src_mask, self.config.src_vocab_size)
         type_ids = self._type_ids(src_type_ids, src_ids)
-        x = self.src_embed.dropout(self.src_embed(src_ids, type_ids=type_ids))
+        x = self.src_embed.dropout(self.src_embed(src_ids, type_ids=type_ids, mask=src_mask))
         if record is not None:
             record["encoder.embed"] = x
-        mask = attention_mask(src_mask, src_ids.shape[1], causal=self.config.causal_encoder)
-        return self.encoder(x, mask, record, attention_weights)
+        return self.encoder(x, encoder_mask(self.config, src_mask), record, attention_weights)
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, record: Record | None = None,
                attention_weights: bool = False, cache: KVCache | None = None, *, last_only: bool = False,
@@ -560,6 +575,13 @@ def padding_mask(ids: torch.Tensor, pad_id: int | None) -> torch.Tensor:
 def last_positions(mask: torch.Tensor) -> torch.Tensor:
     """The last True position of each row of `mask` `(B, S)`: transformers' `(arange(S) * mask).argmax(-1)`."""
     return (torch.arange(mask.shape[1], device=mask.device) * mask.long()).argmax(-1)
+
+
+def encoder_mask(config: TransformerConfig, key_mask: torch.Tensor) -> torch.Tensor:
+    """The encoder's self-attention mask `(B, 1, S, S)` (`reference_numpy.model.encoder_mask`): every real key
+    (causal under `causal_encoder`); under `padded_queries="average"` no key for a padding query."""
+    mask = attention_mask(key_mask, key_mask.shape[1], causal=config.causal_encoder)
+    return mask & key_mask[:, None, :, None] if config.padded_queries == "average" else mask
 
 
 def attention_mask(key_mask: torch.Tensor, query_len: int, causal: bool = False, window: int | None = None

@@ -40,6 +40,7 @@ HF_LAYOUTS = {
     "hf-distilbert": "hf_distilbert",
     "hf-albert": "hf_albert",
     "hf-electra": "hf_electra",
+    "hf-deberta-v2": "hf_deberta_v2",
     "hf-marian": "hf_marian",
     "hf-bart": "hf_bart",
     "hf-mbart": "hf_mbart",
@@ -79,6 +80,7 @@ KERASHUB_PRESET_LAYOUTS = {
     "kerashub-distilbert": "kerashub_distilbert",
     "kerashub-albert": "kerashub_albert",
     "kerashub-electra": "kerashub_electra",
+    "kerashub-deberta-v3": "kerashub_deberta_v3",
     "kerashub-llama": "kerashub_llama",
     "kerashub-mistral": "kerashub_mistral",
     "kerashub-mixtral": "kerashub_mixtral",
@@ -153,6 +155,13 @@ FAMILY_ONLY = {
     "residual_multiplier": "sublayer outputs times a multiplier",
     "logit_divisor": "logits divided by a divisor",
     "sinusoid_frequencies": "sinusoids at other frequencies",
+    "relative_terms": "disentangled attention over relative positions",
+    "relative_buckets": "log-bucketed relative positions",
+    "max_relative_positions": "relative positions up to a distance",
+    "relative_embed_norm": "a norm on the relative positions' table",
+    "relative_shares_qk": "relative positions projected by q's and k's kernels",
+    "embed_zero_padding": "embeddings zeroed at padding",
+    "padded_queries": "padding queries averaging every position",
 }
 
 

@@ -1,7 +1,8 @@
 """What a verify probe exercised: a PASS is a claim about the paths its inputs ran through. Some of a model's
 computation acts only on some inputs: a sliding window only on sequences longer than it, a `dynamic` or `longrope`
 rotary scaling only past `original_max_position_embeddings`, padding only where the probe pads, segment embeddings
-beyond 0 only where the probe uses them, learned positions only up to the probe's length. `not_exercised` names
+beyond 0 only where the probe uses them, learned positions only up to the probe's length, the rows of a relative
+positions' table (DeBERTa) only for the distances the probe spans. `not_exercised` names
 each such path the config declares and the probe left out, so the verdict says so (a note, and the JSON report's
 `not_exercised`); `cover_lengths` gives the lengths that exercise every length-dependent one (`verify --cover`).
 """
@@ -45,13 +46,22 @@ def not_exercised(config: rn.TransformerConfig, src: np.ndarray, tgt: np.ndarray
     if config.positional == "learned" and longest < config.max_len:
         out.append(f"learned positions {longest}..{config.max_len - 1}: the probe reads rows 0..{longest - 1} "
                    "(their weights are compared; their outputs are not)")
+    if config.relative_terms is not None:
+        rows = np.unique(rn.ops.relative_position_index(config, longest, longest))
+        if rows.size < 2 * config.relative_span:
+            out.append(f"relative positions: the probe's distances up to {longest - 1} read rows {rows.min()}.."
+                       f"{rows.max()} of the {2 * config.relative_span}-row table (every row needs a distance of "
+                       f"max_relative_positions={config.max_relative_positions})")
     return out
 
 
 def cover_lengths(config: rn.TransformerConfig, src_len: int, tgt_len: int) -> tuple[int, int]:
     """Lengths (at least the ones given) that run every length-dependent path: one past the sliding window and past
-    a late rope scaling's threshold, every row of a learned position table, within `max_len`."""
+    a late rope scaling's threshold, every row of a learned position table (or of a relative one: a distance of
+    `max_relative_positions`), within `max_len`."""
     need = config.max_len if config.positional == "learned" else 0  # every row of the position table
+    if config.relative_terms is not None:
+        need = max(need, config.max_relative_positions + 1)
     if config.sliding_window is not None:
         need = max(need, config.sliding_window + 1)
     late = _threshold(config)
