@@ -36,7 +36,12 @@ initialisation (LayerNorm scales 1 + 0.1 N(0,1), every bias 0.1 N(0,1), every ot
 tensor is one variable and is drawn once). The seed is the CRC-32 of the directory name, so the pt, tf and flax
 files of one family hold different numbers. `probe.npz` holds the ids and the output of the same class after
 reloading the saved directory (`from_pretrained` / `load_weights` / `from_preset`), with the padding mask
-`ids != pad_token_id` (and `tgt_ids != pad_token_id` for the decoder); GPT-2 gets an all-ones mask.
+`ids != pad_token_id` (and `tgt_ids != pad_token_id` for the decoder); GPT-2 and OPT (which numbers its positions
+over the mask) get no padding and an all-ones mask. The later families (Llama ... M2M100) state every epsilon their
+config has at 1e-3, off the library defaults, so that a reader ignoring the file's epsilon is caught.
+
+`--kind verify` reloads each directory with transformers 4's own cross-loading (`from_tf`, `from_flax`); it fails
+`albert-mlm-tf` by 0.43, transformers' bug and not the file's (KNOWN_CROSS_LOAD_BUGS).
 """
 
 from __future__ import annotations
@@ -623,6 +628,13 @@ def verify_keras_preset(path: Path, versions: dict, probe: dict) -> dict | None:
     return run_backbone(cls.from_preset(str(path)), probe, pad_id)
 
 
+# directories whose PyTorch reload by transformers 4.30's from_tf / from_flax is known not to be the saved model
+KNOWN_CROSS_LOAD_BUGS = {
+    "albert-mlm-tf": "TFAlbertMLMHead adds decoder/bias and never reads its bias; PyTorch ties the two and from_tf "
+                     "fills them from bias",
+}
+
+
 def verify(out: Path) -> int:
     failures = 0
     for path in sorted(p for p in out.iterdir() if (p / "versions.json").exists()):
@@ -646,6 +658,9 @@ def verify(out: Path) -> int:
             continue
         diffs = {k: float(np.max(np.abs(got[k] - probe[k]))) for k in got if k in probe}
         ok = all(d <= tol for d in diffs.values()) and "output" in diffs
+        if not ok and path.name in KNOWN_CROSS_LOAD_BUGS:
+            print(f"{path.name:28s} known: {KNOWN_CROSS_LOAD_BUGS[path.name]}")
+            continue
         failures += not ok
         shown = ", ".join(f"{k} {d:.2e}" for k, d in diffs.items())
         print(f"{path.name:28s} {'ok  ' if ok else 'FAIL'} max|diff| {shown} (tol {tol:.0e})")

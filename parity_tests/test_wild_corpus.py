@@ -114,3 +114,22 @@ def test_every_wild_checkpoint_converts_and_matches_its_source(name, tmp_path):
     assert code == 0 and result["passed"], result["verdict"]
     assert worst["max_abs_err"] <= WILD_ATOL, worst
     assert {b for r in against for b in r["backends"]} >= {"torch", "keras", "expected"}
+
+
+def test_a_stored_layer_mask_must_be_the_one_its_layer_computes(tmp_path, capsys):
+    """transformers <= 4.30 saved GPT-Neo's masks: a local layer's is the causal band of window_size. Transformers
+    4.30 masked with the stored buffer, so a file whose local layer holds a full causal mask computed another model:
+    refused, naming the layer and its window."""
+    torch = pytest.importorskip("torch")
+    import shutil
+
+    source = CORPUS / "gpt-neo-lm-pt"
+    copy = tmp_path / "gpt-neo"
+    shutil.copytree(source, copy)
+    state = torch.load(copy / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    local = "transformer.h.1.attn.attention.bias"
+    assert not torch.equal(state[local], state["transformer.h.0.attn.attention.bias"])  # the band, then causal
+    state[local] = state["transformer.h.0.attn.attention.bias"].clone()
+    torch.save(state, copy / "pytorch_model.bin")
+    assert main(["--quiet", "convert", str(copy), str(tmp_path / "model.weights.h5")]) == 2
+    assert "layer 1's causal mask within its sliding window of 4" in capsys.readouterr().err
