@@ -36,7 +36,12 @@ initialisation (LayerNorm scales 1 + 0.1 N(0,1), every bias 0.1 N(0,1), every ot
 tensor is one variable and is drawn once). The seed is the CRC-32 of the directory name, so the pt, tf and flax
 files of one family hold different numbers. `probe.npz` holds the ids and the output of the same class after
 reloading the saved directory (`from_pretrained` / `load_weights` / `from_preset`), with the padding mask
-`ids != pad_token_id` (and `tgt_ids != pad_token_id` for the decoder); GPT-2 gets an all-ones mask.
+`ids != pad_token_id` (and `tgt_ids != pad_token_id` for the decoder); GPT-2 and OPT (which numbers its positions
+over the mask) get no padding and an all-ones mask. The later families (Llama ... M2M100) state every epsilon their
+config has at 1e-3, off the library defaults, so that a reader ignoring the file's epsilon is caught.
+
+`--kind verify` reloads each directory with transformers 4's own cross-loading (`from_tf`, `from_flax`); it fails
+`albert-mlm-tf` by 0.43, transformers' bug and not the file's (KNOWN_CROSS_LOAD_BUGS).
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 SEQ2SEQ_DIMS = dict(d_model=24, encoder_layers=2, decoder_layers=2, encoder_attention_heads=3,
                     decoder_attention_heads=3, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=40)
+DECODER_DIMS = dict(vocab_size=99, hidden_size=24, num_hidden_layers=2, num_attention_heads=3, intermediate_size=37,
+                    max_position_embeddings=40)
 BERT_DIMS = dict(vocab_size=99, hidden_size=24, num_hidden_layers=2, num_attention_heads=3, intermediate_size=37,
                  max_position_embeddings=40)
 
@@ -107,6 +114,55 @@ FAMILIES = {
     "distilbert-qa": Family("DistilBertConfig", "DistilBertForQuestionAnswering",
                             dict(vocab_size=99, dim=24, n_layers=2, n_heads=3, hidden_dim=37,
                                  max_position_embeddings=40, pad_token_id=0), 0),
+    # the families added later (the readers of each gained their transformers 4.30 era): odd sizes, every
+    # epsilon a config states moved off its library default (1e-3) so that a reader ignoring it is caught
+    "llama-lm": Family("LlamaConfig", "LlamaForCausalLM",
+                       dict(DECODER_DIMS, rms_norm_eps=1e-3, pad_token_id=97, bos_token_id=1, eos_token_id=2), 97,
+                       formats=("pt",)),  # transformers 4.30 has no TF or Flax Llama
+    "opt-lm": Family("OPTConfig", "OPTForCausalLM",
+                     dict(vocab_size=99, hidden_size=24, num_hidden_layers=2, num_attention_heads=3, ffn_dim=37,
+                          max_position_embeddings=40, word_embed_proj_dim=24, pad_token_id=1, bos_token_id=2,
+                          eos_token_id=2), None),  # OPT numbers positions over the mask, which ours reads as all ones
+    "gpt-neox-lm": Family("GPTNeoXConfig", "GPTNeoXForCausalLM",
+                          dict(DECODER_DIMS, rotary_pct=0.5, layer_norm_eps=1e-3, pad_token_id=97, bos_token_id=1,
+                               eos_token_id=2, tie_word_embeddings=False), 97, formats=("pt",)),
+    "gptj-lm": Family("GPTJConfig", "GPTJForCausalLM",
+                      dict(vocab_size=99, n_embd=24, n_layer=2, n_head=3, n_inner=37, n_positions=40, rotary_dim=4,
+                           layer_norm_epsilon=1e-3, pad_token_id=97, bos_token_id=1, eos_token_id=2), 97),
+    "gpt-neo-lm": Family("GPTNeoConfig", "GPTNeoForCausalLM",
+                         dict(vocab_size=99, hidden_size=24, num_layers=2, num_heads=3, intermediate_size=37,
+                              max_position_embeddings=40, attention_types=[[["global", "local"], 1]], window_size=4,
+                              layer_norm_epsilon=1e-3, pad_token_id=97, bos_token_id=1, eos_token_id=2), 97,
+                         formats=("pt", "flax")),  # transformers 4.30 has no TF GPT-Neo
+    "codegen-lm": Family("CodeGenConfig", "CodeGenForCausalLM",  # CodeGen splits qkv in 4: 4 heads
+                         dict(vocab_size=99, n_embd=32, n_layer=2, n_head=4, n_inner=37, n_positions=40, n_ctx=40,
+                              rotary_dim=4, layer_norm_epsilon=1e-3, pad_token_id=97, bos_token_id=1,
+                              eos_token_id=2), 97, formats=("pt",)),
+    "electra-mlm": Family("ElectraConfig", "ElectraForMaskedLM",  # factorized: embedding_size 16 != hidden 24
+                          dict(BERT_DIMS, embedding_size=16, type_vocab_size=2, layer_norm_eps=1e-3,
+                               pad_token_id=0), 0, type_ids=True),
+    "albert-mlm": Family("AlbertConfig", "AlbertForMaskedLM",
+                         dict(BERT_DIMS, embedding_size=16, type_vocab_size=2, layer_norm_eps=1e-3, pad_token_id=0,
+                              bos_token_id=2, eos_token_id=3), 0, type_ids=True),
+    "xlm-roberta-mlm": Family("XLMRobertaConfig", "XLMRobertaForMaskedLM",
+                              dict(BERT_DIMS, type_vocab_size=1, layer_norm_eps=1e-3, pad_token_id=1, bos_token_id=0,
+                                   eos_token_id=2), 1),
+    "mbart-lm": Family("MBartConfig", "MBartForConditionalGeneration",
+                       dict(SEQ2SEQ_DIMS, vocab_size=99, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                            decoder_start_token_id=2, forced_eos_token_id=2), 1, seq2seq=True),
+    "pegasus-lm": Family("PegasusConfig", "PegasusForConditionalGeneration",
+                         dict(SEQ2SEQ_DIMS, vocab_size=99, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+                              forced_eos_token_id=1, scale_embedding=True), 0, seq2seq=True, static_positions=True),
+    "m2m-100-mt": Family("M2M100Config", "M2M100ForConditionalGeneration",
+                         dict(SEQ2SEQ_DIMS, vocab_size=99, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                              decoder_start_token_id=2), 1, seq2seq=True, static_positions=True,
+                         formats=("pt",)),  # transformers 4.30 has no TF or Flax M2M100
+    "llama-seqcls": Family("LlamaConfig", "LlamaForSequenceClassification",
+                           dict(DECODER_DIMS, rms_norm_eps=1e-3, pad_token_id=97, bos_token_id=1, eos_token_id=2,
+                                num_labels=3), 97, formats=("pt",)),
+    "electra-tokcls": Family("ElectraConfig", "ElectraForTokenClassification",
+                             dict(BERT_DIMS, embedding_size=16, type_vocab_size=2, layer_norm_eps=1e-3,
+                                  pad_token_id=0, num_labels=5), 0, type_ids=True, formats=("tf",)),
     "gpt2-seqcls": Family("GPT2Config", "GPT2ForSequenceClassification",
                           dict(vocab_size=99, n_embd=24, n_layer=2, n_head=3, n_inner=37, n_positions=40,
                                bos_token_id=97, eos_token_id=97, pad_token_id=98, num_labels=3), 98,
@@ -161,8 +217,11 @@ def source_ids(pad_id: int | None) -> np.ndarray:
 
 
 def target_ids(pad_id: int) -> np.ndarray:
-    """(2, 5) decoder ids with 0 in every row; row 1 ends with one pad id."""
+    """(2, 5) decoder ids with 0 in every row; row 1 ends with one pad id. Where 0 IS the pad id it appears only
+    there."""
     ids = np.array([[0, 45, 17, 73, 20], [9, 0, 50, 33, 61]], dtype=np.int64)
+    if pad_id == 0:
+        ids[ids == 0] = 11
     ids[1, -1] = pad_id
     return ids
 
@@ -237,7 +296,8 @@ def perturb_torch(model, rng: np.random.Generator, fam: Family) -> None:
                 continue
             owner = model.get_submodule(name.rpartition(".")[0])
             leaf = name.rpartition(".")[2]
-            role = "scale" if isinstance(owner, torch.nn.LayerNorm) and leaf == "weight" else (
+            is_norm = isinstance(owner, torch.nn.LayerNorm) or type(owner).__name__.endswith("RMSNorm")
+            role = "scale" if is_norm and leaf == "weight" else (
                 "bias" if leaf.endswith("bias") else "weight")
             p.copy_(torch.from_numpy(perturbed(role, tuple(p.shape), rng)))
         for name, b in model.named_buffers():
@@ -272,8 +332,12 @@ def run_tf(model, fam: Family, probe: dict) -> dict:
 
 
 def run_flax(model, fam: Family, probe: dict) -> dict:
+    import inspect
+
     inputs = {k: v.astype(np.int32) for k, v in model_inputs(fam, probe).items()}
-    return outputs_of(model(**inputs, train=False))
+    # FlaxOPT runs deterministic by default and takes no `train`
+    mode = {"train": False} if "train" in inspect.signature(model.__call__).parameters else {}
+    return outputs_of(model(**inputs, **mode))
 
 
 def hf4_versions(fmt: str) -> dict:
@@ -564,6 +628,13 @@ def verify_keras_preset(path: Path, versions: dict, probe: dict) -> dict | None:
     return run_backbone(cls.from_preset(str(path)), probe, pad_id)
 
 
+# directories whose PyTorch reload by transformers 4.30's from_tf / from_flax is known not to be the saved model
+KNOWN_CROSS_LOAD_BUGS = {
+    "albert-mlm-tf": "TFAlbertMLMHead adds decoder/bias and never reads its bias; PyTorch ties the two and from_tf "
+                     "fills them from bias",
+}
+
+
 def verify(out: Path) -> int:
     failures = 0
     for path in sorted(p for p in out.iterdir() if (p / "versions.json").exists()):
@@ -587,6 +658,9 @@ def verify(out: Path) -> int:
             continue
         diffs = {k: float(np.max(np.abs(got[k] - probe[k]))) for k in got if k in probe}
         ok = all(d <= tol for d in diffs.values()) and "output" in diffs
+        if not ok and path.name in KNOWN_CROSS_LOAD_BUGS:
+            print(f"{path.name:28s} known: {KNOWN_CROSS_LOAD_BUGS[path.name]}")
+            continue
         failures += not ok
         shown = ", ".join(f"{k} {d:.2e}" for k, d in diffs.items())
         print(f"{path.name:28s} {'ok  ' if ok else 'FAIL'} max|diff| {shown} (tol {tol:.0e})")

@@ -28,6 +28,7 @@ _L = "h.{i}."
 BACKBONE = [entry for entry in hf_gptj.BACKBONE if ".attn.{qkv}_proj." not in entry[1]] + [
     # canonical                                         CodeGenModel                             transform
     ("decoder.layers.{i}.self_attn.{qkv}.kernel",       _L + "attn.qkv_proj.weight",             "fused_qvk_blocks_t"),
+    ("-",                                               _L + "attn.causal_mask",                 "causal_mask"),  # old files
 ]
 
 

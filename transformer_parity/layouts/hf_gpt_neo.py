@@ -50,6 +50,9 @@ BACKBONE = [
     ("decoder.layers.{i}.norm3.beta",                  _L + "ln_2.bias",                        "identity"),
     ("decoder.final_norm.gamma",                       "ln_f.weight",                           "identity"),
     ("decoder.final_norm.beta",                        "ln_f.bias",                             "identity"),
+    # transformers <= 4.30 saved each layer's mask (a local layer's: the causal band of window_size) and fill value
+    ("-",                                              _L + "attn.attention.bias",              "causal_mask"),
+    ("-",                                              _L + "attn.attention.masked_bias",       "mask_fill"),
 ]
 HEAD = [
     ("output.kernel",                                  "lm_head.weight",                        "transpose"),

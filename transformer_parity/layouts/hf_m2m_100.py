@@ -25,7 +25,9 @@ ARCHITECTURES = ("M2M100ForConditionalGeneration",)
 CONFIG_KEYS = hf_marian.CONFIG_KEYS
 LAYER_NORM_EPS = 1e-5  # its nn.LayerNorm default; config.json has no field for it
 
-TABLE = hf_marian.FINAL_NORMS + [entry for entry in hf_marian.TABLE if entry[2] != "sinusoid"]
+# transformers <= 4.30 saved the sinusoid tables as `embed_positions.weights` (the pad's row zeros), later releases not
+TABLE = hf_marian.FINAL_NORMS + [entry for entry in hf_marian.TABLE if entry[2] != "sinusoid"] + [
+    ("-", f"model.{stack}.embed_positions.weights", "sinusoid") for stack in ("encoder", "decoder")]
 HOOKS = {**hf_marian.HOOKS, **hf_marian.FINAL_NORM_HOOKS}
 ITS_POSITIONS = {"positional": "sinusoidal", "sinusoid_layout": "concatenated", "sinusoid_frequencies": "inclusive",
                  "positions_skip_pad": True}

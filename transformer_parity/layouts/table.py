@@ -5,7 +5,8 @@ a user sees when a table is applied to a real file.
   listed or allocated (`check_layers`, `size_mismatches`), with messages naming where each field came from;
 - the optional kinds are checked: a `tied` copy must equal its canonical array, a `sinusoid` buffer must be the table
   the model computes (in any of the usual layouts, `sinusoid_rows`, and within the float32 rounding of a table a
-  tutorial builds in float32, `sinusoid_error`), a `causal_mask` must be one;
+  tutorial builds in float32, `sinusoid_error`; the pad's zero row of a table read over non-pad tokens), a
+  `causal_mask` must be the layer's (causal, and within its window on a sliding layer);
 - an `ignore` entry may drop integer or boolean buffers and all-zero tensors; a float tensor with a nonzero value is a
   trained parameter or a constant the model uses, so dropping it is refused unless the user names it (`Drops`, the
   CLI's `--allow-drop`).
@@ -130,8 +131,9 @@ def _wanted(config: rn.TransformerConfig, field: str) -> int:
 
 
 def _optional(config: rn.TransformerConfig, table: Sequence[Entry], state_keys: Iterable[str],
-              wanted: set[str]) -> dict[str, tuple[str, str]]:
-    """external name -> (transform, canonical) for the tied / sinusoid / ignored entries present in the state."""
+              wanted: set[str]) -> dict[str, tuple[str, str, int | None]]:
+    """external name -> (transform, canonical, layer) for the tied / sinusoid / ignored entries present in the state;
+    layer: the `{i}` the name holds (a layer's causal mask is that layer's), else None."""
     shapes = rn.parameter_shapes(config)
     out = {}
     for canonical, external, transform in table:
@@ -143,8 +145,10 @@ def _optional(config: rn.TransformerConfig, table: Sequence[Entry], state_keys: 
             continue
         pattern = regex(external)
         for key in state_keys:
-            if key not in wanted and pattern.fullmatch(key):
-                out[key] = (transform, canonical)
+            found = pattern.fullmatch(key) if key not in wanted else None
+            if found:
+                layer = found.groupdict().get("i")
+                out[key] = (transform, canonical, None if layer is None else int(layer))
     return out
 
 
@@ -235,11 +239,11 @@ def import_state(config: rn.TransformerConfig, state: dict[str, np.ndarray], tab
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
     check_floating(state, wanted, source)
-    check_drops(state, [k for k, (t, _) in optional.items() if t == "ignore"], drops, source)
+    check_drops(state, [k for k, (t, *_) in optional.items() if t == "ignore"], drops, source)
     weights = rn.mapping.read(mapping, state, shapes, config.head_dim, consume=consume,
                               defer=deferred if lazy else None)
-    for external, (transform, canonical) in optional.items():
-        _check_optional(config, weights, state[external], external, transform, canonical, source)
+    for external, (transform, canonical, layer) in optional.items():
+        _check_optional(config, weights, state[external], external, transform, canonical, source, layer)
         if skipped is not None and transform in (*BUFFERS, "causal_mask", "sinusoid"):
             skipped.append(describe_buffer(transform, external, state[external]))
         if consume:
@@ -259,7 +263,8 @@ def check_floating(state: Mapping[str, Any], parameters: Iterable[str], source: 
             raise ValueError(f"{source}: tensor {key!r} has dtype {dtype}, expected a floating dtype")
 
 
-def _check_optional(config, weights, array, external: str, transform: str, canonical: str, source: str) -> None:
+def _check_optional(config, weights, array, external: str, transform: str, canonical: str, source: str,
+                    layer: int | None = None) -> None:
     array = np.asarray(array)
     if transform == "tied":
         if array.shape != weights[canonical].shape or not np.array_equal(array, weights[canonical]):
@@ -271,7 +276,8 @@ def _check_optional(config, weights, array, external: str, transform: str, canon
             raise ValueError(f"{source}: {external} has shape {array.shape}; a sinusoid table of d_model="
                              f"{config.d_model} is (max_len, {config.d_model}), (max_len, 1, {config.d_model}) or "
                              f"(1, max_len, {config.d_model})")
-        problem = sinusoid_mismatch(rows, config.sinusoid_layout)
+        problem = sinusoid_mismatch(_pad_row_as_read(config, rows), config.sinusoid_layout,
+                                    config.sinusoid_frequencies)
         if problem:
             other = classify_sinusoid(rows)
             hint = (f"; it is the {other} table: sinusoid_layout = \"{other}\"" if other else
@@ -284,13 +290,25 @@ def _check_optional(config, weights, array, external: str, transform: str, canon
             raise ValueError(f"{source}: {external} {array.shape} {array.dtype} is mapped {transform} but {problem}; "
                              "a buffer holding anything else changes the model, so it is not skipped")
     elif transform == "causal_mask":
-        square = array.reshape(array.shape[-2:]) if array.ndim >= 2 and array.size == np.prod(array.shape[-2:]) \
-            else None  # (1, 1, n, n) -> (n, n)
-        if square is None or square.shape[0] != square.shape[1] or not np.array_equal(
-                square != 0, np.tri(square.shape[0], dtype=bool)):
-            raise ValueError(f"{source}: {external} {array.shape} is mapped causal_mask but is not a causal mask "
-                             "(ones on and below the diagonal, zeros above); a buffer holding anything else changes "
-                             "the model")
+        _check_causal_mask(config, array, external, source, layer)
+
+
+def _check_causal_mask(config, array: np.ndarray, external: str, source: str, layer: int | None) -> None:
+    """A layer's stored attention mask must be the one it computes: causal, and on a layer that attends within a
+    sliding window (`layer_window`) also zero at `i - j >= window` (GPT-Neo's local layers store such a band)."""
+    square = array.reshape(array.shape[-2:]) if array.ndim >= 2 and array.size == np.prod(array.shape[-2:]) \
+        else None  # (1, 1, n, n) -> (n, n)
+    window = config.layer_window(layer) if layer is not None and layer < config.num_decoder_layers else None
+    if square is None or square.shape[0] != square.shape[1]:
+        raise ValueError(f"{source}: {external} {array.shape} is mapped causal_mask but is not a square mask; a "
+                         "buffer holding anything else changes the model")
+    n = square.shape[0]
+    wanted = np.tri(n, dtype=bool) if window is None else np.tri(n, dtype=bool) & ~np.tri(n, k=-window, dtype=bool)
+    if not np.array_equal(square != 0, wanted):
+        what = "a causal mask (ones on and below the diagonal, zeros above)" if window is None else (
+            f"layer {layer}'s causal mask within its sliding window of {window} (ones where 0 <= i - j < {window})")
+        raise ValueError(f"{source}: {external} {array.shape} is mapped causal_mask but is not {what}; a buffer "
+                         "holding anything else changes the model")
 
 
 # --- buffers a family's forward recomputes, as older files store them -------------------------------------------------
@@ -382,13 +400,26 @@ def sinusoid_rows(array, d_model: int | None = None) -> np.ndarray | None:
     return array
 
 
-def sinusoid_error(rows: np.ndarray, layout: str) -> tuple[int, float, float]:
+def _pad_row_as_read(config: rn.TransformerConfig, rows: np.ndarray) -> np.ndarray:
+    """`rows` with the pad id's row, where it is zeros and the model reads a zero row for a pad token (positions
+    counted over the non-pad tokens: fairseq's tables, M2M100's `embed_positions.weights`), set to the exact one, so
+    that the rest is compared with the table."""
+    pad = config.pad_id
+    if not config.positions_skip_pad or pad is None or not 0 <= pad < rows.shape[0] or np.any(rows[pad]):
+        return rows
+    rows = rows.astype(np.float64)
+    rows[pad] = rn.sinusoidal_positions(pad + 1, rows.shape[1], config.sinusoid_layout,
+                                        config.sinusoid_frequencies)[pad]
+    return rows
+
+
+def sinusoid_error(rows: np.ndarray, layout: str, frequencies: str = "paper") -> tuple[int, float, float]:
     """`(row, difference, allowed)` at the row farthest outside float32 rounding of the exact `layout` table: its
     largest |stored - exact| and the `SINUSOID_F32_SLACK * eps32 * (row + 1)` allowed there."""
     length, width = rows.shape
     if width % 2 or length == 0:
         return 0, float("inf"), 0.0
-    exact = rn.sinusoidal_positions(length, width, layout)
+    exact = rn.sinusoidal_positions(length, width, layout, frequencies)
     diff = np.max(np.abs(rows.astype(np.float64) - exact), axis=1)  # (L,)
     diff = np.where(np.isfinite(diff), diff, np.inf)
     allowed = SINUSOID_F32_SLACK * EPS32 * (np.arange(length) + 1.0)
@@ -396,14 +427,15 @@ def sinusoid_error(rows: np.ndarray, layout: str) -> tuple[int, float, float]:
     return row, float(diff[row]), float(allowed[row])
 
 
-def sinusoid_mismatch(rows: np.ndarray, layout: str) -> str | None:
-    """None when `rows` is the `layout` sinusoid table within float32 rounding, else what differs and where."""
-    row, diff, allowed = sinusoid_error(rows, layout)
+def sinusoid_mismatch(rows: np.ndarray, layout: str, frequencies: str = "paper") -> str | None:
+    """None when `rows` is the `layout` sinusoid table (at `frequencies`) within float32 rounding, else what differs
+    and where."""
+    row, diff, allowed = sinusoid_error(rows, layout, frequencies)
     if diff <= allowed:
         return None
     if rows.shape[1] % 2:
         return f"its width {rows.shape[1]} is odd (a sinusoid table pairs sin and cos)"
-    return (f"against the {layout} table (read as (L, D) = {rows.shape}), row {row} differs by {diff:.3g} (float32 "
+    return (f"against the {layout} table{'' if frequencies == 'paper' else f' at {frequencies} frequencies'} (read as (L, D) = {rows.shape}), row {row} differs by {diff:.3g} (float32 "
             f"rounding allows {allowed:.2g} there)")
 
 
