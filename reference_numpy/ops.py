@@ -62,6 +62,25 @@ def silu(x: np.ndarray) -> np.ndarray:
         return x / (x.dtype.type(1.0) + np.exp(-x))
 
 
+def swish(x: np.ndarray, beta: float) -> np.ndarray:
+    """x * sigmoid(beta * x): silu with a sigmoid gain (GPT-OSS's experts: 1.702)."""
+    with np.errstate(over="ignore"):
+        return x / (x.dtype.type(1.0) + np.exp(-x.dtype.type(beta) * x))
+
+
+def clamped_glu(gate: np.ndarray, up: np.ndarray, act, config) -> np.ndarray:
+    """A gated feed-forward's hidden features from its gate and up projections: act(gate) * up, or the clamped GLU
+    (`glu_limit`: gate clamped above, up to [-limit, limit]; `glu_alpha`: silu's sigmoid gain; `glu_up_offset`
+    added to up), GPT-OSS's `(up + 1) * gate * sigmoid(1.702 gate)`. The clamps pick values, rounding nothing."""
+    t = gate.dtype.type
+    if config.glu_limit is not None:
+        gate = np.minimum(gate, t(config.glu_limit))
+        up = np.clip(up, t(-config.glu_limit), t(config.glu_limit))
+    if config.glu_up_offset:
+        up = up + t(config.glu_up_offset)
+    return (act(gate) if config.glu_alpha == 1.0 else swish(gate, config.glu_alpha)) * up
+
+
 ACTIVATIONS = {"relu": relu, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu}
 
 
@@ -244,10 +263,11 @@ def attention_mask(key_mask: np.ndarray, query_len: int, causal: bool = False, w
 
 
 def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None,
-                                 scale: float | None = None, softcap: float | None = None
-                                 ) -> tuple[np.ndarray, np.ndarray]:
+                                 scale: float | None = None, softcap: float | None = None,
+                                 sinks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """softmax(scale q k^T) v, equation (1) with scale = 1/sqrt(d_k); with `softcap`, the scaled scores are
-    `soft_cap`ped before the mask and the softmax (Gemma 2).
+    `soft_cap`ped before the mask and the softmax (Gemma 2); with `sinks` `(H,)`, head h's logit joins each of its
+    queries' softmax as one more column, dropped after it (GPT-OSS): the weights sum to less than 1.
 
     Args:
         q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
@@ -264,14 +284,20 @@ def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, ma
     scores = q @ np.swapaxes(k, -1, -2) * q.dtype.type(scale)  # (B, H, Tq, Tk)
     if softcap is not None:
         scores = soft_cap(scores, softcap)
-    if mask is None:
+    if mask is None and sinks is None:
         weights = softmax(scores)
     else:
-        scores = np.where(mask, scores, -np.inf)
+        if mask is not None:
+            scores = np.where(mask, scores, -np.inf)
         row_max = scores.max(axis=-1, keepdims=True)
+        sink = None if sinks is None else np.asarray(sinks, scores.dtype).reshape(-1, 1, 1)  # (H, 1, 1)
+        if sink is not None:
+            row_max = np.maximum(row_max, sink)
         row_max = np.where(np.isfinite(row_max), row_max, 0)  # fully masked rows: avoid inf - inf
         e = np.exp(scores - row_max)  # exp(-inf) = 0 exactly
         total = e.sum(axis=-1, keepdims=True)
+        if sink is not None:
+            total = total + np.exp(sink - row_max)  # the sink's column, then dropped
         weights = e / np.where(total > 0, total, 1)
     return weights @ v, weights
 
