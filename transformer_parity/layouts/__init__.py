@@ -48,6 +48,7 @@ HF_LAYOUTS = {
     "hf-llama": "hf_llama",
     "hf-mistral": "hf_mistral",
     "hf-mixtral": "hf_mixtral",
+    "hf-gpt-oss": "hf_gpt_oss",
     "hf-qwen2": "hf_qwen2",
     "hf-qwen3": "hf_qwen3",
     "hf-qwen2-moe": "hf_qwen2_moe",
@@ -152,6 +153,11 @@ FAMILY_ONLY = {
     "residual_multiplier": "sublayer outputs times a multiplier",
     "logit_divisor": "logits divided by a divisor",
     "sinusoid_frequencies": "sinusoids at other frequencies",
+    "attention_sinks": "a learned logit per head in each softmax",
+    "router_bias": "a bias on the router's scores",
+    "glu_limit": "the gated feed-forward's inputs clamped",
+    "glu_alpha": "silu at another sigmoid gain",
+    "glu_up_offset": "an offset on the gated feed-forward's up projection",
 }
 
 
