@@ -266,3 +266,29 @@ def test_a_port_that_routes_otherwise_is_named_at_the_routing_record_of_its_laye
     result = json.loads(report.read_text())
     assert expected == "decoder.layers.1.ffn.routing" and result["first_divergence"] == expected
     assert [r["name"] for r in result["weights"]["rows"] if not r["passed"]] == ["decoder.layers.1.ffn.router.kernel"]
+
+
+def test_gpt_oss_clamp_and_sinks_change_what_these_inputs_compute(tmp_path_factory):
+    """The tiny GPT-OSS's GLU inputs cross its clamp of 0.5 and its sinks take weight on these inputs: without
+    either, the reference's logits move far beyond the 1e-10 by which it matches transformers."""
+    _, path = hf_model("gpt-oss", tmp_path_factory)
+    loaded = formats.load(path)
+    src = ids()
+    logits = rn.Transformer(loaded.config, loaded.weights)(src)
+    unclamped = rn.Transformer(loaded.config.replace(glu_limit=None), loaded.weights)(src)
+    sinkless = dict(loaded.weights, **{n: np.full_like(w, -1e4) for n, w in loaded.weights.items()
+                                       if n.endswith(".sinks")})  # exp(-1e4) = 0: the plain softmax
+    assert np.max(np.abs(unclamped - logits)) > 1e-3
+    assert np.max(np.abs(rn.Transformer(loaded.config, sinkless)(src) - logits)) > 1e-3
+
+
+@pytest.mark.parametrize("source, target, named", [
+    ("gpt-oss", "hf-mixtral", "attention_sinks=True"),
+    ("mixtral", "hf-gpt-oss", "router_softmax='before_topk'"),
+])
+def test_an_export_to_a_family_without_the_blocks_is_refused_naming_them(source, target, named, tmp_path_factory,
+                                                                         tmp_path):
+    _, path = hf_model(source, tmp_path_factory)
+    loaded = formats.load(path)
+    with pytest.raises(ValueError, match=named.replace("(", "\\(")):
+        formats.save(tmp_path / "out", loaded.config, dict(loaded.weights), target)
