@@ -137,6 +137,10 @@ FAMILIES = {
     "qwen3-moe-dense": ("Qwen3MoeBackbone", "Qwen3MoeCausalLM", "hf-qwen3-moe", dict(
         num_experts=4, top_k=2, moe_intermediate_dim=19, head_dim=16, decoder_sparse_step=2, sliding_window_size=5,
         layer_norm_epsilon=1e-6, tie_word_embeddings=True)),  # layer 0 dense, not renormalized, tied
+    # GPT-OSS: sinks, biases everywhere, a router with a bias over the k chosen, the clamped GLU (keras_hub's fixed
+    # limit of 7, which these features stay under), the odd layer sliding within 4 (i - j <= 4: canonical 5), yarn x2
+    "gpt-oss": ("GptOssBackbone", "GptOssCausalLM", "hf-gpt-oss", dict(num_experts=4, top_k=2, sliding_window=4,
+                                                                       head_dim=16, rope_scaling_factor=2.0)),
     "qwen-moe": ("QwenMoeBackbone", "QwenMoeCausalLM", "hf-qwen2-moe", dict(
         num_experts=4, top_k=2, moe_intermediate_dim=19, shared_expert_intermediate_dim=23,
         use_sliding_window_attention=True, sliding_window_size=5)),
@@ -199,6 +203,9 @@ def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_f
         assert loaded.config.layer_kinds == ("sliding",) * 5 + ("full",)
         assert (loaded.config.rope_theta, loaded.config.local_rope_theta) == (1e6, 1e4)
     window = FAMILIES[name][3].get("sliding_window", FAMILIES[name][3].get("sliding_window_size"))
+    if name == "gpt-oss":  # keras_hub's sliding layers (the odd ones) see one key more than their window says
+        assert loaded.config.layer_kinds == ("full", "sliding") and loaded.config.attention_sinks
+        window += 1
     assert loaded.config.sliding_window == window
     assert loaded.config.tie_embeddings == task.backbone.token_embedding.tie_weights
     src = ids()  # 11 tokens: longer than the window of 5

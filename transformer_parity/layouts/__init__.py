@@ -82,6 +82,7 @@ KERASHUB_PRESET_LAYOUTS = {
     "kerashub-llama": "kerashub_llama",
     "kerashub-mistral": "kerashub_mistral",
     "kerashub-mixtral": "kerashub_mixtral",
+    "kerashub-gpt-oss": "kerashub_gpt_oss",
     "kerashub-qwen": "kerashub_qwen",
     "kerashub-qwen-moe": "kerashub_qwen_moe",
     "kerashub-qwen3": "kerashub_qwen3",
