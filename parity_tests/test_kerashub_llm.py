@@ -250,6 +250,39 @@ def test_keras_hub_greedy_generation_equals_transformers_on_our_export(name, tmp
     ours = task.generate({"token_ids": token_ids, "padding_mask": padding_mask}, stop_token_ids=None)
     np.testing.assert_array_equal(np.asarray(ours["token_ids"]), expected)
 
+def test_gpt_oss_verify_hf_dir_against_the_preset_and_keras_hubs_converter(tmp_path_factory, tmp_path, capsys):
+    """`verify HF_DIR PRESET` on the GPT-OSS preset and our transformers export of it: both libraries within float32
+    floors of each other at every layer. keras_hub's own `convert_gpt_oss` cannot take that directory: it reads the
+    experts as MXFP4 blocks only (`gate_up_proj_blocks`, absent from a float checkpoint), and its config reader keeps
+    transformers' window (keras_hub's sliding layers see one key more), reads the yarn factor from transformers 4's
+    `rope_scaling` alone (transformers 5 writes `rope_parameters`: factor 1) and slides on the odd layers whatever
+    `layer_types` says. Measured: the backbone its config builds, holding the preset's weights, parts from
+    transformers by more than 1e-3 in the logits."""
+    from keras_hub.src.utils.transformers import convert_gpt_oss
+    from safetensors.numpy import load_file
+
+    task, path = family_preset(tmp_path_factory, "gpt-oss")
+    loaded = formats.load(path)
+    formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), "hf-gpt-oss")
+    report = tmp_path / "r.json"
+    assert main(["--quiet", "verify", str(tmp_path / "hf"), str(path), "--src-len", "11", "--json", str(report)]) == 0
+    between = [r for r in json.loads(report.read_text())["rows"]
+               if r["backends"] == ["keras_hub-f32", "transformers-f32"]]
+    assert {"decoder.layers.0", "decoder.layers.1", "logits"} <= {r["sublayer"] for r in between}
+    assert all(r["passed"] for r in between)
+    hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert not any(k.endswith("_blocks") for k in load_file(tmp_path / "hf" / "model.safetensors"))
+    converted = convert_gpt_oss.convert_backbone_config(hf_config)
+    assert (converted["sliding_window"], converted.get("rope_scaling_factor", 1.0)) == (5, 1.0)  # 4 and 2.0 here
+    backbone = keras_hub.models.GptOssBackbone(**converted)
+    backbone.load_weights(path / "model.weights.h5")  # the same variables: window and factor are no weights
+    theirs = logits(keras_hub.models.GptOssCausalLM(backbone=backbone, preprocessor=None), ids())
+    apart = np.max(np.abs(theirs - logits(task, ids())))
+    assert apart > 1e-3
+    with capsys.disabled():
+        print(f"\ngpt-oss: keras_hub's converter's config, max |its logits - the preset's| {apart:.2e}")
+
+
 def test_keras_hub_gpt_neox_computes_the_tanh_gelu_where_transformers_computes_the_exact_one(tmp_path_factory,
                                                                                           tmp_path):
     """keras_hub's GPT-NeoX always computes `gelu_approximate`; transformers' GPT-NeoX (Pythia) defaults to the
@@ -363,7 +396,10 @@ def test_keras_hub_scales_gemma3_scores_by_head_dim_whatever_its_converter_says(
     ("mixtral", {"top_k": 5}, "config.json top_k=5 must be from 1 to the 4 experts"),
     ("mixtral", {"router_bias": True}, "config.json key(s) router_bias are not supported (not in keras-hub 0.32's "
                                        "MixtralBackbone"),
-], ids=["qwen-moe-layer-0-dense", "qwen-moe-step-2", "qwen3-moe-all-dense", "mixtral-top-k", "mixtral-unknown-key"])
+    ("gpt-oss", {"swiglu_limit": 5.0}, "config.json key(s) swiglu_limit are not supported (not in keras-hub 0.32's "
+                                       "GptOssBackbone"),
+], ids=["qwen-moe-layer-0-dense", "qwen-moe-step-2", "qwen3-moe-all-dense", "mixtral-top-k", "mixtral-unknown-key",
+        "gpt-oss-unknown-key"])
 def test_a_mixture_preset_is_read_as_keras_hub_computes_it_or_refused(name, settings, named, tmp_path_factory,
                                                                       tmp_path):
     """keras_hub's QwenMoeBackbone never passes layer_index to its layers, so each applies transformers' rule to
