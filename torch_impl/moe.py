@@ -43,7 +43,8 @@ def dispatch(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts:
     for e, n in enumerate(counts):
         if n:
             rows = token[start:start + n]
-            out.index_add_(0, rows, experts[e](x[rows]) * weight[start:start + n, None])
+            y = experts[e](x[rows]) * weight[start:start + n, None]  # autocast: bfloat16, added in x's dtype
+            out.index_add_(0, rows, y.to(out.dtype))
             start += n
     return out
 
