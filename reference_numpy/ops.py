@@ -274,6 +274,7 @@ def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, ma
         mask: bool, broadcastable to `(B, H, Tq, Tk)`; True = may attend.
         scale: what the scores are multiplied by (`TransformerConfig.attention_scale_factor`); None = 1/sqrt(d_k).
         softcap: `TransformerConfig.attn_logit_softcap`; None = none.
+        sinks: one logit per head `(H,)` (`TransformerConfig.attention_sinks`' `{attn}.sinks`); None = none.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)`. A query row with no key it may attend to gets
