@@ -132,6 +132,8 @@ REFUSED = [  # (builders, model, --to, what the one line names)
     (mixtures, "qwen2-moe", "kerashub-qwen-moe", "head_size=16 (KerasHub QwenMoe: hidden_dim / heads)"),
     (mixtures, "qwen3-moe", "kerashub-qwen3-moe",  # and a dense layer between expert layers: keras_hub has that
      "q/k norms at epsilon 1e-05 (KerasHub Qwen3Moe's attention normalizes q and k at 1e-06"),
+    (mixtures, "gpt-oss", "kerashub-gpt-oss",  # transformers' first layer slides, keras_hub's second (and clamps at 7)
+     "layer_kinds=('sliding', 'full'), sliding_window=5 (KerasHub GptOss slides on the odd layers only"),
 ]
 
 

@@ -137,6 +137,10 @@ FAMILIES = {
     "qwen3-moe-dense": ("Qwen3MoeBackbone", "Qwen3MoeCausalLM", "hf-qwen3-moe", dict(
         num_experts=4, top_k=2, moe_intermediate_dim=19, head_dim=16, decoder_sparse_step=2, sliding_window_size=5,
         layer_norm_epsilon=1e-6, tie_word_embeddings=True)),  # layer 0 dense, not renormalized, tied
+    # GPT-OSS: sinks, biases everywhere, a router with a bias over the k chosen, the clamped GLU (keras_hub's fixed
+    # limit of 7, which these features stay under), the odd layer sliding within 4 (i - j <= 4: canonical 5), yarn x2
+    "gpt-oss": ("GptOssBackbone", "GptOssCausalLM", "hf-gpt-oss", dict(num_experts=4, top_k=2, sliding_window=4,
+                                                                       head_dim=16, rope_scaling_factor=2.0)),
     "qwen-moe": ("QwenMoeBackbone", "QwenMoeCausalLM", "hf-qwen2-moe", dict(
         num_experts=4, top_k=2, moe_intermediate_dim=19, shared_expert_intermediate_dim=23,
         use_sliding_window_attention=True, sliding_window_size=5)),
@@ -199,6 +203,9 @@ def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_f
         assert loaded.config.layer_kinds == ("sliding",) * 5 + ("full",)
         assert (loaded.config.rope_theta, loaded.config.local_rope_theta) == (1e6, 1e4)
     window = FAMILIES[name][3].get("sliding_window", FAMILIES[name][3].get("sliding_window_size"))
+    if name == "gpt-oss":  # keras_hub's sliding layers (the odd ones) see one key more than their window says
+        assert loaded.config.layer_kinds == ("full", "sliding") and loaded.config.attention_sinks
+        window += 1
     assert loaded.config.sliding_window == window
     assert loaded.config.tie_embeddings == task.backbone.token_embedding.tie_weights
     src = ids()  # 11 tokens: longer than the window of 5
@@ -245,6 +252,39 @@ def test_keras_hub_greedy_generation_equals_transformers_on_our_export(name, tmp
     padding_mask = np.broadcast_to(np.arange(4 + 32) < 4, token_ids.shape)  # by position: 0 is a real token here
     ours = task.generate({"token_ids": token_ids, "padding_mask": padding_mask}, stop_token_ids=None)
     np.testing.assert_array_equal(np.asarray(ours["token_ids"]), expected)
+
+def test_gpt_oss_verify_hf_dir_against_the_preset_and_keras_hubs_converter(tmp_path_factory, tmp_path, capsys):
+    """`verify HF_DIR PRESET` on the GPT-OSS preset and our transformers export of it: both libraries within float32
+    floors of each other at every layer. keras_hub's own `convert_gpt_oss` cannot take that directory: it reads the
+    experts as MXFP4 blocks only (`gate_up_proj_blocks`, absent from a float checkpoint), and its config reader keeps
+    transformers' window (keras_hub's sliding layers see one key more), reads the yarn factor from transformers 4's
+    `rope_scaling` alone (transformers 5 writes `rope_parameters`: factor 1) and slides on the odd layers whatever
+    `layer_types` says. Measured: the backbone its config builds, holding the preset's weights, parts from
+    transformers by more than 1e-3 in the logits."""
+    from keras_hub.src.utils.transformers import convert_gpt_oss
+    from safetensors.numpy import load_file
+
+    task, path = family_preset(tmp_path_factory, "gpt-oss")
+    loaded = formats.load(path)
+    formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), "hf-gpt-oss")
+    report = tmp_path / "r.json"
+    assert main(["--quiet", "verify", str(tmp_path / "hf"), str(path), "--src-len", "11", "--json", str(report)]) == 0
+    between = [r for r in json.loads(report.read_text())["rows"]
+               if r["backends"] == ["keras_hub-f32", "transformers-f32"]]
+    assert {"decoder.layers.0", "decoder.layers.1", "logits"} <= {r["sublayer"] for r in between}
+    assert all(r["passed"] for r in between)
+    hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert not any(k.endswith("_blocks") for k in load_file(tmp_path / "hf" / "model.safetensors"))
+    converted = convert_gpt_oss.convert_backbone_config(hf_config)
+    assert (converted["sliding_window"], converted.get("rope_scaling_factor", 1.0)) == (5, 1.0)  # 4 and 2.0 here
+    backbone = keras_hub.models.GptOssBackbone(**converted)
+    backbone.load_weights(path / "model.weights.h5")  # the same variables: window and factor are no weights
+    theirs = logits(keras_hub.models.GptOssCausalLM(backbone=backbone, preprocessor=None), ids())
+    apart = np.max(np.abs(theirs - logits(task, ids())))
+    assert apart > 1e-3
+    with capsys.disabled():
+        print(f"\ngpt-oss: keras_hub's converter's config, max |its logits - the preset's| {apart:.2e}")
+
 
 def test_keras_hub_gpt_neox_computes_the_tanh_gelu_where_transformers_computes_the_exact_one(tmp_path_factory,
                                                                                           tmp_path):
@@ -359,7 +399,10 @@ def test_keras_hub_scales_gemma3_scores_by_head_dim_whatever_its_converter_says(
     ("mixtral", {"top_k": 5}, "config.json top_k=5 must be from 1 to the 4 experts"),
     ("mixtral", {"router_bias": True}, "config.json key(s) router_bias are not supported (not in keras-hub 0.32's "
                                        "MixtralBackbone"),
-], ids=["qwen-moe-layer-0-dense", "qwen-moe-step-2", "qwen3-moe-all-dense", "mixtral-top-k", "mixtral-unknown-key"])
+    ("gpt-oss", {"swiglu_limit": 5.0}, "config.json key(s) swiglu_limit are not supported (not in keras-hub 0.32's "
+                                       "GptOssBackbone"),
+], ids=["qwen-moe-layer-0-dense", "qwen-moe-step-2", "qwen3-moe-all-dense", "mixtral-top-k", "mixtral-unknown-key",
+        "gpt-oss-unknown-key"])
 def test_a_mixture_preset_is_read_as_keras_hub_computes_it_or_refused(name, settings, named, tmp_path_factory,
                                                                       tmp_path):
     """keras_hub's QwenMoeBackbone never passes layer_index to its layers, so each applies transformers' rule to

@@ -178,3 +178,38 @@ def test_an_expert_index_reads_and_writes_every_expert_of_every_layer():
     assert list(back) == list(state) and all(np.array_equal(back[k], state[k]) for k in state)
     assert mapping.regex(table[0][1]).fullmatch("layers.0.experts.01.w3.weight") is None
     assert mapping.placeholders(table[0][0]) == {"i", "e"}
+
+
+def test_expert_banks_split_and_join():
+    """A layer's experts stacked on the first axis (`expert_bank`: GPT-OSS's `down_proj` `(E, I, D)`), and with
+    gate and linear1 interleaved in the last axis (`expert_bank_interleaved`: its `gate_up_proj` `(E, D, 2I)`, gate
+    at [..., ::2], up at [..., 1::2]; biases `(E, 2I)` alike); the engine plans, writes and reads them both ways and
+    counts the experts from the names it plans."""
+    rng = np.random.default_rng(2)
+    experts, d, inner = 3, 5, 4
+    shapes = {}
+    for e in range(experts):
+        shapes.update({f"ffn.experts.{e}.gate.kernel": (d, inner), f"ffn.experts.{e}.gate.bias": (inner,),
+                       f"ffn.experts.{e}.linear1.kernel": (d, inner), f"ffn.experts.{e}.linear1.bias": (inner,),
+                       f"ffn.experts.{e}.linear2.kernel": (inner, d)})
+    weights = {name: rng.standard_normal(shape) for name, shape in shapes.items()}
+    table = [("ffn.experts.{e}.{gate_up}.kernel", "experts.gate_up_proj", "expert_bank_interleaved"),
+             ("ffn.experts.{e}.{gate_up}.bias", "experts.gate_up_proj_bias", "expert_bank_interleaved"),
+             ("ffn.experts.{e}.linear2.kernel", "experts.down_proj", "expert_bank")]
+    plan = mapping.plan(shapes, table)
+    external = mapping.write(plan, dict(weights))
+    assert {k: v.shape for k, v in external.items()} == {"experts.gate_up_proj": (3, 5, 8),
+                                                          "experts.gate_up_proj_bias": (3, 8),
+                                                          "experts.down_proj": (3, 4, 5)}
+    np.testing.assert_array_equal(external["experts.gate_up_proj"][1, :, ::2], weights["ffn.experts.1.gate.kernel"])
+    np.testing.assert_array_equal(external["experts.gate_up_proj"][2, :, 1::2], weights["ffn.experts.2.linear1.kernel"])
+    np.testing.assert_array_equal(external["experts.gate_up_proj_bias"][0, 1::2], weights["ffn.experts.0.linear1.bias"])
+    np.testing.assert_array_equal(external["experts.down_proj"][2], weights["ffn.experts.2.linear2.kernel"])
+    assert mapping.canonical_shape("expert_bank_interleaved", (3, 5, 8)) == (5, 4)
+    assert mapping.canonical_shape("expert_bank", (3, 4, 5)) == (4, 5)
+    back = mapping.read(plan, dict(external), shapes)
+    assert all(np.array_equal(back[name], weights[name]) for name in shapes)
+    with pytest.raises(ValueError, match="stacks a layer's experts"):
+        mapping.check_table([("ffn.experts.{e}.linear2.kernel", "experts.{e}.down_proj", "expert_bank")])
+    with pytest.raises(ValueError, match="numbered from 0 without gaps"):
+        mapping.fused_groups(mapping.plan([n for n in shapes if ".experts.0." not in n], table))

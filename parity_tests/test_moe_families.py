@@ -1,8 +1,9 @@
-"""The mixture-of-experts families people port — Mixtral, Qwen2-MoE, Qwen3-MoE — against transformers itself: tiny
+"""The mixture-of-experts families people port — Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-OSS — against transformers itself: tiny
 random models with odd sizes (6 query heads over 2 key/value heads of 16, 4 experts of 19 or 37, top-2, a shared
-expert of 23, a dense layer among the expert layers, a vocabulary of 53), every weight perturbed (norms, biases and
-routers away from their init), id 0 in the inputs, a window shorter than the input. Each is saved with
-`save_pretrained` (one tensor per expert), imported, run by the float64 reference and both twins, verified by the CLI
+expert of 23, a dense layer among the expert layers, a vocabulary of 53; GPT-OSS's sinks, biases and a clamp the GLU's
+inputs cross, its sliding and full layers), every weight perturbed (norms, biases, sinks and routers away from their
+init), id 0 in the inputs, a window shorter than the input. Each is saved with `save_pretrained` (one tensor per
+expert; GPT-OSS's stacked per layer), imported, run by the float64 reference and both twins, verified by the CLI
 against transformers (its experts run by its eager implementation, the only one that takes float64), exported back
 and reloaded by transformers, and decoded greedily; a router that picks other experts is named at its layer's routing
 record."""
@@ -19,6 +20,7 @@ import pytest
 import reference_numpy as rn
 from transformer_parity import formats
 from transformer_parity.cli import main
+from transformer_parity.layouts import hf_family
 from transformer_parity.verify.source_hf import exact_float64
 
 from .support import faults
@@ -42,6 +44,8 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
                                                                 num_experts_per_tok=2, moe_intermediate_size=19,
                                                                 norm_topk_prob=True, mlp_only_layers=[1],
                                                                 tie_word_embeddings=True)),
+    "gpt-oss": ("GptOssForCausalLM", "GptOssConfig", dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=5,
+                                                          swiglu_limit=0.5)),
 }
 _cache: dict = {}
 
@@ -75,9 +79,11 @@ def hf_run(model, src: np.ndarray) -> tuple[np.ndarray, dict[int, np.ndarray]]:
     """transformers' logits, and each expert layer's chosen experts `(B, T, k)`, ascending (its routers' last
     output)."""
     chosen: dict[int, np.ndarray] = {}
-    hooks = [layer.mlp.gate.register_forward_hook(
+    routers = {i: getattr(layer.mlp, "router", None) or layer.mlp.gate  # GPT-OSS's `router`, the others' `gate`
+               for i, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "experts")}
+    hooks = [routers[i].register_forward_hook(
         lambda module, args, out, i=i: chosen.__setitem__(i, out[-1].sort(-1).values.reshape(*src.shape, -1).numpy()))
-        for i, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "experts")]
+        for i in routers]
     try:
         with torch.no_grad():
             logits = model(input_ids=torch.as_tensor(src)).logits.double().numpy()
@@ -87,10 +93,14 @@ def hf_run(model, src: np.ndarray) -> tuple[np.ndarray, dict[int, np.ndarray]]:
     return logits, chosen
 
 
-def float64_copy(model, config: rn.TransformerConfig):
+def float64_copy(model, config: rn.TransformerConfig, fmt: str | None = None):
     """transformers in float64, with the parts it keeps in float32 even then (rotary angles, RMSNorm, the routers'
-    softmax) computed in float64 (`source_hf.exact_float64`, as verify's built-in source does)."""
+    softmax) computed in float64 (the family `fmt`'s `float64_fix`, then `source_hf.exact_float64`, as verify's
+    built-in source does)."""
     model64 = copy.deepcopy(model).double()
+    fix = hf_family(fmt).float64_fix if fmt is not None else None
+    if fix is not None:
+        fix.apply(model64, config)
     exact_float64(model64, config)
     return model64
 
@@ -103,9 +113,14 @@ def test_it_reads_the_mixture_each_family_computes(name, tmp_path_factory):
                                 shared_expert_d_ff=None, expert_layers=None, sliding_window=5),
                 "qwen2-moe": dict(expert_d_ff=19, router_renormalize=False, shared_expert_d_ff=23, qkv_bias=True),
                 "qwen3-moe": dict(expert_d_ff=19, router_renormalize=True, expert_layers=(True, False, True),
-                                  qk_norm=True, tie_embeddings=True)}[name]
+                                  qk_norm=True, tie_embeddings=True),
+                "gpt-oss": dict(num_experts=4, experts_per_token=2, router_renormalize=False, router_bias=True,
+                                ffn_bias=True, attention_bias=True, attention_sinks=True, glu_limit=0.5,
+                                glu_alpha=1.702, glu_up_offset=1.0, sliding_window=5,
+                                layer_kinds=("sliding", "full"), rope_theta=150000.0)}[name]
     assert {k: getattr(config, k) for k in expected} == expected
-    assert (config.num_kv_heads, config.head_dim, config.router_softmax) == (2, 16, "before_topk")
+    assert (config.num_kv_heads, config.head_dim, config.router_softmax) == (
+        2, 16, "after_topk" if name == "gpt-oss" else "before_topk")
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -114,7 +129,7 @@ def test_float64_reference_matches_transformers_in_float64_routing_alike(name, t
     loaded = formats.load(path)
     src = ids()
     trace = rn.Transformer(loaded.config, loaded.weights, np.float64).trace(src)
-    logits, chosen = hf_run(float64_copy(model, loaded.config), src)
+    logits, chosen = hf_run(float64_copy(model, loaded.config, loaded.format), src)
     np.testing.assert_allclose(trace["logits"], logits, rtol=0, atol=1e-10)
     assert sorted(chosen) == [i for i in range(loaded.config.num_decoder_layers) if loaded.config.layer_experts(i)]
     for i, experts in chosen.items():
@@ -215,8 +230,11 @@ def test_equal_router_scores_choose_the_experts_transformers_chooses(tmp_path_fa
     ("qwen2-moe", "layer_types", ["full_attention", "sliding_attention"], "layer_types mixes"),
     ("qwen3-moe", "mlp_only_layers", [0, 7], "mlp_only_layers must list layer indices below num_hidden_layers=3"),
     ("qwen3-moe", "num_local_experts", 6, "num_experts=4 and num_local_experts=6 disagree"),
+    ("gpt-oss", "swiglu_limit", -1.0, "swiglu_limit=-1.0 must be positive"),
+    ("gpt-oss", "layer_types", ["sliding_attention", "chunked_attention"], "layer_types=['sliding_attention', "
+                                                                           "'chunked_attention'] is not supported"),
 ], ids=["k-above-experts", "experts-beyond-the-file", "jitter", "sparse-step", "mixed-windows", "dense-layers",
-        "two-counts"])
+        "two-counts", "glu-limit", "chunked-layers"])
 def test_a_config_field_we_do_not_compute_is_refused_in_one_line(name, field, value, named, tmp_path_factory,
                                                                   tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
@@ -226,7 +244,7 @@ def test_a_config_field_we_do_not_compute_is_refused_in_one_line(name, field, va
     config.setdefault("num_experts", config.get("num_local_experts"))  # both of Qwen3-MoE's names, where it has two
     config[field] = value
     if name != "qwen3-moe":
-        config.pop("num_experts" if name == "mixtral" else "num_local_experts", None)
+        config.pop("num_experts" if name in ("mixtral", "gpt-oss") else "num_local_experts", None)
     (edited / "config.json").write_text(json.dumps(config))
     capsys.readouterr()  # transformers' own progress bars, if this test built the model just now
     assert main(["convert", str(edited), str(tmp_path / "out.safetensors")]) == 2
@@ -248,3 +266,29 @@ def test_a_port_that_routes_otherwise_is_named_at_the_routing_record_of_its_laye
     result = json.loads(report.read_text())
     assert expected == "decoder.layers.1.ffn.routing" and result["first_divergence"] == expected
     assert [r["name"] for r in result["weights"]["rows"] if not r["passed"]] == ["decoder.layers.1.ffn.router.kernel"]
+
+
+def test_gpt_oss_clamp_and_sinks_change_what_these_inputs_compute(tmp_path_factory):
+    """The tiny GPT-OSS's GLU inputs cross its clamp of 0.5 and its sinks take weight on these inputs: without
+    either, the reference's logits move far beyond the 1e-10 by which it matches transformers."""
+    _, path = hf_model("gpt-oss", tmp_path_factory)
+    loaded = formats.load(path)
+    src = ids()
+    logits = rn.Transformer(loaded.config, loaded.weights)(src)
+    unclamped = rn.Transformer(loaded.config.replace(glu_limit=None), loaded.weights)(src)
+    sinkless = dict(loaded.weights, **{n: np.full_like(w, -1e4) for n, w in loaded.weights.items()
+                                       if n.endswith(".sinks")})  # exp(-1e4) = 0: the plain softmax
+    assert np.max(np.abs(unclamped - logits)) > 1e-3
+    assert np.max(np.abs(rn.Transformer(loaded.config, sinkless)(src) - logits)) > 1e-3
+
+
+@pytest.mark.parametrize("source, target, named", [
+    ("gpt-oss", "hf-mixtral", "attention_sinks=True"),
+    ("mixtral", "hf-gpt-oss", "router_softmax='before_topk'"),
+])
+def test_an_export_to_a_family_without_the_blocks_is_refused_naming_them(source, target, named, tmp_path_factory,
+                                                                         tmp_path):
+    _, path = hf_model(source, tmp_path_factory)
+    loaded = formats.load(path)
+    with pytest.raises(ValueError, match=named.replace("(", "\\(")):
+        formats.save(tmp_path / "out", loaded.config, dict(loaded.weights), target)

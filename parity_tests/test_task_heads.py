@@ -75,6 +75,8 @@ FAMILIES = {  # each family's config class and settings; its task classes are th
                                         shared_expert_intermediate_size=23)),
     "Qwen3Moe": ("Qwen3MoeConfig", dict(DECODER, head_dim=16, num_experts=4, num_experts_per_tok=2,
                                         moe_intermediate_size=19, norm_topk_prob=True)),
+    "GptOss": ("GptOssConfig", dict(DECODER, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+                                    sliding_window=4, swiglu_limit=0.5)),
     "Bart": ("BartConfig", dict(vocab_size=53, d_model=36, encoder_attention_heads=3, decoder_attention_heads=3,
                                 encoder_ffn_dim=37, decoder_ffn_dim=37, encoder_layers=2, decoder_layers=1,
                                 max_position_embeddings=40, pad_token_id=1, bos_token_id=0, eos_token_id=2,

@@ -81,6 +81,7 @@ class TransformerConfig:
     router_softmax: str = "before_topk"  # over every expert, then the top k (Mixtral, Qwen); or over the k chosen
     router_renormalize: bool = False  # before_topk: the k chosen probabilities divided by their sum (Mixtral)
     shared_expert_d_ff: int | None = None  # (Qwen2-MoE) a shared expert beside the routed ones, times sigmoid(x w)
+    router_bias: bool = False  # (GPT-OSS) a bias on the router's scores, `{ffn}.router.bias` (num_experts,)
     # per decoder layer, whether its feed-forward is the mixture (False: a dense one of d_ff; Qwen-MoE's
     # decoder_sparse_step and mlp_only_layers); None = every layer
     expert_layers: tuple[bool, ...] | None = None
@@ -103,6 +104,16 @@ class TransformerConfig:
     attn_logit_softcap: float | None = None  # (Gemma 2) scaled scores -> cap * tanh(scores / cap), before the mask
     final_logit_softcap: float | None = None  # (Gemma 2/3) the logits -> cap * tanh(logits / cap)
     post_norms: bool = False  # (Gemma 2/3) a norm on each sublayer's output too: x + post_norm(f(norm(x)))
+    # (GPT-OSS) a learned logit per query head, `{attn}.sinks` (num_heads,), joins each query's softmax over the
+    # keys as one more column that is then dropped: the weights of the keys sum to less than 1. Self-attention of a
+    # decoder-only model.
+    attention_sinks: bool = False
+    # (GPT-OSS) a gated feed-forward's clamped GLU: act(min(g, glu_limit)) * (clip(u, -glu_limit, glu_limit) +
+    # glu_up_offset), g = x Wg + bg, u = x W1 + b1; under activation="silu", act(g) = g * sigmoid(glu_alpha * g).
+    # Defaults: no clamp, sigmoid gain 1, no offset (SwiGLU)
+    glu_limit: float | None = None
+    glu_alpha: float = 1.0
+    glu_up_offset: float = 0.0
     # (GPT-NeoX, GPT-J, Phi) a decoder layer's attention and feed-forward read the same input and add to the
     # residual at once: x + attn(norm1(x)) + ffn(norm3(x)); False = one after the other
     parallel_residual: bool = False

@@ -88,6 +88,7 @@ def check_config(cfg: Any) -> None:
     _check_classifier(cfg)
     _check_experts(cfg)
     _check_relative(cfg)
+    _check_sinks_and_glu(cfg)
     _check_attention_scale(cfg.attention_scale)
     if not isinstance(cfg.attention_scale, str):
         object.__setattr__(cfg, "attention_scale", float(cfg.attention_scale))  # JSON may give 1 for 1.0
@@ -352,13 +353,15 @@ def _check_classifier(cfg: Any) -> None:
 
 def _check_experts(cfg: Any) -> None:
     """The mixture-of-experts fields: all at their defaults without experts; with them, a decoder-only model
-    whose experts have no biases, `experts_per_token` of `num_experts`, and `expert_layers` one bool per decoder
-    layer (a width or list that says what None says is stored as None)."""
+    (its experts have biases where `ffn_bias` says, the router where `router_bias` says), `experts_per_token` of
+    `num_experts`, and `expert_layers` one bool per decoder layer (a width or list that says what None says is
+    stored as None)."""
     _check_int("num_experts", cfg.num_experts, minimum=0)
     _check_int("experts_per_token", cfg.experts_per_token, minimum=0)
     _check_choice("router_softmax", cfg.router_softmax, ROUTER_SOFTMAX)
-    if not isinstance(cfg.router_renormalize, bool):
-        raise ValueError(f"router_renormalize must be a bool, received {cfg.router_renormalize!r}")
+    for name in ("router_renormalize", "router_bias"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise ValueError(f"{name} must be a bool, received {getattr(cfg, name)!r}")
     for name in ("expert_d_ff", "shared_expert_d_ff"):
         if getattr(cfg, name) is not None:
             _check_int(name, getattr(cfg, name), minimum=1, or_none=True)
@@ -373,9 +376,6 @@ def _check_experts(cfg: Any) -> None:
     if not 1 <= cfg.experts_per_token <= cfg.num_experts:
         raise ValueError(f"experts_per_token must be from 1 to num_experts={cfg.num_experts}, received "
                          f"{cfg.experts_per_token!r}")
-    if cfg.has_ffn_bias:
-        raise ValueError("a mixture of experts has no feed-forward biases: set ffn_bias=False (or bias=False), "
-                         f"received bias={cfg.bias}, ffn_bias={cfg.ffn_bias}")
     if cfg.router_renormalize and cfg.router_softmax == "after_topk":
         raise ValueError("router_renormalize divides the k chosen probabilities by their sum; with router_softmax="
                          "'after_topk' they already sum to 1 (say router_renormalize=False)")
@@ -391,9 +391,36 @@ def _check_experts(cfg: Any) -> None:
         object.__setattr__(cfg, "expert_layers", None if all(flags) else tuple(flags))
 
 
+def _check_sinks_and_glu(cfg: Any) -> None:
+    """`attention_sinks` (a decoder-only model's self-attention) and the clamped GLU (`glu_limit`, `glu_alpha`,
+    `glu_up_offset`: a gated feed-forward; a gain other than 1 on silu only)."""
+    if not isinstance(cfg.attention_sinks, bool):
+        raise ValueError(f"attention_sinks must be a bool, received {cfg.attention_sinks!r}")
+    if cfg.attention_sinks and not cfg.is_decoder_only:
+        raise ValueError(f"attention_sinks=True (a learned logit per head in self-attention) needs a decoder-only "
+                         f"model, received num_encoder_layers={cfg.num_encoder_layers}")
+    if cfg.glu_limit is not None:
+        _check_finite("glu_limit", cfg.glu_limit, positive=True)
+        object.__setattr__(cfg, "glu_limit", float(cfg.glu_limit))  # JSON may give 7 for 7.0
+    _check_finite("glu_alpha", cfg.glu_alpha, positive=True)
+    _check_finite("glu_up_offset", cfg.glu_up_offset)
+    object.__setattr__(cfg, "glu_alpha", float(cfg.glu_alpha))
+    object.__setattr__(cfg, "glu_up_offset", float(cfg.glu_up_offset))
+    odd = [f"{name}={value!r}" for name, value, default in (("glu_limit", cfg.glu_limit, None),
+                                                            ("glu_alpha", cfg.glu_alpha, 1.0),
+                                                            ("glu_up_offset", cfg.glu_up_offset, 0.0))
+           if value != default]
+    if odd and not cfg.ffn_gated:
+        raise ValueError(f"{', '.join(odd)} configure a gated feed-forward's GLU; this model has ffn_gated=False")
+    if cfg.glu_alpha != 1.0 and cfg.activation != "silu":
+        raise ValueError(f"glu_alpha={cfg.glu_alpha!r} is the sigmoid gain of silu, g * sigmoid(glu_alpha * g); "
+                         f"this model has activation={cfg.activation!r}")
+
+
 # The mixture-of-experts fields but num_experts, and their values without experts (`_check_experts`).
 EXPERT_DEFAULTS = {"experts_per_token": 0, "expert_d_ff": None, "router_softmax": "before_topk",
-                    "router_renormalize": False, "shared_expert_d_ff": None, "expert_layers": None}
+                    "router_renormalize": False, "router_bias": False, "shared_expert_d_ff": None,
+                    "expert_layers": None}
 
 
 def _check_int(name: str, value: Any, minimum: int, or_none: bool = False) -> None:

@@ -114,14 +114,28 @@ class Precision:
         """Rotary positions in float32 from a rounded input, the output rounded once."""
         return self.rounded(ops.apply_rope(x, positions, inv_freq, scaling, rotary_dim, interleaved))
 
+    def clamped_glu(self, gate, up, act, config):
+        """`ops.clamped_glu` on rounded inputs, each elementwise step rounded (the clamps pick values)."""
+        r = self.round
+        if config.glu_limit is None and config.glu_up_offset == 0.0 and config.glu_alpha == 1.0:
+            return act(gate) * up  # the plain GLU: its activation rounds, the product is stored by the caller
+        t = np.float32
+        if config.glu_limit is not None:
+            gate = np.minimum(gate, t(config.glu_limit))
+            up = np.clip(up, t(-config.glu_limit), t(config.glu_limit))
+        if config.glu_up_offset:
+            up = r(up + t(config.glu_up_offset))
+        return r(act(gate) if config.glu_alpha == 1.0 else ops.swish(gate, config.glu_alpha)) * up
+
     def scaled_dot_product_attention(self, q, k, v, mask=None, scale=None, softcap=None, position_scores=None,
-                                     empty_rows="zero"):
+                                     empty_rows="zero", sinks=None):
         """torch's fused CPU attention (an online softmax): scores and their exponentials in float32 from rounded
         q, k, v; the exponentials rounded for the product with v (accumulated in float32), then divided by their
         float32 sum, and the output rounded once. Returns `(out, the float32 weights)`; shapes as
-        `ops.scaled_dot_product_attention`. A `softcap` caps the float32 scores (an approximation: the frameworks
-        take their explicit path then, which rounds the scores themselves). DeBERTa's `position_scores` (float32,
-        from rounded inputs) join the scores before the scale; `empty_rows="average"` as in `ops`."""
+        `ops.scaled_dot_product_attention`. A `softcap` caps the float32 scores and `sinks` join the float32 sum
+        (approximations: the frameworks take their explicit path then, which rounds the scores themselves).
+        DeBERTa's `position_scores` (float32, from rounded inputs) join the scores before the scale;
+        `empty_rows="average"` as in `ops`."""
         r = self.round
         q, k, v = r(q), r(k), r(v)
         if scale is None:
@@ -135,12 +149,17 @@ class Precision:
         if mask is not None:
             scores = np.where(mask, scores, -np.inf)
         row_max = scores.max(axis=-1, keepdims=True)
+        sink = None if sinks is None else r(np.asarray(sinks, np.float32)).reshape(-1, 1, 1)  # (H, 1, 1)
+        if sink is not None:  # the frameworks' explicit path then: an approximation, as for a soft cap
+            row_max = np.maximum(row_max, sink)
         row_max = np.where(np.isfinite(row_max), row_max, 0)  # fully masked rows: avoid inf - inf
         e = np.exp(scores - row_max)  # (B, H, Tq, Tk)
         total = e.sum(axis=-1, keepdims=True)
         if empty_rows == "average":  # a row with no key weighs every key equally
             e = np.where(total > 0, e, np.float32(1.0))
             total = e.sum(axis=-1, keepdims=True)
+        if sink is not None:
+            total = total + np.exp(sink - row_max)  # the sink's column, dropped
         total = np.where(total > 0, total, 1)  # a row with no key gets a zero output
         return r((r(e) @ v) / total), e / total
 

@@ -22,6 +22,8 @@ Hugging Face and KerasHub family, and a user's layout file (which is this table,
   | `fused_qvk_blocks_t` | q, v, k in 4 model-parallel blocks: features `(4, [q, v, k], D/4)`, stored `(3D, in)` | required | written |
   | `fused_qkv_groups` | per key/value head its query heads, then k, then v: features `(G, [q * H/G, k, v], dk)` | required | written |
   | `fused_qkv_groups_t` | the same stored `(q+k+v, in)` (Falcon's `query_key_value`) | required | written |
+  | `expert_bank` | every expert's array of one layer stacked, `(experts, ...)`: canonical `{e}`, not external | required | written |
+  | `expert_bank_interleaved` | the same, gate and linear1 interleaved in the last axis, `(experts, ..., 2 * out)`: gate at the even features, linear1 at the odd (GPT-OSS's `gate_up_proj`) | required | written |
   | `heads_out` | output features split per head: `(in, H, dk)`, bias `(H, dk)` (Keras MHA q/k/v) | required | written |
   | `heads_in`  | input features split per head: `(H, dk, out)` (Keras MHA output kernel) | required | written |
   | `heads_first` | heads leading: `(H, in, dk)`, bias `(H, dk)` (KerasHub Gemma q/k/v) | required | written |
@@ -60,9 +62,13 @@ import numpy as np
 TRANSFORMS = ("identity", "transpose", "fused_qkv", "row", "tied", "sinusoid", "causal_mask", "ignore",
               "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t", "heads_out", "heads_in", "seq_first",
               "heads_first", "position_ids", "zero_type_ids", "mask_fill", "rope_inv_freq", "fused_qvk_blocks_t",
-              "fused_qkv_groups", "fused_qkv_groups_t")
+              "fused_qkv_groups", "fused_qkv_groups_t", "expert_bank", "expert_bank_interleaved")
 FUSED = ("fused_qkv", "fused_qkv_t", "fused_qkv_heads", "fused_qkv_heads_t",
          "fused_qvk_blocks_t", "fused_qkv_groups", "fused_qkv_groups_t")  # one external array holds q, k, v
+# one external array holds a layer's experts (`{e}` in the canonical name only), each at its index on the first axis;
+# `_interleaved`: gate and linear1 of each, feature j of either at 2j and 2j + 1 of the last axis
+BANKS = ("expert_bank", "expert_bank_interleaved")
+GROUPED = FUSED + BANKS  # the transforms whose external array holds several canonical ones
 # fused_qvk_blocks_t: a checkpoint trained over 4 model-parallel shards keeps each shard's q | v | k side by side, each
 # a quarter of the heads (head h in shard h // (H / 4)); where q, k and v sit in a shard
 BLOCKS, BLOCK_SLOTS = 4, (0, 2, 1)
@@ -181,6 +187,11 @@ def check_table(table: Sequence[Entry]) -> None:
         if entry[2] in FUSED and len(placeholders(entry[0]) & set(PARTS)) != 1:
             raise ValueError(f"a fused entry needs {{qkv}}, {{kv}} or {{gate_up}} (one of them) in its canonical pattern, "
                              f"received {entry!r}")
+        if entry[2] in BANKS and ("e" not in placeholders(entry[0]) or "e" in placeholders(entry[1]) or (
+                placeholders(entry[0]) & set(PARTS) != ({"gate_up"} if entry[2].endswith("interleaved") else set()))):
+            raise ValueError(f"{entry[2]} stacks a layer's experts: {{e}} in its canonical pattern and not in its "
+                             f"external one{' and {gate_up} in the canonical' if 'inter' in entry[2] else ''}, "
+                             f"received {entry!r}")
         if entry[2] in FUSED and any(w in entry[2] for w in ("heads", "blocks", "groups")) \
                 and "qkv" not in placeholders(entry[0]):
             raise ValueError(f"{entry[2]} interleaves q, k and v per head: its canonical pattern needs {{qkv}}, "
@@ -215,8 +226,8 @@ def plan(names: Iterable[str], table: Sequence[Entry], where: Callable[[Entry], 
         external, transform = fill(entry[1], **groups), entry[2]
         previous = writers.get(external)
         same = previous is not None and out[previous[0]][1] == transform
-        if previous is not None and not (transform in FUSED and previous[1] == entry) and not (
-                shared and same and transform not in FUSED):
+        if previous is not None and not (transform in GROUPED and previous[1] == entry) and not (
+                shared and same and transform not in GROUPED):
             raise ValueError(f"{external!r} would hold both {previous[0]!r} ({where(previous[1])}) and {name!r} "
                              f"({where(entry)}); one name holds one tensor (a fused entry: q, k and v of one layer)")
         writers[external] = (name, entry)
@@ -224,7 +235,17 @@ def plan(names: Iterable[str], table: Sequence[Entry], where: Callable[[Entry], 
         if transform in FUSED:
             kind = next(k for k in PARTS if k in groups)
             part = (PARTS[kind].index(groups[kind]), len(PARTS[kind]))
+        elif transform in BANKS:  # expert e's place; the count, the layer's experts, once all are planned
+            per = 2 if transform.endswith("interleaved") else 1
+            part = (int(groups["e"]) * per + (PARTS["gate_up"].index(groups["gate_up"]) if per == 2 else 0), 0)
         out[name] = (external, transform, part)
+    banked: dict[str, int] = {}
+    for external, transform, _ in out.values():
+        if transform in BANKS:
+            banked[external] = banked.get(external, 0) + 1
+    for name, (external, transform, (part, _)) in out.items():
+        if transform in BANKS:
+            out[name] = (external, transform, (part, banked[external]))
     return out
 
 
@@ -233,7 +254,10 @@ def fused_groups(mapping: Plan) -> dict[str, list[str]]:
     linear1), for every fused entry of a plan."""
     groups: dict[str, list[str | None]] = {}
     for name, (external, transform, (part, count)) in mapping.items():
-        if transform in FUSED:
+        if transform in GROUPED:
+            if part >= count:
+                raise ValueError(f"{external!r} holds {count} experts' parts, not one at {part}: a layer's experts "
+                                 "are numbered from 0 without gaps")
             groups.setdefault(external, [None] * count)[part] = name
     missing = sorted(external for external, names in groups.items() if None in names)
     if missing:
@@ -250,6 +274,10 @@ def external_shape(transform: str, shape: tuple[int, ...], head_dim: int = 1,
     shape = tuple(shape)
     if transform == "transpose":
         return shape[::-1]
+    if transform == "expert_bank":  # (experts, ...)
+        return (len(fused),) + shape
+    if transform == "expert_bank_interleaved":  # (experts, ..., 2 * out): two parts per expert
+        return (len(fused) // 2,) + shape[:-1] + (2 * shape[-1],)
     if transform in FUSED:
         parts = list(fused) or [shape] * 3  # (canonical_shape's guess: three equal parts)
         whole = shape[:-1] + (sum(p[-1] for p in parts),)
@@ -284,6 +312,10 @@ def canonical_shape(transform: str, shape: tuple[int, ...], parts: int = 3) -> t
         return (shape[0] * shape[1],) + shape[2:] if len(shape) >= 2 else None  # (H, dk, ..) -> (D, ..)
     if transform == "heads_first":
         return shape[1:-1] + (shape[0] * shape[-1],) if len(shape) >= 2 else None  # (H, .., dk) -> (.., D)
+    if transform == "expert_bank":
+        return shape[1:] if len(shape) >= 2 else None  # (E, ...) -> (...)
+    if transform == "expert_bank_interleaved":  # (E, ..., 2 * out) -> (..., out)
+        return shape[1:-1] + (shape[-1] // 2,) if len(shape) >= 2 and shape[-1] % 2 == 0 else None
     if transform in FUSED:
         shape = shape[::-1] if transform.endswith("_t") else shape
         return shape[:-1] + (shape[-1] // parts,) if shape and shape[-1] % parts == 0 else None  # (.., 3D) -> (.., D)
@@ -352,6 +384,11 @@ def fused_part(array: np.ndarray, transform: str, part: int, widths: Sequence[in
     `_blocks`: `(4, 3, D/4)`, q, v and k side by side in each of 4 blocks (equal widths); `_groups`: `(G, g + 2, dk)`,
     each of the G key/value heads after its g = H / G query heads (k and v `G * dk` wide)."""
     a = np.asarray(array)
+    if transform == "expert_bank":
+        return np.array(a[part])  # (E, ...) -> expert `part`'s (...)
+    if transform == "expert_bank_interleaved":
+        expert, half = divmod(part, 2)
+        return np.ascontiguousarray(a[expert, ..., half::2])  # (E, ..., 2 * out) -> (..., out): gate even, up odd
     a = transposed(a) if transform.endswith("_t") and a.ndim == 2 else a  # (3D, in) -> (in, 3D); a bias (3D,) stays
     if a.shape[-1] != sum(widths):
         raise ValueError(f"a fused array has {a.shape[-1]} features; its parts need {'+'.join(map(str, widths))}")
@@ -388,6 +425,11 @@ def _groups(widths: Sequence[int], head_dim: int) -> tuple[int, int]:
 
 def fuse(parts: Sequence[np.ndarray], transform: str, head_dim: int = 1) -> np.ndarray:
     """The inverse of `fused_part`: q, k, v (canonical orientation) -> the fused external array."""
+    if transform == "expert_bank":
+        return np.stack(parts)  # (E, ...)
+    if transform == "expert_bank_interleaved":  # expert by expert, gate and linear1: (E, ..., out, 2) -> (E, ..., 2out)
+        pairs = [np.stack(parts[e:e + 2], axis=-1) for e in range(0, len(parts), 2)]
+        return np.stack(pairs).reshape((len(pairs),) + parts[0].shape[:-1] + (2 * parts[0].shape[-1],))
     if "groups" in transform:
         groups, per = _groups([p.shape[-1] for p in parts], head_dim)
         lead = parts[0].shape[:-1]
@@ -423,7 +465,7 @@ def expected_shapes(mapping: Plan, shapes: Mapping[str, tuple[int, ...]], head_d
     groups = fused_groups(mapping)
     out = {}
     for name, (external, transform, _) in mapping.items():
-        parts = [shapes[n] for n in groups[external]] if transform in FUSED else ()
+        parts = [shapes[n] for n in groups[external]] if transform in GROUPED else ()
         out[external] = external_shape(transform, shapes[name], head_dim, parts)
     return out
 
@@ -472,7 +514,7 @@ def read(mapping: Plan, state: dict[str, np.ndarray], shapes: Mapping[str, tuple
         uses[external] = uses.get(external, 0) + 1
     weights = {}
     for name, (external, transform, (part, _)) in mapping.items():
-        if transform in FUSED:
+        if transform in GROUPED:
             widths = [shapes[n][-1] for n in groups[external]]
             weights[name] = fused_part(state[external], transform, part, widths, head_dim)
         else:
@@ -486,7 +528,7 @@ def read(mapping: Plan, state: dict[str, np.ndarray], shapes: Mapping[str, tuple
 def _deferred_canonical(defer: Defer, state, external: str, transform: str, part: int, shape: tuple[int, ...],
                         widths: list[int], head_dim: int):
     source = state[external]
-    if transform in FUSED:
+    if transform in GROUPED:
         return defer(shape, source.dtype, lambda: fused_part(state[external], transform, part, widths, head_dim),
                      None, transform)
     return defer(shape, source.dtype, lambda: to_canonical(state[external], transform, shape), source, transform)
@@ -503,18 +545,18 @@ def write(mapping: Plan, weights: dict[str, np.ndarray], head_dim: int = 1, cons
         for name, (external, transform, _) in mapping.items():
             if external in out:
                 continue
-            names = groups[external] if transform in FUSED else [name]
+            names = groups[external] if transform in GROUPED else [name]
             shape = external_shape(transform, tuple(weights[name].shape), head_dim,
-                                   tuple(tuple(weights[n].shape) for n in names) if transform in FUSED else ())
+                                   tuple(tuple(weights[n].shape) for n in names) if transform in GROUPED else ())
             out[external] = defer(shape, weights[name].dtype,
                                   functools.partial(_external_of, weights, names, transform, head_dim),
-                                  None if transform in FUSED else weights[name], transform)
+                                  None if transform in GROUPED else weights[name], transform)
         return out
     fused: dict[str, dict[str, np.ndarray]] = {}
     out = {}
     for name, (external, transform, _) in mapping.items():
         array = np.asarray(weights.pop(name) if consume else weights[name])
-        if transform in FUSED:
+        if transform in GROUPED:
             parts = fused.setdefault(external, {})
             parts[name] = array
             if len(parts) == len(groups[external]):
@@ -529,7 +571,7 @@ def write(mapping: Plan, weights: dict[str, np.ndarray], head_dim: int = 1, cons
 
 
 def _external_of(weights, names: list[str], transform: str, head_dim: int) -> np.ndarray:
-    if transform in FUSED:
+    if transform in GROUPED:
         return fuse([np.asarray(weights[n]) for n in names], transform, head_dim)
     return to_external(weights[names[0]], transform, head_dim)
 

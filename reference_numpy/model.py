@@ -94,7 +94,7 @@ class MultiHeadAttention(_Module):
         out, weights = op.scaled_dot_product_attention(
             q, k, v, mask, scale=c.attention_scale_factor, softcap=c.attn_logit_softcap,
             position_scores=self._position_scores(q, k) if self.relative else None,
-            empty_rows="average" if c.padded_queries == "average" else "zero")
+            empty_rows="average" if c.padded_queries == "average" else "zero", sinks=self.param("sinks"))
         out = op.merge_heads(out)  # (B, Tq, D)
         return op.linear(out, self.param("o.kernel"), self.param("o.bias")), weights
 
@@ -117,13 +117,14 @@ class MultiHeadAttention(_Module):
 
 class FeedForward(_Module):
     """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3); gated (`ffn_gated`, SwiGLU / GeGLU):
-    (act(x Wg + bg) * (x W1 + b1)) W2 + b2."""
+    (act(x Wg + bg) * (x W1 + b1)) W2 + b2, clamped where `glu_limit` says (`ops.clamped_glu`)."""
 
     def __call__(self, x: np.ndarray, record: Record | None = None) -> np.ndarray:
         act, op = self.ops.ACTIVATIONS[self.config.activation], self.ops
         if self.config.ffn_gated:
-            hidden = self.store(act(op.linear(x, self.param("gate.kernel"), self.param("gate.bias")))
-                                * op.linear(x, self.param("linear1.kernel"), self.param("linear1.bias")))
+            hidden = self.store(op.clamped_glu(op.linear(x, self.param("gate.kernel"), self.param("gate.bias")),
+                                               op.linear(x, self.param("linear1.kernel"), self.param("linear1.bias")),
+                                               act, self.config))
         else:
             hidden = act(op.linear(x, self.param("linear1.kernel"), self.param("linear1.bias")))
         return op.linear(hidden, self.param("linear2.kernel"), self.param("linear2.bias"))
@@ -142,7 +143,8 @@ class MixtureOfExperts(_Module):
 
     def __call__(self, x: np.ndarray, record: Record | None = None) -> np.ndarray:
         flat = x.reshape(-1, x.shape[-1])  # (B, T, D) -> (N, D)
-        ids, weights = moe.route(self.ops.linear(flat, self.param("router.kernel")), self.config)  # (N, k) each
+        scores = self.ops.linear(flat, self.param("router.kernel"), self.param("router.bias"))  # (N, E)
+        ids, weights = moe.route(scores, self.config)  # (N, k) each
         out = moe.dispatch(flat, ids, self.store(weights), self.experts)
         if self.shared is not None:
             gate = self.store(moe.sigmoid(self.ops.linear(flat, self.param("shared_gate.kernel"))))  # (N, 1)

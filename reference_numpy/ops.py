@@ -62,6 +62,25 @@ def silu(x: np.ndarray) -> np.ndarray:
         return x / (x.dtype.type(1.0) + np.exp(-x))
 
 
+def swish(x: np.ndarray, beta: float) -> np.ndarray:
+    """x * sigmoid(beta * x): silu with a sigmoid gain (GPT-OSS's experts: 1.702)."""
+    with np.errstate(over="ignore"):
+        return x / (x.dtype.type(1.0) + np.exp(-x.dtype.type(beta) * x))
+
+
+def clamped_glu(gate: np.ndarray, up: np.ndarray, act, config) -> np.ndarray:
+    """A gated feed-forward's hidden features from its gate and up projections: act(gate) * up, or the clamped GLU
+    (`glu_limit`: gate clamped above, up to [-limit, limit]; `glu_alpha`: silu's sigmoid gain; `glu_up_offset`
+    added to up), GPT-OSS's `(up + 1) * gate * sigmoid(1.702 gate)`. The clamps pick values, rounding nothing."""
+    t = gate.dtype.type
+    if config.glu_limit is not None:
+        gate = np.minimum(gate, t(config.glu_limit))
+        up = np.clip(up, t(-config.glu_limit), t(config.glu_limit))
+    if config.glu_up_offset:
+        up = up + t(config.glu_up_offset)
+    return (act(gate) if config.glu_alpha == 1.0 else swish(gate, config.glu_alpha)) * up
+
+
 ACTIVATIONS = {"relu": relu, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu}
 
 
@@ -288,18 +307,21 @@ def disentangled_scores(q: np.ndarray, k: np.ndarray, pos_q: np.ndarray | None, 
 
 def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None,
                                  scale: float | None = None, softcap: float | None = None,
-                                 position_scores: np.ndarray | None = None, empty_rows: str = "zero"
-                                 ) -> tuple[np.ndarray, np.ndarray]:
+                                 position_scores: np.ndarray | None = None, empty_rows: str = "zero",
+                                 sinks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """softmax(scale q k^T) v, equation (1) with scale = 1/sqrt(d_k); with `softcap`, the scaled scores are
     `soft_cap`ped before the mask and the softmax (Gemma 2); `position_scores` (DeBERTa's
     `disentangled_scores`) are added to q k^T before the scale. `empty_rows="average"`: a query row with no key it
-    may attend to weighs every key equally (DeBERTa's padding queries), not zero.
+    may attend to weighs every key equally (DeBERTa's padding queries), not zero. With `sinks` `(H,)`, head h's
+    logit joins each of its queries' softmax as one more column, dropped after it (GPT-OSS): the weights sum to
+    less than 1.
 
     Args:
         q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
         mask: bool, broadcastable to `(B, H, Tq, Tk)`; True = may attend.
         scale: what the scores are multiplied by (`TransformerConfig.attention_scale_factor`); None = 1/sqrt(d_k).
         softcap: `TransformerConfig.attn_logit_softcap`; None = none.
+        sinks: one logit per head `(H,)` (`TransformerConfig.attention_sinks`' `{attn}.sinks`); None = none.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)`. A query row with no key it may attend to gets
@@ -313,14 +335,20 @@ def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, ma
     scores = scores * q.dtype.type(scale)
     if softcap is not None:
         scores = soft_cap(scores, softcap)
-    if mask is None:
+    if mask is None and sinks is None:
         weights = softmax(scores)
     else:
-        scores = np.where(mask, scores, -np.inf)
+        if mask is not None:
+            scores = np.where(mask, scores, -np.inf)
         row_max = scores.max(axis=-1, keepdims=True)
+        sink = None if sinks is None else np.asarray(sinks, scores.dtype).reshape(-1, 1, 1)  # (H, 1, 1)
+        if sink is not None:
+            row_max = np.maximum(row_max, sink)
         row_max = np.where(np.isfinite(row_max), row_max, 0)  # fully masked rows: avoid inf - inf
         e = np.exp(scores - row_max)  # exp(-inf) = 0 exactly
         total = e.sum(axis=-1, keepdims=True)
+        if sink is not None:
+            total = total + np.exp(sink - row_max)  # the sink's column, then dropped
         weights = e / np.where(total > 0, total, 1)
         if empty_rows == "average":
             weights = np.where(total > 0, weights, q.dtype.type(1.0 / k.shape[-2]))

@@ -31,7 +31,8 @@ def _linear(prefix: str, d_in: int, d_out: int, bias: bool) -> dict[str, tuple[i
 
 def _attention(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
     """q: `(d_model, num_heads * head_dim)`; k, v: `(d_model, kv_heads * head_dim)` (narrower under grouped-query
-    attention); o: `(num_heads * head_dim, d_model)`; the per-head norms of q and k under `qk_norm`."""
+    attention); o: `(num_heads * head_dim, d_model)`; the sinks `(num_heads,)` under `attention_sinks`; the
+    per-head norms of q and k under `qk_norm`."""
     d, inner, kv = config.d_model, config.num_heads * config.head_dim, config.kv_heads * config.head_dim
     shapes: dict[str, tuple[int, ...]] = {}
     for proj, width in (("q", inner), ("k", kv), ("v", kv)):
@@ -41,6 +42,8 @@ def _attention(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, .
         for term, proj in (("c2p", "pos_k"), ("p2c", "pos_q")):
             if term in config.relative_terms:
                 shapes.update(_linear(f"{prefix}.{proj}", d, inner, config.has_qkv_bias))
+    if config.attention_sinks:  # one learned logit per query head, beside the keys in the softmax
+        shapes[f"{prefix}.sinks"] = (config.num_heads,)
     if config.qk_norm:  # over each head, or (qk_norm_over="all") over all of q's and of k's features at once
         every = config.qk_norm_over == "all"
         shapes.update(_norm(f"{prefix}.q_norm", inner if every else config.head_dim, config))
@@ -78,10 +81,11 @@ def _ffn(prefix: str, config: TransformerConfig, width: int | None = None) -> di
 
 
 def _experts(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
-    """A mixture of experts (`num_experts`): the router `(d_model, num_experts)`, each expert a feed-forward of
+    """A mixture of experts (`num_experts`): the router `(d_model, num_experts)` (and its bias under
+    `router_bias`), each expert a feed-forward of
     `expert_d_ff` (`experts.{e}.gate`, `.linear1`, `.linear2`), and the shared expert and its gate `(d_model, 1)`
     where `shared_expert_d_ff` says."""
-    shapes = {f"{prefix}.router.kernel": (config.d_model, config.num_experts)}
+    shapes = _linear(f"{prefix}.router", config.d_model, config.num_experts, config.router_bias)
     for e in range(config.num_experts):
         shapes.update(_ffn(f"{prefix}.experts.{e}", config, config.expert_width))
     if config.shared_expert_d_ff:

@@ -34,10 +34,11 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
                                  causal: bool = False, need_weights: bool = False, impl: str = "explicit",
                                  dropout_p: float = 0.0, training: bool = False, seed=None,
                                  scale: float | None = None, softcap: float | None = None,
-                                 position_scores: tf.Tensor | None = None, empty_rows: str = "zero"
+                                 position_scores: tf.Tensor | None = None, empty_rows: str = "zero", sinks=None
                                  ) -> tuple[tf.Tensor, tf.Tensor | None]:
     """softmax(scale q k^T) v (equation 1 with scale = 1/sqrt(d_k)); with `softcap`, the scaled scores are
-    cap * tanh(scores / cap) before the mask (Gemma 2).
+    cap * tanh(scores / cap) before the mask (Gemma 2); with `sinks` `(H,)`, head h's logit joins its queries'
+    softmax as one more column, dropped after it (GPT-OSS).
 
     Args:
         q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
@@ -57,6 +58,7 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
         position_scores: DeBERTa's position terms `(B, H, Tq, Tk)`, added to q k^T before the scale (explicit path).
         empty_rows: "average": a query row with no key weighs every key equally (DeBERTa's padding queries;
             explicit path), not zero.
+        sinks: `TransformerConfig.attention_sinks`' logits, one per head; the explicit path, as a cap.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)` or None. A query row with no key it may attend
@@ -64,7 +66,7 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
-    if softcap is not None or position_scores is not None or empty_rows != "zero":
+    if softcap is not None or position_scores is not None or empty_rows != "zero" or sinks is not None:
         impl = "explicit"
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
@@ -98,7 +100,12 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
         if empty_rows == "average":  # equal scores on a row with no key: equal weights on every key
             scores = tf.where(has_key, scores, tf.zeros_like(scores))
             has_key = None
-    weights = tf.nn.softmax(scores, axis=-1)
+    if sinks is None:
+        weights = tf.nn.softmax(scores, axis=-1)
+    else:  # (B, H, Tq, Tk + 1): the sink's column last, dropped after the softmax
+        column = tf.broadcast_to(tf.reshape(tf.cast(sinks, scores.dtype), (1, -1, 1, 1)),
+                                 tf.concat([tf.shape(scores)[:-1], [1]], axis=0))
+        weights = tf.nn.softmax(tf.concat([scores, column], axis=-1), axis=-1)[..., :-1]
     if has_key is not None and need_weights:
         weights = tf.where(has_key, weights, tf.zeros_like(weights))
     if dropout:

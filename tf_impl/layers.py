@@ -226,6 +226,7 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
         self.q_norm = norm_layer(config, "q_norm", self.dtype_policy, config.qk_norm_eps) if config.qk_norm else None
         self.k_norm = norm_layer(config, "k_norm", self.dtype_policy, config.qk_norm_eps) if config.qk_norm else None
         self.seed_generator = keras.random.SeedGenerator(name="attention_dropout") if config.dropout > 0 else None
+        self.sinks = None  # (H,) under attention_sinks, made in build
 
     def build(self, x_q_shape, x_kv_shape):
         d = self.config.d_model
@@ -239,6 +240,8 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
             if proj is not None:
                 proj.build((None, d))
         c = self.config
+        if c.attention_sinks:  # the layer's own variable: `self_attn/vars/0` in a .weights.h5
+            self.sinks = self.add_weight(shape=(c.num_heads,), initializer="zeros", name="sinks")
         for norm, heads in ((self.q_norm, c.num_heads), (self.k_norm, c.kv_heads)):
             if norm is not None:
                 norm.build((None, None, heads * c.head_dim) if self.all_heads_norm else (None, None, None, c.head_dim))
@@ -284,7 +287,7 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
             q, k, v, attention_mask, need_weights=need_weights, impl=self.impl, dropout_p=c.dropout,
             training=training, seed=self.seed_generator, scale=c.attention_scale_factor, softcap=c.attn_logit_softcap,
             position_scores=None if relative is None else self._position_scores(q, k, relative),
-            empty_rows="average" if c.padded_queries == "average" else "zero")
+            empty_rows="average" if c.padded_queries == "average" else "zero", sinks=self.sinks)
         out = tf.reshape(tf.transpose(out, (0, 2, 1, 3)), (b, tq, h * dk))  # (B, H, Tq, d_k) -> (B, Tq, D)
         return self.o(out), (weights if need_weights else None)
 
@@ -332,7 +335,8 @@ def relative_position_index(config: TransformerConfig, query_len, key_len) -> tf
 
 
 class FeedForward(ConfigSerializable, keras.layers.Layer):
-    """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3); gated (`ffn_gated`): (act(x Wg + bg) * (x W1 + b1)) W2 + b2."""
+    """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3); gated (`ffn_gated`): (act(x Wg + bg) * (x W1 + b1)) W2 + b2,
+    the clamped GLU where `glu_limit`, `glu_alpha` and `glu_up_offset` say (`reference_numpy.ops.clamped_glu`)."""
 
     _CONFIG_ARGS = ("width",)
 
@@ -355,8 +359,19 @@ class FeedForward(ConfigSerializable, keras.layers.Layer):
 
     def call(self, x, training: bool = False):
         hidden = self.linear1(x)
-        hidden = self.activation(hidden) if self.gate is None else self.activation(self.gate(x)) * hidden
+        hidden = self.activation(hidden) if self.gate is None else self._glu(self.gate(x), hidden)
         return self.linear2(self.dropout(hidden, training=training))
+
+    def _glu(self, gate, up):
+        c = self.config  # constants in the features' dtype: float64 stays float64
+        if c.glu_limit is not None:
+            limit = tf.constant(c.glu_limit, gate.dtype)
+            gate, up = tf.minimum(gate, limit), tf.clip_by_value(up, -limit, limit)
+        if c.glu_up_offset:
+            up = up + tf.constant(c.glu_up_offset, up.dtype)
+        if c.glu_alpha == 1.0:
+            return self.activation(gate) * up
+        return gate * tf.sigmoid(gate * tf.constant(c.glu_alpha, gate.dtype)) * up
 
 
 class _ResidualLayer(ConfigSerializable, keras.layers.Layer):

@@ -46,7 +46,8 @@ class MixtureOfExperts(keras.layers.Layer):
         super().__init__(**kwargs)
         self.config = config
         dense = dict(use_bias=False, dtype=self.dtype_policy)
-        self.router = keras.layers.Dense(config.num_experts, **dense, name="router")
+        self.router = keras.layers.Dense(config.num_experts, **{**dense, "use_bias": config.router_bias},
+                                         name="router")
         self.experts = [feed_forward(config, config.expert_width, dtype=self.dtype_policy, name=f"experts_{e}")
                         for e in range(config.num_experts)]
         shared = config.shared_expert_d_ff

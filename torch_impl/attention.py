@@ -18,10 +18,11 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
                                  mask: torch.Tensor | None = None, *, causal: bool = False,
                                  need_weights: bool = False, impl: str = "fused", dropout_p: float = 0.0,
                                  scale: float | None = None, grouped: bool = False, softcap: float | None = None,
-                                 position_scores: torch.Tensor | None = None, empty_rows: str = "zero"
-                                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                                 position_scores: torch.Tensor | None = None, empty_rows: str = "zero",
+                                 sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """softmax(scale q k^T) v (equation 1 with scale = 1/sqrt(d_k)); with `softcap`, the scaled scores are
-    cap * tanh(scores / cap) before the mask (Gemma 2).
+    cap * tanh(scores / cap) before the mask (Gemma 2); with `sinks` `(H,)`, head h's logit joins its queries'
+    softmax as one more column, dropped after it (GPT-OSS).
 
     Args:
         q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
@@ -39,6 +40,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         position_scores: DeBERTa's position terms `(B, H, Tq, Tk)`, added to q k^T before the scale (explicit path).
         empty_rows: "average": a query row with no key weighs every key equally (DeBERTa's padding queries;
             explicit path), not zero.
+        sinks: `TransformerConfig.attention_sinks`' logits, one per head; the explicit path, as a cap.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)` or None. A query row with no key it may attend
@@ -46,7 +48,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
-    if softcap is not None or position_scores is not None or empty_rows != "zero":
+    if softcap is not None or position_scores is not None or empty_rows != "zero" or sinks is not None:
         impl = "explicit"
     if grouped and (impl != "fused" or need_weights):
         raise ValueError("grouped k/v heads go to the fused kernel only; repeat them for the explicit path")
@@ -79,7 +81,11 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         scores = torch.tanh(scores / softcap) * softcap
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
+    if sinks is None:
+        weights = torch.softmax(scores, dim=-1)
+    else:  # (B, H, Tq, Tk + 1): the sink's column last, dropped after the softmax
+        column = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        weights = torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]
     if has_key is not None:
         weights = weights.masked_fill(~has_key, 0)
         if empty_rows == "average":

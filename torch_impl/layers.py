@@ -123,7 +123,8 @@ class MultiHeadAttention(nn.Module):
 
     Grouped-query attention reads `kv_heads` key/value heads, each serving `num_heads / kv_heads` query heads;
     `qk_norm` normalizes each head of q and k; rotary positions turn q and k in self-attention (cached keys are
-    stored turned; `local_rope`: at a sliding layer's own base). `attn_logit_softcap` takes the explicit path.
+    stored turned; `local_rope`: at a sliding layer's own base). `attn_logit_softcap` and `attention_sinks` take the
+    explicit path.
     `clip_qkv` clamps the projected q, k and v; `qk_norm_over="all"` normalizes all of q's (k's) features at once.
     `relative` (an encoder's self-attention under `relative_terms`, DeBERTa): the disentangled position terms join
     the scores, from the relative positions' table the caller passes (`relative_table`), projected by `pos_k` /
@@ -147,6 +148,7 @@ class MultiHeadAttention(nn.Module):
         own = relative and config.relative_terms is not None and not config.relative_shares_qk
         self.pos_k = nn.Linear(d, inner, bias=config.has_qkv_bias) if own and "c2p" in config.relative_terms else None
         self.pos_q = nn.Linear(d, inner, bias=config.has_qkv_bias) if own and "p2c" in config.relative_terms else None
+        self.sinks = nn.Parameter(torch.zeros(config.num_heads)) if config.attention_sinks else None
         self.impl = "fused"  # "explicit" forces matmul-softmax-matmul even without weights being asked for
 
     def forward(self, x_q, x_kv, mask=None, need_weights: bool = False, cache: AttentionCache | None = None,
@@ -177,7 +179,8 @@ class MultiHeadAttention(nn.Module):
             q = self.q_norm(q)
         if self.rotary:
             q = rotate(q, k.shape[2] - tq, c, self.local_rope)  # the queries are the last Tq positions
-        impl = "explicit" if c.attn_logit_softcap is not None else self.impl  # the fused kernel cannot soft-cap
+        # the fused kernel can neither soft-cap nor take a sink's column
+        impl = "explicit" if c.attn_logit_softcap is not None or self.sinks is not None else self.impl
         # query head i reads kv head i // groups: the fused kernel takes the kv heads as they are (enable_gqa), the
         # explicit path repeats them, (B, KV, Tk, d_k) -> (B, H, Tk, d_k)
         grouped = kvh != h and impl == "fused" and not need_weights
@@ -188,7 +191,7 @@ class MultiHeadAttention(nn.Module):
             q, k, v, mask, need_weights=need_weights, impl=impl, dropout_p=c.dropout if self.training else 0.0,
             scale=c.attention_scale_factor, grouped=grouped, softcap=c.attn_logit_softcap,
             position_scores=None if relative is None else self._position_scores(q, k, relative),
-            empty_rows="average" if c.padded_queries == "average" else "zero")
+            empty_rows="average" if c.padded_queries == "average" else "zero", sinks=self.sinks)
         out = out.transpose(1, 2).reshape(b, tq, h * dk)  # (B, H, Tq, d_k) -> (B, Tq, H*d_k)
         return self.o(out), weights
 
@@ -244,7 +247,8 @@ def _packed_linear(x, linears) -> tuple[torch.Tensor, ...]:
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3); gated (`ffn_gated`): (act(x Wg + bg) * (x W1 + b1)) W2 + b2."""
+    """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3); gated (`ffn_gated`): (act(x Wg + bg) * (x W1 + b1)) W2 + b2,
+    the clamped GLU where `glu_limit`, `glu_alpha` and `glu_up_offset` say (`reference_numpy.ops.clamped_glu`)."""
 
     def __init__(self, config: TransformerConfig, name: str, width: int | None = None):
         super().__init__()
@@ -258,5 +262,13 @@ class FeedForward(nn.Module):
 
     def forward(self, x, record: Record | None = None):
         hidden = self.linear1(x)
-        hidden = self.activation(hidden) if self.gate is None else self.activation(self.gate(x)) * hidden
+        hidden = self.activation(hidden) if self.gate is None else self._glu(self.gate(x), hidden)
         return self.linear2(self.dropout(hidden))
+
+    def _glu(self, gate, up):
+        c = self.config
+        if c.glu_limit is not None:
+            gate, up = gate.clamp(max=c.glu_limit), up.clamp(-c.glu_limit, c.glu_limit)
+        if c.glu_up_offset:
+            up = up + c.glu_up_offset
+        return (self.activation(gate) if c.glu_alpha == 1.0 else gate * torch.sigmoid(gate * c.glu_alpha)) * up

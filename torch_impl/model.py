@@ -26,7 +26,7 @@ _MODULES = {"src_embed": "src_embed.token", "tgt_embed": "tgt_embed.token", "src
             "tgt_embed_norm": "tgt_embed.norm", "pooler": "pooler.dense", "src_embed_proj": "src_embed.proj"}
 _LEAVES = {"kernel": ("weight", "transpose"),  # (in, out) <-> nn.Linear's (out, in)
            "bias": ("bias", "identity"), "gamma": ("weight", "identity"), "beta": ("bias", "identity"),
-           "embedding": ("weight", "identity")}
+           "embedding": ("weight", "identity"), "sinks": ("sinks", "identity")}
 
 
 def weight_table(config: TransformerConfig) -> list[tuple[str, str, str]]:

@@ -43,13 +43,14 @@ def dispatch(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts:
     for e, n in enumerate(counts):
         if n:
             rows = token[start:start + n]
-            out.index_add_(0, rows, experts[e](x[rows]) * weight[start:start + n, None])
+            y = experts[e](x[rows]) * weight[start:start + n, None]  # autocast: bfloat16, added in x's dtype
+            out.index_add_(0, rows, y.to(out.dtype))
             start += n
     return out
 
 
 class MixtureOfExperts(nn.Module):
-    """The router `(num_experts, d_model)`, the experts (`feed_forward(config, name, width)`, the model's
+    """The router `(num_experts, d_model)` (with a bias under `router_bias`), the experts (`feed_forward(config, name, width)`, the model's
     FeedForward, of `expert_d_ff`) and the sigmoid-gated shared expert where `shared_expert_d_ff` says. `forward(x,
     record)` records the experts each token chose as `{name}.routing`: ascending, `(B, T, k)`, in x's dtype."""
 
@@ -57,7 +58,7 @@ class MixtureOfExperts(nn.Module):
         super().__init__()
         self.config, self.name = config, name
         d = config.d_model
-        self.router = nn.Linear(d, config.num_experts, bias=False)
+        self.router = nn.Linear(d, config.num_experts, bias=config.router_bias)
         self.experts = nn.ModuleList(feed_forward(config, f"{name}.experts.{e}", config.expert_width)
                                      for e in range(config.num_experts))
         shared = config.shared_expert_d_ff

@@ -74,4 +74,10 @@ MIXTURES = {
                                        router_renormalize=True),
     "softmax-after-top-k": _MOE.replace(router_softmax="after_topk"),
     "top-1": _MOE.replace(experts_per_token=1, num_decoder_layers=2),
+    # (GPT-OSS) attention sinks, biases on q/k/v/o, the router and the experts, the clamped GLU (a limit the
+    # features cross), the softmax over the k chosen, a sliding and a full layer
+    "sinks+biases+clamped-glu": _MOE.replace(num_decoder_layers=2, attention_bias=True, ffn_bias=True,
+                                             router_bias=True, attention_sinks=True, glu_limit=0.3, glu_alpha=1.702,
+                                             glu_up_offset=1.0, router_softmax="after_topk", sliding_window=4,
+                                             layer_kinds=("sliding", "full")),
 }

@@ -49,6 +49,7 @@ HF_LAYOUTS = {
     "hf-llama": "hf_llama",
     "hf-mistral": "hf_mistral",
     "hf-mixtral": "hf_mixtral",
+    "hf-gpt-oss": "hf_gpt_oss",
     "hf-qwen2": "hf_qwen2",
     "hf-qwen3": "hf_qwen3",
     "hf-qwen2-moe": "hf_qwen2_moe",
@@ -84,6 +85,7 @@ KERASHUB_PRESET_LAYOUTS = {
     "kerashub-llama": "kerashub_llama",
     "kerashub-mistral": "kerashub_mistral",
     "kerashub-mixtral": "kerashub_mixtral",
+    "kerashub-gpt-oss": "kerashub_gpt_oss",
     "kerashub-qwen": "kerashub_qwen",
     "kerashub-qwen-moe": "kerashub_qwen_moe",
     "kerashub-qwen3": "kerashub_qwen3",
@@ -162,6 +164,11 @@ FAMILY_ONLY = {
     "relative_shares_qk": "relative positions projected by q's and k's kernels",
     "embed_zero_padding": "embeddings zeroed at padding",
     "padded_queries": "padding queries averaging every position",
+    "attention_sinks": "a learned logit per head in each softmax",
+    "router_bias": "a bias on the router's scores",
+    "glu_limit": "the gated feed-forward's inputs clamped",
+    "glu_alpha": "silu at another sigmoid gain",
+    "glu_up_offset": "an offset on the gated feed-forward's up projection",
 }
 
 

@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 import reference_numpy as rn
+from reference_numpy.mapping import BANKS
 
 from . import kerashub_classifiers as classifiers
 from .approximations import RECORD_KEY, Record, record_of
@@ -303,10 +304,11 @@ def load_weights_file(path: str | os.PathLike, declared: str, fields: Mapping[st
         raise ValueError(f"{path}: a bare KerasHub .weights.h5 needs its family: --from "
                          f"{' or --from '.join(FAMILIES)}")
     family = kerashub_family(declared)
-    if family.to_canonical_state is not None:  # its arrays are read in the form its preset's config.json says
+    layout = user.load(family.layout)
+    banked = any(transform in BANKS for _, _, transform in layout.table)  # its experts stacked: how many, config.json
+    if family.to_canonical_state is not None or banked:  # its arrays are read in the form its config.json says
         raise ValueError(f"{path}: a bare {declared} .weights.h5 is not read here (its arrays are reshaped by what "
                          "the preset's config.json says): give the preset directory")
-    layout = user.load(family.layout)
     state = user.keras_names(user.read_keras_h5(path, lazy), _repeated(layout.table))
     state, task = _split_task(family, state)
     matched = user.match(layout, [k for k in state if not k.startswith(TASK_PREFIX)])

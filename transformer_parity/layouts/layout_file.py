@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import reference_numpy as rn
-from reference_numpy.mapping import (CHECKED, FUSED, PARTS, TRANSFORMS, Entry, check_table, hits, index,
+from reference_numpy.mapping import (BANKS, CHECKED, FUSED, PARTS, TRANSFORMS, Entry, check_table, hits, index,
                                      parse_pattern, placeholders)
 
 from . import hparams as hp
@@ -191,7 +191,8 @@ def check_name(name: str, writing: str | None = None) -> None:
 
 
 def _check_placeholders(canonical: str, external: str, transform: str) -> None:
-    needed = placeholders(canonical) - (set(PARTS) if transform in FUSED else set())
+    needed = placeholders(canonical) - (set(PARTS) if transform in FUSED else set()) - (
+        {"e", *PARTS} if transform in BANKS else set())  # a bank's key holds every expert (and gate and up)
     if transform not in OPTIONAL and not needed <= placeholders(external):
         raise ValueError(f"{external!r} = {canonical!r}: the canonical name uses "
                          f"{sorted(needed - placeholders(external))} which the key pattern does not")

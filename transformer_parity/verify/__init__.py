@@ -50,12 +50,13 @@ Progress = Callable[[str], None]
 # --- weights and backends -------------------------------------------------------------------------------------------
 
 def seeded_weights(config: rn.TransformerConfig, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
-    """`init_weights` plus non-trivial biases and LayerNorm parameters (0.1 N(0, 1) biases and betas, gammas
-    1 + 0.1 N(0, 1)): initial zeros and ones would hide a port that mixes up a bias, a beta or a gamma."""
+    """`init_weights` plus non-trivial biases, attention sinks and LayerNorm parameters (0.1 N(0, 1) biases, sinks
+    and betas, gammas 1 + 0.1 N(0, 1)): initial zeros and ones would hide a port that mixes up a bias, a beta or a
+    gamma."""
     weights = rn.init_weights(config, seed, dtype)
     rng = np.random.default_rng([seed, 7919])
     for name, value in weights.items():
-        if name.endswith((".bias", ".beta")):
+        if name.endswith((".bias", ".beta", ".sinks")):
             weights[name] = (0.1 * rng.standard_normal(value.shape)).astype(dtype)
         elif name.endswith(".gamma"):
             weights[name] = (1 + 0.1 * rng.standard_normal(value.shape)).astype(dtype)

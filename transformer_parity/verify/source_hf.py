@@ -103,7 +103,8 @@ def exact_float64(model64, config: rn.TransformerConfig) -> None:
     def router(self, x):  # (scores, weights, chosen experts), as transformers' routers return them
         from torch_impl.moe import route
 
-        logits = torch.nn.functional.linear(x.reshape(-1, self.weight.shape[-1]), self.weight)
+        logits = torch.nn.functional.linear(x.reshape(-1, self.weight.shape[-1]), self.weight,
+                                            getattr(self, "bias", None))  # a router's bias, where it has one
         ids, weights = route(logits, config)
         return logits, weights, ids
 
