@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
-POSITIONAL = ("sinusoidal", "learned", "rope")
+POSITIONAL = ("sinusoidal", "learned", "rope", "none")  # none: no positions but ALiBi's
 NORMS = ("layer", "rms")
 # transformers' rope types (modeling_rope_utils) and the parameters each reads besides rope_type; `ops.rope_frequencies`
 # computes each exactly as transformers does.
@@ -82,6 +82,7 @@ def check_config(cfg: Any) -> None:
     _check_llm_fields(cfg)
     _check_layer_fields(cfg)
     _check_parallel(cfg)
+    _check_alibi(cfg)
     _check_scalings(cfg)
     _check_classifier(cfg)
     _check_experts(cfg)
@@ -251,6 +252,24 @@ def _check_parallel(cfg: Any) -> None:
     if cfg.rotary_interleaved and cfg.positional != "rope":
         raise ValueError("rotary_interleaved=True says which dims rotary positions turn together; it needs "
                          f"positional='rope', received positional={cfg.positional!r}")
+
+
+def _check_alibi(cfg: Any) -> None:
+    """`alibi` (the biases of a decoder-only model whose only positions they are) and `alibi_scaled` (which needs
+    it)."""
+    for name in ("alibi", "alibi_scaled"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise ValueError(f"{name} must be a bool, received {getattr(cfg, name)!r}")
+    if cfg.alibi and not (cfg.is_decoder_only and cfg.positional == "none"):
+        raise ValueError("alibi=True biases a decoder-only model's causal self-attention by key position, its only "
+                         "positions: it needs num_encoder_layers=0 and positional='none', received "
+                         f"num_encoder_layers={cfg.num_encoder_layers}, positional={cfg.positional!r}")
+    if cfg.positional == "none" and not cfg.alibi:
+        raise ValueError("positional='none' leaves the positions to ALiBi biases: it needs alibi=True, received "
+                         "alibi=False")
+    if cfg.alibi_scaled and not cfg.alibi:
+        raise ValueError("alibi_scaled=True says where the ALiBi bias is added; it needs alibi=True, received "
+                         "alibi=False")
 
 
 def _check_scalings(cfg: Any) -> None:

@@ -85,8 +85,11 @@ class MultiHeadAttention(_Module):
             k = op.apply_rope(k, np.arange(tk), inv_freq, scaling, c.rotary_dim, c.rotary_interleaved)
         groups = c.num_heads // c.kv_heads
         k, v = ops.repeat_kv(k, groups), ops.repeat_kv(v, groups)  # (B, H, Tk, d_k)
+        bias = None  # ALiBi: key position j biased by slope_h * j (decoder-only: this is self-attention)
+        if c.alibi:
+            bias = ops.alibi_bias(c.num_heads, k.shape[2], c.alibi_factor).astype(q.dtype)  # (H, 1, Tk)
         out, weights = op.scaled_dot_product_attention(q, k, v, mask, scale=c.attention_scale_factor,
-                                                       softcap=c.attn_logit_softcap)
+                                                       softcap=c.attn_logit_softcap, bias=bias)
         out = op.merge_heads(out)  # (B, Tq, D)
         return op.linear(out, self.param("o.kernel"), self.param("o.bias")), weights
 
@@ -257,8 +260,8 @@ class Embedding(_Module):
         self.token_bias = weights[f"{side}_embed.bias"] if config.embed_bias else None
         if config.positional == "sinusoidal":
             self.position_table = ops.position_sinusoids(config).astype(self.token_table.dtype)
-        elif config.positional == "rope":
-            self.position_table = None  # rotary positions turn q and k inside attention instead
+        elif config.positional in ("rope", "none"):
+            self.position_table = None  # rotary positions turn q and k inside attention instead, or ALiBi biases
         else:
             self.position_table = weights[f"{side}_pos.embedding"][config.position_offset:]
         # positions_skip_pad: rows picked per token from the whole table (`ops.skip_pad_positions`)

@@ -243,17 +243,35 @@ def attention_mask(key_mask: np.ndarray, query_len: int, causal: bool = False, w
     return mask
 
 
+def alibi_slopes(num_heads: int) -> np.ndarray:
+    """ALiBi's slope of each head (Press et al. 2021), float64 `(H,)`: with n the largest power of two <= H, heads
+    0 .. n-1 take 2^(-8k/n) for k = 1 .. n, and the other H - n heads every other slope of 2n heads, 2^(-8k/(2n))
+    for k = 1, 3, 5, ... (transformers' `_get_alibi_slopes`, keras_hub's `AlibiBias`)."""
+    n = 2 ** int(math.floor(math.log2(num_heads)))
+    slopes = [2.0 ** (-8.0 * k / n) for k in range(1, n + 1)]
+    slopes += [2.0 ** (-8.0 * k / (2 * n)) for k in range(1, 2 * (num_heads - n), 2)]
+    return np.asarray(slopes, dtype=np.float64)
+
+
+def alibi_bias(num_heads: int, key_len: int, factor: float = 1.0) -> np.ndarray:
+    """The ALiBi bias on attention scores, float64 `(H, 1, Tk)`: slope_h * j * factor for key position j. Softmax
+    is shift invariant along a row, so this equals the paper's -slope * (i - j) and transformers' count of real
+    keys before j under left padding: they differ from it by a constant per query row."""
+    return alibi_slopes(num_heads)[:, None, None] * float(factor) * np.arange(key_len, dtype=np.float64)
+
+
 def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None,
-                                 scale: float | None = None, softcap: float | None = None
-                                 ) -> tuple[np.ndarray, np.ndarray]:
+                                 scale: float | None = None, softcap: float | None = None,
+                                 bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """softmax(scale q k^T) v, equation (1) with scale = 1/sqrt(d_k); with `softcap`, the scaled scores are
-    `soft_cap`ped before the mask and the softmax (Gemma 2).
+    `soft_cap`ped before the mask and the softmax (Gemma 2); `bias` is added to the scaled scores first (ALiBi).
 
     Args:
         q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
         mask: bool, broadcastable to `(B, H, Tq, Tk)`; True = may attend.
         scale: what the scores are multiplied by (`TransformerConfig.attention_scale_factor`); None = 1/sqrt(d_k).
         softcap: `TransformerConfig.attn_logit_softcap`; None = none.
+        bias: broadcastable to `(B, H, Tq, Tk)` (ALiBi's `alibi_bias`), in q's dtype; None = none.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)`. A query row with no key it may attend to gets
@@ -262,6 +280,8 @@ def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, ma
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     scores = q @ np.swapaxes(k, -1, -2) * q.dtype.type(scale)  # (B, H, Tq, Tk)
+    if bias is not None:
+        scores = scores + bias
     if softcap is not None:
         scores = soft_cap(scores, softcap)
     if mask is None:

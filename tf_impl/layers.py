@@ -271,9 +271,19 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
             k, v = tf.repeat(k, h // kvh, axis=1), tf.repeat(v, h // kvh, axis=1)  # (B, H, Tk, d_k)
         out, weights = scaled_dot_product_attention(
             q, k, v, attention_mask, need_weights=need_weights, impl=self.impl, dropout_p=c.dropout,
-            training=training, seed=self.seed_generator, scale=c.attention_scale_factor, softcap=c.attn_logit_softcap)
+            training=training, seed=self.seed_generator, scale=c.attention_scale_factor, softcap=c.attn_logit_softcap,
+            bias=self._alibi(k))
         out = tf.reshape(tf.transpose(out, (0, 2, 1, 3)), (b, tq, h * dk))  # (B, H, Tq, d_k) -> (B, Tq, D)
         return self.o(out), (weights if need_weights else None)
+
+    def _alibi(self, k):
+        """ALiBi's bias `(H, 1, Tk)` for the keys `k` `(B, H, Tk, d_k)` (positions 0 .. Tk-1, cached ones first; a
+        fixed-size cache's slot is its position), in k's dtype; None without `alibi`."""
+        c = self.config
+        if not c.alibi:
+            return None
+        slopes = tf.constant(rn.ops.alibi_slopes(c.num_heads) * c.alibi_factor, k.dtype)[:, None, None]  # (H, 1, 1)
+        return slopes * tf.cast(tf.range(tf.shape(k)[2]), k.dtype)  # (H, 1, Tk)
 
     def _flat(self, x, norm):
         """A projection `(B, T, heads*d_k)` clamped (`clip_qkv`) and, under `qk_norm_over="all"`, normalized."""

@@ -168,7 +168,8 @@ class MultiHeadAttention(nn.Module):
             q = self.q_norm(q)
         if self.rotary:
             q = rotate(q, k.shape[2] - tq, c, self.local_rope)  # the queries are the last Tq positions
-        impl = "explicit" if c.attn_logit_softcap is not None else self.impl  # the fused kernel cannot soft-cap
+        # the fused kernel cannot soft-cap, nor add ALiBi's bias to a bool mask
+        impl = "explicit" if c.attn_logit_softcap is not None or c.alibi else self.impl
         # query head i reads kv head i // groups: the fused kernel takes the kv heads as they are (enable_gqa), the
         # explicit path repeats them, (B, KV, Tk, d_k) -> (B, H, Tk, d_k)
         grouped = kvh != h and impl == "fused" and not need_weights
@@ -177,9 +178,18 @@ class MultiHeadAttention(nn.Module):
             v = v.repeat_interleave(h // kvh, dim=1)
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, need_weights=need_weights, impl=impl, dropout_p=c.dropout if self.training else 0.0,
-            scale=c.attention_scale_factor, grouped=grouped, softcap=c.attn_logit_softcap)
+            scale=c.attention_scale_factor, grouped=grouped, softcap=c.attn_logit_softcap, bias=self._alibi(k))
         out = out.transpose(1, 2).reshape(b, tq, h * dk)  # (B, H, Tq, d_k) -> (B, Tq, H*d_k)
         return self.o(out), weights
+
+    def _alibi(self, k):
+        """ALiBi's bias `(H, 1, Tk)` for the keys `k` `(B, H, Tk, d_k)` (positions 0 .. Tk-1, cached ones first), in
+        k's dtype; None without `alibi`."""
+        c = self.config
+        if not c.alibi:
+            return None
+        bias = rn.ops.alibi_bias(c.num_heads, k.shape[2], c.alibi_factor)  # float64, rounded once
+        return torch.from_numpy(bias).to(device=k.device, dtype=k.dtype)
 
     def _flat(self, x, norm):
         """A projection `(B, T, heads*d_k)` clamped (`clip_qkv`) and, under `qk_norm_over="all"`, normalized."""
