@@ -67,6 +67,7 @@ HF_LAYOUTS = {
     "hf-granite": "hf_granite",
     "hf-codegen": "hf_codegen",
     "hf-falcon": "hf_falcon",
+    "hf-bloom": "hf_bloom",
 }
 # ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
 KERASHUB_PRESET_LAYOUTS = {
@@ -152,6 +153,8 @@ FAMILY_ONLY = {
     "residual_multiplier": "sublayer outputs times a multiplier",
     "logit_divisor": "logits divided by a divisor",
     "sinusoid_frequencies": "sinusoids at other frequencies",
+    "alibi": "ALiBi biases on the attention scores in place of positions",
+    "alibi_scaled": "ALiBi biases scaled with the attention scores",
 }
 
 
