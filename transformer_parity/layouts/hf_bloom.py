@@ -35,7 +35,8 @@ CONFIG_KEYS = {"src_vocab_size": "vocab_size", "tgt_vocab_size": "vocab_size", "
                "layer_norm_eps": "layer_norm_epsilon"}
 HOOKS = {"decoder.embed": "word_embeddings_layernorm",
          # BloomAttention and BloomMLP add the residual themselves: their last linears are the sublayers' outputs
-         "decoder.layers.{i}.self_attn": "h.{i}.self_attention.dense", "decoder.layers.{i}.ffn": "h.{i}.mlp.dense_4h_to_h",
+         "decoder.layers.{i}.self_attn": "h.{i}.self_attention.dense",
+         "decoder.layers.{i}.ffn": "h.{i}.mlp.dense_4h_to_h",
          "decoder.layers.{i}": "h.{i}", "decoder.final_norm": "ln_f"}
 
 _L = "h.{i}."
