@@ -91,6 +91,8 @@ KERASHUB_PRESET_LAYOUTS = {
     "kerashub-phi3": "kerashub_phi3",
     "kerashub-smollm3": "kerashub_smollm3",
     "kerashub-bart": "kerashub_bart",
+    "kerashub-bloom": "kerashub_bloom",
+    "kerashub-falcon": "kerashub_falcon",
 }
 # ... the Keras models that have no preset, only a bare .weights.h5 (`kerashub_preset.py` reads and writes it) ...
 KERASHUB_WEIGHTS_LAYOUTS = {
