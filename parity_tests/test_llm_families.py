@@ -100,13 +100,13 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     "falcon-rw": ("FalconForCausalLM", "FalconConfig", dict(FALCON, multi_query=False, parallel_attn=False, bias=True)),
     # ALiBi over 6 heads of 16 (slopes of 4 heads, then every other of 8), an embedding LayerNorm, fused q/k/v per
     # head, tied (BLOOM); untied
-    "bloom": ("BloomForCausalLM", "BloomConfig", dict(BLOOM)),
-    "bloom-untied": ("BloomForCausalLM", "BloomConfig", dict(BLOOM, tie_word_embeddings=False)),
-    # ALiBi in place of rotary positions, added before the scaling, one sublayer after the other (Falcon-RW-1B); side
-    # by side on one key/value head (Falcon-7B's form)
+    "bloom": ("BloomForCausalLM", "BloomConfig", dict(BLOOM, tie_word_embeddings=True)),
+    "bloom-untied": ("BloomForCausalLM", "BloomConfig", dict(BLOOM)),
+    # ALiBi in place of rotary positions, added before the scaling, one sublayer after the other, tied (Falcon-RW-1B);
+    # side by side on one key/value head, untied (Falcon-7B's form)
     "falcon-rw-alibi": ("FalconForCausalLM", "FalconConfig", dict(FALCON, multi_query=False, parallel_attn=False,
-                                                                  bias=True, alibi=True)),
-    "falcon-7b-alibi": ("FalconForCausalLM", "FalconConfig", dict(FALCON, alibi=True, tie_word_embeddings=True)),
+                                                                  bias=True, alibi=True, tie_word_embeddings=True)),
+    "falcon-7b-alibi": ("FalconForCausalLM", "FalconConfig", dict(FALCON, alibi=True)),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
