@@ -8,7 +8,8 @@ row computes what the same tokens compute unpadded (softmax does not see a const
 over the real tokens, as transformers does, changes nothing); both twins equal the float64 reference at every
 sublayer within K measured floors, whole and block by block bit for bit, and decode with their caches as the
 reference recomputes; an export to a family without ALiBi is refused naming the field. The families themselves are
-judged against transformers in test_llm_families.py and against keras_hub in test_kerashub_alibi.py."""
+judged against transformers in test_llm_families.py and test_task_heads.py, and against keras_hub in
+test_kerashub_llm.py and test_hf_to_kerashub.py."""
 
 from __future__ import annotations
 
