@@ -34,6 +34,8 @@ CONFIGS = {
     "unscaled": BASE,  # BLOOM's: beside the scaled scores
     "scaled+parallel": BASE.replace(alibi_scaled=True, parallel_residual=True, ffn_shares_norm=True, embed_norm=False,
                                     num_kv_heads=2),  # Falcon's: before the scaling, on grouped heads
+    # transformers' Falcon: slopes and biases in bfloat16, which 12 heads' slopes (2^(-1/2), ...) are not
+    "bfloat16": BASE.replace(num_heads=12, alibi_scaled=True, alibi_bfloat16=True, embed_norm=False),
 }
 
 
@@ -51,6 +53,8 @@ def ids(seed: int = 0, length: int = 11) -> np.ndarray:
     ({"alibi": False}, r"positional='none' .* needs alibi=True, received alibi=False"),
     ({"alibi": False, "positional": "learned", "alibi_scaled": True},
      r"alibi_scaled=True .* needs alibi=True, received alibi=False"),
+    ({"alibi": False, "positional": "learned", "alibi_bfloat16": True},
+     r"alibi_bfloat16=True .* needs alibi=True, received alibi=False"),
 ])
 def test_config_refuses_each_invalid_value_naming_it(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -62,6 +66,22 @@ def test_fields_round_trip_and_add_no_weights():
     assert rn.TransformerConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
     assert not any("pos" in name for name in rn.parameter_shapes(BASE))
     assert config.alibi_factor == 0.25 and BASE.alibi_factor == 1.0  # 1 / sqrt(16)
+    # bfloat16 rounds no power-of-two slope (up to 8 heads) times a position below 256: stored as exact
+    assert not BASE.replace(alibi_bfloat16=True).alibi_bfloat16
+    assert BASE.replace(alibi_bfloat16=True, max_len=257).alibi_bfloat16 and CONFIGS["bfloat16"].alibi_bfloat16
+
+
+def test_the_bfloat16_bias_is_transformers_falcons():
+    """`build_alibi_tensor` of transformers' Falcon (bfloat16 slopes times the positions, in bfloat16) over 300
+    positions: 12 heads (slopes not powers of two) and 6 heads past 256 positions."""
+    torch = pytest.importorskip("torch")
+    from transformers.models.falcon.modeling_falcon import build_alibi_tensor
+
+    for heads in (12, 6):
+        config = BASE.replace(num_heads=heads, alibi_bfloat16=True, max_len=300)
+        theirs = build_alibi_tensor(torch.ones(1, 300, dtype=torch.long), heads, torch.float64).numpy()  # (H, 1, T)
+        np.testing.assert_array_equal(rn.alibi.bias(config, 300), theirs)
+        assert np.abs(rn.alibi.bias(config.replace(alibi_bfloat16=False), 300) - theirs).max() > 1e-3
 
 
 @pytest.mark.parametrize("heads", [1, 5, 6, 16, 40, 71])
@@ -71,7 +91,7 @@ def test_slopes_are_the_libraries(heads):
     torch = pytest.importorskip("torch")
     from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
 
-    slopes = rn.ops.alibi_slopes(heads)
+    slopes = rn.alibi.slopes(heads)
     np.testing.assert_allclose(_get_alibi_slopes(heads, torch.device("cpu")).double().numpy(), slopes, rtol=1e-6)
     if heads == 6:
         np.testing.assert_array_equal(slopes, [2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8, 2.0 ** -1, 2.0 ** -3])
@@ -81,7 +101,7 @@ def test_slopes_are_the_libraries(heads):
 
 def test_the_bias_is_slope_times_key_position_on_the_scaled_scores():
     """One attention by hand: softmax(q k^T / sqrt(d) + factor * slope_h * j) v."""
-    for config in CONFIGS.values():
+    for config in (CONFIGS["unscaled"], CONFIGS["scaled+parallel"]):
         weights = seeded_weights(config, 1, np.float64)
         x = np.random.default_rng(2).standard_normal((2, 7, 96))
         mask = rn.ops.attention_mask(np.ones((2, 7), bool), 7, causal=True)
@@ -90,7 +110,7 @@ def test_the_bias_is_slope_times_key_position_on_the_scaled_scores():
         q, k = (rn.ops.split_heads(x @ weights[f"{p}.{n}.kernel"] + weights[f"{p}.{n}.bias"], h)
                 for n, h in (("q", 6), ("k", config.kv_heads)))
         k = rn.ops.repeat_kv(k, 6 // config.kv_heads)
-        slopes = (0.25 if config.alibi_scaled else 1.0) * rn.ops.alibi_slopes(6)
+        slopes = (0.25 if config.alibi_scaled else 1.0) * rn.alibi.slopes(6)
         scores = q @ np.swapaxes(k, -1, -2) / 4.0 + slopes[:, None, None] * np.arange(7)  # (B, H, T, T)
         scores = np.where(mask, scores, -np.inf)
         want = np.exp(scores - scores.max(-1, keepdims=True))
@@ -99,8 +119,9 @@ def test_the_bias_is_slope_times_key_position_on_the_scaled_scores():
 
 def test_a_left_padded_row_computes_what_its_tokens_compute_alone():
     """Every key position shifts by the padding's length, a constant in each query's row: the real positions' logits
-    are those of the unpadded tokens (transformers counts positions over the real tokens, keras_hub over all)."""
-    for config in CONFIGS.values():
+    are those of the unpadded tokens (transformers counts positions over the real tokens, keras_hub over all). Not
+    under `alibi_bfloat16`, whose rounding depends on the position itself."""
+    for config in (CONFIGS["unscaled"], CONFIGS["scaled+parallel"]):
         model = rn.Transformer(config, seeded_weights(config, 4, np.float64), np.float64)
         src = ids(3)
         mask = np.ones(src.shape, bool)

@@ -192,6 +192,13 @@ def family_preset(tmp_path_factory, name: str):
     return _cache[name]
 
 
+def hf_config(name: str, config: rn.TransformerConfig) -> rn.TransformerConfig:
+    """What the family's transformers export takes: KerasHub's Falcon computes ALiBi exactly, transformers' rounds it
+    to bfloat16, which changes nothing for 6 heads over at most 256 positions (a preset has no maximum length: 2048
+    is read, where the two part)."""
+    return config.replace(max_len=256) if name == "falcon" else config
+
+
 @pytest.mark.parametrize("name", FAMILIES)
 def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_factory, tmp_path):
     task, path = family_preset(tmp_path_factory, name)
@@ -217,7 +224,7 @@ def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_f
     formats.save(tmp_path / "again", loaded.config, dict(loaded.weights), loaded.format)
     np.testing.assert_array_equal(logits(keras_hub.models.CausalLM.from_preset(str(tmp_path / "again")), src),
                                   expected)
-    formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), hf_format)
+    formats.save(tmp_path / "hf", hf_config(name, loaded.config), dict(loaded.weights), hf_format)
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
     if loaded.config.num_experts:  # transformers' default experts (grouped_mm) take no odd widths
         hf.set_experts_implementation("eager")
@@ -235,7 +242,7 @@ def test_keras_hub_greedy_generation_equals_transformers_on_our_export(name, tmp
     query at position 0, no `start_index`: its first generated token already differs from transformers')."""
     task, path = family_preset(tmp_path_factory, name)
     loaded = formats.load(path)
-    formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), FAMILIES[name][2])
+    formats.save(tmp_path / "hf", hf_config(name, loaded.config), dict(loaded.weights), FAMILIES[name][2])
     model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
     if loaded.config.num_experts:  # transformers' default experts (grouped_mm) take no odd widths
         model.set_experts_implementation("eager")
@@ -443,8 +450,10 @@ def test_a_setting_keras_hub_032_does_not_write_is_refused_and_an_untied_head_is
 
 
 def test_what_the_alibi_presets_cannot_hold_is_refused_naming_it(tmp_path_factory, tmp_path):
-    """KerasHub's Falcon takes two dropout rates the canonical model holds as one; its BLOOM a feed-forward width
-    transformers' BLOOM (4 * hidden) lacks; its Falcon always computes ALiBi, so a rotary Falcon has no preset."""
+    """KerasHub's Falcon takes two dropout rates the canonical model holds as one, and computes ALiBi exactly where
+    transformers' Falcon rounds it to bfloat16 (the same beyond 8 heads or 256 positions only); its BLOOM a
+    feed-forward width transformers' BLOOM (4 * hidden) lacks; its Falcon always computes ALiBi, so a rotary Falcon
+    has no preset."""
     import dataclasses
     import shutil
 
@@ -463,6 +472,9 @@ def test_what_the_alibi_presets_cannot_hold_is_refused_naming_it(tmp_path_factor
     formats.save(tmp_path / "narrow", narrow, weights, "kerashub-bloom")  # KerasHub's BLOOM takes any width
     with pytest.raises(ValueError, match="d_ff=37"):
         formats.save(tmp_path / "hf", narrow, weights, "hf-bloom")
+    falcon = formats.load(family_preset(tmp_path_factory, "falcon")[1])
+    with pytest.raises(ValueError, match="alibi_bfloat16=False .* 6 heads over max_len=2048"):
+        formats.save(tmp_path / "hf-falcon", falcon.config, dict(falcon.weights), "hf-falcon")
     rotary = loaded.config.replace(alibi=False, positional="rope", embed_norm=False, activation="gelu")
     with pytest.raises(ValueError, match="alibi=False"):
         formats.save(tmp_path / "falcon", rotary, {k: v for k, v in loaded.weights.items() if "embed_norm" not in k},

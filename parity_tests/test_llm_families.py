@@ -107,6 +107,9 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     "falcon-rw-alibi": ("FalconForCausalLM", "FalconConfig", dict(FALCON, multi_query=False, parallel_attn=False,
                                                                   bias=True, alibi=True, tie_word_embeddings=True)),
     "falcon-7b-alibi": ("FalconForCausalLM", "FalconConfig", dict(FALCON, alibi=True)),
+    # 12 heads of 8, whose slopes transformers' Falcon rounds to bfloat16 (alibi_bfloat16)
+    "falcon-rw-alibi-12": ("FalconForCausalLM", "FalconConfig", dict(FALCON, num_attention_heads=12, alibi=True,
+                                                                     multi_query=False, parallel_attn=False)),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),

@@ -52,7 +52,7 @@ def test_config_json_round_trip(name):
     ({"output_projection": False, "tie_embeddings": True}, r"output_projection=False \(a bare backbone\)"),
     ({"output_bias": 1}, r"output_bias must be a bool or None \(= same as bias\), received 1"),
     ({"activation": "swish"}, r"activation must be one of relu, gelu, gelu_tanh, silu, received 'swish'"),
-    ({"positional": "alibi"}, r"positional must be one of sinusoidal, learned, rope, received 'alibi'"),
+    ({"positional": "relative"}, r"positional must be one of sinusoidal, learned, rope, none, received 'relative'"),
     ({"sinusoid_layout": "paired"}, r"sinusoid_layout must be one of interleaved, concatenated, received 'paired'"),
     ({"d_model": 15, "num_heads": 5}, r"sinusoidal positions need an even d_model, received d_model=15"),
     ({"pad_id": 48}, r"pad_id=48 is outside the source vocabulary"),

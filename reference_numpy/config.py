@@ -108,9 +108,10 @@ class TransformerConfig:
     parallel_residual: bool = False
     ffn_shares_norm: bool = False  # (GPT-J, Phi) parallel_residual's feed-forward reads norm1(x) too; no norm3
     # (Bloom, Falcon) ALiBi: head h's self-attention score for key position j gets + slope_h * j (Press et al. 2021,
-    # `ops.alibi_slopes`), the model's only positions (positional="none"); decoder-only models
+    # `alibi.slopes`), the model's only positions (positional="none"); decoder-only models
     alibi: bool = False
     alibi_scaled: bool = False  # (Falcon) the ALiBi bias is added before the scores' scaling, so scaled with them
+    alibi_bfloat16: bool = False  # (Falcon) slope and slope * position rounded to bfloat16, as transformers' Falcon
     # (OLMo, OLMo 2, Granite) the norms and scalings below; `_check_scalings`
     pre_norms: bool = True  # False (OLMo 2): no norm before the sublayers, x + post_norm(f(x)) (needs post_norms)
     qk_norm_over: str = "head"  # qk_norm over each head's d_k (Qwen3) or "all" of q and of k at once (OLMo 2)

@@ -254,10 +254,15 @@ def _check_parallel(cfg: Any) -> None:
                          f"positional='rope', received positional={cfg.positional!r}")
 
 
+# ALiBi's slopes are powers of two up to 8 heads (2^(-8k/n) with n <= 8, and for n <= 4 the odd k of 2n), and a power
+# of two times a position below 256 is a bfloat16 number: `alibi_bfloat16` then rounds nothing
+ALIBI_EXACT_HEADS, ALIBI_EXACT_POSITIONS = 8, 256
+
+
 def _check_alibi(cfg: Any) -> None:
-    """`alibi` (the biases of a decoder-only model whose only positions they are) and `alibi_scaled` (which needs
-    it)."""
-    for name in ("alibi", "alibi_scaled"):
+    """`alibi` (the biases of a decoder-only model whose only positions they are), `alibi_scaled` and
+    `alibi_bfloat16` (which need it; stored as False where its rounding changes no bias)."""
+    for name in ("alibi", "alibi_scaled", "alibi_bfloat16"):
         if not isinstance(getattr(cfg, name), bool):
             raise ValueError(f"{name} must be a bool, received {getattr(cfg, name)!r}")
     if cfg.alibi and not (cfg.is_decoder_only and cfg.positional == "none"):
@@ -267,9 +272,12 @@ def _check_alibi(cfg: Any) -> None:
     if cfg.positional == "none" and not cfg.alibi:
         raise ValueError("positional='none' leaves the positions to ALiBi biases: it needs alibi=True, received "
                          "alibi=False")
-    if cfg.alibi_scaled and not cfg.alibi:
-        raise ValueError("alibi_scaled=True says where the ALiBi bias is added; it needs alibi=True, received "
-                         "alibi=False")
+    for name, what in (("alibi_scaled", "says where the ALiBi bias is added"),
+                       ("alibi_bfloat16", "rounds the ALiBi bias")):
+        if getattr(cfg, name) and not cfg.alibi:
+            raise ValueError(f"{name}=True {what}; it needs alibi=True, received alibi=False")
+    if cfg.alibi_bfloat16 and cfg.num_heads <= ALIBI_EXACT_HEADS and cfg.max_len <= ALIBI_EXACT_POSITIONS:
+        object.__setattr__(cfg, "alibi_bfloat16", False)  # the rounding changes no bias: stored as exact
 
 
 def _check_scalings(cfg: Any) -> None:

@@ -12,7 +12,7 @@ from typing import Mapping
 
 import numpy as np
 
-from . import moe, ops
+from . import alibi, moe, ops
 from .config import TransformerConfig
 from .schema import tied_output_embedding, token_embedding, validate_weights
 
@@ -87,7 +87,7 @@ class MultiHeadAttention(_Module):
         k, v = ops.repeat_kv(k, groups), ops.repeat_kv(v, groups)  # (B, H, Tk, d_k)
         bias = None  # ALiBi: key position j biased by slope_h * j (decoder-only: this is self-attention)
         if c.alibi:
-            bias = ops.alibi_bias(c.num_heads, k.shape[2], c.alibi_factor).astype(q.dtype)  # (H, 1, Tk)
+            bias = alibi.bias(c, k.shape[2]).astype(q.dtype)  # (H, 1, Tk)
         out, weights = op.scaled_dot_product_attention(q, k, v, mask, scale=c.attention_scale_factor,
                                                        softcap=c.attn_logit_softcap, bias=bias)
         out = op.merge_heads(out)  # (B, Tq, D)

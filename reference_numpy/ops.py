@@ -243,23 +243,6 @@ def attention_mask(key_mask: np.ndarray, query_len: int, causal: bool = False, w
     return mask
 
 
-def alibi_slopes(num_heads: int) -> np.ndarray:
-    """ALiBi's slope of each head (Press et al. 2021), float64 `(H,)`: with n the largest power of two <= H, heads
-    0 .. n-1 take 2^(-8k/n) for k = 1 .. n, and the other H - n heads every other slope of 2n heads, 2^(-8k/(2n))
-    for k = 1, 3, 5, ... (transformers' `_get_alibi_slopes`, keras_hub's `AlibiBias`)."""
-    n = 2 ** int(math.floor(math.log2(num_heads)))
-    slopes = [2.0 ** (-8.0 * k / n) for k in range(1, n + 1)]
-    slopes += [2.0 ** (-8.0 * k / (2 * n)) for k in range(1, 2 * (num_heads - n), 2)]
-    return np.asarray(slopes, dtype=np.float64)
-
-
-def alibi_bias(num_heads: int, key_len: int, factor: float = 1.0) -> np.ndarray:
-    """The ALiBi bias on attention scores, float64 `(H, 1, Tk)`: slope_h * j * factor for key position j. Softmax
-    is shift invariant along a row, so this equals the paper's -slope * (i - j) and transformers' count of real
-    keys before j under left padding: they differ from it by a constant per query row."""
-    return alibi_slopes(num_heads)[:, None, None] * float(factor) * np.arange(key_len, dtype=np.float64)
-
-
 def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None,
                                  scale: float | None = None, softcap: float | None = None,
                                  bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -271,7 +254,7 @@ def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, ma
         mask: bool, broadcastable to `(B, H, Tq, Tk)`; True = may attend.
         scale: what the scores are multiplied by (`TransformerConfig.attention_scale_factor`); None = 1/sqrt(d_k).
         softcap: `TransformerConfig.attn_logit_softcap`; None = none.
-        bias: broadcastable to `(B, H, Tq, Tk)` (ALiBi's `alibi_bias`), in q's dtype; None = none.
+        bias: broadcastable to `(B, H, Tq, Tk)` (ALiBi's, `alibi.bias`), in q's dtype; None = none.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)`. A query row with no key it may attend to gets

@@ -278,12 +278,13 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
 
     def _alibi(self, k):
         """ALiBi's bias `(H, 1, Tk)` for the keys `k` `(B, H, Tk, d_k)` (positions 0 .. Tk-1, cached ones first; a
-        fixed-size cache's slot is its position), in k's dtype; None without `alibi`."""
+        fixed-size cache's slot is its position), in k's dtype; None without `alibi`. The reference's table over
+        `max_len` positions (a constant), cut to the keys: the same numbers as the reference's."""
         c = self.config
         if not c.alibi:
             return None
-        slopes = tf.constant(rn.ops.alibi_slopes(c.num_heads) * c.alibi_factor, k.dtype)[:, None, None]  # (H, 1, 1)
-        return slopes * tf.cast(tf.range(tf.shape(k)[2]), k.dtype)  # (H, 1, Tk)
+        table = tf.constant(rn.alibi.bias(c, c.max_len), k.dtype)  # (H, 1, max_len)
+        return table[:, :, :tf.shape(k)[2]]  # (H, 1, Tk)
 
     def _flat(self, x, norm):
         """A projection `(B, T, heads*d_k)` clamped (`clip_qkv`) and, under `qk_norm_over="all"`, normalized."""

@@ -188,7 +188,7 @@ class MultiHeadAttention(nn.Module):
         c = self.config
         if not c.alibi:
             return None
-        bias = rn.ops.alibi_bias(c.num_heads, k.shape[2], c.alibi_factor)  # float64, rounded once
+        bias = rn.alibi.bias(c, k.shape[2])  # float64, rounded once
         return torch.from_numpy(bias).to(device=k.device, dtype=k.dtype)
 
     def _flat(self, x, norm):

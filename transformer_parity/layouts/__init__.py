@@ -157,6 +157,7 @@ FAMILY_ONLY = {
     "sinusoid_frequencies": "sinusoids at other frequencies",
     "alibi": "ALiBi biases on the attention scores in place of positions",
     "alibi_scaled": "ALiBi biases scaled with the attention scores",
+    "alibi_bfloat16": "ALiBi biases rounded to bfloat16",
 }
 
 

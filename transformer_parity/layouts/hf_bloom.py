@@ -146,7 +146,7 @@ def exact_float64(model64, config: rn.TransformerConfig) -> None:
     import torch
 
     def build_alibi_tensor(self, attention_mask, num_heads, dtype):
-        slopes = torch.as_tensor(rn.ops.alibi_slopes(num_heads), dtype=torch.float64)
+        slopes = torch.as_tensor(rn.alibi.slopes(num_heads), dtype=torch.float64)
         positions = ((attention_mask.cumsum(dim=-1) - 1) * attention_mask)[:, None, :]  # (B, 1, T)
         alibi = slopes[None, :, None] * positions.double()  # (B, H, T)
         return alibi.reshape(-1, 1, attention_mask.shape[1]).to(dtype)

@@ -13,9 +13,10 @@ its query heads, then its key, then its value (`fused_qkv_groups_t`: new_decoder
 groups, one group under multi_query, one per head under neither). `alibi` (Falcon-RW-1B) puts ALiBi biases in place of
 rotary positions, added before the scores are scaled by 1/sqrt(head_dim) (canonical `alibi_scaled`), as
 transformers' SDPA path computes them (its mask holds alibi / sqrt(head_dim)); its eager path, which
-`output_attentions` takes, adds them twice (once scaled with the scores, once in the mask), and its slopes times
-positions are bfloat16 (`build_alibi_tensor`): exact for power-of-two slopes (6 heads, 8 heads) up to 256 positions,
-rounded to 3 significant digits otherwise. `bias` switches every linear's bias but
+`output_attentions` takes, adds them twice (once scaled with the scores, once in the mask). Its slopes and slopes times
+positions are bfloat16 (`build_alibi_tensor`, as Falcon-RW's own code), canonical `alibi_bfloat16`: exact for
+power-of-two slopes (up to 8 heads) over at most 256 positions, where the config stores it as False, 8 significant
+bits otherwise. `bias` switches every linear's bias but
 `lm_head`'s (it has none); the head is tied unless `tie_word_embeddings` is false. Refused, naming the field:
 a head_dim other than hidden_size / heads,
 `num_kv_heads` other than the heads without new_decoder_architecture or multi_query (transformers cannot run it),
@@ -141,7 +142,7 @@ def config_from_hf(hf: Mapping[str, Any], keys: Collection[str]) -> tuple[rn.Tra
         d_ff=optional_integer(hf, "ffn_hidden_size") or 4 * d, max_len=integer(hf, "max_position_embeddings"),
         dropout=number(hf, "hidden_dropout", 0.0), activation=activation(hf, "activation", "gelu"), norm_first=True,
         final_norm=True, norm="layer", layer_norm_eps=number(hf, "layer_norm_epsilon", 1e-5),
-        positional="none" if alibi else "rope", alibi=alibi, alibi_scaled=alibi,
+        positional="none" if alibi else "rope", alibi=alibi, alibi_scaled=alibi, alibi_bfloat16=alibi,
         rope_theta=theta, rope_scaling=scaling, scale_embedding=False, bias=bias, parallel_residual=parallel,
         ffn_shares_norm=shares, tie_embeddings=boolean(hf, "tie_word_embeddings", True) if lm else False,
         pad_id=None, output_bias=False, output_projection=lm)
@@ -160,6 +161,9 @@ def export_problems(config: rn.TransformerConfig) -> list[str]:
         problems.append(f"positional={config.positional!r} ({MODEL_TYPE} needs 'rope', or ALiBi: 'none')")
     if config.alibi and not config.alibi_scaled:
         problems.append(f"alibi_scaled=False ({MODEL_TYPE} adds ALiBi's bias before the scores are scaled)")
+    if config.alibi and not config.alibi_bfloat16 and config.replace(alibi_bfloat16=True).alibi_bfloat16:
+        problems.append(f"alibi_bfloat16=False ({MODEL_TYPE} rounds ALiBi's slopes and biases to bfloat16, which "
+                        f"changes them for {config.num_heads} heads over max_len={config.max_len})")
     if len({config.has_qkv_bias, config.has_o_bias, config.has_ffn_bias}) != 1:
         problems.append(f"biases on some linears only ({MODEL_TYPE}'s bias switches q/k/v, the attention output and "
                         "the feed-forward together)")
@@ -209,5 +213,5 @@ FAMILY = HFFamily(
     table=table, prefix=prefix, base_prefix=BASE_PREFIX,
     transformers_classes=ARCHITECTURES,  # the source oracle: with an output projection, without one
     hooks=HOOKS, head_hook=None, task_heads=TASK_HEADS,
-    expresses=("parallel_residual", "ffn_shares_norm", "alibi", "alibi_scaled"),  # `layouts.FAMILY_ONLY` settings
+    expresses=("parallel_residual", "ffn_shares_norm", "alibi", "alibi_scaled", "alibi_bfloat16"),  # FAMILY_ONLY
     approximations=(), float64_fix=None)
