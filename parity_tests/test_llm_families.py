@@ -198,7 +198,7 @@ def test_float32_outputs_match_the_reference(name, impl, tmp_path_factory):
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3", "starcoder2", "stablelm",
                                   "opt", "gpt-neox", "phi-qk-layernorm", "gptj", "stablelm-parallel", "codegen",
                                   "olmo", "olmo2", "granite", "gpt-neo", "falcon-7b", "falcon-40b", "bloom",
-                                  "falcon-rw-alibi"])
+                                  "falcon-rw-alibi", "falcon-rw-alibi-12"])
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
