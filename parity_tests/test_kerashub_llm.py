@@ -431,8 +431,8 @@ def test_a_backbone_saved_alone_keeps_its_untied_head(backbone, settings, tmp_pa
 @pytest.mark.parametrize("name", ["gpt-neox", "opt", "bloom", "falcon"])
 def test_a_setting_keras_hub_032_does_not_write_is_refused_and_an_untied_head_is_not_written(name, tmp_path_factory,
                                                                                             tmp_path):
-    """GPT-NeoX, OPT, BLOOM and Falcon: a config.json key their backbone's get_config() does not write is refused, naming it; an
-    untied head has no KerasHub form (their causal LMs' logits are the token embedding reversed)."""
+    """GPT-NeoX, OPT, BLOOM and Falcon: a config.json key their backbone's get_config() does not write is refused,
+    naming it; an untied head has no KerasHub form (their causal LMs' logits are the token embedding reversed)."""
     import shutil
 
     _, path = family_preset(tmp_path_factory, name)

@@ -34,8 +34,8 @@ SERIALIZED = {"FalconBackbone": ("keras_hub.src.models.falcon.falcon_backbone", 
               "FalconCausalLM": ("keras_hub.src.models.falcon.falcon_causal_lm", "falcon_causal_lm")}
 FIXED = {"num_encoder_layers": 0, "activation": "gelu", "norm": "layer", "norm_first": True, "final_norm": True,
          "positional": "none", "alibi": True, "alibi_scaled": True, "alibi_bfloat16": False, "embed_norm": False,
-         "scale_embedding": False, "bias": True, "attention_bias": None, "num_kv_heads": None, "head_size": None, "ffn_gated": False,
-         "parallel_residual": False, "head_transform": False, "type_vocab_size": 0, "pooler": False,
+         "scale_embedding": False, "bias": True, "attention_bias": None, "num_kv_heads": None, "head_size": None,
+         "ffn_gated": False, "parallel_residual": False, "head_transform": False, "type_vocab_size": 0, "pooler": False,
          "output_bias": False, "pad_id": None}
 CONFIG_KEYS = {"src_vocab_size": "vocabulary_size", "tgt_vocab_size": "vocabulary_size", "d_model": "hidden_dim",
                "num_heads": "num_attention_heads", "num_decoder_layers": "num_layers", "d_ff": "intermediate_dim",
