@@ -31,6 +31,8 @@ CASES = {  # id -> (builders, their model, the KerasHub format, the class keras_
     "qwen3": (decoders, "qwen3", "kerashub-qwen3", "Qwen3CausalLM"),
     "gemma": (decoders, "gemma-eps-1e-6", "kerashub-gemma", "GemmaCausalLM"),
     "phi3": (decoders, "phi3-longrope", "kerashub-phi3", "Phi3CausalLM"),
+    "bloom": (decoders, "bloom", "kerashub-bloom", "BloomCausalLM"),
+    "falcon-rw-alibi": (decoders, "falcon-rw-alibi", "kerashub-falcon", "FalconCausalLM"),
     "bert": (encoders, "bert-tanh-gelu", "kerashub-bert", "BertBackbone"),
     "distilbert": (encoders, "distilbert-gelu", "kerashub-distilbert", "DistilBertBackbone"),
     "albert": (encoders, "albert-tanh-gelu", "kerashub-albert", "AlbertBackbone"),
@@ -128,6 +130,8 @@ REFUSED = [  # (builders, model, --to, what the one line names)
     (encoders, "distilbert", "kerashub-distilbert", "activation='relu' (KerasHub DistilBertBackbone has 'gelu')"),
     (encoders, "albert-mlm", "kerashub-albert", "pooler=False (KerasHub AlbertMaskedLM has True)"),
     (encoders, "albert", "kerashub-albert", "gelu_tanh: KerasHub's AlbertBackbone computes tanh-approximated GELU"),
+    (decoders, "falcon-7b-alibi", "kerashub-falcon", "parallel_residual=True (KerasHub Falcon has False)"),
+    (decoders, "falcon-7b", "kerashub-falcon", "alibi=False (KerasHub Falcon has True)"),
     (mixtures, "mixtral", "kerashub-mixtral", "head_size=16 (KerasHub Mixtral: hidden_dim / heads)"),
     (mixtures, "qwen2-moe", "kerashub-qwen-moe", "head_size=16 (KerasHub QwenMoe: hidden_dim / heads)"),
     (mixtures, "qwen3-moe", "kerashub-qwen3-moe",  # and a dense layer between expert layers: keras_hub has that

@@ -167,6 +167,13 @@ FAMILIES = {
     # OPT: GPT-2's pre-LN blocks with ReLU, positions from row 0 (transformers' from row 2), the head tied
     "opt": ("OPTBackbone", "OPTCausalLM", "hf-opt", dict(
         num_query_heads=DROP, num_key_value_heads=DROP, layer_norm_epsilon=DROP, num_heads=6, max_sequence_length=64)),
+    # ALiBi over 6 heads of 16 beside the scaled scores, an embedding LayerNorm, the tanh GELU, 4 * hidden wide as
+    # transformers' BLOOM always is (BLOOM); added before the scaling, one sublayer after the other, the exact GELU
+    # (Falcon: transformers' Falcon-RW form with alibi=true)
+    "bloom": ("BloomBackbone", "BloomCausalLM", "hf-bloom", dict(
+        num_query_heads=DROP, num_key_value_heads=DROP, num_heads=6, hidden_dim=96, intermediate_dim=384)),
+    "falcon": ("FalconBackbone", "FalconCausalLM", "hf-falcon", dict(
+        num_query_heads=DROP, num_key_value_heads=DROP, num_attention_heads=6, hidden_dim=96)),
 }
 
 
@@ -187,6 +194,13 @@ def family_preset(tmp_path_factory, name: str):
         task.save_to_preset(str(path))
         _cache[name] = task, path
     return _cache[name]
+
+
+def hf_config(name: str, config: rn.TransformerConfig) -> rn.TransformerConfig:
+    """What the family's transformers export takes: KerasHub's Falcon computes ALiBi exactly, transformers' rounds it
+    to bfloat16, which changes nothing for 6 heads over at most 256 positions (a preset has no maximum length: 2048
+    is read, where the two part)."""
+    return config.replace(max_len=256) if name == "falcon" else config
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -220,7 +234,7 @@ def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_f
     formats.save(tmp_path / "again", loaded.config, dict(loaded.weights), loaded.format)
     np.testing.assert_array_equal(logits(keras_hub.models.CausalLM.from_preset(str(tmp_path / "again")), src),
                                   expected)
-    formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), hf_format)
+    formats.save(tmp_path / "hf", hf_config(name, loaded.config), dict(loaded.weights), hf_format)
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
     if loaded.config.num_experts:  # transformers' default experts (grouped_mm) take no odd widths
         hf.set_experts_implementation("eager")
@@ -229,7 +243,7 @@ def test_llama_like_families_import_verify_and_export_both_ways(name, tmp_path_f
     assert np.max(np.abs(theirs - expected)) <= 1e-4
 
 
-@pytest.mark.parametrize("name", ["mixtral", "qwen3-moe", "gemma2", "smollm3", "opt"])
+@pytest.mark.parametrize("name", ["mixtral", "qwen3-moe", "gemma2", "smollm3", "opt", "bloom", "falcon"])
 def test_keras_hub_greedy_generation_equals_transformers_on_our_export(name, tmp_path_factory, tmp_path):
     """keras_hub's greedy `generate` (its KV cache) on the preset gives the 32 tokens transformers decodes from our
     export of it. Left out, for keras_hub's reasons: Qwen-MoE with a window (keras-hub 0.32's cached attention takes
@@ -238,7 +252,7 @@ def test_keras_hub_greedy_generation_equals_transformers_on_our_export(name, tmp
     query at position 0, no `start_index`: its first generated token already differs from transformers')."""
     task, path = family_preset(tmp_path_factory, name)
     loaded = formats.load(path)
-    formats.save(tmp_path / "hf", loaded.config, dict(loaded.weights), FAMILIES[name][2])
+    formats.save(tmp_path / "hf", hf_config(name, loaded.config), dict(loaded.weights), FAMILIES[name][2])
     model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
     if loaded.config.num_experts:  # transformers' default experts (grouped_mm) take no odd widths
         model.set_experts_implementation("eager")
@@ -460,11 +474,11 @@ def test_a_backbone_saved_alone_keeps_its_untied_head(backbone, settings, tmp_pa
     assert json.loads(report.read_text())["source"]["runs"][0]["label"] == "keras_hub-f32"
 
 
-@pytest.mark.parametrize("name", ["gpt-neox", "opt"])
+@pytest.mark.parametrize("name", ["gpt-neox", "opt", "bloom", "falcon"])
 def test_a_setting_keras_hub_032_does_not_write_is_refused_and_an_untied_head_is_not_written(name, tmp_path_factory,
                                                                                             tmp_path):
-    """GPT-NeoX and OPT: a config.json key their backbone's get_config() does not write is refused, naming it; an
-    untied head has no KerasHub form (their causal LMs' logits are the token embedding reversed)."""
+    """GPT-NeoX, OPT, BLOOM and Falcon: a config.json key their backbone's get_config() does not write is refused,
+    naming it; an untied head has no KerasHub form (their causal LMs' logits are the token embedding reversed)."""
     import shutil
 
     _, path = family_preset(tmp_path_factory, name)
@@ -479,3 +493,35 @@ def test_a_setting_keras_hub_032_does_not_write_is_refused_and_an_untied_head_is
     weights = {**loaded.weights, "output.kernel": np.array(loaded.weights["tgt_embed.embedding"]).T.copy()}
     with pytest.raises(ValueError, match=r"tie_embeddings=False \(\w+CausalLM's logits reuse the token embedding\)"):
         formats.save(tmp_path / "untied", loaded.config.replace(tie_embeddings=False), weights, "kerashub-" + name)
+
+
+def test_what_the_alibi_presets_cannot_hold_is_refused_naming_it(tmp_path_factory, tmp_path):
+    """KerasHub's Falcon takes two dropout rates the canonical model holds as one, and computes ALiBi exactly where
+    transformers' Falcon rounds it to bfloat16 (the same beyond 8 heads or 256 positions only); its BLOOM a
+    feed-forward width transformers' BLOOM (4 * hidden) lacks; its Falcon always computes ALiBi, so a rotary Falcon
+    has no preset."""
+    import dataclasses
+    import shutil
+
+    _, path = family_preset(tmp_path_factory, "falcon")
+    changed = tmp_path / "changed"
+    shutil.copytree(path, changed)
+    config = json.loads((changed / "config.json").read_text())
+    config["config"]["attention_dropout_rate"] = 0.1
+    (changed / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="attention_dropout_rate=0.1 beside feedforward_dropout_rate=0"):
+        formats.load(changed)
+    loaded = formats.load(family_preset(tmp_path_factory, "bloom")[1])
+    narrow = dataclasses.replace(loaded.config, d_ff=37)
+    weights = {k: (v[:, :37] if k.endswith("linear1.kernel") else v[:37] if k.endswith("linear1.bias") or
+                   k.endswith("linear2.kernel") else v) for k, v in loaded.weights.items()}
+    formats.save(tmp_path / "narrow", narrow, weights, "kerashub-bloom")  # KerasHub's BLOOM takes any width
+    with pytest.raises(ValueError, match="d_ff=37"):
+        formats.save(tmp_path / "hf", narrow, weights, "hf-bloom")
+    falcon = formats.load(family_preset(tmp_path_factory, "falcon")[1])
+    with pytest.raises(ValueError, match="alibi_bfloat16=False .* 6 heads over max_len=2048"):
+        formats.save(tmp_path / "hf-falcon", falcon.config, dict(falcon.weights), "hf-falcon")
+    rotary = loaded.config.replace(alibi=False, positional="rope", embed_norm=False, activation="gelu")
+    with pytest.raises(ValueError, match="alibi=False"):
+        formats.save(tmp_path / "falcon", rotary, {k: v for k, v in loaded.weights.items() if "embed_norm" not in k},
+                     "kerashub-falcon")

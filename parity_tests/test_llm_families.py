@@ -33,6 +33,8 @@ OMIT = object()  # a COMMON key a family's config does not have (left out of its
 NEOX = dict(hidden_size=96, num_key_value_heads=OMIT, rms_norm_eps=OMIT, layer_norm_eps=2e-4)
 FALCON = dict(NEOX, layer_norm_eps=OMIT, layer_norm_epsilon=2e-4, intermediate_size=OMIT, ffn_hidden_size=37,
               num_kv_heads=None)
+BLOOM = dict(NEOX, layer_norm_eps=OMIT, layer_norm_epsilon=1e-5, intermediate_size=OMIT, num_attention_heads=OMIT,
+             n_head=6, num_hidden_layers=OMIT, n_layer=2, max_position_embeddings=OMIT)
 LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
           "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
 MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
@@ -100,6 +102,18 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
                                                              bias=True)),
     # one sublayer after the other, q/k/v fused per head, biases (Falcon-RW)
     "falcon-rw": ("FalconForCausalLM", "FalconConfig", dict(FALCON, multi_query=False, parallel_attn=False, bias=True)),
+    # ALiBi over 6 heads of 16 (slopes of 4 heads, then every other of 8), an embedding LayerNorm, fused q/k/v per
+    # head, tied (BLOOM); untied
+    "bloom": ("BloomForCausalLM", "BloomConfig", dict(BLOOM, tie_word_embeddings=True)),
+    "bloom-untied": ("BloomForCausalLM", "BloomConfig", dict(BLOOM)),
+    # ALiBi in place of rotary positions, added before the scaling, one sublayer after the other, tied (Falcon-RW-1B);
+    # side by side on one key/value head, untied (Falcon-7B's form)
+    "falcon-rw-alibi": ("FalconForCausalLM", "FalconConfig", dict(FALCON, multi_query=False, parallel_attn=False,
+                                                                  bias=True, alibi=True, tie_word_embeddings=True)),
+    "falcon-7b-alibi": ("FalconForCausalLM", "FalconConfig", dict(FALCON, alibi=True)),
+    # 12 heads of 8, whose slopes transformers' Falcon rounds to bfloat16 (alibi_bfloat16)
+    "falcon-rw-alibi-12": ("FalconForCausalLM", "FalconConfig", dict(FALCON, num_attention_heads=12, alibi=True,
+                                                                     multi_query=False, parallel_attn=False)),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
@@ -187,7 +201,8 @@ def test_float32_outputs_match_the_reference(name, impl, tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3", "starcoder2", "stablelm",
                                   "opt", "gpt-neox", "phi-qk-layernorm", "gptj", "stablelm-parallel", "codegen",
-                                  "olmo", "olmo2", "granite", "gpt-neo", "falcon-7b", "falcon-40b"])
+                                  "olmo", "olmo2", "granite", "gpt-neo", "falcon-7b", "falcon-40b", "bloom",
+                                  "falcon-rw-alibi", "falcon-rw-alibi-12"])
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
@@ -211,7 +226,8 @@ def test_export_reloads_in_transformers_with_the_same_logits(name, tmp_path_fact
 
 @pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
                                   "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "gpt-neox", "phi", "gptj",
-                                  "olmo", "olmo2", "granite", "gpt-neo", "falcon-7b"])
+                                  "olmo", "olmo2", "granite", "gpt-neo", "falcon-7b", "bloom",
+                                  "falcon-rw-alibi"])
 def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
@@ -240,8 +256,8 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
     ("use_bidirectional_attention", True, "use_bidirectional_attention=True"),
     ("attention_types", [[["global", "sparse"], 1]], "attention_types"),
     ("n_head", 2, "n_head=2"),  # CodeGen: 4 shards of heads
-    ("alibi", True, "alibi=true"),  # Falcon: ALiBi is another attention block
     ("num_kv_heads", 3, "num_kv_heads=3"),  # Falcon-RW: groups only in new_decoder_architecture
+    ("apply_residual_connection_post_layernorm", True, "apply_residual_connection_post_layernorm=true"),  # BLOOM
 ])
 def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
     import shutil
@@ -249,7 +265,7 @@ def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_
     owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "num_key_value_heads": "gpt-neox",
              "head_dim": "phi-qk-layernorm", "rotary_dim": "gptj", "n_head": "codegen", "clip_qkv": "olmo",
              "use_sliding_window": "olmo2", "use_bidirectional_attention": "granite", "attention_types": "gpt-neo",
-             "alibi": "falcon-7b", "num_kv_heads": "falcon-rw"}
+             "num_kv_heads": "falcon-rw", "apply_residual_connection_post_layernorm": "bloom"}
     _, path = hf_model(owner.get(field, "llama"), tmp_path_factory)
     copy = tmp_path / "edited"
     shutil.copytree(path, copy)
@@ -281,7 +297,8 @@ def test_gpt_neox_reads_its_older_rotary_keys():
 def test_falcon_reads_its_three_forms_and_refuses_what_transformers_cannot_run():
     """FalconDecoderLayer's flags as `(parallel_residual, ffn_shares_norm, num_kv_heads)`, written back as the same
     form (new_decoder_architecture wherever the older decoder cannot hold the key/value groups); the flag mixes
-    transformers builds but cannot run, ALiBi and a partial rotary factor refused naming the field."""
+    transformers builds but cannot run and a partial rotary factor refused naming the field; ALiBi read in place of
+    rotary positions, scaled with the scores, and written back."""
     import dataclasses
 
     from transformer_parity.layouts import hf_falcon
@@ -299,8 +316,13 @@ def test_falcon_reads_its_three_forms_and_refuses_what_transformers_cannot_run()
         assert hf_falcon.config_from_hf(written, ["lm_head.weight"])[0] == config, settings
     grouped = dataclasses.replace(config, parallel_residual=False, ffn_shares_norm=False)  # groups one after the other
     assert any(p.startswith("num_kv_heads=3") for p in hf_falcon.export_problems(grouped))
-    for settings, named in [({"alibi": True}, "alibi=true"),
-                            ({"new_decoder_architecture": True, "parallel_attn": False}, "parallel_attn=false"),
+    config = hf_falcon.config_from_hf({**hf, "alibi": True, "parallel_attn": False, "multi_query": False},
+                                      ["lm_head.weight"])[0]
+    assert hf_falcon.config_from_hf(hf_falcon.config_to_hf(config)[0], ["lm_head.weight"])[0] == config
+    assert (config.positional, config.alibi, config.alibi_scaled) == ("none", True, True)
+    assert any(p.startswith("alibi_scaled=False") for p in hf_falcon.export_problems(
+        dataclasses.replace(config, alibi_scaled=False)))
+    for settings, named in [({"new_decoder_architecture": True, "parallel_attn": False}, "parallel_attn=false"),
                             ({"num_ln_in_parallel_attn": 2}, "num_ln_in_parallel_attn=2"),
                             ({"new_decoder_architecture": True, "num_kv_heads": 4}, "num_kv_heads=4"),
                             ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,

@@ -64,6 +64,8 @@ FAMILIES = {  # each family's config class and settings; its task classes are th
     "Falcon": ("FalconConfig", dict({k: v for k, v in DECODER.items() if k not in ("num_key_value_heads",
                                                                             "intermediate_size")},
                                     ffn_hidden_size=37, new_decoder_architecture=True, num_kv_heads=2, bias=True)),
+    "Bloom": ("BloomConfig", {k: v for k, v in DECODER.items() if k not in ("num_key_value_heads",
+                                                                            "intermediate_size")}),
     # a window of 2 under 3 pads: padded queries whose whole window is padding, which verify leaves out (differ there)
     "GPTNeo": ("GPTNeoConfig", dict(vocab_size=61, hidden_size=48, num_heads=6, num_layers=2, intermediate_size=37,
                                     attention_types=[[["global", "local"], 1]], window_size=2,

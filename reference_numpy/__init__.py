@@ -10,7 +10,7 @@ from .model import (Decoder, DecoderLayer, Embedding, Encoder, EncoderLayer, Fee
                     MultiHeadAttention, Pooler, Transformer, check_family, check_padding_mask, check_stack,
                     check_token_ids, check_type_ids, eos_mask, rows_seeing_no_key)
 from .ops import (attention_mask, causal_mask, padding_mask, scaled_dot_product_attention, sinusoidal_positions)
-from . import mapping
+from . import alibi, mapping
 from .schema import (from_framework_state, init_weights, parameter_shapes, to_framework_state, validate_weights,
                      weights_dtype)
 from .training import (SCHEDULES, AdamSettings, Schedule, adam_update, cosine_lr, noam_lr, token_cross_entropy)

@@ -43,7 +43,7 @@ class TransformerConfig:
     norm_first: bool = False  # False = post-LN as in the paper; True = pre-LN
     final_norm: bool = False  # a LayerNorm after each stack, as torch.nn.Transformer always has
     layer_norm_eps: float = 1e-5  # PyTorch's default; Keras's LayerNormalization defaults to 1e-3
-    positional: str = "sinusoidal"  # sinusoidal (paper section 3.5), learned, rope, or none (DeBERTa-v3)
+    positional: str = "sinusoidal"  # sinusoidal (paper section 3.5), learned, rope, or none (DeBERTa-v3, ALiBi, T5)
     sinusoid_layout: str = "interleaved"  # interleaved sin/cos (paper) or concatenated [sin | cos] (tensor2tensor)
     sinusoid_frequencies: str = "paper"  # 10000^(-2i/d) (paper) or inclusive: 10000^(-i/(d/2 - 1)) (M2M100, fairseq)
     scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model) (paper section 3.4)
@@ -118,6 +118,11 @@ class TransformerConfig:
     # residual at once: x + attn(norm1(x)) + ffn(norm3(x)); False = one after the other
     parallel_residual: bool = False
     ffn_shares_norm: bool = False  # (GPT-J, Phi) parallel_residual's feed-forward reads norm1(x) too; no norm3
+    # (Bloom, Falcon) ALiBi: head h's self-attention score for key position j gets + slope_h * j (Press et al. 2021,
+    # `alibi.slopes`), the model's only positions (positional="none"); decoder-only models
+    alibi: bool = False
+    alibi_scaled: bool = False  # (Falcon) the ALiBi bias is added before the scores' scaling, so scaled with them
+    alibi_bfloat16: bool = False  # (Falcon) slope and slope * position rounded to bfloat16, as transformers' Falcon
     # (OLMo, OLMo 2, Granite) the norms and scalings below; `_check_scalings`
     pre_norms: bool = True  # False (OLMo 2): no norm before the sublayers, x + post_norm(f(x)) (needs post_norms)
     qk_norm_over: str = "head"  # qk_norm over each head's d_k (Qwen3) or "all" of q and of k at once (OLMo 2)
@@ -279,6 +284,11 @@ class TransformerConfig:
         if self.attention_scale == "none":
             return 1.0
         return float(self.attention_scale)
+
+    @property
+    def alibi_factor(self) -> float:
+        """What the ALiBi bias slope_h * j is multiplied by: the scores' scale under `alibi_scaled`, else 1."""
+        return self.attention_scale_factor if self.alibi_scaled else 1.0
 
     @property
     def has_encoder(self) -> bool:

@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
-POSITIONAL = ("sinusoidal", "learned", "rope", "none")
+POSITIONAL = ("sinusoidal", "learned", "rope", "none")  # none: no absolute positions (relative scores, ALiBi)
 NORMS = ("layer", "rms")
 # transformers' rope types (modeling_rope_utils) and the parameters each reads besides rope_type; `ops.rope_frequencies`
 # computes each exactly as transformers does.
@@ -84,6 +84,7 @@ def check_config(cfg: Any) -> None:
     _check_llm_fields(cfg)
     _check_layer_fields(cfg)
     _check_parallel(cfg)
+    _check_alibi(cfg)
     _check_scalings(cfg)
     _check_classifier(cfg)
     _check_experts(cfg)
@@ -255,6 +256,33 @@ def _check_parallel(cfg: Any) -> None:
     if cfg.rotary_interleaved and cfg.positional != "rope":
         raise ValueError("rotary_interleaved=True says which dims rotary positions turn together; it needs "
                          f"positional='rope', received positional={cfg.positional!r}")
+
+
+# ALiBi's slopes are powers of two up to 8 heads (2^(-8k/n) with n <= 8, and for n <= 4 the odd k of 2n), and a power
+# of two times a position below 256 is a bfloat16 number: `alibi_bfloat16` then rounds nothing
+ALIBI_EXACT_HEADS, ALIBI_EXACT_POSITIONS = 8, 256
+
+
+def _check_alibi(cfg: Any) -> None:
+    """`alibi` (the biases of a decoder-only model whose only positions they are), `alibi_scaled` and
+    `alibi_bfloat16` (which need it; stored as False where its rounding changes no bias)."""
+    for name in ("alibi", "alibi_scaled", "alibi_bfloat16"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise ValueError(f"{name} must be a bool, received {getattr(cfg, name)!r}")
+    if cfg.alibi and not (cfg.is_decoder_only and cfg.positional == "none"):
+        raise ValueError("alibi=True biases a decoder-only model's causal self-attention by key position, its only "
+                         "positions: it needs num_encoder_layers=0 and positional='none', received "
+                         f"num_encoder_layers={cfg.num_encoder_layers}, positional={cfg.positional!r}")
+    if cfg.positional == "none" and not (cfg.alibi or cfg.relative_terms):
+        raise ValueError("positional='none' leaves the positions to ALiBi biases or relative position scores: it "
+                         f"needs alibi=True or relative_terms, received alibi=False, relative_terms="
+                         f"{cfg.relative_terms!r}")
+    for name, what in (("alibi_scaled", "says where the ALiBi bias is added"),
+                       ("alibi_bfloat16", "rounds the ALiBi bias")):
+        if getattr(cfg, name) and not cfg.alibi:
+            raise ValueError(f"{name}=True {what}; it needs alibi=True, received alibi=False")
+    if cfg.alibi_bfloat16 and cfg.num_heads <= ALIBI_EXACT_HEADS and cfg.max_len <= ALIBI_EXACT_POSITIONS:
+        object.__setattr__(cfg, "alibi_bfloat16", False)  # the rounding changes no bias: stored as exact
 
 
 def _check_scalings(cfg: Any) -> None:

@@ -128,14 +128,14 @@ class Precision:
         return r(act(gate) if config.glu_alpha == 1.0 else ops.swish(gate, config.glu_alpha)) * up
 
     def scaled_dot_product_attention(self, q, k, v, mask=None, scale=None, softcap=None, position_scores=None,
-                                     empty_rows="zero", sinks=None):
+                                     empty_rows="zero", sinks=None, bias=None):
         """torch's fused CPU attention (an online softmax): scores and their exponentials in float32 from rounded
         q, k, v; the exponentials rounded for the product with v (accumulated in float32), then divided by their
         float32 sum, and the output rounded once. Returns `(out, the float32 weights)`; shapes as
-        `ops.scaled_dot_product_attention`. A `softcap` caps the float32 scores and `sinks` join the float32 sum
-        (approximations: the frameworks take their explicit path then, which rounds the scores themselves).
-        DeBERTa's `position_scores` (float32, from rounded inputs) join the scores before the scale;
-        `empty_rows="average"` as in `ops`."""
+        `ops.scaled_dot_product_attention`. A `softcap` caps the float32 scores, `sinks` join the float32 sum and
+        an ALiBi `bias` is added to the float32 scores (approximations: the frameworks take their explicit path
+        then, which rounds the scores themselves). DeBERTa's `position_scores` (float32, from rounded inputs) join
+        the scores before the scale; `empty_rows="average"` as in `ops`."""
         r = self.round
         q, k, v = r(q), r(k), r(v)
         if scale is None:
@@ -144,6 +144,8 @@ class Precision:
         if position_scores is not None:
             scores = scores + position_scores
         scores = scores * np.float32(scale)
+        if bias is not None:
+            scores = scores + bias.astype(np.float32)
         if softcap is not None:
             scores = ops.soft_cap(scores, softcap)
         if mask is not None:

@@ -12,7 +12,7 @@ from typing import Mapping
 
 import numpy as np
 
-from . import moe, ops
+from . import alibi, moe, ops
 from .config import TransformerConfig
 from .schema import tied_output_embedding, token_embedding, validate_weights
 
@@ -91,10 +91,13 @@ class MultiHeadAttention(_Module):
             k = op.apply_rope(k, np.arange(tk), inv_freq, scaling, c.rotary_dim, c.rotary_interleaved)
         groups = c.num_heads // c.kv_heads
         k, v = ops.repeat_kv(k, groups), ops.repeat_kv(v, groups)  # (B, H, Tk, d_k)
+        bias = None  # ALiBi: key position j biased by slope_h * j (decoder-only: this is self-attention)
+        if c.alibi:
+            bias = alibi.bias(c, k.shape[2]).astype(q.dtype)  # (H, 1, Tk)
         out, weights = op.scaled_dot_product_attention(
             q, k, v, mask, scale=c.attention_scale_factor, softcap=c.attn_logit_softcap,
             position_scores=self._position_scores(q, k) if self.relative else None,
-            empty_rows="average" if c.padded_queries == "average" else "zero", sinks=self.param("sinks"))
+            empty_rows="average" if c.padded_queries == "average" else "zero", sinks=self.param("sinks"), bias=bias)
         out = op.merge_heads(out)  # (B, Tq, D)
         return op.linear(out, self.param("o.kernel"), self.param("o.bias")), weights
 
@@ -285,7 +288,7 @@ class Embedding(_Module):
         if config.positional == "sinusoidal":
             self.position_table = ops.position_sinusoids(config).astype(self.token_table.dtype)
         elif config.positional in ("rope", "none"):
-            self.position_table = None  # rotary positions turn q and k inside attention instead, or none at all
+            self.position_table = None  # rotary positions turn q and k inside attention, or relative scores or ALiBi
         else:
             self.position_table = weights[f"{side}_pos.embedding"][config.position_offset:]
         # positions_skip_pad: rows picked per token from the whole table (`ops.skip_pad_positions`)

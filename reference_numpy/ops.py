@@ -308,13 +308,14 @@ def disentangled_scores(q: np.ndarray, k: np.ndarray, pos_q: np.ndarray | None, 
 def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None,
                                  scale: float | None = None, softcap: float | None = None,
                                  position_scores: np.ndarray | None = None, empty_rows: str = "zero",
-                                 sinks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                                 sinks: np.ndarray | None = None, bias: np.ndarray | None = None
+                                 ) -> tuple[np.ndarray, np.ndarray]:
     """softmax(scale q k^T) v, equation (1) with scale = 1/sqrt(d_k); with `softcap`, the scaled scores are
     `soft_cap`ped before the mask and the softmax (Gemma 2); `position_scores` (DeBERTa's
-    `disentangled_scores`) are added to q k^T before the scale. `empty_rows="average"`: a query row with no key it
-    may attend to weighs every key equally (DeBERTa's padding queries), not zero. With `sinks` `(H,)`, head h's
-    logit joins each of its queries' softmax as one more column, dropped after it (GPT-OSS): the weights sum to
-    less than 1.
+    `disentangled_scores`) are added to q k^T before the scale; `bias` is added to the scaled scores (ALiBi).
+    `empty_rows="average"`: a query row with no key it may attend to weighs every key equally (DeBERTa's padding
+    queries), not zero. With `sinks` `(H,)`, head h's logit joins each of its queries' softmax as one more column,
+    dropped after it (GPT-OSS): the weights sum to less than 1.
 
     Args:
         q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
@@ -322,6 +323,7 @@ def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, ma
         scale: what the scores are multiplied by (`TransformerConfig.attention_scale_factor`); None = 1/sqrt(d_k).
         softcap: `TransformerConfig.attn_logit_softcap`; None = none.
         sinks: one logit per head `(H,)` (`TransformerConfig.attention_sinks`' `{attn}.sinks`); None = none.
+        bias: broadcastable to `(B, H, Tq, Tk)` (ALiBi's, `alibi.bias`), in q's dtype; None = none.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)`. A query row with no key it may attend to gets
@@ -333,6 +335,8 @@ def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, ma
     if position_scores is not None:
         scores = scores + position_scores
     scores = scores * q.dtype.type(scale)
+    if bias is not None:
+        scores = scores + bias
     if softcap is not None:
         scores = soft_cap(scores, softcap)
     if mask is None and sinks is None:

@@ -34,11 +34,11 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
                                  causal: bool = False, need_weights: bool = False, impl: str = "explicit",
                                  dropout_p: float = 0.0, training: bool = False, seed=None,
                                  scale: float | None = None, softcap: float | None = None,
-                                 position_scores: tf.Tensor | None = None, empty_rows: str = "zero", sinks=None
-                                 ) -> tuple[tf.Tensor, tf.Tensor | None]:
+                                 position_scores: tf.Tensor | None = None, empty_rows: str = "zero", sinks=None,
+                                 bias: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor | None]:
     """softmax(scale q k^T) v (equation 1 with scale = 1/sqrt(d_k)); with `softcap`, the scaled scores are
-    cap * tanh(scores / cap) before the mask (Gemma 2); with `sinks` `(H,)`, head h's logit joins its queries'
-    softmax as one more column, dropped after it (GPT-OSS).
+    cap * tanh(scores / cap) before the mask (Gemma 2); `bias` is added to the scaled scores first (ALiBi); with
+    `sinks` `(H,)`, head h's logit joins its queries' softmax as one more column, dropped after it (GPT-OSS).
 
     Args:
         q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
@@ -59,6 +59,7 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
         empty_rows: "average": a query row with no key weighs every key equally (DeBERTa's padding queries;
             explicit path), not zero.
         sinks: `TransformerConfig.attention_sinks`' logits, one per head; the explicit path, as a cap.
+        bias: broadcastable to `(B, H, Tq, Tk)`, in q's dtype (ALiBi's); the explicit path, as a cap.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)` or None. A query row with no key it may attend
@@ -66,7 +67,8 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
-    if softcap is not None or position_scores is not None or empty_rows != "zero" or sinks is not None:
+    if softcap is not None or position_scores is not None or empty_rows != "zero" or sinks is not None \
+            or bias is not None:
         impl = "explicit"
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
@@ -92,6 +94,8 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
     if position_scores is not None:
         scores = scores + position_scores
     scores = scores * tf.constant(scale, q.dtype)
+    if bias is not None:
+        scores = scores + bias
     if softcap is not None:  # constants in the scores' dtype: float64 stays float64
         cap = tf.constant(softcap, scores.dtype)
         scores = tf.math.tanh(scores / cap) * cap

@@ -287,7 +287,8 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
             q, k, v, attention_mask, need_weights=need_weights, impl=self.impl, dropout_p=c.dropout,
             training=training, seed=self.seed_generator, scale=c.attention_scale_factor, softcap=c.attn_logit_softcap,
             position_scores=None if relative is None else self._position_scores(q, k, relative),
-            empty_rows="average" if c.padded_queries == "average" else "zero", sinks=self.sinks)
+            empty_rows="average" if c.padded_queries == "average" else "zero", sinks=self.sinks,
+            bias=self._alibi(k))
         out = tf.reshape(tf.transpose(out, (0, 2, 1, 3)), (b, tq, h * dk))  # (B, H, Tq, d_k) -> (B, Tq, D)
         return self.o(out), (weights if need_weights else None)
 
@@ -309,6 +310,16 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
             gathered = tf.gather(p2c, tf.broadcast_to(tf.transpose(index), (b, h, tk, tq)), axis=3, batch_dims=3)
             scores += tf.transpose(gathered, (0, 1, 3, 2))  # (B, H, Tk, Tq) -> (B, H, Tq, Tk)
         return scores
+
+    def _alibi(self, k):
+        """ALiBi's bias `(H, 1, Tk)` for the keys `k` `(B, H, Tk, d_k)` (positions 0 .. Tk-1, cached ones first; a
+        fixed-size cache's slot is its position), in k's dtype; None without `alibi`. The reference's table over
+        `max_len` positions (a constant), cut to the keys: the same numbers as the reference's."""
+        c = self.config
+        if not c.alibi:
+            return None
+        table = tf.constant(rn.alibi.bias(c, c.max_len), k.dtype)  # (H, 1, max_len)
+        return table[:, :, :tf.shape(k)[2]]  # (H, 1, Tk)
 
     def _flat(self, x, norm):
         """A projection `(B, T, heads*d_k)` clamped (`clip_qkv`) and, under `qk_norm_over="all"`, normalized."""

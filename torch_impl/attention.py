@@ -19,10 +19,11 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
                                  need_weights: bool = False, impl: str = "fused", dropout_p: float = 0.0,
                                  scale: float | None = None, grouped: bool = False, softcap: float | None = None,
                                  position_scores: torch.Tensor | None = None, empty_rows: str = "zero",
-                                 sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                                 sinks: torch.Tensor | None = None, bias: torch.Tensor | None = None
+                                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """softmax(scale q k^T) v (equation 1 with scale = 1/sqrt(d_k)); with `softcap`, the scaled scores are
-    cap * tanh(scores / cap) before the mask (Gemma 2); with `sinks` `(H,)`, head h's logit joins its queries'
-    softmax as one more column, dropped after it (GPT-OSS).
+    cap * tanh(scores / cap) before the mask (Gemma 2); `bias` is added to the scaled scores first (ALiBi); with
+    `sinks` `(H,)`, head h's logit joins its queries' softmax as one more column, dropped after it (GPT-OSS).
 
     Args:
         q: `(B, H, Tq, d_k)`; k: `(B, H, Tk, d_k)`; v: `(B, H, Tk, d_v)`.
@@ -41,6 +42,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         empty_rows: "average": a query row with no key weighs every key equally (DeBERTa's padding queries;
             explicit path), not zero.
         sinks: `TransformerConfig.attention_sinks`' logits, one per head; the explicit path, as a cap.
+        bias: broadcastable to `(B, H, Tq, Tk)`, in q's dtype (ALiBi's); the explicit path, as a cap.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)` or None. A query row with no key it may attend
@@ -48,7 +50,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
-    if softcap is not None or position_scores is not None or empty_rows != "zero" or sinks is not None:
+    if softcap is not None or position_scores is not None or empty_rows != "zero" or sinks is not None \
+            or bias is not None:
         impl = "explicit"
     if grouped and (impl != "fused" or need_weights):
         raise ValueError("grouped k/v heads go to the fused kernel only; repeat them for the explicit path")
@@ -77,6 +80,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         return (out if has_key is None else out.masked_fill(~has_key, 0)), None
     scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
     scores = (scores if position_scores is None else scores + position_scores) * scale
+    if bias is not None:
+        scores = scores + bias
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if mask is not None:

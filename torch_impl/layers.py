@@ -179,8 +179,8 @@ class MultiHeadAttention(nn.Module):
             q = self.q_norm(q)
         if self.rotary:
             q = rotate(q, k.shape[2] - tq, c, self.local_rope)  # the queries are the last Tq positions
-        # the fused kernel can neither soft-cap nor take a sink's column
-        impl = "explicit" if c.attn_logit_softcap is not None or self.sinks is not None else self.impl
+        # the fused kernel can neither soft-cap, take a sink's column, nor add ALiBi's bias to a bool mask
+        impl = "explicit" if c.attn_logit_softcap is not None or self.sinks is not None or c.alibi else self.impl
         # query head i reads kv head i // groups: the fused kernel takes the kv heads as they are (enable_gqa), the
         # explicit path repeats them, (B, KV, Tk, d_k) -> (B, H, Tk, d_k)
         grouped = kvh != h and impl == "fused" and not need_weights
@@ -191,7 +191,8 @@ class MultiHeadAttention(nn.Module):
             q, k, v, mask, need_weights=need_weights, impl=impl, dropout_p=c.dropout if self.training else 0.0,
             scale=c.attention_scale_factor, grouped=grouped, softcap=c.attn_logit_softcap,
             position_scores=None if relative is None else self._position_scores(q, k, relative),
-            empty_rows="average" if c.padded_queries == "average" else "zero", sinks=self.sinks)
+            empty_rows="average" if c.padded_queries == "average" else "zero", sinks=self.sinks,
+            bias=self._alibi(k))
         out = out.transpose(1, 2).reshape(b, tq, h * dk)  # (B, H, Tq, d_k) -> (B, Tq, H*d_k)
         return self.o(out), weights
 
@@ -211,6 +212,15 @@ class MultiHeadAttention(nn.Module):
             p2c = k @ pos_q.transpose(-1, -2)  # (B, H, Tk, 2 span)
             scores = scores + torch.gather(p2c, -1, index.T.expand(b, h, tk, tq)).transpose(-1, -2)
         return scores
+
+    def _alibi(self, k):
+        """ALiBi's bias `(H, 1, Tk)` for the keys `k` `(B, H, Tk, d_k)` (positions 0 .. Tk-1, cached ones first), in
+        k's dtype; None without `alibi`."""
+        c = self.config
+        if not c.alibi:
+            return None
+        bias = rn.alibi.bias(c, k.shape[2])  # float64, rounded once
+        return torch.from_numpy(bias).to(device=k.device, dtype=k.dtype)
 
     def _flat(self, x, norm):
         """A projection `(B, T, heads*d_k)` clamped (`clip_qkv`) and, under `qk_norm_over="all"`, normalized."""

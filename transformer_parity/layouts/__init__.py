@@ -69,6 +69,7 @@ HF_LAYOUTS = {
     "hf-granite": "hf_granite",
     "hf-codegen": "hf_codegen",
     "hf-falcon": "hf_falcon",
+    "hf-bloom": "hf_bloom",
 }
 # ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
 KERASHUB_PRESET_LAYOUTS = {
@@ -95,6 +96,8 @@ KERASHUB_PRESET_LAYOUTS = {
     "kerashub-phi3": "kerashub_phi3",
     "kerashub-smollm3": "kerashub_smollm3",
     "kerashub-bart": "kerashub_bart",
+    "kerashub-bloom": "kerashub_bloom",
+    "kerashub-falcon": "kerashub_falcon",
 }
 # ... the Keras models that have no preset, only a bare .weights.h5 (`kerashub_preset.py` reads and writes it) ...
 KERASHUB_WEIGHTS_LAYOUTS = {
@@ -169,6 +172,9 @@ FAMILY_ONLY = {
     "glu_limit": "the gated feed-forward's inputs clamped",
     "glu_alpha": "silu at another sigmoid gain",
     "glu_up_offset": "an offset on the gated feed-forward's up projection",
+    "alibi": "ALiBi biases on the attention scores in place of positions",
+    "alibi_scaled": "ALiBi biases scaled with the attention scores",
+    "alibi_bfloat16": "ALiBi biases rounded to bfloat16",
 }
 
 

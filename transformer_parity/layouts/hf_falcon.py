@@ -10,9 +10,15 @@ pre-norm model with LayerNorms and rotary positions over whole heads, in three f
 
 `self_attention.query_key_value` holds q, k and v as transformers' `_split_heads` views them: per key/value group
 its query heads, then its key, then its value (`fused_qkv_groups_t`: new_decoder_architecture's `num_kv_heads`
-groups, one group under multi_query, one per head under neither). `bias` switches every linear's bias but
+groups, one group under multi_query, one per head under neither). `alibi` (Falcon-RW-1B) puts ALiBi biases in place of
+rotary positions, added before the scores are scaled by 1/sqrt(head_dim) (canonical `alibi_scaled`), as
+transformers' SDPA path computes them (its mask holds alibi / sqrt(head_dim)); its eager path, which
+`output_attentions` takes, adds them twice (once scaled with the scores, once in the mask). Its slopes and slopes times
+positions are bfloat16 (`build_alibi_tensor`, as Falcon-RW's own code), canonical `alibi_bfloat16`: exact for
+power-of-two slopes (up to 8 heads) over at most 256 positions, where the config stores it as False, 8 significant
+bits otherwise. `bias` switches every linear's bias but
 `lm_head`'s (it has none); the head is tied unless `tie_word_embeddings` is false. Refused, naming the field:
-`alibi` (ALiBi position biases are another attention block), a head_dim other than hidden_size / heads,
+a head_dim other than hidden_size / heads,
 `num_kv_heads` other than the heads without new_decoder_architecture or multi_query (transformers cannot run it),
 a partial rotary factor, and the norm layouts transformers builds but cannot run (`num_ln_in_parallel_attn` 2
 without new_decoder_architecture; new_decoder_architecture with `parallel_attn` false). transformers adds the
@@ -114,9 +120,7 @@ def config_from_hf(hf: Mapping[str, Any], keys: Collection[str]) -> tuple[rn.Tra
     has_head = any(k.startswith(BASE_PREFIX) or k.startswith("lm_head.") for k in keys)
     arch = architecture(hf, MODEL_TYPE, ARCHITECTURES, has_head)
     refuse(hf, {"is_encoder_decoder": False, "add_cross_attention": False})
-    if boolean(hf, "alibi", False):
-        raise ValueError("config.json alibi=true is not supported (ALiBi position biases are another attention "
-                         "block; rotary positions are implemented)")
+    alibi = boolean(hf, "alibi", False)
     vocab, d = integer(hf, "vocab_size"), optional_integer(hf, "hidden_size") or optional_integer(hf, "n_embed")
     heads = integer(hf, "num_attention_heads")
     if d is None or heads == 0 or d % heads:
@@ -126,6 +130,8 @@ def config_from_hf(hf: Mapping[str, Any], keys: Collection[str]) -> tuple[rn.Tra
                          f"hidden_size / num_attention_heads = {d // heads} wide)")
     parallel, shares, kv = _layout(hf, heads)
     theta, scaling, fraction = hf_llama.rope(hf)
+    if alibi:  # FalconAttention skips the rotation: its rope parameters are not read
+        theta, scaling, fraction = 10000.0, None, 1.0
     if fraction != 1.0:  # FalconRotaryEmbedding turns every dim of a head
         raise ValueError(f"config.json partial_rotary_factor={fraction!r} is not supported for {MODEL_TYPE} (its "
                          "rotary positions turn whole heads)")
@@ -135,7 +141,8 @@ def config_from_hf(hf: Mapping[str, Any], keys: Collection[str]) -> tuple[rn.Tra
         num_encoder_layers=0, num_decoder_layers=integer(hf, "num_hidden_layers"),
         d_ff=optional_integer(hf, "ffn_hidden_size") or 4 * d, max_len=integer(hf, "max_position_embeddings"),
         dropout=number(hf, "hidden_dropout", 0.0), activation=activation(hf, "activation", "gelu"), norm_first=True,
-        final_norm=True, norm="layer", layer_norm_eps=number(hf, "layer_norm_epsilon", 1e-5), positional="rope",
+        final_norm=True, norm="layer", layer_norm_eps=number(hf, "layer_norm_epsilon", 1e-5),
+        positional="none" if alibi else "rope", alibi=alibi, alibi_scaled=alibi, alibi_bfloat16=alibi,
         rope_theta=theta, rope_scaling=scaling, scale_embedding=False, bias=bias, parallel_residual=parallel,
         ffn_shares_norm=shares, tie_embeddings=boolean(hf, "tie_word_embeddings", True) if lm else False,
         pad_id=None, output_bias=False, output_projection=lm)
@@ -145,11 +152,18 @@ def config_from_hf(hf: Mapping[str, Any], keys: Collection[str]) -> tuple[rn.Tra
 def export_problems(config: rn.TransformerConfig) -> list[str]:
     """Why `config` has no Falcon equivalent (empty if it has one)."""
     wanted = {"num_encoder_layers": 0, "norm_first": True, "final_norm": True, "norm": "layer",
-              "norm_weight_offset": 0.0, "positional": "rope", "rotary_fraction": 1.0, "rotary_interleaved": False,
+              "norm_weight_offset": 0.0, "rotary_fraction": 1.0, "rotary_interleaved": False,
               "ffn_gated": False, "scale_embedding": False, "embed_norm": False, "head_transform": False,
               "type_vocab_size": 0, "pooler": False, "qk_norm": False, "head_size": None, "sliding_window": None}
     problems = [f"{k}={getattr(config, k)!r} ({MODEL_TYPE} needs {v!r})" for k, v in wanted.items()
                 if getattr(config, k) != v]
+    if config.positional != ("none" if config.alibi else "rope"):
+        problems.append(f"positional={config.positional!r} ({MODEL_TYPE} needs 'rope', or ALiBi: 'none')")
+    if config.alibi and not config.alibi_scaled:
+        problems.append(f"alibi_scaled=False ({MODEL_TYPE} adds ALiBi's bias before the scores are scaled)")
+    if config.alibi and not config.alibi_bfloat16 and config.replace(alibi_bfloat16=True).alibi_bfloat16:
+        problems.append(f"alibi_bfloat16=False ({MODEL_TYPE} rounds ALiBi's slopes and biases to bfloat16, which "
+                        f"changes them for {config.num_heads} heads over max_len={config.max_len})")
     if len({config.has_qkv_bias, config.has_o_bias, config.has_ffn_bias}) != 1:
         problems.append(f"biases on some linears only ({MODEL_TYPE}'s bias switches q/k/v, the attention output and "
                         "the feed-forward together)")
@@ -172,7 +186,7 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
         "hidden_size": config.d_model, "num_attention_heads": config.num_heads, "num_kv_heads": kv,
         "num_hidden_layers": config.num_decoder_layers, "ffn_hidden_size": config.d_ff,
         "max_position_embeddings": config.max_len, "activation": TO_HF_ACTIVATION[config.activation],
-        "layer_norm_epsilon": config.layer_norm_eps, "bias": config.has_o_bias, "alibi": False,
+        "layer_norm_epsilon": config.layer_norm_eps, "bias": config.has_o_bias, "alibi": config.alibi,
         "new_decoder_architecture": new, "multi_query": not new and kv == 1,
         "parallel_attn": config.parallel_residual,
         "num_ln_in_parallel_attn": (1 if config.ffn_shares_norm else 2) if new else None,
@@ -199,5 +213,5 @@ FAMILY = HFFamily(
     table=table, prefix=prefix, base_prefix=BASE_PREFIX,
     transformers_classes=ARCHITECTURES,  # the source oracle: with an output projection, without one
     hooks=HOOKS, head_hook=None, task_heads=TASK_HEADS,
-    expresses=("parallel_residual", "ffn_shares_norm"),  # `layouts.FAMILY_ONLY` settings it has
+    expresses=("parallel_residual", "ffn_shares_norm", "alibi", "alibi_scaled", "alibi_bfloat16"),  # FAMILY_ONLY
     approximations=(), float64_fix=None)

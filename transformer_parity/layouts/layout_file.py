@@ -20,7 +20,9 @@ from . import hparams as hp
 OPTIONAL = CHECKED  # tied / sinusoid / causal_mask / ignore: matched keys that are checked or skipped
 UNMAPPED = "?"  # the scaffold's mark for what the user still has to fill in
 SECTIONS = ("config", "weights")
-NONE = "none"  # TOML has no null: "none" in [config] is None (pad_id = "none": no padding token)
+# TOML has no null: "none" in [config] is None where the field takes None (pad_id = "none": no padding token); a
+# field that does not keeps the string (positional = "none", attention_scale = "none")
+NONE = "none"
 
 
 @dataclass
@@ -84,8 +86,8 @@ def parse(text: str, path: str | os.PathLike = "<layout>", writing: str | None =
     if unfilled:
         raise ValueError(f"{_at(path, config_lines[unfilled[0]])}: [config] {', '.join(unfilled)} still "
                          f"\"{UNMAPPED}\" (from the scaffold): give each its value, as the model's code has it")
-    config = {name: None if isinstance(value, str) and value.lower() == NONE else value
-              for name, value in config.items()}
+    config = {name: None if isinstance(value, str) and value.lower() == NONE
+              and rn.config.field_type_problem(name, None) is None else value for name, value in config.items()}
     for name, value in config.items():
         problem = None if hp.is_reference(value) else rn.config.field_type_problem(name, value)
         if problem:
