@@ -43,7 +43,7 @@ class TransformerConfig:
     norm_first: bool = False  # False = post-LN as in the paper; True = pre-LN
     final_norm: bool = False  # a LayerNorm after each stack, as torch.nn.Transformer always has
     layer_norm_eps: float = 1e-5  # PyTorch's default; Keras's LayerNormalization defaults to 1e-3
-    positional: str = "sinusoidal"  # sinusoidal (paper section 3.5) or learned
+    positional: str = "sinusoidal"  # sinusoidal (paper section 3.5), learned, rope, or none (no absolute positions)
     sinusoid_layout: str = "interleaved"  # interleaved sin/cos (paper) or concatenated [sin | cos] (tensor2tensor)
     sinusoid_frequencies: str = "paper"  # 10000^(-2i/d) (paper) or inclusive: 10000^(-i/(d/2 - 1)) (M2M100, fairseq)
     scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model) (paper section 3.4)
@@ -115,6 +115,11 @@ class TransformerConfig:
     embedding_multiplier: float = 1.0  # (Granite) the token embeddings times this
     residual_multiplier: float = 1.0  # (Granite) each sublayer's output times this before the residual add
     logit_divisor: float = 1.0  # (Granite's logits_scaling) the logits divided by this
+    # (T5) a learned bias per head and bucket of relative distance (key position - query position), added to every
+    # self-attention's scores: one table per stack, `{stack}.relative_bias.embedding` (buckets, heads); the encoder's
+    # buckets are bidirectional, the decoder's causal (`ops.relative_position_buckets`). 0 = none
+    relative_buckets: int = 0
+    relative_max_distance: int = 128  # (T5) distances from this on share the last bucket
     # (RoBERTa) learned positions count non-pad ids only: the k-th non-pad token of a row (k = 0, 1, ...) reads row
     # position_offset + k, every pad_id token row position_offset - 1 (`ops.skip_pad_positions`)
     positions_skip_pad: bool = False

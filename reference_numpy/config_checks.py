@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
-POSITIONAL = ("sinusoidal", "learned", "rope")
+POSITIONAL = ("sinusoidal", "learned", "rope", "none")  # none: no absolute positions (T5: only its relative bias)
 NORMS = ("layer", "rms")
 # transformers' rope types (modeling_rope_utils) and the parameters each reads besides rope_type; `ops.rope_frequencies`
 # computes each exactly as transformers does.
@@ -85,6 +85,7 @@ def check_config(cfg: Any) -> None:
     _check_scalings(cfg)
     _check_classifier(cfg)
     _check_experts(cfg)
+    _check_relative_bias(cfg)
     _check_attention_scale(cfg.attention_scale)
     if not isinstance(cfg.attention_scale, str):
         object.__setattr__(cfg, "attention_scale", float(cfg.attention_scale))  # JSON may give 1 for 1.0
@@ -397,6 +398,23 @@ def _check_int(name: str, value: Any, minimum: int, or_none: bool = False) -> No
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}{' or None' if or_none else ''}, received "
                          f"{value!r}")
+
+
+def _check_relative_bias(cfg: Any) -> None:
+    """T5's relative position bias: `relative_buckets` (0 = none) and `relative_max_distance`."""
+    _check_int("relative_buckets", cfg.relative_buckets, minimum=0)
+    _check_int("relative_max_distance", cfg.relative_max_distance, minimum=1)
+    if cfg.relative_buckets == 0:
+        if cfg.relative_max_distance != 128:
+            raise ValueError(f"relative_max_distance={cfg.relative_max_distance} needs a relative position bias "
+                             "(relative_buckets > 0), received relative_buckets=0")
+        return
+    if cfg.relative_buckets < 4:
+        raise ValueError("relative_buckets must be 0 (none) or >= 4 (a bidirectional stack halves them, and half of "
+                         f"each half are exact distances), received {cfg.relative_buckets}")
+    if cfg.relative_max_distance <= cfg.relative_buckets // 2:
+        raise ValueError(f"relative_max_distance={cfg.relative_max_distance} must exceed the exact distances, "
+                         f"relative_buckets // 2 = {cfg.relative_buckets // 2}")
 
 
 def _check_attention_scale(value: Any) -> None:

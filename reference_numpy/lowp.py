@@ -114,7 +114,7 @@ class Precision:
         """Rotary positions in float32 from a rounded input, the output rounded once."""
         return self.rounded(ops.apply_rope(x, positions, inv_freq, scaling, rotary_dim, interleaved))
 
-    def scaled_dot_product_attention(self, q, k, v, mask=None, scale=None, softcap=None):
+    def scaled_dot_product_attention(self, q, k, v, mask=None, scale=None, softcap=None, bias=None):
         """torch's fused CPU attention (an online softmax): scores and their exponentials in float32 from rounded
         q, k, v; the exponentials rounded for the product with v (accumulated in float32), then divided by their
         float32 sum, and the output rounded once. Returns `(out, the float32 weights)`; shapes as
@@ -125,6 +125,8 @@ class Precision:
         if scale is None:
             scale = 1.0 / np.sqrt(q.shape[-1])
         scores = q @ np.swapaxes(k, -1, -2) * np.float32(scale)  # (B, H, Tq, Tk)
+        if bias is not None:  # T5's relative position bias, rounded as the model holds its table
+            scores = scores + r(bias)
         if softcap is not None:
             scores = ops.soft_cap(scores, softcap)
         if mask is not None:

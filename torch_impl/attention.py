@@ -17,8 +17,8 @@ IMPLS = ("fused", "explicit")
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                  mask: torch.Tensor | None = None, *, causal: bool = False,
                                  need_weights: bool = False, impl: str = "fused", dropout_p: float = 0.0,
-                                 scale: float | None = None, grouped: bool = False, softcap: float | None = None
-                                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                                 scale: float | None = None, grouped: bool = False, softcap: float | None = None,
+                                 bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """softmax(scale q k^T) v (equation 1 with scale = 1/sqrt(d_k)); with `softcap`, the scaled scores are
     cap * tanh(scores / cap) before the mask (Gemma 2).
 
@@ -35,6 +35,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
             heads; the fused path only (`enable_gqa`), the explicit one takes them repeated.
         softcap: `TransformerConfig.attn_logit_softcap`. `F.scaled_dot_product_attention` cannot cap its scores,
             so a cap takes the explicit path (and the caller repeats grouped heads).
+        bias: added to the scaled scores before the cap and the mask, broadcastable to `(B, H, Tq, Tk)` (T5's
+            relative position bias); it takes the explicit path too.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)` or None. A query row with no key it may attend
@@ -42,7 +44,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
-    if softcap is not None:
+    if softcap is not None or bias is not None:
         impl = "explicit"
     if grouped and (impl != "fused" or need_weights):
         raise ValueError("grouped k/v heads go to the fused kernel only; repeat them for the explicit path")
@@ -70,6 +72,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout_p, scale=scale, **gqa)
         return (out if has_key is None else out.masked_fill(~has_key, 0)), None
     scores = q @ k.transpose(-2, -1) * scale  # (B, H, Tq, Tk)
+    if bias is not None:
+        scores = scores + bias
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if mask is not None:

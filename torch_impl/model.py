@@ -43,7 +43,8 @@ def weight_table(config: TransformerConfig) -> list[tuple[str, str, str]]:
     return table
 
 
-from .layers import ACTIVATIONS, AttentionCache, FeedForward, KVCache, MultiHeadAttention, Record, norm_layer
+from .layers import (ACTIVATIONS, AttentionCache, FeedForward, KVCache, MultiHeadAttention, Record, norm_layer,
+                     relative_position_bias)
 
 
 class _ResidualLayer(nn.Module):
@@ -82,10 +83,12 @@ class EncoderLayer(_ResidualLayer):
         self.post_ffn_norm = norm_layer(config, config.d_model, eps) if config.post_norms else None
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False, name: str | None = None):
+    def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False, name: str | None = None,
+                position_bias=None):
         """`name`: the layer this call records as (`shared_layers` runs one layer under every layer's name)."""
         name = name or self.name
-        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, mask, attention_weights),
+        x = self._sublayer(x, self.norm1,
+                           lambda y: self.self_attn(y, y, mask, attention_weights, position_bias=position_bias),
                            f"{name}.self_attn", record, attention_weights, self.post_attn_norm,
                            f"{name}.post_attn_norm")
         x = self._sublayer(x, self.norm2, self.ffn, f"{name}.ffn", record, attention_weights, self.post_ffn_norm,
@@ -121,14 +124,15 @@ class DecoderLayer(_ResidualLayer):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False,
-                cache: tuple[AttentionCache, AttentionCache] | None = None):
+                cache: tuple[AttentionCache, AttentionCache] | None = None, position_bias=None):
         self_cache, cross_cache = (None, None) if cache is None else cache
         if self.config.parallel_residual:
-            x = self._parallel(x, self_mask, record, attention_weights, self_cache)
+            x = self._parallel(x, self_mask, record, attention_weights, self_cache, position_bias)
             if record is not None:
                 record[self.name] = x
             return x
-        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, attention_weights, self_cache),
+        x = self._sublayer(x, self.norm1,
+                           lambda y: self.self_attn(y, y, self_mask, attention_weights, self_cache, position_bias),
                            self.self_attn.name, record, attention_weights, self.post_attn_norm,
                            f"{self.name}.post_attn_norm")
         if self.cross_attn is not None:
@@ -142,11 +146,11 @@ class DecoderLayer(_ResidualLayer):
             record[self.name] = x
         return x
 
-    def _parallel(self, x, self_mask, record: Record | None, attention_weights: bool, cache):
+    def _parallel(self, x, self_mask, record: Record | None, attention_weights: bool, cache, position_bias=None):
         """`parallel_residual`: x + attn(norm1(x)) + ffn(norm3(x)), the feed-forward reading norm1(x) under
         `ffn_shares_norm` (one norm, computed once)."""
         y = self.norm1(x)
-        attn, weights = self.self_attn(y, y, self_mask, attention_weights, cache)
+        attn, weights = self.self_attn(y, y, self_mask, attention_weights, cache, position_bias)
         if record is not None:  # before the feed-forward's, which a mixture of experts precedes with its routing
             if attention_weights:
                 record[f"{self.self_attn.name}.weights"] = weights
@@ -230,12 +234,16 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(config, f"{name}.layers.{i}")
                                     for i in range(config.encoder_weight_layers))
         self.final_norm = norm_layer(config, config.d_model) if config.final_norm else None
-        self.name, self.depth = name, config.num_encoder_layers
+        self.name, self.depth, self.config = name, config.num_encoder_layers, config
+        self.relative_bias = nn.Embedding(config.relative_buckets, config.num_heads) if config.relative_buckets \
+            else None  # T5: one table, read by every layer
 
     def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False):
+        bias = None if self.relative_bias is None else relative_position_bias(
+            self.relative_bias.weight, self.config, True, x.shape[1], x.shape[1])
         for i in range(self.depth):
             layer = self.layers[min(i, len(self.layers) - 1)]  # shared_layers: the one layer, every time
-            x = layer(x, mask, record, attention_weights, name=f"{self.name}.layers.{i}")
+            x = layer(x, mask, record, attention_weights, name=f"{self.name}.layers.{i}", position_bias=bias)
         if self.final_norm is not None:
             x = self.final_norm(x)
             if record is not None:
@@ -252,13 +260,19 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(config, f"{name}.layers.{i}", i)
                                     for i in range(config.num_decoder_layers))
         self.final_norm = norm_layer(config, config.d_model) if config.final_norm else None
-        self.name = name
+        self.name, self.config = name, config
+        self.relative_bias = nn.Embedding(config.relative_buckets, config.num_heads) if config.relative_buckets \
+            else None  # T5: one table, read by every layer
 
     def forward(self, x, memory, self_masks, cross_mask, record: Record | None = None, attention_weights=False,
                 cache: KVCache | None = None):
+        t = x.shape[1]
+        done = 0 if cache is None else cache.length  # a decoding step's queries follow the cached positions
+        bias = None if self.relative_bias is None else relative_position_bias(
+            self.relative_bias.weight, self.config, False, t, done + t)
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, self_masks[layer.kind], cross_mask, record, attention_weights,
-                      None if cache is None else cache.layers[i])
+                      None if cache is None else cache.layers[i], position_bias=bias)
         if self.final_norm is not None:
             x = self.final_norm(x)
             if record is not None:
