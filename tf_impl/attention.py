@@ -33,7 +33,7 @@ def causal_mask(query_len, key_len, first=None, window: int | None = None) -> tf
 def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask: tf.Tensor | None = None, *,
                                  causal: bool = False, need_weights: bool = False, impl: str = "explicit",
                                  dropout_p: float = 0.0, training: bool = False, seed=None,
-                                 scale: float | None = None, softcap: float | None = None
+                                 scale: float | None = None, softcap: float | None = None, bias=None
                                  ) -> tuple[tf.Tensor, tf.Tensor | None]:
     """softmax(scale q k^T) v (equation 1 with scale = 1/sqrt(d_k)); with `softcap`, the scaled scores are
     cap * tanh(scores / cap) before the mask (Gemma 2).
@@ -53,6 +53,8 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
         scale: what the scores are multiplied by (`TransformerConfig.attention_scale_factor`); None = 1/sqrt(d_k).
         softcap: `TransformerConfig.attn_logit_softcap`. Neither `keras` nor `blockwise` caps its scores, so a cap
             takes the explicit path.
+        bias: added to the scaled scores before the cap and the mask, broadcastable to `(B, H, Tq, Tk)` (T5's
+            relative position bias); it takes the explicit path too.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)` or None. A query row with no key it may attend
@@ -60,7 +62,7 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, received {impl!r}")
-    if softcap is not None:
+    if softcap is not None or bias is not None:
         impl = "explicit"
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
@@ -83,6 +85,8 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
         out = _keras_attention(q, k, v, safe_mask, scale)
         return (out if has_key is None else tf.where(has_key, out, tf.zeros_like(out))), None
     scores = tf.matmul(q, k, transpose_b=True) * tf.constant(scale, q.dtype)  # (B, H, Tq, Tk)
+    if bias is not None:
+        scores = scores + tf.cast(bias, scores.dtype)
     if softcap is not None:  # constants in the scores' dtype: float64 stays float64
         cap = tf.constant(softcap, scores.dtype)
         scores = tf.math.tanh(scores / cap) * cap
