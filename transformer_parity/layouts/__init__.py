@@ -45,6 +45,8 @@ HF_LAYOUTS = {
     "hf-mbart": "hf_mbart",
     "hf-pegasus": "hf_pegasus",
     "hf-m2m-100": "hf_m2m_100",
+    "hf-t5": "hf_t5",
+    "hf-mt5": "hf_mt5",
     "hf-llama": "hf_llama",
     "hf-mistral": "hf_mistral",
     "hf-mixtral": "hf_mixtral",
