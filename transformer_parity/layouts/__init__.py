@@ -92,6 +92,7 @@ KERASHUB_PRESET_LAYOUTS = {
     "kerashub-phi3": "kerashub_phi3",
     "kerashub-smollm3": "kerashub_smollm3",
     "kerashub-bart": "kerashub_bart",
+    "kerashub-t5": "kerashub_t5",
 }
 # ... the Keras models that have no preset, only a bare .weights.h5 (`kerashub_preset.py` reads and writes it) ...
 KERASHUB_WEIGHTS_LAYOUTS = {
