@@ -1,4 +1,4 @@
-"""BERT's relatives (RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT, ELECTRA) against transformers itself: tiny random models with
+"""BERT's relatives (RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT, ELECTRA, MPNet) against transformers itself: tiny random models with
 odd sizes (36 wide, 3 heads, an intermediate size of 37, a vocabulary of 53, 2 layers; ALBERT 3 layers sharing one set
 of weights over 20-wide factorized embeddings), every weight perturbed (LayerNorm gammas away from 1, betas away from
 0), ids holding token 0 and the pad id (at the end of a row and inside one, where RoBERTa's positions skip it). Each is
@@ -51,6 +51,9 @@ MODELS = {  # id -> (transformers class, config class, its settings, our format)
     "electra-mlm": ("ElectraForMaskedLM", "ElectraConfig", dict(SIZES, embedding_size=20, pad_token_id=3,
                                                                 hidden_act="gelu_new"), "hf-electra"),
     "electra": ("ElectraModel", "ElectraConfig", dict(SIZES, embedding_size=36, pad_token_id=3), "hf-electra"),
+    # MPNet: RoBERTa's positions and head, no segments, one relative position bias table for every layer (32
+    # buckets to distance 128); a tanh-GELU encoder under the head's exact GELU
+    "mpnet-mlm": ("MPNetForMaskedLM", "MPNetConfig", dict(SIZES, hidden_act="gelu_new"), "hf-mpnet"),
 }
 _cache: dict = {}
 
@@ -215,6 +218,9 @@ def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory
     ("distilbert", "activation", "gelu_fast", "config.json activation='gelu_fast' is not supported"),
     ("albert-mlm", "num_hidden_groups", 2, "config.json num_hidden_groups=2 is not supported (only 1)"),
     ("albert", "inner_group_num", 2, "config.json inner_group_num=2 is not supported (only 1)"),
+    ("mpnet-mlm", "relative_attention_num_buckets", 16, "config.json relative_attention_num_buckets=16 is not "
+                                                         "supported (only 32)"),
+    ("mpnet-mlm", "pad_token_id", 0, "config.json pad_token_id=0 is not supported (only 1)"),
 ])
 def test_a_config_field_we_do_not_implement_is_refused(name, field, value, named, tmp_path_factory, tmp_path,
                                                        capsys):

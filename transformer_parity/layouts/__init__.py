@@ -40,6 +40,7 @@ HF_LAYOUTS = {
     "hf-distilbert": "hf_distilbert",
     "hf-albert": "hf_albert",
     "hf-electra": "hf_electra",
+    "hf-mpnet": "hf_mpnet",
     "hf-marian": "hf_marian",
     "hf-bart": "hf_bart",
     "hf-mbart": "hf_mbart",
