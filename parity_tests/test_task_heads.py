@@ -38,6 +38,7 @@ FAMILIES = {  # each family's config class and settings; its task classes are th
                                             max_position_embeddings=40, pad_token_id=3)),
     "Albert": ("AlbertConfig", dict(ENCODER, embedding_size=16)),
     "Electra": ("ElectraConfig", dict(ENCODER, embedding_size=16)),
+    "MPNet": ("MPNetConfig", dict(ENCODER, pad_token_id=1)),
     "GPT2": ("GPT2Config", dict(vocab_size=61, n_embd=48, n_head=6, n_layer=2, n_positions=64, pad_token_id=3,
                                 bos_token_id=1, eos_token_id=2)),
     "Llama": ("LlamaConfig", DECODER),
@@ -204,7 +205,9 @@ NOT_HERE = {f"{stem}{kind}" for stem in ("Bart", "Marian", "MBart", "Pegasus", "
             for kind in ("ForCausalLM", "Model")} | {"ElectraForPreTraining", "ElectraForCausalLM",
                                                      "OPTForSequenceClassification", "OPTForQuestionAnswering",
                                                      "Gemma2ForSequenceClassification",
-                                                     "Gemma2ForTokenClassification"}
+                                                     "Gemma2ForTokenClassification"} | {
+    f"{stem}{kind}" for stem in ("T5", "MT5")  # not read yet: refused, naming what is supported
+    for kind in ("EncoderModel", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")}
 
 
 def test_every_task_class_transformers_has_for_our_families_is_read():

@@ -7,7 +7,7 @@ segment embeddings. The encoder holds one relative position bias table (`encoder
 `relative_attention_num_buckets` rows) that every layer adds to its scaled scores, its buckets T5's bidirectional
 ones, always computed for 32 buckets up to distance 128 (`compute_position_bias`'s defaults: another count is
 refused). The head is RoBERTa's: dense -> GELU (exact) -> `layer_norm`, a decoder tied to the word embeddings with its
-own bias. `MPNetModel` has a pooler; its logits are the final hidden states. No task classes are read.
+own bias. `MPNetModel` has a pooler; its logits are the final hidden states. Its task classes are RoBERTa's.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import reference_numpy as rn
 from . import hf_bert, hf_roberta
 from .family import HFFamily
 from .hf import TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, prefix_rule, refuse
+from .hf_tasks import encoder_heads
 
 NAME = "hf-mpnet"
 MODEL_TYPE = "mpnet"
@@ -111,11 +112,15 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
     return hf, arch
 
 
+# The task classes (`hf_tasks`): RoBERTa's heads, under MPNet's names
+TASK_HEADS = encoder_heads("MPNet", *hf_roberta.SEQUENCE_HEAD, pooled_base=True, choice=hf_roberta.CHOICE_HEAD)
+
+
 FAMILY = HFFamily(
     name=NAME, model_type=MODEL_TYPE, architectures=ARCHITECTURES,
     config_from_hf=config_from_hf, export_problems=export_problems, config_to_hf=config_to_hf, config_keys=CONFIG_KEYS,
     table=table, prefix=prefix_rule(BASE_PREFIX, lm=ARCHITECTURES[0]), base_prefix=BASE_PREFIX,
     # the source oracle (`verify`): its sublayers, and the head transform's output (dense -> GELU -> LayerNorm)
-    transformers_classes=ARCHITECTURES, hooks=HOOKS, head_hook=hf_roberta.HEAD_HOOK, task_heads=(),
+    transformers_classes=ARCHITECTURES, hooks=HOOKS, head_hook=hf_roberta.HEAD_HOOK, task_heads=TASK_HEADS,
     expresses=("positions_skip_pad", "relative_buckets", "relative_max_distance"), approximations=(),
     float64_fix=None)
