@@ -20,6 +20,7 @@ import reference_numpy as rn
 
 from .family import Float64Fix, HFFamily
 from .hf import ACTIVATIONS, TO_HF_ACTIVATION, architecture, integer, number, refuse, token_id
+from .hf_tasks import Head, linear
 
 NAME = "hf-t5"
 MODEL_TYPE = "t5"
@@ -71,6 +72,7 @@ _FFN = {"plain": [("linear1", "wi")], "gated": [("gate", "wi_0"), ("linear1", "w
 
 
 def table(config: rn.TransformerConfig, prefix: str) -> list[tuple[str, str, str]]:
+    """The full table for a state dict whose T5Model sits under `prefix` (a task class's `transformer.`)."""
     rows = list(TABLE)
     for stack, sublayer in (("encoder", 1), ("decoder", 2)):
         for ours, theirs in _FFN["gated" if config.ffn_gated else "plain"] + [("linear2", "wo")]:
@@ -79,7 +81,7 @@ def table(config: rn.TransformerConfig, prefix: str) -> list[tuple[str, str, str
     if config.output_projection:
         rows.append(("src_embed.embedding", "lm_head.weight", "tied") if config.tie_embeddings else
                     ("output.kernel", "lm_head.weight", "transpose"))
-    return rows
+    return [(ours, prefix + theirs, transform) for ours, theirs, transform in rows]
 
 
 def feed_forward(hf: dict[str, Any]) -> tuple[str, bool]:
@@ -179,6 +181,27 @@ def prefix(arch: str, keys: Collection[str] | None = None) -> str:
     return ""  # the table names full keys
 
 
+def task_heads(stem: str) -> tuple[Head, ...]:
+    """The sequence and span classes of a T5-style family (`stem`: the class names' start), on its
+    conditional-generation model's weights: the sequence head reads the decoder at the source's last eos_token_id
+    through `classification_head.dense`, tanh and `out_proj` (its T5Model under `transformer.`), the span head scores
+    every decoder position. Neither rescales; the encoder-only classes (`T5EncoderModel`, token classification) are
+    not read."""
+    no_output = {"output_projection": False, "tie_embeddings": False, "output_bias": None, "logit_divisor": 1.0}
+    output = {"output_projection": True, "tie_embeddings": True, "output_bias": None}
+    return (
+        Head(f"{stem}ForSequenceClassification", f"{stem}ForConditionalGeneration",
+             {"classifier": "sequence", "classifier_input": "eos", "classifier_dense": "tanh", **no_output},
+             linear("classifier.dense", "classification_head.dense") + linear("classifier",
+                                                                              "classification_head.out_proj"),
+             output, prefix="transformer.", token_ids={"eos_id": "eos_token_id"}),
+        Head(f"{stem}ForQuestionAnswering", f"{stem}ForConditionalGeneration", {"classifier": "span", **no_output},
+             linear("classifier", "qa_outputs"), output))
+
+
+TASK_HEADS = task_heads("T5")
+
+
 def exact_norms(model64, config: rn.TransformerConfig) -> None:
     """transformers' `T5LayerNorm` takes the mean square in float32 even in a float64 model: each one computes it in
     float64 instead, in place (`verify`'s float64 run of the source)."""
@@ -198,7 +221,7 @@ FAMILY = HFFamily(
     name=NAME, model_type=MODEL_TYPE, architectures=ARCHITECTURES,
     config_from_hf=config_from_hf, export_problems=export_problems, config_to_hf=config_to_hf, config_keys=CONFIG_KEYS,
     table=table, prefix=prefix, base_prefix="",
-    transformers_classes=ARCHITECTURES, hooks=HOOKS, head_hook=None, task_heads=(),
+    transformers_classes=ARCHITECTURES, hooks=HOOKS, head_hook=None, task_heads=TASK_HEADS,
     expresses=("relative_buckets", "relative_max_distance", "positional", "attention_scale", "logit_divisor"),
     approximations=(),
     float64_fix=Float64Fix("T5's RMS norms, whose mean square transformers takes in float32, computed in float64",
