@@ -108,6 +108,8 @@ def test_verify_passes_against_keras_hub(preset, tmp_path):
 
 def test_written_back_keras_hub_loads_it_and_computes_the_same(preset, tmp_path):
     name, model, path = preset
+    if name != "v1.1-lm":
+        pytest.skip("one write-back: the untied, gated preset has every table the tied one has and more")
     loaded = formats.load(path)
     assert formats.save(tmp_path / "again", loaded.config, dict(loaded.weights), "kerashub")[1] == "kerashub-t5"
     again = type(model).from_preset(str(tmp_path / "again"))
