@@ -86,7 +86,7 @@ def test_the_preset_reads_as_keras_hub_computes(preset):
     loaded = formats.load(path)
     config = loaded.config
     assert loaded.format == "kerashub-t5" and config.pad_id == 0
-    assert (config.relative_buckets, config.relative_max_distance, config.head_dim) == (32, 128, 8)
+    assert (config.relative_bias_buckets, config.relative_bias_max_distance, config.head_dim) == (32, 128, 8)
     assert (config.output_projection, config.tie_embeddings and task, config.ffn_gated) == (task, tied and task, gated)
     assert config.logit_divisor == (40 ** 0.5 if task and tied else 1.0)
     src, tgt = inputs()
@@ -151,7 +151,7 @@ def test_buckets_keras_hub_cannot_hold_are_refused(tmp_path, capsys):
     capsys.readouterr()
     assert main(["convert", str(tmp_path / "hf"), str(tmp_path / "preset"), "--to", "kerashub-t5"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "relative_buckets=8 (KerasHub T5Seq2SeqLM has 32)" in err, err
+    assert err.count("\n") == 1 and "relative_bias_buckets=8 (KerasHub T5Seq2SeqLM has 32)" in err, err
 
 
 def test_a_backbone_reads_as_its_decoder_output_and_refuses_what_it_does_not_say(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""T5's relative position bias (`relative_buckets`, `relative_max_distance`, `positional="none"`): the buckets against
+"""T5's relative position bias (`relative_bias_buckets`, `relative_bias_max_distance`, `positional="none"`): the buckets against
 transformers' own function, the fields refused when invalid (naming field and value), a bare `T5Model` read and
 judged, and exports to families without the bias refused naming it. The whole models (T5 v1.0, v1.1, mT5) against
 transformers are in `test_seq2seq_families.py`; the block in every backend, streamed and cached, is the
@@ -32,15 +32,15 @@ def test_the_buckets_are_transformers_own(buckets, distance, bidirectional):
     theirs = T5Attention._relative_position_bucket(torch.as_tensor(relative), bidirectional, buckets, distance)
     ours = rn.ops.relative_position_buckets(relative, bidirectional, buckets, distance)
     np.testing.assert_array_equal(ours, theirs.numpy())
-    config = T5.replace(max_len=700, relative_buckets=buckets, relative_max_distance=distance)
+    config = T5.replace(max_len=700, relative_bias_buckets=buckets, relative_bias_max_distance=distance)
     np.testing.assert_array_equal(rn.ops.relative_bucket_table(config, bidirectional), ours[1:])  # -699 .. 699
 
 
 @pytest.mark.parametrize("changes, says", [
-    (dict(relative_buckets=2), "relative_buckets must be 0 (none) or >= 4"),
-    (dict(relative_buckets=-1), "relative_buckets must be an integer >= 0, received -1"),
-    (dict(relative_max_distance=4), "relative_max_distance=4 must exceed the exact distances"),
-    (dict(relative_buckets=0, relative_max_distance=64), "relative_max_distance=64 needs a relative position bias"),
+    (dict(relative_bias_buckets=2), "relative_bias_buckets must be 0 (none) or >= 4"),
+    (dict(relative_bias_buckets=-1), "relative_bias_buckets must be an integer >= 0, received -1"),
+    (dict(relative_bias_max_distance=4), "relative_bias_max_distance=4 must exceed the exact distances"),
+    (dict(relative_bias_buckets=0, relative_bias_max_distance=64), "relative_bias_max_distance=64 needs a relative position bias"),
     (dict(positional="relative"), "positional"),
 ], ids=["too-few-buckets", "negative-buckets", "distance-within-exact", "distance-without-bias", "unknown-positional"])
 def test_invalid_relative_bias_fields_are_refused_naming_them(changes, says):
@@ -59,7 +59,7 @@ def test_an_export_to_a_family_without_the_bias_is_refused_naming_it(target, tmp
     weights = rn.init_weights(T5, seed=0)
     with pytest.raises(ValueError) as refused:
         formats.save(tmp_path / "out", T5, weights, target)
-    assert "relative_buckets" in str(refused.value) or "positional" in str(refused.value), str(refused.value)
+    assert "relative_bias_buckets" in str(refused.value) or "positional" in str(refused.value), str(refused.value)
 
 
 def test_mt5_refuses_a_rescaled_head():

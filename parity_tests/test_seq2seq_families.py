@@ -30,7 +30,7 @@ SIZES = dict(vocab_size=VOCAB, d_model=36, encoder_attention_heads=3, decoder_at
 # far buckets hit, in the decoder too)
 T5_SIZES = dict(vocab_size=VOCAB, d_model=40, d_kv=8, num_heads=6, d_ff=37, num_layers=2,
                 relative_attention_num_buckets=8, relative_attention_max_distance=20)
-_T5_READS = dict(embed_norm=False, positional="none", relative_buckets=8, relative_max_distance=20, head_dim=8,
+_T5_READS = dict(embed_norm=False, positional="none", relative_bias_buckets=8, relative_bias_max_distance=20, head_dim=8,
                  scale_embedding=False, norm="rms", share_embeddings=True)
 _BART_REFUSED = ("encoder_ffn_dim", 40, "encoder_ffn_dim=40 differs from decoder_ffn_dim=37")
 _T5_REFUSED = ("dense_act_fn", "quick_gelu", "dense_act_fn='quick_gelu'")
@@ -92,7 +92,7 @@ def _inputs(config, name):
     src, tgt = rn.sample_batch(config, 2, *FAMILIES[name][6], 0)
     # id 0 in both (Pegasus' and T5's pad id: a padded position then). Not first in T5's target: a query that may
     # see no key gets a zero output here, a softmax over the hidden keys' position biases in transformers' T5
-    src[0, 2] = tgt[1, 3 if config.relative_buckets else 0] = 0
+    src[0, 2] = tgt[1, 3 if config.relative_bias_buckets else 0] = 0
     return src, tgt
 
 

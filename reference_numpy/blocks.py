@@ -102,7 +102,7 @@ def block_parameters(config: TransformerConfig, block: Block) -> list[str]:
     else:
         prefix = f"{block.kind}."
     names = [n for n in shapes if n.startswith(prefix)]
-    if block.kind == "layer" and config.relative_buckets:  # the stack's one table, read by every layer
+    if block.kind == "layer" and config.relative_bias_buckets:  # the stack's one table, read by every layer
         names.append(f"{block.stack}.relative_bias.embedding")
     if block.kind == "output" and config.tie_embeddings:
         names.append(tied_output_embedding(config))

@@ -118,8 +118,8 @@ class TransformerConfig:
     # (T5) a learned bias per head and bucket of relative distance (key position - query position), added to every
     # self-attention's scores: one table per stack, `{stack}.relative_bias.embedding` (buckets, heads); the encoder's
     # buckets are bidirectional, the decoder's causal (`ops.relative_position_buckets`). 0 = none
-    relative_buckets: int = 0
-    relative_max_distance: int = 128  # (T5) distances from this on share the last bucket
+    relative_bias_buckets: int = 0
+    relative_bias_max_distance: int = 128  # (T5) distances from this on share the last bucket
     # (RoBERTa) learned positions count non-pad ids only: the k-th non-pad token of a row (k = 0, 1, ...) reads row
     # position_offset + k, every pad_id token row position_offset - 1 (`ops.skip_pad_positions`)
     positions_skip_pad: bool = False

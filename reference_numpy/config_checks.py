@@ -401,20 +401,20 @@ def _check_int(name: str, value: Any, minimum: int, or_none: bool = False) -> No
 
 
 def _check_relative_bias(cfg: Any) -> None:
-    """T5's relative position bias: `relative_buckets` (0 = none) and `relative_max_distance`."""
-    _check_int("relative_buckets", cfg.relative_buckets, minimum=0)
-    _check_int("relative_max_distance", cfg.relative_max_distance, minimum=1)
-    if cfg.relative_buckets == 0:
-        if cfg.relative_max_distance != 128:
-            raise ValueError(f"relative_max_distance={cfg.relative_max_distance} needs a relative position bias "
-                             "(relative_buckets > 0), received relative_buckets=0")
+    """T5's relative position bias: `relative_bias_buckets` (0 = none) and `relative_bias_max_distance`."""
+    _check_int("relative_bias_buckets", cfg.relative_bias_buckets, minimum=0)
+    _check_int("relative_bias_max_distance", cfg.relative_bias_max_distance, minimum=1)
+    if cfg.relative_bias_buckets == 0:
+        if cfg.relative_bias_max_distance != 128:
+            raise ValueError(f"relative_bias_max_distance={cfg.relative_bias_max_distance} needs a relative position bias "
+                             "(relative_bias_buckets > 0), received relative_bias_buckets=0")
         return
-    if cfg.relative_buckets < 4:
-        raise ValueError("relative_buckets must be 0 (none) or >= 4 (a bidirectional stack halves them, and half of "
-                         f"each half are exact distances), received {cfg.relative_buckets}")
-    if cfg.relative_max_distance <= cfg.relative_buckets // 2:
-        raise ValueError(f"relative_max_distance={cfg.relative_max_distance} must exceed the exact distances, "
-                         f"relative_buckets // 2 = {cfg.relative_buckets // 2}")
+    if cfg.relative_bias_buckets < 4:
+        raise ValueError("relative_bias_buckets must be 0 (none) or >= 4 (a bidirectional stack halves them, and half of "
+                         f"each half are exact distances), received {cfg.relative_bias_buckets}")
+    if cfg.relative_bias_max_distance <= cfg.relative_bias_buckets // 2:
+        raise ValueError(f"relative_bias_max_distance={cfg.relative_bias_max_distance} must exceed the exact distances, "
+                         f"relative_bias_buckets // 2 = {cfg.relative_bias_buckets // 2}")
 
 
 def _check_attention_scale(value: Any) -> None:

@@ -296,8 +296,8 @@ class Embedding(_Module):
 def stack_bias(config: TransformerConfig, weights, stack: str, query_len: int, key_len: int) -> np.ndarray | None:
     """T5's relative position bias `(1, H, Tq, Tk)` of a stack (`encoder`: bidirectional buckets, `decoder`:
     causal), from its one table `{stack}.relative_bias.embedding`, shared by every layer; None without
-    `relative_buckets`."""
-    if not config.relative_buckets:
+    `relative_bias_buckets`."""
+    if not config.relative_bias_buckets:
         return None
     return ops.relative_position_bias(weights[f"{stack}.relative_bias.embedding"], config, stack == "encoder",
                                       query_len, key_len)

@@ -270,7 +270,7 @@ def relative_bucket_table(config, bidirectional: bool) -> np.ndarray:
     """`(2 * max_len - 1,)` int64: the bucket of every relative distance a model can meet, distance r at index
     r + max_len - 1 (the twins gather from it, so that a decoding step's positions may be tensors)."""
     relative = np.arange(-(config.max_len - 1), config.max_len)
-    return relative_position_buckets(relative, bidirectional, config.relative_buckets, config.relative_max_distance)
+    return relative_position_buckets(relative, bidirectional, config.relative_bias_buckets, config.relative_bias_max_distance)
 
 
 def relative_position_bias(table: np.ndarray, config, bidirectional: bool, query_len: int, key_len: int
@@ -279,8 +279,8 @@ def relative_position_bias(table: np.ndarray, config, bidirectional: bool, query
     positions (a decoding step's one query sits at Tk - 1)."""
     queries = np.arange(key_len - query_len, key_len)
     relative = np.arange(key_len)[None, :] - queries[:, None]  # (Tq, Tk)
-    buckets = relative_position_buckets(relative, bidirectional, config.relative_buckets,
-                                        config.relative_max_distance)
+    buckets = relative_position_buckets(relative, bidirectional, config.relative_bias_buckets,
+                                        config.relative_bias_max_distance)
     return table[buckets].transpose(2, 0, 1)[None]  # (Tq, Tk, H) -> (1, H, Tq, Tk)
 
 

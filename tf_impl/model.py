@@ -139,10 +139,10 @@ class Embedding(ConfigSerializable, keras.layers.Layer):
 
 
 def _relative_bias_table(config: TransformerConfig, dtype) -> keras.layers.Embedding | None:
-    """T5's relative position bias table of a stack, `(relative_buckets, num_heads)`; None without one."""
-    if not config.relative_buckets:
+    """T5's relative position bias table of a stack, `(relative_bias_buckets, num_heads)`; None without one."""
+    if not config.relative_bias_buckets:
         return None
-    return keras.layers.Embedding(config.relative_buckets, config.num_heads, dtype=dtype, name="relative_bias")
+    return keras.layers.Embedding(config.relative_bias_buckets, config.num_heads, dtype=dtype, name="relative_bias")
 
 
 class Encoder(ConfigSerializable, keras.layers.Layer):

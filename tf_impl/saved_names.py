@@ -105,7 +105,7 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
         groups[stack] = stack
         if config.final_norm:
             groups[f"{stack}/final_norm"] = "final_norm"
-        if config.relative_buckets:  # T5: the stack's relative position bias table
+        if config.relative_bias_buckets:  # T5: the stack's relative position bias table
             groups[f"{stack}/relative_bias"] = "relative_bias"
         for i in range(depth):
             path = keras_path(f"{stack}/layers/{stack}_layer_{i}/")[:-1]

@@ -235,7 +235,7 @@ class Encoder(nn.Module):
                                     for i in range(config.encoder_weight_layers))
         self.final_norm = norm_layer(config, config.d_model) if config.final_norm else None
         self.name, self.depth, self.config = name, config.num_encoder_layers, config
-        self.relative_bias = nn.Embedding(config.relative_buckets, config.num_heads) if config.relative_buckets \
+        self.relative_bias = nn.Embedding(config.relative_bias_buckets, config.num_heads) if config.relative_bias_buckets \
             else None  # T5: one table, read by every layer
 
     def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False):
@@ -261,7 +261,7 @@ class Decoder(nn.Module):
                                     for i in range(config.num_decoder_layers))
         self.final_norm = norm_layer(config, config.d_model) if config.final_norm else None
         self.name, self.config = name, config
-        self.relative_bias = nn.Embedding(config.relative_buckets, config.num_heads) if config.relative_buckets \
+        self.relative_bias = nn.Embedding(config.relative_bias_buckets, config.num_heads) if config.relative_bias_buckets \
             else None  # T5: one table, read by every layer
 
     def forward(self, x, memory, self_masks, cross_mask, record: Record | None = None, attention_weights=False,

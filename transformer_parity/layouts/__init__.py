@@ -156,8 +156,8 @@ FAMILY_ONLY = {
     "residual_multiplier": "sublayer outputs times a multiplier",
     "logit_divisor": "logits divided by a divisor",
     "sinusoid_frequencies": "sinusoids at other frequencies",
-    "relative_buckets": "a relative position bias on the attention scores",
-    "relative_max_distance": "relative position buckets up to another distance",
+    "relative_bias_buckets": "a relative position bias on the attention scores",
+    "relative_bias_max_distance": "relative position buckets up to another distance",
 }
 
 

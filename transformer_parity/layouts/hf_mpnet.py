@@ -26,7 +26,7 @@ MODEL_TYPE = "mpnet"
 ARCHITECTURES = ("MPNetForMaskedLM", "MPNetModel")
 BASE_PREFIX = "mpnet."  # where MPNetForMaskedLM keeps its MPNetModel
 CONFIG_KEYS = {**hf_bert.CONFIG_KEYS, "max_len": "max_position_embeddings",
-               "relative_buckets": "relative_attention_num_buckets"}
+               "relative_bias_buckets": "relative_attention_num_buckets"}
 PAD = 1  # MPNetEmbeddings' padding_idx: its positions skip id 1 whatever pad_token_id says
 BUCKETS, MAX_DISTANCE = 32, 128  # MPNetEncoder.compute_position_bias's, whatever the config says
 HOOKS = {"encoder.layers.{i}.self_attn": "encoder.layer.{i}.attention.attn",
@@ -87,14 +87,14 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
         tie_embeddings=mlm and boolean(hf, "tie_word_embeddings", True), output_bias=mlm, output_projection=mlm,
         embed_norm=True, head_transform=mlm,
         head_activation=hf_roberta.HEAD_ACTIVATION if mlm and act != hf_roberta.HEAD_ACTIVATION else None,
-        pooler=pooler, relative_buckets=BUCKETS, relative_max_distance=MAX_DISTANCE)
+        pooler=pooler, relative_bias_buckets=BUCKETS, relative_bias_max_distance=MAX_DISTANCE)
     return config, arch, notes
 
 
 def export_problems(config: rn.TransformerConfig) -> list[str]:
     """Why `config` has no MPNet equivalent (empty if it has one)."""
-    wanted = {"positions_skip_pad": True, "position_offset": PAD + 1, "pad_id": PAD, "relative_buckets": BUCKETS,
-              "relative_max_distance": MAX_DISTANCE, "attention_scale": "head"}
+    wanted = {"positions_skip_pad": True, "position_offset": PAD + 1, "pad_id": PAD, "relative_bias_buckets": BUCKETS,
+              "relative_bias_max_distance": MAX_DISTANCE, "attention_scale": "head"}
     return hf_bert.encoder_problems(config, "MPNet", wanted, pooled_base=config.pooler, segments=False,
                                     head_activation=hf_roberta.HEAD_ACTIVATION)
 
@@ -122,5 +122,5 @@ FAMILY = HFFamily(
     table=table, prefix=prefix_rule(BASE_PREFIX, lm=ARCHITECTURES[0]), base_prefix=BASE_PREFIX,
     # the source oracle (`verify`): its sublayers, and the head transform's output (dense -> GELU -> LayerNorm)
     transformers_classes=ARCHITECTURES, hooks=HOOKS, head_hook=hf_roberta.HEAD_HOOK, task_heads=TASK_HEADS,
-    expresses=("positions_skip_pad", "relative_buckets", "relative_max_distance"), approximations=(),
+    expresses=("positions_skip_pad", "relative_bias_buckets", "relative_bias_max_distance"), approximations=(),
     float64_fix=None)

@@ -50,6 +50,6 @@ FAMILY = HFFamily(
     config_from_hf=config_from_hf, export_problems=export_problems, config_to_hf=config_to_hf,
     config_keys=hf_t5.CONFIG_KEYS, table=hf_t5.table, prefix=hf_t5.prefix, base_prefix="",
     transformers_classes=ARCHITECTURES, hooks=hf_t5.HOOKS, head_hook=None, task_heads=hf_t5.task_heads("MT5"),
-    expresses=("relative_buckets", "relative_max_distance", "positional", "attention_scale"),
+    expresses=("relative_bias_buckets", "relative_bias_max_distance", "positional", "attention_scale"),
     approximations=(),
     float64_fix=hf_t5.FAMILY.float64_fix)

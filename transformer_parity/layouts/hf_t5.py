@@ -3,7 +3,7 @@
 Pre-norm with RMS norms (`T5LayerNorm`: no mean, no bias) and a final norm per stack; no biases anywhere, no
 absolute positions and unscaled attention scores: each stack's first layer holds a table `(buckets, heads)` whose
 rows, picked by bucketed relative distance (bidirectional in the encoder, causal in the decoder), are added to every
-layer's self-attention scores (`relative_buckets`); cross-attention has none. One token table `shared` serves both
+layer's self-attention scores (`relative_bias_buckets`); cross-attention has none. One token table `shared` serves both
 stacks. The feed-forward is `feed_forward_proj`: `relu` (T5 v1.0), `gated-gelu` (v1.1, mT5, Flan-T5: transformers'
 `gelu_new`, the tanh form), or another `[gated-]ACT`. T5 v1.0 ties its head to `shared` and rescales the final states
 by d_model**-0.5 before it (`logit_divisor` sqrt(d_model)); v1.1 keeps an untied `lm_head` and no rescale.
@@ -28,8 +28,8 @@ ARCHITECTURES = ("T5ForConditionalGeneration", "T5Model")
 CONFIG_KEYS = {"src_vocab_size": "vocab_size", "tgt_vocab_size": "vocab_size", "d_model": "d_model",
                "num_heads": "num_heads", "head_size": "d_kv", "num_encoder_layers": "num_layers",
                "num_decoder_layers": "num_decoder_layers", "d_ff": "d_ff",
-               "relative_buckets": "relative_attention_num_buckets",
-               "relative_max_distance": "relative_attention_max_distance", "layer_norm_eps": "layer_norm_epsilon"}
+               "relative_bias_buckets": "relative_attention_num_buckets",
+               "relative_bias_max_distance": "relative_attention_max_distance", "layer_norm_eps": "layer_norm_epsilon"}
 MAX_LEN = 512  # T5 has no position table: the longest sequence accepted here (config.json n_positions if it has one)
 # The modules whose outputs are canonical sublayers (`verify`'s source oracle).
 HOOKS = {"encoder.layers.{i}.self_attn": "encoder.block.{i}.layer.0.SelfAttention",
@@ -134,8 +134,8 @@ def config_from_hf(hf: dict[str, Any], keys: Collection[str]) -> tuple[rn.Transf
         norm_first=True, final_norm=True, layer_norm_eps=number(hf, "layer_norm_epsilon", 1e-6), positional="none",
         scale_embedding=False, bias=False, attention_scale="none", share_embeddings=True, pad_id=pad,
         tie_embeddings=tied, output_projection=head, logit_divisor=math.sqrt(d_model) if scaled and head else 1.0,
-        relative_buckets=integer(hf, "relative_attention_num_buckets", 32),
-        relative_max_distance=integer(hf, "relative_attention_max_distance", 128))
+        relative_bias_buckets=integer(hf, "relative_attention_num_buckets", 32),
+        relative_bias_max_distance=integer(hf, "relative_attention_max_distance", 128))
     return config, arch, notes
 
 
@@ -149,8 +149,8 @@ def export_problems(config: rn.TransformerConfig) -> list[str]:
     problems = [f"{k}={getattr(config, k)!r} (T5 needs {v!r})" for k, v in wanted.items() if getattr(config, k) != v]
     if not config.is_encoder_decoder:
         problems.append("not an encoder-decoder model")
-    if not config.relative_buckets:
-        problems.append("relative_buckets=0 (T5's positions are its relative position bias)")
+    if not config.relative_bias_buckets:
+        problems.append("relative_bias_buckets=0 (T5's positions are its relative position bias)")
     if config.pad_id is None:
         problems.append("pad_id=None (T5 masks padding by its pad id and starts decoding from it)")
     if config.logit_divisor not in (1.0, math.sqrt(config.d_model)):
@@ -167,8 +167,8 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
     hf = {"model_type": MODEL_TYPE, "architectures": [arch], "vocab_size": config.src_vocab_size,
           "d_model": config.d_model, "d_kv": config.head_dim, "d_ff": config.d_ff, "num_heads": config.num_heads,
           "num_layers": config.num_encoder_layers, "num_decoder_layers": config.num_decoder_layers,
-          "relative_attention_num_buckets": config.relative_buckets,
-          "relative_attention_max_distance": config.relative_max_distance, "dropout_rate": config.dropout,
+          "relative_attention_num_buckets": config.relative_bias_buckets,
+          "relative_attention_max_distance": config.relative_bias_max_distance, "dropout_rate": config.dropout,
           "layer_norm_epsilon": config.layer_norm_eps, "feed_forward_proj": proj, "dense_act_fn": name,
           "is_gated_act": config.ffn_gated, "n_positions": config.max_len, "is_encoder_decoder": True,
           "pad_token_id": config.pad_id, "decoder_start_token_id": config.pad_id,
@@ -222,7 +222,7 @@ FAMILY = HFFamily(
     config_from_hf=config_from_hf, export_problems=export_problems, config_to_hf=config_to_hf, config_keys=CONFIG_KEYS,
     table=table, prefix=prefix, base_prefix="",
     transformers_classes=ARCHITECTURES, hooks=HOOKS, head_hook=None, task_heads=TASK_HEADS,
-    expresses=("relative_buckets", "relative_max_distance", "positional", "attention_scale", "logit_divisor"),
+    expresses=("relative_bias_buckets", "relative_bias_max_distance", "positional", "attention_scale", "logit_divisor"),
     approximations=(),
     float64_fix=Float64Fix("T5's RMS norms, whose mean square transformers takes in float32, computed in float64",
                            exact_norms))

@@ -40,7 +40,7 @@ SERIALIZED = {"T5Backbone": ("keras_hub.src.models.t5.t5_backbone", "t5_backbone
 KEYS = ("vocabulary_size", "hidden_dim", "intermediate_dim", "num_layers", "num_heads", "activation", "key_value_dim",
         "dropout", "use_gated_activation", "layer_norm_epsilon", "tie_embedding_weights")  # keras-hub 0.32
 FIXED = {"norm": "rms", "norm_weight_offset": 0.0, "norm_first": True, "final_norm": True, "positional": "none",
-         "relative_buckets": 32, "relative_max_distance": 128, "scale_embedding": False, "bias": False,
+         "relative_bias_buckets": 32, "relative_bias_max_distance": 128, "scale_embedding": False, "bias": False,
          "attention_scale": "none", "share_embeddings": True, "embed_norm": False, "head_transform": False,
          "type_vocab_size": 0, "pooler": False, "embedding_size": None, "shared_layers": False, "num_kv_heads": None,
          "qk_norm": False, "sliding_window": None}
@@ -167,5 +167,5 @@ FAMILY = KerasHubFamily(
     layout=LAYOUT, table=table, settle_from_weights=None,
     to_canonical_state=to_canonical_state, from_canonical_state=from_canonical_state,  # the decoder's layer numbers
     classifier=None, predicts_mask_positions=(),
-    expresses=("relative_buckets", "relative_max_distance", "positional", "attention_scale", "logit_divisor"),
+    expresses=("relative_bias_buckets", "relative_bias_max_distance", "positional", "attention_scale", "logit_divisor"),
     approximations=())
