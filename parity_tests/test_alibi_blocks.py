@@ -50,7 +50,7 @@ def ids(seed: int = 0, length: int = 11) -> np.ndarray:
     ({"alibi_scaled": "yes"}, r"alibi_scaled must be a bool, received 'yes'"),
     ({"positional": "rope"}, r"alibi=True .* positional='none', received num_encoder_layers=0, positional='rope'"),
     ({"num_encoder_layers": 1}, r"alibi=True .* received num_encoder_layers=1"),
-    ({"alibi": False}, r"positional='none' .* needs alibi=True or relative_terms, received alibi=False"),
+    ({"alibi": False}, r"positional='none' .* needs alibi=True, relative_terms or relative_bias_buckets, received alibi=False"),
     ({"alibi": False, "positional": "learned", "alibi_scaled": True},
      r"alibi_scaled=True .* needs alibi=True, received alibi=False"),
     ({"alibi": False, "positional": "learned", "alibi_bfloat16": True},

@@ -1,5 +1,5 @@
-"""BERT's relatives (RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT, ELECTRA) against transformers itself: tiny random models with
-odd sizes (36 wide, 3 heads, an intermediate size of 37, a vocabulary of 53, 2 layers; ALBERT 3 layers sharing one set
+"""BERT's relatives (RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT, ELECTRA, MPNet) against transformers itself: tiny
+random models with odd sizes (36 wide, 3 heads, an intermediate size of 37, a vocabulary of 53, 2 layers; ALBERT 3 layers sharing one set
 of weights over 20-wide factorized embeddings), every weight perturbed (LayerNorm gammas away from 1, betas away from
 0), ids holding token 0 and the pad id (at the end of a row and inside one, where RoBERTa's positions skip it). Each is
 saved with `save_pretrained`, imported, run by the float64 reference and both twins, compared with transformers in
@@ -60,6 +60,9 @@ MODELS = {  # id -> (transformers class, config class, its settings, our format)
                        "hf-deberta-v2"),
     "deberta-v3": ("DebertaV2Model", "DebertaV2Config", dict(DEBERTA_SIZES, position_biased_input=False,
                                                              share_att_key=True), "hf-deberta-v2"),
+    # MPNet: RoBERTa's positions and head, no segments, one relative position bias table for every layer (32
+    # buckets to distance 128); a tanh-GELU encoder under the head's exact GELU
+    "mpnet-mlm": ("MPNetForMaskedLM", "MPNetConfig", dict(SIZES, hidden_act="gelu_new"), "hf-mpnet"),
 }
 _cache: dict = {}
 
@@ -233,6 +236,9 @@ def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory
     ("deberta-v2-mlm", "tie_word_embeddings", False, "config.json tie_word_embeddings=False is not supported"),
     ("deberta-v3", "pos_att_type", ["c2p", "p2p"], "config.json pos_att_type=['c2p', 'p2p'] is not supported"),
     ("deberta-v3", "embedding_size", 20, "config.json embedding_size=20 is not supported (only hidden_size=40)"),
+    ("mpnet-mlm", "relative_attention_num_buckets", 16, "config.json relative_attention_num_buckets=16 is not "
+                                                         "supported (only 32)"),
+    ("mpnet-mlm", "pad_token_id", 0, "config.json pad_token_id=0 is not supported (only 1)"),
 ])
 def test_a_config_field_we_do_not_implement_is_refused(name, field, value, named, tmp_path_factory, tmp_path,
                                                        capsys):

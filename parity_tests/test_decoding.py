@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ROOT / "benchmarks" / "results" / "reverse" / "torch" / "checkpoint.safetensors"
 CACHE_VARIANTS = ["post-ln", "pre-ln+final-norm", "learned-pos", "tied", "pad-id-3", "asymmetric-depth",
                   "post-norms+soft-caps", "layer-kinds+nope", "plain-norms+clip+multipliers",
-                  "post-norms-only+qk-norm-all", "skip-pad-sinusoids"]
+                  "post-norms-only+qk-norm-all", "skip-pad-sinusoids", "relative-bias"]
 
 
 
@@ -44,7 +44,8 @@ def all_backends(config, weights, src, dtype):
     return backends
 
 
-CACHE_CASES = [("torch", name) for name in CACHE_VARIANTS] + [("tf", name) for name in CACHE_VARIANTS[:3]]
+CACHE_CASES = [("torch", name) for name in CACHE_VARIANTS] + [("tf", name) for name in CACHE_VARIANTS[:3]] + [
+    ("tf", "relative-bias")]
 
 
 @pytest.mark.parametrize("framework, name", CACHE_CASES, ids=[f"{f}-{n}" for f, n in CACHE_CASES])

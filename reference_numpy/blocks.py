@@ -104,6 +104,8 @@ def block_parameters(config: TransformerConfig, block: Block) -> list[str]:
     else:
         prefix = f"{block.kind}."
     names = [n for n in shapes if n.startswith(prefix)]
+    if block.kind == "layer" and config.relative_bias_buckets:  # the stack's one table, read by every layer
+        names.append(f"{block.stack}.relative_bias.embedding")
     if block.kind == "output" and config.tie_embeddings:
         names.append(tied_output_embedding(config))
     return names
@@ -145,15 +147,17 @@ def run_block(config: TransformerConfig, block: Block, weights: Mapping[str, np.
             first, this = f"{block.stack}.layers.{own}.", f"{block.stack}.layers.{block.index}."
             w = {this + name[len(first):]: value for name, value in w.items()}
         x = state["x"]
+        bias = m.stack_bias(config, w, block.stack, x.shape[1], x.shape[1])
         if block.stack == "encoder":
             mask = m.encoder_mask(config, key_mask(config, state, "src"))
-            state["x"] = m.EncoderLayer(config, w, block.name)(x, mask, record)
+            state["x"] = m.EncoderLayer(config, w, block.name)(x, mask, record, position_bias=bias)
         else:
             self_mask = ops.attention_mask(key_mask(config, state, "tgt"), x.shape[1], causal=True,
                                            window=config.layer_window(block.index))
             memory = state.get("memory")
             cross = None if memory is None else ops.attention_mask(key_mask(config, state, "src"), x.shape[1])
-            state["x"] = m.DecoderLayer(config, w, block.name, block.index)(x, memory, self_mask, cross, record)
+            state["x"] = m.DecoderLayer(config, w, block.name, block.index)(x, memory, self_mask, cross, record,
+                                                                           position_bias=bias)
     elif block.kind == "final_norm":
         state["x"] = record[block.name] = m.LayerNorm(config, w, block.name)(state["x"])
     elif block.kind == "pooler":

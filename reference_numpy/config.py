@@ -131,6 +131,11 @@ class TransformerConfig:
     embedding_multiplier: float = 1.0  # (Granite) the token embeddings times this
     residual_multiplier: float = 1.0  # (Granite) each sublayer's output times this before the residual add
     logit_divisor: float = 1.0  # (Granite's logits_scaling) the logits divided by this
+    # (T5) a learned bias per head and bucket of relative distance (key position - query position), added to every
+    # self-attention's scores: one table per stack, `{stack}.relative_bias.embedding` (buckets, heads); the encoder's
+    # buckets are bidirectional, the decoder's causal (`ops.relative_position_buckets`). 0 = none
+    relative_bias_buckets: int = 0
+    relative_bias_max_distance: int = 128  # (T5) distances from this on share the last bucket
     # (RoBERTa) learned positions count non-pad ids only: the k-th non-pad token of a row (k = 0, 1, ...) reads row
     # position_offset + k, every pad_id token row position_offset - 1 (`ops.skip_pad_positions`)
     positions_skip_pad: bool = False

@@ -90,6 +90,7 @@ def check_config(cfg: Any) -> None:
     _check_experts(cfg)
     _check_relative(cfg)
     _check_sinks_and_glu(cfg)
+    _check_relative_bias(cfg)
     _check_attention_scale(cfg.attention_scale)
     if not isinstance(cfg.attention_scale, str):
         object.__setattr__(cfg, "attention_scale", float(cfg.attention_scale))  # JSON may give 1 for 1.0
@@ -273,10 +274,10 @@ def _check_alibi(cfg: Any) -> None:
         raise ValueError("alibi=True biases a decoder-only model's causal self-attention by key position, its only "
                          "positions: it needs num_encoder_layers=0 and positional='none', received "
                          f"num_encoder_layers={cfg.num_encoder_layers}, positional={cfg.positional!r}")
-    if cfg.positional == "none" and not (cfg.alibi or cfg.relative_terms):
+    if cfg.positional == "none" and not (cfg.alibi or cfg.relative_terms or cfg.relative_bias_buckets):
         raise ValueError("positional='none' leaves the positions to ALiBi biases or relative position scores: it "
-                         f"needs alibi=True or relative_terms, received alibi=False, relative_terms="
-                         f"{cfg.relative_terms!r}")
+                         f"needs alibi=True, relative_terms or relative_bias_buckets, received alibi=False, "
+                         f"relative_terms={cfg.relative_terms!r}, relative_bias_buckets={cfg.relative_bias_buckets}")
     for name, what in (("alibi_scaled", "says where the ALiBi bias is added"),
                        ("alibi_bfloat16", "rounds the ALiBi bias")):
         if getattr(cfg, name) and not cfg.alibi:
@@ -455,6 +456,24 @@ def _check_int(name: str, value: Any, minimum: int, or_none: bool = False) -> No
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}{' or None' if or_none else ''}, received "
                          f"{value!r}")
+
+
+def _check_relative_bias(cfg: Any) -> None:
+    """T5's relative position bias: `relative_bias_buckets` (0 = none) and `relative_bias_max_distance`."""
+    _check_int("relative_bias_buckets", cfg.relative_bias_buckets, minimum=0)
+    _check_int("relative_bias_max_distance", cfg.relative_bias_max_distance, minimum=1)
+    if cfg.relative_bias_buckets == 0:
+        if cfg.relative_bias_max_distance != 128:
+            raise ValueError(f"relative_bias_max_distance={cfg.relative_bias_max_distance} needs a relative position bias "
+                             "(relative_bias_buckets > 0), received relative_bias_buckets=0")
+        return
+    if cfg.relative_bias_buckets < 4:
+        raise ValueError("relative_bias_buckets must be 0 (none) or >= 4 (a bidirectional stack halves them, and half "
+                         "of "
+                         f"each half are exact distances), received {cfg.relative_bias_buckets}")
+    if cfg.relative_bias_max_distance <= cfg.relative_bias_buckets // 2:
+        raise ValueError(f"relative_bias_max_distance={cfg.relative_bias_max_distance} must exceed the exact distances, "
+                         f"relative_bias_buckets // 2 = {cfg.relative_bias_buckets // 2}")
 
 
 def _check_attention_scale(value: Any) -> None:

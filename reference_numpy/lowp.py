@@ -144,8 +144,8 @@ class Precision:
         if position_scores is not None:
             scores = scores + position_scores
         scores = scores * np.float32(scale)
-        if bias is not None:
-            scores = scores + bias.astype(np.float32)
+        if bias is not None:  # ALiBi's, T5's relative position bias: rounded as the model holds them
+            scores = scores + r(np.asarray(bias, np.float32))
         if softcap is not None:
             scores = ops.soft_cap(scores, softcap)
         if mask is not None:

@@ -57,7 +57,8 @@ class MultiHeadAttention(_Module):
     `local_rope_theta`); `attn_logit_softcap` caps the scaled scores. `clip_qkv` clamps the projected q, k and v;
     `qk_norm_over="all"` normalizes all of q's (and k's) features at once, before the split into heads.
     `relative` (an encoder's self-attention under `relative_terms`, DeBERTa): the disentangled position terms join
-    the scores, from the shared relative positions' table (normed by `encoder.rel_embed_norm`)."""
+    the scores, from the shared relative positions' table (normed by `encoder.rel_embed_norm`).
+    `position_bias` `(1, H, Tq, Tk)`: T5's relative position bias, added to the scaled scores (`stack_bias`)."""
 
     def __init__(self, config, weights, name, rotary: bool = False, local_rope: bool = False,
                  relative: bool = False):
@@ -70,8 +71,8 @@ class MultiHeadAttention(_Module):
         self.q_norm = LayerNorm(config, weights, f"{name}.q_norm", config.qk_norm_eps) if config.qk_norm else None
         self.k_norm = LayerNorm(config, weights, f"{name}.k_norm", config.qk_norm_eps) if config.qk_norm else None
 
-    def __call__(self, x_q: np.ndarray, x_kv: np.ndarray, mask: np.ndarray | None = None
-                 ) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(self, x_q: np.ndarray, x_kv: np.ndarray, mask: np.ndarray | None = None,
+                 position_bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         c, op = self.config, self.ops
         q, k, v = (op.linear(x, self.param(f"{p}.kernel"), self.param(f"{p}.bias"))
                    for p, x in (("q", x_q), ("k", x_kv), ("v", x_kv)))  # (B, T, H*dk), (B, T, KV*dk) twice
@@ -91,9 +92,10 @@ class MultiHeadAttention(_Module):
             k = op.apply_rope(k, np.arange(tk), inv_freq, scaling, c.rotary_dim, c.rotary_interleaved)
         groups = c.num_heads // c.kv_heads
         k, v = ops.repeat_kv(k, groups), ops.repeat_kv(v, groups)  # (B, H, Tk, d_k)
-        bias = None  # ALiBi: key position j biased by slope_h * j (decoder-only: this is self-attention)
+        bias = position_bias  # T5's relative position bias, or ALiBi's: key position j biased by slope_h * j
         if c.alibi:
             bias = alibi.bias(c, k.shape[2]).astype(q.dtype)  # (H, 1, Tk)
+            bias = bias if position_bias is None else bias + position_bias
         out, weights = op.scaled_dot_product_attention(
             q, k, v, mask, scale=c.attention_scale_factor, softcap=c.attn_logit_softcap,
             position_scores=self._position_scores(q, k) if self.relative else None,
@@ -207,10 +209,10 @@ class EncoderLayer(_Module):
         self.norm2 = _pre_norm(config, weights, f"{name}.norm2")
         self.post_ffn_norm = _post_norm(config, weights, f"{name}.post_ffn_norm")
 
-    def __call__(self, x, mask, record: Record | None = None, attention_weights: bool = False):
+    def __call__(self, x, mask, record: Record | None = None, attention_weights: bool = False, position_bias=None):
         c = self.config
-        x = _sublayer(x, self.norm1, lambda y: self.self_attn(y, y, mask), c, record, self.self_attn.name,
-                      attention_weights, self.post_attn_norm)
+        x = _sublayer(x, self.norm1, lambda y: self.self_attn(y, y, mask, position_bias), c, record,
+                      self.self_attn.name, attention_weights, self.post_attn_norm)
         x = _sublayer(x, self.norm2, self.ffn, c, record, self.ffn.name, attention_weights, self.post_ffn_norm)
         if record is not None:
             record[self.name] = x
@@ -239,15 +241,16 @@ class DecoderLayer(_Module):
         self.norm3 = None if config.ffn_shares_norm else _pre_norm(config, weights, f"{name}.norm3")
         self.post_ffn_norm = _post_norm(config, weights, f"{name}.post_ffn_norm")
 
-    def __call__(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False):
+    def __call__(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False,
+                 position_bias=None):
         c = self.config
         if c.parallel_residual:
-            x = self._parallel(x, self_mask, record, attention_weights)
+            x = self._parallel(x, self_mask, record, attention_weights, position_bias)
             if record is not None:
                 record[self.name] = x
             return x
-        x = _sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask), c, record, self.self_attn.name,
-                      attention_weights, self.post_attn_norm)
+        x = _sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, position_bias), c, record,
+                      self.self_attn.name, attention_weights, self.post_attn_norm)
         if self.cross_attn is not None:
             x = _sublayer(x, self.norm2, lambda y: self.cross_attn(y, memory, cross_mask), c, record,
                           self.cross_attn.name, attention_weights, self.post_cross_attn_norm)
@@ -257,11 +260,11 @@ class DecoderLayer(_Module):
             record[self.name] = x
         return x
 
-    def _parallel(self, x, self_mask, record: Record | None, attention_weights: bool):
+    def _parallel(self, x, self_mask, record: Record | None, attention_weights: bool, position_bias=None):
         """`parallel_residual`: x + attn(norm1(x)) + ffn(norm3(x)), the feed-forward reading norm1(x) under
         `ffn_shares_norm` (one norm, computed once)."""
         y = self.norm1(x)
-        attn, weights = self.self_attn(y, y, self_mask)
+        attn, weights = self.self_attn(y, y, self_mask, position_bias)
         if record is not None:  # before the feed-forward's, which a mixture of experts precedes with its routing
             if attention_weights:
                 record[f"{self.self_attn.name}.weights"] = weights
@@ -324,6 +327,16 @@ class Embedding(_Module):
         return x
 
 
+def stack_bias(config: TransformerConfig, weights, stack: str, query_len: int, key_len: int) -> np.ndarray | None:
+    """T5's relative position bias `(1, H, Tq, Tk)` of a stack (`encoder`: bidirectional buckets, `decoder`:
+    causal), from its one table `{stack}.relative_bias.embedding`, shared by every layer; None without
+    `relative_bias_buckets`."""
+    if not config.relative_bias_buckets:
+        return None
+    return ops.relative_position_bias(weights[f"{stack}.relative_bias.embedding"], config, stack == "encoder",
+                                      query_len, key_len)
+
+
 class Encoder(_Module):
     def __init__(self, config, weights, name="encoder"):
         super().__init__(config, weights, name)
@@ -331,8 +344,9 @@ class Encoder(_Module):
         self.final_norm = LayerNorm(config, weights, f"{name}.final_norm") if config.final_norm else None
 
     def __call__(self, x, mask, record: Record | None = None, attention_weights: bool = False):
+        bias = stack_bias(self.config, self.weights, self.name, x.shape[1], x.shape[1])
         for layer in self.layers:
-            x = layer(x, mask, record, attention_weights)
+            x = layer(x, mask, record, attention_weights, position_bias=bias)
         if self.final_norm is not None:
             x = self.final_norm(x)
             if record is not None:
@@ -351,8 +365,9 @@ class Decoder(_Module):
         self.final_norm = LayerNorm(config, weights, f"{name}.final_norm") if config.final_norm else None
 
     def __call__(self, x, memory, self_masks, cross_mask, record: Record | None = None, attention_weights=False):
+        bias = stack_bias(self.config, self.weights, self.name, x.shape[1], x.shape[1])
         for layer in self.layers:
-            x = layer(x, memory, self_masks[layer.kind], cross_mask, record, attention_weights)
+            x = layer(x, memory, self_masks[layer.kind], cross_mask, record, attention_weights, position_bias=bias)
         if self.final_norm is not None:
             x = self.final_norm(x)
             if record is not None:

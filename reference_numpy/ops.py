@@ -305,6 +305,48 @@ def disentangled_scores(q: np.ndarray, k: np.ndarray, pos_q: np.ndarray | None, 
     return scores
 
 
+def relative_position_buckets(relative: np.ndarray, bidirectional: bool, num_buckets: int, max_distance: int
+                              ) -> np.ndarray:
+    """T5's buckets of relative distances (key position - query position), int64 in [0, num_buckets): a
+    bidirectional stack gives later keys the upper half of the buckets; within a half (or all of them, causal, where
+    later keys count as distance 0) the first half are exact distances, the rest logarithmic up to `max_distance`,
+    beyond which all share the last. The logarithm runs in float32 as transformers' (and Mesh TensorFlow's) does, so
+    a distance on a bucket's edge lands where theirs does."""
+    relative = np.asarray(relative, dtype=np.int64)
+    buckets = np.zeros_like(relative)
+    if bidirectional:
+        num_buckets //= 2
+        buckets += (relative > 0).astype(np.int64) * num_buckets
+        distance = np.abs(relative)
+    else:
+        distance = -np.minimum(relative, 0)
+    max_exact = num_buckets // 2
+    with np.errstate(divide="ignore"):
+        scaled = (np.log(distance.astype(np.float32) / np.float32(max_exact))
+                  / np.float32(math.log(max_distance / max_exact)) * np.float32(num_buckets - max_exact))
+    large = max_exact + np.where(distance < max_exact, 0, scaled).astype(np.int64)
+    return buckets + np.where(distance < max_exact, distance, np.minimum(large, num_buckets - 1))
+
+
+def relative_bucket_table(config, bidirectional: bool) -> np.ndarray:
+    """`(2 * max_len - 1,)` int64: the bucket of every relative distance a model can meet, distance r at index
+    r + max_len - 1 (the twins gather from it, so that a decoding step's positions may be tensors)."""
+    relative = np.arange(-(config.max_len - 1), config.max_len)
+    return relative_position_buckets(relative, bidirectional, config.relative_bias_buckets,
+                                     config.relative_bias_max_distance)
+
+
+def relative_position_bias(table: np.ndarray, config, bidirectional: bool, query_len: int, key_len: int
+                           ) -> np.ndarray:
+    """T5's bias `(1, H, Tq, Tk)` from a stack's table `(buckets, H)`: the queries are the last Tq of Tk
+    positions (a decoding step's one query sits at Tk - 1)."""
+    queries = np.arange(key_len - query_len, key_len)
+    relative = np.arange(key_len)[None, :] - queries[:, None]  # (Tq, Tk)
+    buckets = relative_position_buckets(relative, bidirectional, config.relative_bias_buckets,
+                                        config.relative_bias_max_distance)
+    return table[buckets].transpose(2, 0, 1)[None]  # (Tq, Tk, H) -> (1, H, Tq, Tk)
+
+
 def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None,
                                  scale: float | None = None, softcap: float | None = None,
                                  position_scores: np.ndarray | None = None, empty_rows: str = "zero",
@@ -323,7 +365,8 @@ def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, ma
         scale: what the scores are multiplied by (`TransformerConfig.attention_scale_factor`); None = 1/sqrt(d_k).
         softcap: `TransformerConfig.attn_logit_softcap`; None = none.
         sinks: one logit per head `(H,)` (`TransformerConfig.attention_sinks`' `{attn}.sinks`); None = none.
-        bias: broadcastable to `(B, H, Tq, Tk)` (ALiBi's, `alibi.bias`), in q's dtype; None = none.
+        bias: added to the scaled scores before the cap and the mask, broadcastable to `(B, H, Tq, Tk)`, in q's
+            dtype (ALiBi's, `alibi.bias`; T5's relative position bias, `relative_position_bias`); None = none.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)`. A query row with no key it may attend to gets

@@ -118,7 +118,8 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
     Decoder-only models (`num_encoder_layers=0`) have decoder layers without `cross_attn`/`norm2` (the FFN's norm
     stays `norm3`, so a name means one thing in every family). `post_norms` adds a norm after each sublayer:
     `post_attn_norm`, `post_cross_attn_norm` (encoder-decoder), `post_ffn_norm`; `ffn_shares_norm` drops the decoder's `norm3` (the feed-forward reads `norm1`). `share_embeddings` drops `tgt_embed.embedding`
-    (the decoder reads `src_embed.embedding`); `tie_embeddings` drops `output.kernel`. `embed_bias` adds
+    (the decoder reads `src_embed.embedding`); `tie_embeddings` drops `output.kernel`. `relative_bias_buckets` adds
+    each stack's relative position bias table, `{stack}.relative_bias.embedding` `(buckets, heads)`. `embed_bias` adds
     `{side}_embed.bias` for each side, shared table or not. A decoder layer with a mixture of experts
     (`layer_experts`) has `ffn.router`, `ffn.experts.{e}.*` (and `ffn.shared.*`, `ffn.shared_gate`) in place of the
     feed-forward's linears.
@@ -133,6 +134,8 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
         shapes["encoder.rel_embed.embedding"] = (2 * config.relative_span, d)
         if config.relative_embed_norm:
             shapes.update(_norm("encoder.rel_embed_norm", d, config))
+    if config.relative_bias_buckets and config.has_encoder:  # T5: one table per stack, read by every layer
+        shapes["encoder.relative_bias.embedding"] = (config.relative_bias_buckets, config.num_heads)
     for i in range(config.encoder_weight_layers):  # one under shared_layers
         shapes.update(_attention(f"encoder.layers.{i}.self_attn", config))
         shapes.update(_pre_norm(f"encoder.layers.{i}.norm1", config))
@@ -142,6 +145,8 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
         shapes.update(_post_norm(f"encoder.layers.{i}.post_ffn_norm", config))
     if config.final_norm and config.has_encoder:
         shapes.update(_norm("encoder.final_norm", d, config))
+    if config.relative_bias_buckets and config.has_decoder:
+        shapes["decoder.relative_bias.embedding"] = (config.relative_bias_buckets, config.num_heads)
     for i in range(config.num_decoder_layers):
         shapes.update(_attention(f"decoder.layers.{i}.self_attn", config))
         shapes.update(_pre_norm(f"decoder.layers.{i}.norm1", config))

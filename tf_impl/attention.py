@@ -59,7 +59,8 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
         empty_rows: "average": a query row with no key weighs every key equally (DeBERTa's padding queries;
             explicit path), not zero.
         sinks: `TransformerConfig.attention_sinks`' logits, one per head; the explicit path, as a cap.
-        bias: broadcastable to `(B, H, Tq, Tk)`, in q's dtype (ALiBi's); the explicit path, as a cap.
+        bias: added to the scaled scores before the cap and the mask, broadcastable to `(B, H, Tq, Tk)` (ALiBi's;
+            T5's relative position bias); the explicit path, as a cap.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)` or None. A query row with no key it may attend
@@ -95,7 +96,7 @@ def scaled_dot_product_attention(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask:
         scores = scores + position_scores
     scores = scores * tf.constant(scale, q.dtype)
     if bias is not None:
-        scores = scores + bias
+        scores = scores + tf.cast(bias, scores.dtype)
     if softcap is not None:  # constants in the scores' dtype: float64 stays float64
         cap = tf.constant(softcap, scores.dtype)
         scores = tf.math.tanh(scores / cap) * cap

@@ -14,6 +14,7 @@ import reference_numpy as rn
 from reference_numpy.blocks import Block, weight_layer
 from reference_numpy.schema import tied_output_embedding
 
+from .layers import relative_position_bias
 from .model import (Classifier, DecoderLayer, Embedding, EncoderLayer, HeadTransform, OutputProjection, Pooler,
                     _zero_initializers, attention_mask, encoder_mask, last_positions, norm_layer, padding_mask, weight_table)
 
@@ -87,15 +88,19 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
             mask=padding_mask(ids[block.side], config.pad_id))
     elif block.kind == "layer":
         t = tf.shape(x)[1]
+        table = other.get(f"{block.stack}/relative_bias/embeddings")  # T5: the stack's table, read by every layer
+        bias = None if table is None else relative_position_bias(table.astype(dtype), config,
+                                                                 block.stack == "encoder", t, t)
         if block.stack == "encoder":
             x, sublayers = layer(x, encoder_mask(config, padding_mask(ids["src"], config.pad_id)),
-                                 relative=_relative_table(config, other, dtype))
+                                 relative=_relative_table(config, other, dtype), position_bias=bias)
         else:
             self_mask = attention_mask(padding_mask(ids["tgt"], config.pad_id), t, causal=True,
                                        window=config.layer_window(block.index))
             memory = state.get("memory")
             cross = None if memory is None else attention_mask(padding_mask(ids["src"], config.pad_id), t)
-            x, sublayers = layer(x, None if memory is None else tf.convert_to_tensor(memory), self_mask, cross)
+            x, sublayers = layer(x, None if memory is None else tf.convert_to_tensor(memory), self_mask, cross,
+                                 position_bias=bias)
         record.update({f"{block.name}.{k}": v for k, v in sublayers.items()})
         record[block.name] = x
     elif block.kind == "pooler":

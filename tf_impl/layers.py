@@ -189,6 +189,23 @@ def rotate(x, start, config: TransformerConfig, local: bool = False):
     return tf.concat([rot * cos + rotated * sin, rest], axis=-1)
 
 
+def relative_position_bias(table, config: TransformerConfig, bidirectional: bool, query_len, key_len, first=None):
+    """T5's relative position bias `(1, H, Tq, Tk)` from a stack's table `(buckets, H)`: the queries sit at `first`
+    onwards (default `Tk - Tq`: the last Tq positions; a fixed-size cache passes where it writes). The buckets are
+    the reference's (`rn.ops.relative_bucket_table`), gathered by distance, so lengths may be tensors."""
+    first = key_len - query_len if first is None else first
+    queries = tf.range(query_len) + first  # (Tq,) positions
+    relative = tf.range(key_len)[None, :] - queries[:, None]  # (Tq, Tk)
+    buckets = tf.gather(tf.constant(rn.ops.relative_bucket_table(config, bidirectional), tf.int32),
+                        relative + (config.max_len - 1))
+    return tf.transpose(tf.gather(tf.convert_to_tensor(table), buckets), (2, 0, 1))[None]  # (Tq, Tk, H) -> (1, H, ..)
+
+
+def _summed(a, b):
+    """The sum of two optional score biases (ALiBi's, T5's): either one alone, or None."""
+    return b if a is None else a if b is None else a + b
+
+
 class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
     """Multi-head attention (section 3.2.2): self-attention when `x_q is x_kv`, else encoder-decoder attention.
 
@@ -247,11 +264,12 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
                 norm.build((None, None, heads * c.head_dim) if self.all_heads_norm else (None, None, None, c.head_dim))
 
     def call(self, x_q, x_kv, attention_mask=None, need_weights: bool = False, training: bool = False,
-             cache: AttentionCache | None = None, relative=None):
+             cache: AttentionCache | None = None, relative=None, position_bias=None):
         """`(B, Tq, D)` queries, `(B, Tk, D)` keys/values, bool mask broadcastable to `(B, H, Tq, Tk)` ->
         `(out, weights)`: `(B, Tq, D)` and `(B, H, Tq, Tk)` (None unless `need_weights`). `cache`: see
         `AttentionCache`; the mask must then cover the cached keys too. `relative`: DeBERTa's relative positions'
-        table `(2 span, D)`, normed, or None."""
+        table `(2 span, D)`, normed, or None. `position_bias` `(1, H, Tq, Tk)`: T5's relative position bias
+        (`relative_position_bias`), added to the scaled scores."""
         b, tq = tf.shape(x_q)[0], tf.shape(x_q)[1]
         c = self.config
         h, kvh, dk = c.num_heads, c.kv_heads, c.head_dim
@@ -288,7 +306,7 @@ class MultiHeadAttention(ConfigSerializable, keras.layers.Layer):
             training=training, seed=self.seed_generator, scale=c.attention_scale_factor, softcap=c.attn_logit_softcap,
             position_scores=None if relative is None else self._position_scores(q, k, relative),
             empty_rows="average" if c.padded_queries == "average" else "zero", sinks=self.sinks,
-            bias=self._alibi(k))
+            bias=_summed(self._alibi(k), position_bias))
         out = tf.reshape(tf.transpose(out, (0, 2, 1, 3)), (b, tq, h * dk))  # (B, H, Tq, d_k) -> (B, Tq, D)
         return self.o(out), (weights if need_weights else None)
 
@@ -447,11 +465,14 @@ class EncoderLayer(_ResidualLayer):
         self.ffn.build(x_shape)
         self._build_norms(x_shape, self.norm2, self.post_ffn_norm)
 
-    def call(self, x, attention_mask=None, attention_weights: bool = False, training: bool = False, relative=None):
-        """`relative`: DeBERTa's relative positions' table `(2 span, D)`, normed (`Encoder.relative_table`)."""
+    def call(self, x, attention_mask=None, attention_weights: bool = False, training: bool = False, relative=None,
+             position_bias=None):
+        """`relative`: DeBERTa's relative positions' table `(2 span, D)`, normed (`Encoder.relative_table`);
+        `position_bias`: T5's relative position bias `(1, H, S, S)`."""
         record: Record = {}
         x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, attention_mask, need_weights=attention_weights,
-                                                                   training=training, relative=relative),
+                                                                   training=training, relative=relative,
+                                                                   position_bias=position_bias),
                            "self_attn", record, attention_weights, training, self.post_attn_norm)
         x = self._sublayer(x, self.norm2, lambda y: self.ffn(y, training=training), "ffn", record, attention_weights,
                            training, self.post_ffn_norm)
@@ -498,13 +519,16 @@ class DecoderLayer(_ResidualLayer):
         self._build_norms(x_shape, self.norm3, self.post_ffn_norm)  # norm3 None: the FFN reads norm1 or no norm
 
     def call(self, x, memory, self_mask=None, cross_mask=None, attention_weights: bool = False,
-             training: bool = False, cache: tuple[AttentionCache, AttentionCache] | None = None):
+             training: bool = False, cache: tuple[AttentionCache, AttentionCache] | None = None,
+             position_bias=None):
         record: Record = {}
         self_cache, cross_cache = (None, None) if cache is None else cache
         if self.config.parallel_residual:
-            return self._parallel(x, self_mask, record, attention_weights, training, self_cache), record
+            return self._parallel(x, self_mask, record, attention_weights, training, self_cache,
+                                  position_bias), record
         x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, need_weights=attention_weights,
-                                                                   training=training, cache=self_cache),
+                                                                   training=training, cache=self_cache,
+                                                                   position_bias=position_bias),
                            "self_attn", record, attention_weights, training, self.post_attn_norm)
         if self.cross_attn is not None:
             x = self._sublayer(x, self.norm2, lambda y: self.cross_attn(y, memory, cross_mask,
@@ -515,12 +539,13 @@ class DecoderLayer(_ResidualLayer):
                            training, self.post_ffn_norm)
         return x, record
 
-    def _parallel(self, x, self_mask, record: Record, attention_weights: bool, training: bool, cache):
+    def _parallel(self, x, self_mask, record: Record, attention_weights: bool, training: bool, cache,
+                  position_bias=None):
         """`parallel_residual`: x + attn(norm1(x)) + ffn(norm3(x)), the feed-forward reading norm1(x) under
         `ffn_shares_norm` (one norm, computed once)."""
         y = self.norm1(x)
         attn, weights = self.self_attn(y, y, self_mask, need_weights=attention_weights, training=training,
-                                       cache=cache)
+                                       cache=cache, position_bias=position_bias)
         if attention_weights:
             record["self_attn.weights"] = weights
         record["self_attn"] = attn

@@ -26,7 +26,8 @@ from reference_numpy.schema import tied_output_embedding, token_embedding
 
 from .attention import causal_mask
 from .layers import (ACTIVATIONS, AttentionCache, ConfigSerializable, DecoderLayer,  # noqa: F401 (the API)
-                     EncoderLayer, FeedForward, KVCache, MultiHeadAttention, Record, check_features, norm_layer)
+                     EncoderLayer, FeedForward, KVCache, MultiHeadAttention, Record, check_features, norm_layer,
+                     relative_position_bias)
 
 # Canonical modules whose Keras layer is named differently; every other module carries its canonical name, with
 # `/` for `.` and a list's items as `layers_{i}` (a mixture's experts: `experts_{e}`). Keras Dense kernels are
@@ -140,6 +141,13 @@ class Embedding(ConfigSerializable, keras.layers.Layer):
         return self.dropout(x, training=training)
 
 
+def _relative_bias_table(config: TransformerConfig, dtype) -> keras.layers.Embedding | None:
+    """T5's relative position bias table of a stack, `(relative_bias_buckets, num_heads)`; None without one."""
+    if not config.relative_bias_buckets:
+        return None
+    return keras.layers.Embedding(config.relative_bias_buckets, config.num_heads, dtype=dtype, name="relative_bias")
+
+
 class Encoder(ConfigSerializable, keras.layers.Layer):
     """`num_encoder_layers` EncoderLayers (under `shared_layers`, one applied that many times; and a final LayerNorm
     if `final_norm`). `call(x, attention_mask)` -> `(x, record)` with canonical names (`encoder.layers.0.self_attn`,
@@ -158,6 +166,7 @@ class Encoder(ConfigSerializable, keras.layers.Layer):
                                                  name="rel_embed") if relative else None)
         self.rel_embed_norm = (norm_layer(config, "rel_embed_norm", self.dtype_policy)
                                if relative and config.relative_embed_norm else None)
+        self.relative_bias = _relative_bias_table(config, self.dtype_policy)  # T5: one table, read by every layer
 
     def build(self, x_shape):
         check_features(self.name, "x", x_shape, self.config.d_model)
@@ -169,6 +178,8 @@ class Encoder(ConfigSerializable, keras.layers.Layer):
             self.rel_embed.build((None,))
         if self.rel_embed_norm is not None:
             self.rel_embed_norm.build((None, self.config.d_model))
+        if self.relative_bias is not None:
+            self.relative_bias.build((None, None))
 
     def relative_table(self):
         """The relative positions' table `(2 span, D)`, normed where `relative_embed_norm` says; None without."""
@@ -180,10 +191,13 @@ class Encoder(ConfigSerializable, keras.layers.Layer):
     def call(self, x, attention_mask=None, attention_weights: bool = False, training: bool = False):
         record: Record = {}
         relative = self.relative_table()
+        t = tf.shape(x)[1]
+        bias = None if self.relative_bias is None else relative_position_bias(
+            self.relative_bias.embeddings, self.config, True, t, t)
         for i in range(self.config.num_encoder_layers):
             layer = self.layers[min(i, len(self.layers) - 1)]  # shared_layers: the one layer, every time
             x, sublayers = layer(x, attention_mask, attention_weights=attention_weights, training=training,
-                                 relative=relative)
+                                 relative=relative, position_bias=bias)
             record.update({f"{self.name}.layers.{i}.{k}": v for k, v in sublayers.items()})
             record[f"{self.name}.layers.{i}"] = x
         if self.final_norm is not None:
@@ -205,6 +219,7 @@ class Decoder(ConfigSerializable, keras.layers.Layer):
         self.layers = [DecoderLayer(config, impl, i, dtype=self.dtype_policy, name=f"layers_{i}")
                        for i in range(config.num_decoder_layers)]
         self.final_norm = (norm_layer(config, "final_norm", self.dtype_policy) if config.final_norm else None)
+        self.relative_bias = _relative_bias_table(config, self.dtype_policy)  # T5: one table, read by every layer
 
     def build(self, x_shape, memory_shape=None):
         check_features(self.name, "x", x_shape, self.config.d_model)
@@ -212,13 +227,21 @@ class Decoder(ConfigSerializable, keras.layers.Layer):
             layer.build(x_shape, memory_shape)
         if self.final_norm is not None:
             self.final_norm.build(x_shape)
+        if self.relative_bias is not None:
+            self.relative_bias.build((None, None))
 
     def call(self, x, memory, self_masks=None, cross_mask=None, attention_weights: bool = False,
-             training: bool = False, cache: KVCache | None = None):
+             training: bool = False, cache: KVCache | None = None, key_len=None, first=None):
+        """`key_len`: the self-attention keys' length (default: the queries'; with a cache, the cached positions
+        too); `first`: the first query's position (default `key_len - Tq`; a fixed-size cache's write position)."""
         record: Record = {}
+        t = tf.shape(x)[1]
+        bias = None if self.relative_bias is None else relative_position_bias(
+            self.relative_bias.embeddings, self.config, False, t, t if key_len is None else key_len, first)
         for i, layer in enumerate(self.layers):
             x, sublayers = layer(x, memory, self_masks[layer.kind], cross_mask, attention_weights=attention_weights,
-                                 training=training, cache=None if cache is None else cache.layers[i])
+                                 training=training, cache=None if cache is None else cache.layers[i],
+                                 position_bias=bias)
             record.update({f"{self.name}.layers.{i}.{k}": v for k, v in sublayers.items()})
             record[f"{self.name}.layers.{i}"] = x
         if self.final_norm is not None:
@@ -548,7 +571,7 @@ class Transformer(ConfigSerializable, keras.Model):
         self_masks = {kind: attention_mask(key_mask, t, causal=True, first=first, window=self.config.kind_window(kind))
                       for kind in self.config.decoder_kinds}
         x, layers = self.decoder(x, memory, self_masks, cross_mask, attention_weights=attention_weights,
-                                 training=training, cache=cache)
+                                 training=training, cache=cache, key_len=tf.shape(key_mask)[1], first=first)
         if cache is not None:
             cache.key_mask = key_mask
             if cache.index is not None:

@@ -111,6 +111,8 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
             groups[f"{stack}/rel_embed"] = "rel_embed"
             if config.relative_embed_norm:
                 groups[f"{stack}/rel_embed_norm"] = "rel_embed_norm"
+        if config.relative_bias_buckets:  # T5: the stack's relative position bias table
+            groups[f"{stack}/relative_bias"] = "relative_bias"
         for i in range(depth):
             path = keras_path(f"{stack}/layers/{stack}_layer_{i}/")[:-1]
             groups.update({path: f"layers_{i}", f"{path}/dropout": "dropout"})

@@ -42,7 +42,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         empty_rows: "average": a query row with no key weighs every key equally (DeBERTa's padding queries;
             explicit path), not zero.
         sinks: `TransformerConfig.attention_sinks`' logits, one per head; the explicit path, as a cap.
-        bias: broadcastable to `(B, H, Tq, Tk)`, in q's dtype (ALiBi's); the explicit path, as a cap.
+        bias: added to the scaled scores before the cap and the mask, broadcastable to `(B, H, Tq, Tk)`, in q's
+            dtype (ALiBi's; T5's relative position bias); the explicit path, as a cap.
 
     Returns:
         `(out, weights)`: `(B, H, Tq, d_v)` and `(B, H, Tq, Tk)` or None. A query row with no key it may attend

@@ -14,6 +14,7 @@ import reference_numpy as rn
 from reference_numpy.blocks import Block, weight_layer
 from reference_numpy.schema import tied_output_embedding
 
+from .layers import relative_position_bias
 from .model import (Classifier, DecoderLayer, Embedding, EncoderLayer, HeadTransform, OutputProjection, Pooler,
                     attention_mask, encoder_mask, last_positions, norm_layer, padding_mask, weight_table)
 
@@ -88,15 +89,18 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
                 mask=padding_mask(ids[block.side], config.pad_id))
         elif block.kind == "layer":
             t = x.shape[1]
+            table = other.get(f"{block.stack}.relative_bias.weight")  # T5: the stack's table, read by every layer
+            bias = None if table is None else relative_position_bias(table, config, block.stack == "encoder", t, t)
             if block.stack == "encoder":
                 x = module(x, encoder_mask(config, padding_mask(ids["src"], config.pad_id)), record, name=block.name,
-                           relative=_relative_table(config, other))
+                           relative=_relative_table(config, other), position_bias=bias)
             else:
                 self_mask = attention_mask(padding_mask(ids["tgt"], config.pad_id), t, causal=True,
                                            window=config.layer_window(block.index))
                 memory = state.get("memory")
                 cross = None if memory is None else attention_mask(padding_mask(ids["src"], config.pad_id), t)
-                x = module(x, None if memory is None else torch.from_numpy(memory), self_mask, cross, record)
+                x = module(x, None if memory is None else torch.from_numpy(memory), self_mask, cross, record,
+                           position_bias=bias)
         elif block.kind == "pooler":
             record["pooler"] = module(x)
             state["pooled"] = record["pooler"].numpy()

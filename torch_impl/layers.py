@@ -118,6 +118,21 @@ def rotate(x, start: int, config: TransformerConfig, local: bool = False):
     return turned if r == x.shape[-1] else torch.cat([turned, rest], dim=-1)
 
 
+@functools.lru_cache(maxsize=16)
+def _bucket_table(config: TransformerConfig, bidirectional: bool) -> torch.Tensor:
+    return torch.from_numpy(rn.ops.relative_bucket_table(config, bidirectional))
+
+
+def relative_position_bias(table: torch.Tensor, config: TransformerConfig, bidirectional: bool, query_len: int,
+                           key_len: int) -> torch.Tensor:
+    """T5's relative position bias `(1, H, Tq, Tk)` from a stack's table `(buckets, H)`; the queries are the last Tq
+    of Tk positions. The buckets are the reference's (`rn.ops.relative_bucket_table`), gathered by distance."""
+    queries = torch.arange(key_len - query_len, key_len, device=table.device)
+    relative = torch.arange(key_len, device=table.device)[None, :] - queries[:, None]  # (Tq, Tk)
+    buckets = _bucket_table(config, bidirectional).to(table.device)[relative + config.max_len - 1]
+    return F.embedding(buckets, table).permute(2, 0, 1)[None]  # (Tq, Tk, H) -> (1, H, Tq, Tk)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (section 3.2.2): self-attention when `x_q is x_kv`, else encoder-decoder attention.
 
@@ -152,8 +167,9 @@ class MultiHeadAttention(nn.Module):
         self.impl = "fused"  # "explicit" forces matmul-softmax-matmul even without weights being asked for
 
     def forward(self, x_q, x_kv, mask=None, need_weights: bool = False, cache: AttentionCache | None = None,
-                relative: torch.Tensor | None = None):
-        """`relative`: the relative positions' table `(2 span, D)`, normed (DeBERTa), or None."""
+                relative: torch.Tensor | None = None, position_bias=None):
+        """`relative`: the relative positions' table `(2 span, D)`, normed (DeBERTa), or None. `position_bias`
+        `(1, H, Tq, Tk)`: T5's relative position bias (`relative_position_bias`), added to the scaled scores."""
         b, tq, _ = x_q.shape
         c = self.config
         h, kvh, dk = c.num_heads, c.kv_heads, c.head_dim
@@ -179,8 +195,9 @@ class MultiHeadAttention(nn.Module):
             q = self.q_norm(q)
         if self.rotary:
             q = rotate(q, k.shape[2] - tq, c, self.local_rope)  # the queries are the last Tq positions
-        # the fused kernel can neither soft-cap, take a sink's column, nor add ALiBi's bias to a bool mask
-        impl = "explicit" if c.attn_logit_softcap is not None or self.sinks is not None or c.alibi else self.impl
+        # the fused kernel can neither soft-cap, take a sink's column, nor add a bias (ALiBi's, T5's) to a bool mask
+        impl = "explicit" if c.attn_logit_softcap is not None or self.sinks is not None or c.alibi \
+            or position_bias is not None else self.impl
         # query head i reads kv head i // groups: the fused kernel takes the kv heads as they are (enable_gqa), the
         # explicit path repeats them, (B, KV, Tk, d_k) -> (B, H, Tk, d_k)
         grouped = kvh != h and impl == "fused" and not need_weights
@@ -192,7 +209,7 @@ class MultiHeadAttention(nn.Module):
             scale=c.attention_scale_factor, grouped=grouped, softcap=c.attn_logit_softcap,
             position_scores=None if relative is None else self._position_scores(q, k, relative),
             empty_rows="average" if c.padded_queries == "average" else "zero", sinks=self.sinks,
-            bias=self._alibi(k))
+            bias=_summed(self._alibi(k), position_bias))
         out = out.transpose(1, 2).reshape(b, tq, h * dk)  # (B, H, Tq, d_k) -> (B, Tq, H*d_k)
         return self.o(out), weights
 
@@ -246,6 +263,11 @@ class MultiHeadAttention(nn.Module):
         if x_q is x_kv:
             return _packed_linear(x_q, (self.q, self.k, self.v))
         return (self.q(x_q), *_packed_linear(x_kv, (self.k, self.v)))
+
+
+def _summed(a, b):
+    """The sum of two optional score biases (ALiBi's, T5's): either one alone, or None."""
+    return b if a is None else a if b is None else a + b
 
 
 def _packed_linear(x, linears) -> tuple[torch.Tensor, ...]:

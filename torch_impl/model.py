@@ -43,7 +43,8 @@ def weight_table(config: TransformerConfig) -> list[tuple[str, str, str]]:
     return table
 
 
-from .layers import ACTIVATIONS, AttentionCache, FeedForward, KVCache, MultiHeadAttention, Record, norm_layer
+from .layers import (ACTIVATIONS, AttentionCache, FeedForward, KVCache, MultiHeadAttention, Record, norm_layer,
+                     relative_position_bias)
 
 
 class _ResidualLayer(nn.Module):
@@ -83,11 +84,13 @@ class EncoderLayer(_ResidualLayer):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False, name: str | None = None,
-                relative: torch.Tensor | None = None):
+                relative: torch.Tensor | None = None, position_bias=None):
         """`name`: the layer this call records as (`shared_layers` runs one layer under every layer's name);
-        `relative`: DeBERTa's relative positions' table, normed (`Encoder.relative_table`)."""
+        `relative`: DeBERTa's relative positions' table, normed (`Encoder.relative_table`); `position_bias`: T5's
+        relative position bias `(1, H, S, S)`."""
         name = name or self.name
-        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, mask, attention_weights, relative=relative),
+        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, mask, attention_weights, relative=relative,
+                                                                   position_bias=position_bias),
                            f"{name}.self_attn", record, attention_weights, self.post_attn_norm,
                            f"{name}.post_attn_norm")
         x = self._sublayer(x, self.norm2, self.ffn, f"{name}.ffn", record, attention_weights, self.post_ffn_norm,
@@ -123,14 +126,15 @@ class DecoderLayer(_ResidualLayer):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, memory, self_mask, cross_mask, record: Record | None = None, attention_weights=False,
-                cache: tuple[AttentionCache, AttentionCache] | None = None):
+                cache: tuple[AttentionCache, AttentionCache] | None = None, position_bias=None):
         self_cache, cross_cache = (None, None) if cache is None else cache
         if self.config.parallel_residual:
-            x = self._parallel(x, self_mask, record, attention_weights, self_cache)
+            x = self._parallel(x, self_mask, record, attention_weights, self_cache, position_bias)
             if record is not None:
                 record[self.name] = x
             return x
-        x = self._sublayer(x, self.norm1, lambda y: self.self_attn(y, y, self_mask, attention_weights, self_cache),
+        x = self._sublayer(x, self.norm1,
+                           lambda y: self.self_attn(y, y, self_mask, attention_weights, self_cache, position_bias),
                            self.self_attn.name, record, attention_weights, self.post_attn_norm,
                            f"{self.name}.post_attn_norm")
         if self.cross_attn is not None:
@@ -144,11 +148,11 @@ class DecoderLayer(_ResidualLayer):
             record[self.name] = x
         return x
 
-    def _parallel(self, x, self_mask, record: Record | None, attention_weights: bool, cache):
+    def _parallel(self, x, self_mask, record: Record | None, attention_weights: bool, cache, position_bias=None):
         """`parallel_residual`: x + attn(norm1(x)) + ffn(norm3(x)), the feed-forward reading norm1(x) under
         `ffn_shares_norm` (one norm, computed once)."""
         y = self.norm1(x)
-        attn, weights = self.self_attn(y, y, self_mask, attention_weights, cache)
+        attn, weights = self.self_attn(y, y, self_mask, attention_weights, cache, position_bias)
         if record is not None:  # before the feed-forward's, which a mixture of experts precedes with its routing
             if attention_weights:
                 record[f"{self.self_attn.name}.weights"] = weights
@@ -236,10 +240,12 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(config, f"{name}.layers.{i}")
                                     for i in range(config.encoder_weight_layers))
         self.final_norm = norm_layer(config, config.d_model) if config.final_norm else None
-        self.name, self.depth = name, config.num_encoder_layers
+        self.name, self.depth, self.config = name, config.num_encoder_layers, config
         relative = config.relative_terms is not None  # DeBERTa: the relative positions' table all layers read
         self.rel_embed = nn.Embedding(2 * config.relative_span, config.d_model) if relative else None
         self.rel_embed_norm = norm_layer(config, config.d_model) if relative and config.relative_embed_norm else None
+        self.relative_bias = nn.Embedding(config.relative_bias_buckets, config.num_heads) \
+            if config.relative_bias_buckets else None  # T5: one table, read by every layer
 
     def relative_table(self) -> torch.Tensor | None:
         """The relative positions' table `(2 span, D)`, normed where `relative_embed_norm` says; None without."""
@@ -249,9 +255,12 @@ class Encoder(nn.Module):
 
     def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False):
         relative = self.relative_table()
+        bias = None if self.relative_bias is None else relative_position_bias(
+            self.relative_bias.weight, self.config, True, x.shape[1], x.shape[1])
         for i in range(self.depth):
             layer = self.layers[min(i, len(self.layers) - 1)]  # shared_layers: the one layer, every time
-            x = layer(x, mask, record, attention_weights, name=f"{self.name}.layers.{i}", relative=relative)
+            x = layer(x, mask, record, attention_weights, name=f"{self.name}.layers.{i}", relative=relative,
+                      position_bias=bias)
         if self.final_norm is not None:
             x = self.final_norm(x)
             if record is not None:
@@ -268,13 +277,19 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(config, f"{name}.layers.{i}", i)
                                     for i in range(config.num_decoder_layers))
         self.final_norm = norm_layer(config, config.d_model) if config.final_norm else None
-        self.name = name
+        self.name, self.config = name, config
+        self.relative_bias = nn.Embedding(config.relative_bias_buckets, config.num_heads) if config.relative_bias_buckets \
+            else None  # T5: one table, read by every layer
 
     def forward(self, x, memory, self_masks, cross_mask, record: Record | None = None, attention_weights=False,
                 cache: KVCache | None = None):
+        t = x.shape[1]
+        done = 0 if cache is None else cache.length  # a decoding step's queries follow the cached positions
+        bias = None if self.relative_bias is None else relative_position_bias(
+            self.relative_bias.weight, self.config, False, t, done + t)
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, self_masks[layer.kind], cross_mask, record, attention_weights,
-                      None if cache is None else cache.layers[i])
+                      None if cache is None else cache.layers[i], position_bias=bias)
         if self.final_norm is not None:
             x = self.final_norm(x)
             if record is not None:

@@ -46,6 +46,9 @@ VARIANTS = {
     # (M2M100) [sin | cos] at fairseq's frequencies, counted over non-pad tokens from pad_id + 1, pads a zero row
     "skip-pad-sinusoids": TINY.replace(sinusoid_layout="concatenated", sinusoid_frequencies="inclusive",
                                        positions_skip_pad=True, position_offset=TINY.pad_id + 1),
+    # (T5) no absolute positions: RMS pre-norms and a relative position bias per stack, 8 buckets up to distance 5
+    "relative-bias": TINY.replace(positional="none", norm="rms", norm_first=True, final_norm=True,
+                                  relative_bias_buckets=8, relative_bias_max_distance=5, attention_scale="none"),
 }
 
 FAMILIES = {

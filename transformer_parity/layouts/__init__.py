@@ -41,11 +41,14 @@ HF_LAYOUTS = {
     "hf-albert": "hf_albert",
     "hf-electra": "hf_electra",
     "hf-deberta-v2": "hf_deberta_v2",
+    "hf-mpnet": "hf_mpnet",
     "hf-marian": "hf_marian",
     "hf-bart": "hf_bart",
     "hf-mbart": "hf_mbart",
     "hf-pegasus": "hf_pegasus",
     "hf-m2m-100": "hf_m2m_100",
+    "hf-t5": "hf_t5",
+    "hf-mt5": "hf_mt5",
     "hf-llama": "hf_llama",
     "hf-mistral": "hf_mistral",
     "hf-mixtral": "hf_mixtral",
@@ -98,6 +101,7 @@ KERASHUB_PRESET_LAYOUTS = {
     "kerashub-bart": "kerashub_bart",
     "kerashub-bloom": "kerashub_bloom",
     "kerashub-falcon": "kerashub_falcon",
+    "kerashub-t5": "kerashub_t5",
 }
 # ... the Keras models that have no preset, only a bare .weights.h5 (`kerashub_preset.py` reads and writes it) ...
 KERASHUB_WEIGHTS_LAYOUTS = {
@@ -175,6 +179,8 @@ FAMILY_ONLY = {
     "alibi": "ALiBi biases on the attention scores in place of positions",
     "alibi_scaled": "ALiBi biases scaled with the attention scores",
     "alibi_bfloat16": "ALiBi biases rounded to bfloat16",
+    "relative_bias_buckets": "a relative position bias on the attention scores",
+    "relative_bias_max_distance": "relative position buckets up to another distance",
 }
 
 
@@ -189,6 +195,8 @@ def canonical_only(config, family: HFFamily | KerasHubFamily | None = None) -> l
     if config.attention_scale != "head" and "attention_scale" not in (family.expresses if family is not None else ()):
         problems.append(f"attention_scale={config.attention_scale!r} (scores scaled by 1/sqrt(d_head) there"
                         f"{_expressed_by('attention_scale')})")
+    if config.positional == "none" and "positional" not in (family.expresses if family is not None else ()):
+        problems.append(f"positional='none' (no absolute positions{_expressed_by('positional')})")
     if config.embed_bias:
         problems.append("embed_bias=True (no bias on the token embedding there)")
     if config.head_order != "dense-activation-norm":
