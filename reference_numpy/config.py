@@ -111,6 +111,7 @@ class TransformerConfig:
     pre_norms: bool = True  # False (OLMo 2): no norm before the sublayers, x + post_norm(f(x)) (needs post_norms)
     qk_norm_over: str = "head"  # qk_norm over each head's d_k (Qwen3) or "all" of q and of k at once (OLMo 2)
     norm_affine: bool = True  # False (OLMo): LayerNorms without gamma and beta, (x - mean) / sqrt(var + eps)
+    norm_bias: bool = True  # False (ModernBERT, Cohere): LayerNorms with gamma and no beta, normed(x) * gamma
     clip_qkv: float | None = None  # (OLMo) q, k and v clamped to [-clip_qkv, clip_qkv] right after their projection
     embedding_multiplier: float = 1.0  # (Granite) the token embeddings times this
     residual_multiplier: float = 1.0  # (Granite) each sublayer's output times this before the residual add

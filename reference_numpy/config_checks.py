@@ -256,7 +256,7 @@ def _check_parallel(cfg: Any) -> None:
 def _check_scalings(cfg: Any) -> None:
     """The fields of OLMo, OLMo 2 and Granite: norms without parameters or only after the sublayers, q/k norms
     over all heads at once, clamped q/k/v, and three multipliers (each a positive finite number)."""
-    for name in ("pre_norms", "norm_affine"):
+    for name in ("pre_norms", "norm_affine", "norm_bias"):
         if not isinstance(getattr(cfg, name), bool):
             raise ValueError(f"{name} must be a bool, received {getattr(cfg, name)!r}")
     _check_choice("qk_norm_over", cfg.qk_norm_over, QK_NORM_OVER)
@@ -270,6 +270,9 @@ def _check_scalings(cfg: Any) -> None:
     if not cfg.norm_affine and cfg.norm != "layer":
         raise ValueError(f"norm_affine=False (LayerNorms without gamma and beta) needs norm='layer', received "
                          f"norm={cfg.norm!r}")
+    if not cfg.norm_bias and (cfg.norm != "layer" or not cfg.norm_affine):
+        raise ValueError("norm_bias=False (LayerNorms with gamma and no beta) needs norm='layer' and "
+                         f"norm_affine=True, received norm={cfg.norm!r}, norm_affine={cfg.norm_affine}")
     if cfg.clip_qkv is not None:
         _check_finite("clip_qkv", cfg.clip_qkv, positive=True)
         object.__setattr__(cfg, "clip_qkv", float(cfg.clip_qkv))

@@ -22,11 +22,14 @@ def linear(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None) ->
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float) -> np.ndarray:
     """LayerNorm over the last axis with the biased variance, as torch.nn.LayerNorm and Keras compute it; without
-    gamma and beta (None: OLMo's, `norm_affine=False`) the normalized x alone."""
+    gamma and beta (None: OLMo's, `norm_affine=False`) the normalized x alone; without beta (None: `norm_bias=False`)
+    the normalized x times gamma."""
     mean = x.mean(axis=-1, keepdims=True)
     var = np.square(x - mean).mean(axis=-1, keepdims=True)
     normed = (x - mean) / np.sqrt(var + x.dtype.type(eps))
-    return normed if gamma is None else normed * gamma + beta
+    if gamma is None:
+        return normed
+    return normed * gamma if beta is None else normed * gamma + beta
 
 
 def rms_norm(x: np.ndarray, gamma: np.ndarray, eps: float, offset: float = 0.0) -> np.ndarray:

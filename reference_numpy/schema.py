@@ -45,11 +45,11 @@ def _attention(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, .
 
 
 def _norm(prefix: str, width: int, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
-    """A LayerNorm's gamma and beta, or an RMSNorm's gamma alone (`norm="rms"`); nothing under
-    `norm_affine=False`."""
+    """A LayerNorm's gamma and beta, or an RMSNorm's gamma alone (`norm="rms"`) as a LayerNorm's under
+    `norm_bias=False`; nothing under `norm_affine=False`."""
     if not config.norm_affine:
         return {}
-    if config.norm == "rms":
+    if config.norm == "rms" or not config.norm_bias:
         return {f"{prefix}.gamma": (width,)}
     return {f"{prefix}.gamma": (width,), f"{prefix}.beta": (width,)}
 

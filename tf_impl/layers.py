@@ -149,13 +149,14 @@ class RMSNorm(keras.layers.Layer):
 
 def norm_layer(config: TransformerConfig, name: str, dtype, eps: float | None = None) -> keras.layers.Layer:
     """The model's norm: `LayerNormalization` with the config's epsilon (Keras defaults to 1e-3; the reference uses
-    the config's, PyTorch's 1e-5 by default; without gamma and beta under `norm_affine=False`), or `RMSNorm` under
-    `norm="rms"`."""
+    the config's, PyTorch's 1e-5 by default; without gamma and beta under `norm_affine=False`, without beta under
+    `norm_bias=False`), or `RMSNorm` under `norm="rms"`."""
     eps = config.layer_norm_eps if eps is None else eps
     if config.norm == "rms":
         return RMSNorm(eps, config.norm_weight_offset, dtype=dtype, name=name)
     affine = config.norm_affine
-    return keras.layers.LayerNormalization(epsilon=eps, center=affine, scale=affine, dtype=dtype, name=name)
+    return keras.layers.LayerNormalization(epsilon=eps, center=affine and config.norm_bias, scale=affine, dtype=dtype,
+                                           name=name)
 
 
 def rotate(x, start, config: TransformerConfig, local: bool = False):

@@ -30,9 +30,10 @@ VARIANTS = {
     "embed-bias": TINY.replace(embed_bias=True),
     "head-norm-before-activation": TINY.replace(num_decoder_layers=0, tgt_vocab_size=7, head_transform=True,
                                                 head_order="dense-norm-activation"),
-    # (Gemma 2/3) a norm after each sublayer too, soft-capped attention scores and logits
+    # (Gemma 2/3) a norm after each sublayer too, soft-capped attention scores and logits; (ModernBERT, Cohere)
+    # every LayerNorm without a bias
     "post-norms+soft-caps": TINY.replace(norm_first=True, post_norms=True, attn_logit_softcap=2.0,
-                                         final_logit_softcap=3.0),
+                                         final_logit_softcap=3.0, norm_bias=False),
     # (Gemma 3, SmolLM3) a sliding and a full decoder layer, the sliding one at its own rotary base, the full one
     # without positions
     "layer-kinds+nope": TINY.replace(positional="rope", sliding_window=3, layer_kinds=("sliding", "full"),

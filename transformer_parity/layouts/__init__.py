@@ -67,6 +67,7 @@ HF_LAYOUTS = {
     "hf-granite": "hf_granite",
     "hf-codegen": "hf_codegen",
     "hf-falcon": "hf_falcon",
+    "hf-cohere": "hf_cohere",
 }
 # ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
 KERASHUB_PRESET_LAYOUTS = {
@@ -147,6 +148,7 @@ FAMILY_ONLY = {
     "pre_norms": "no norm before the sublayers",  # False: OLMo 2
     "qk_norm_over": "q/k norms over all heads at once",
     "norm_affine": "norms without parameters",  # False: OLMo
+    "norm_bias": "LayerNorms without a bias",  # False: ModernBERT, Cohere
     "clip_qkv": "q, k and v clamped",
     "embedding_multiplier": "token embeddings times a multiplier",
     "residual_multiplier": "sublayer outputs times a multiplier",

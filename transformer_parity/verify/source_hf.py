@@ -92,7 +92,10 @@ def exact_float64(model64, config: rn.TransformerConfig) -> None:
     def rotary(self, x, position_ids, layer_type=None):
         inv_freq, scaling = rn.ops.rope_frequencies(config, int(position_ids.max()) + 1)
         freqs = position_ids[..., None].double() * torch.as_tensor(inv_freq)  # (B, T, r/2)
-        angles = torch.cat((freqs, freqs), dim=-1)
+        if config.rotary_interleaved:  # adjacent dims turn together: each pair's angle twice (B, T, r)
+            angles = torch.repeat_interleave(freqs, 2, dim=-1)
+        else:  # the two halves' angles (B, T, r)
+            angles = torch.cat((freqs, freqs), dim=-1)
         return (angles.cos() * scaling).to(x.dtype), (angles.sin() * scaling).to(x.dtype)
 
     def rms(self, x):
