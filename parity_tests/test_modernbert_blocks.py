@@ -1,8 +1,10 @@
-"""The blocks of ModernBERT and Cohere: LayerNorms with a weight and no bias (`norm_bias=False`), refused when
-invalid naming the field and the value, round-tripping through JSON, named by the schema (gamma alone), and refused
-by a family that lacks them. The twins in float32 and float64, the streamed blocks, the caches and the formats run
-`norm_bias=False` in the "post-norms+soft-caps" variant (`support/variants.py`); the families against transformers
-are in test_llm_families.py (Cohere)."""
+"""The blocks of ModernBERT and Cohere: LayerNorms with a weight and no bias (`norm_bias=False`), an encoder whose
+first layer's attention has no norm (`first_attn_norm=False`), and an encoder-only model's sliding and full layers
+(`layer_kinds` per encoder layer, a window both ways, `local_rope_theta` for the sliding ones): each refused when
+invalid naming the field and the value, round-tripping through JSON, named by the schema, and refused by a family
+that lacks it. The twins in float32 and float64, the streamed blocks, the caches and the formats run them in two
+`VARIANTS` ("post-norms+soft-caps", "encoder-local-layers+head-norm-first"); the families against transformers are
+in test_llm_families.py (Cohere) and test_bert_family.py (ModernBERT)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from parity_tests.support.variants import VARIANTS
 from transformer_parity.verify import seeded_weights
 
 NO_BIAS = VARIANTS["post-norms+soft-caps"]  # every LayerNorm without a bias
+LOCAL = VARIANTS["encoder-local-layers+head-norm-first"]  # ModernBERT's encoder blocks
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -25,6 +28,59 @@ NO_BIAS = VARIANTS["post-norms+soft-caps"]  # every LayerNorm without a bias
 def test_config_refuses_each_invalid_value_naming_it(changes, message):
     with pytest.raises(ValueError, match=message):
         NO_BIAS.replace(**changes)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"first_attn_norm": "no"}, r"first_attn_norm must be a bool, received 'no'"),
+    ({"num_decoder_layers": 2, "layer_kinds": None, "local_rope_theta": None, "sliding_window": None},
+     r"first_attn_norm=False .* received num_decoder_layers=2, norm_first=True, pre_norms=True, shared_layers=False"),
+    ({"norm_first": False}, r"first_attn_norm=False .* norm_first=False"),
+    ({"layer_kinds": ("full", "sliding", "full")}, r"layer_kinds must name one of sliding, full per encoder layer "
+                                                  r"\(num_encoder_layers=2\), received \('full', 'sliding', 'full'\)"),
+    ({"first_attn_norm": True, "shared_layers": True}, r"layer_kinds=\['full', 'sliding'\] gives layers kinds of "
+                                                       r"their own; this model has shared_layers=True"),
+], ids=lambda v: "+".join(f"{k}={v[k]}" for k in v) if isinstance(v, dict) else "")
+def test_encoder_blocks_refuse_each_invalid_value_naming_it(changes, message):
+    with pytest.raises(ValueError, match=message):
+        LOCAL.replace(**changes)
+
+
+def test_encoder_blocks_round_trip_and_the_first_layer_has_no_attention_norm():
+    assert rn.TransformerConfig.from_json(LOCAL.to_json()) == LOCAL
+    assert (LOCAL.encoder_kinds, LOCAL.encoder_layer_kind(1), LOCAL.encoder_local_rope(1)) == (
+        ("sliding", "full"), "sliding", True)
+    shapes = rn.parameter_shapes(LOCAL)
+    assert "encoder.layers.0.norm1.gamma" not in shapes and "encoder.layers.1.norm1.gamma" in shapes
+    assert "encoder.layers.0.norm2.gamma" in shapes
+
+
+def test_an_encoder_window_reaches_both_ways():
+    """Not causal, a window of 3 lets position i see j with |i - j| < 3 (transformers' ModernBERT: `abs(q_idx -
+    kv_idx) <= local_attention // 2`), padding still hidden; the twins' masks are the same."""
+    import torch
+
+    import torch_impl.model
+
+    keys = np.array([[True] * 6 + [False]])
+    mask = rn.ops.attention_mask(keys, 7, window=3)[0, 0]
+    i, j = np.indices((7, 7))
+    np.testing.assert_array_equal(mask, (np.abs(i - j) < 3) & (j < 6))
+    twin = torch_impl.model.attention_mask(torch.as_tensor(keys), 7, window=3)[0, 0].numpy()
+    np.testing.assert_array_equal(twin, mask)
+
+
+def test_each_encoder_block_changes_the_logits():
+    weights = seeded_weights(LOCAL, 2)
+    src, _ = rn.sample_batch(LOCAL, batch=2, src_len=9, tgt_len=2, seed=1)
+    logits = rn.Transformer(LOCAL, weights)(src)
+    for changes in ({"layer_kinds": None, "local_rope_theta": None, "sliding_window": None},
+                    {"local_rope_theta": None}):
+        other = rn.Transformer(LOCAL.replace(**changes), weights)(src)
+        assert np.max(np.abs(other - logits)) > 1e-3, changes
+    with_norm = LOCAL.replace(first_attn_norm=True)
+    unit = {**weights, "encoder.layers.0.norm1.gamma": np.full(LOCAL.d_model, 2.0, np.float32),
+            "encoder.layers.0.norm1.beta": np.zeros(LOCAL.d_model, np.float32)}
+    assert np.max(np.abs(rn.Transformer(with_norm, unit)(src) - logits)) > 1e-3
 
 
 def test_norm_bias_round_trips_and_the_schema_has_no_beta():
@@ -60,4 +116,16 @@ def test_no_family_without_bias_free_norms_takes_them_silently(target, tmp_path)
     with pytest.raises((UsageError, ValueError)) as refused:
         formats.save(out, config, rn.init_weights(config, 0), "nn-transformer" if target.endswith(".pt") else target)
     assert "norm_bias=False" in str(refused.value), str(refused.value)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("target", ["hf-bert", "nn-transformer.pt"])
+def test_no_family_without_the_encoder_blocks_takes_them_silently(target, tmp_path):
+    from transformer_parity import formats
+    from transformer_parity.errors import UsageError
+
+    out = tmp_path / target
+    with pytest.raises((UsageError, ValueError)) as refused:
+        formats.save(out, LOCAL, rn.init_weights(LOCAL, 0), "nn-transformer" if target.endswith(".pt") else target)
+    assert "first_attn_norm=False" in str(refused.value) and "layer_kinds" in str(refused.value), str(refused.value)
     assert not out.exists()

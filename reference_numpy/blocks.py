@@ -143,8 +143,9 @@ def run_block(config: TransformerConfig, block: Block, weights: Mapping[str, np.
             w = {this + name[len(first):]: value for name, value in w.items()}
         x = state["x"]
         if block.stack == "encoder":
-            mask = ops.attention_mask(key_mask(config, state, "src"), x.shape[1], causal=config.causal_encoder)
-            state["x"] = m.EncoderLayer(config, w, block.name)(x, mask, record)
+            layer = m.EncoderLayer(config, w, block.name, block.index)
+            mask = m.encoder_attention_masks(config, key_mask(config, state, "src"))[layer.kind]
+            state["x"] = layer(x, mask, record)
         else:
             self_mask = ops.attention_mask(key_mask(config, state, "tgt"), x.shape[1], causal=True,
                                            window=config.layer_window(block.index))

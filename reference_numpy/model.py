@@ -129,11 +129,12 @@ class MixtureOfExperts(_Module):
 
 
 def _sublayer(x: np.ndarray, norm: LayerNorm | None, fn, config: TransformerConfig, record: Record | None, name: str,
-              attention_weights: bool, post_norm: LayerNorm | None = None):
+              attention_weights: bool, post_norm: LayerNorm | None = None, owner: _Module | None = None):
     """One residual block: post-LN `norm(x + f(x))` (the paper) or pre-LN `x + f(norm(x))`, with `post_norms`
     `x + post_norm(f(norm(x)))` (Gemma 2/3), the post norm's output traced under its own name; without a norm
     before it (`pre_norms=False`, OLMo 2) `x + post_norm(f(x))`; the output times `residual_multiplier` (Granite)
-    before the add."""
+    before the add. `owner`: the module whose `store` rounds the sum where the sublayer has no norm at all
+    (ModernBERT's first attention, `first_attn_norm=False`)."""
     out = fn(norm(x) if config.norm_first and norm is not None else x)
     if isinstance(out, tuple):
         out, weights = out
@@ -145,9 +146,9 @@ def _sublayer(x: np.ndarray, norm: LayerNorm | None, fn, config: TransformerConf
         out = post_norm(out)
         if record is not None:
             record[post_norm.name] = out
-    store = (norm or post_norm).store
+    store = (norm or post_norm or owner).store
     if config.residual_multiplier != 1.0:
-        out = _times(post_norm or norm, out, config.residual_multiplier)
+        out = _times(post_norm or norm or owner, out, config.residual_multiplier)
     return store(x + out) if config.norm_first else norm(store(x + out))
 
 
@@ -169,10 +170,16 @@ def _pre_norm(config: TransformerConfig, weights, name: str) -> LayerNorm | None
 
 
 class EncoderLayer(_Module):
-    def __init__(self, config, weights, name):
+    """Self-attention and feed-forward. `index`: which encoder layer it is, for its kind (`kind`: the mask it takes),
+    its rotary base and, at 0, whether its attention has a norm (`first_attn_norm`)."""
+
+    def __init__(self, config, weights, name, index: int = 0):
         super().__init__(config, weights, name)
-        self.self_attn = MultiHeadAttention(config, weights, f"{name}.self_attn", rotary=True)
-        self.norm1 = _pre_norm(config, weights, f"{name}.norm1")
+        self.kind = config.encoder_layer_kind(index)
+        self.self_attn = MultiHeadAttention(config, weights, f"{name}.self_attn", rotary=True,
+                                            local_rope=config.encoder_local_rope(index))
+        own_norm = index > 0 or config.first_attn_norm
+        self.norm1 = _pre_norm(config, weights, f"{name}.norm1") if own_norm else None
         self.post_attn_norm = _post_norm(config, weights, f"{name}.post_attn_norm")
         self.ffn = FeedForward(config, weights, f"{name}.ffn")
         self.norm2 = _pre_norm(config, weights, f"{name}.norm2")
@@ -181,7 +188,7 @@ class EncoderLayer(_Module):
     def __call__(self, x, mask, record: Record | None = None, attention_weights: bool = False):
         c = self.config
         x = _sublayer(x, self.norm1, lambda y: self.self_attn(y, y, mask), c, record, self.self_attn.name,
-                      attention_weights, self.post_attn_norm)
+                      attention_weights, self.post_attn_norm, self)
         x = _sublayer(x, self.norm2, self.ffn, c, record, self.ffn.name, attention_weights, self.post_ffn_norm)
         if record is not None:
             record[self.name] = x
@@ -294,12 +301,13 @@ class Embedding(_Module):
 class Encoder(_Module):
     def __init__(self, config, weights, name="encoder"):
         super().__init__(config, weights, name)
-        self.layers = [EncoderLayer(config, weights, f"{name}.layers.{i}") for i in range(config.num_encoder_layers)]
+        self.layers = [EncoderLayer(config, weights, f"{name}.layers.{i}", i) for i in range(config.num_encoder_layers)]
         self.final_norm = LayerNorm(config, weights, f"{name}.final_norm") if config.final_norm else None
 
-    def __call__(self, x, mask, record: Record | None = None, attention_weights: bool = False):
+    def __call__(self, x, masks, record: Record | None = None, attention_weights: bool = False):
+        """`masks`: the self-attention mask of each layer kind the layers use (`encoder_attention_masks`)."""
         for layer in self.layers:
-            x = layer(x, mask, record, attention_weights)
+            x = layer(x, masks[layer.kind], record, attention_weights)
         if self.final_norm is not None:
             x = self.final_norm(x)
             if record is not None:
@@ -398,6 +406,14 @@ def self_attention_masks(config: TransformerConfig, key_mask: np.ndarray, query_
             for kind in config.decoder_kinds}
 
 
+def encoder_attention_masks(config: TransformerConfig, key_mask: np.ndarray) -> dict[str, np.ndarray]:
+    """The encoder's self-attention masks `(B, 1, S, S)`, one per layer kind its layers use (`sliding`: within
+    `sliding_window` both ways, or back only under `causal_encoder`; `full`), from the key padding mask `(B, S)`."""
+    return {kind: ops.attention_mask(key_mask, key_mask.shape[1], causal=config.causal_encoder,
+                                     window=config.kind_window(kind))
+            for kind in config.encoder_kinds}
+
+
 def last_positions(mask: np.ndarray) -> np.ndarray:
     """The last real position of each row, `(B,)`: transformers' `(arange(S) * mask).argmax(-1)` (a row without one
     reads position 0)."""
@@ -469,8 +485,7 @@ class Transformer:
         x = self.src_embed(src_ids, type_ids=type_ids)
         if record is not None:
             record["encoder.embed"] = x
-        mask = ops.attention_mask(src_mask, src_ids.shape[1], causal=self.config.causal_encoder)
-        return self.encoder(x, mask, record, attention_weights)
+        return self.encoder(x, encoder_attention_masks(self.config, src_mask), record, attention_weights)
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, record: Record | None = None,
                attention_weights: bool = False, *, last_only: bool = False, classifier_mask=None):

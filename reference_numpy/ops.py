@@ -239,10 +239,15 @@ def causal_mask(query_len: int, key_len: int, window: int | None = None) -> np.n
 def attention_mask(key_mask: np.ndarray, query_len: int, causal: bool = False, window: int | None = None
                    ) -> np.ndarray:
     """Key padding mask `(B, Tk)` -> attention mask `(B, 1, Tq, Tk)` (True = may attend), optionally causal (and
-    windowed)."""
+    windowed: i - j < window); not causal, a `window` is both ways, |i - j| < window (ModernBERT's local layers:
+    transformers' `abs(q_idx - kv_idx) <= local_attention // 2`)."""
     mask = np.broadcast_to(key_mask[:, None, None, :], (key_mask.shape[0], 1, query_len, key_mask.shape[1]))
     if causal:
         mask = mask & causal_mask(query_len, key_mask.shape[1], window)
+    elif window is not None:
+        offset = key_mask.shape[1] - query_len  # the queries are the last Tq positions
+        distance = np.arange(query_len)[:, None] + offset - np.arange(key_mask.shape[1])[None, :]  # (Tq, Tk)
+        mask = mask & (np.abs(distance) < window)
     return mask
 
 

@@ -123,7 +123,8 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
         shapes.update(_embedding("tgt", config.tgt_vocab_size, config, table=not config.share_embeddings))
     for i in range(config.encoder_weight_layers):  # one under shared_layers
         shapes.update(_attention(f"encoder.layers.{i}.self_attn", config))
-        shapes.update(_pre_norm(f"encoder.layers.{i}.norm1", config))
+        if i or config.first_attn_norm:  # ModernBERT's first layer has no attention norm
+            shapes.update(_pre_norm(f"encoder.layers.{i}.norm1", config))
         shapes.update(_post_norm(f"encoder.layers.{i}.post_attn_norm", config))
         shapes.update(_ffn(f"encoder.layers.{i}.ffn", config))
         shapes.update(_pre_norm(f"encoder.layers.{i}.norm2", config))

@@ -15,7 +15,8 @@ from reference_numpy.blocks import Block, weight_layer
 from reference_numpy.schema import tied_output_embedding
 
 from .model import (Classifier, DecoderLayer, Embedding, EncoderLayer, HeadTransform, OutputProjection, Pooler,
-                    _zero_initializers, attention_mask, last_positions, norm_layer, padding_mask, weight_table)
+                    _zero_initializers, attention_mask, encoder_attention_masks, last_positions, norm_layer,
+                    padding_mask, weight_table)
 
 
 def _layer(config, block: Block, dtype: str) -> tuple[keras.layers.Layer, tuple, str]:
@@ -27,7 +28,7 @@ def _layer(config, block: Block, dtype: str) -> tuple[keras.layers.Layer, tuple,
     if block.kind == "layer":
         name = f"layers_{weight_layer(config, block)}"
         if block.stack == "encoder":
-            return EncoderLayer(config, dtype=dtype, name=name), (states,), f"{block.stack}/"
+            return EncoderLayer(config, index=block.index, dtype=dtype, name=name), (states,), f"{block.stack}/"
         memory = states if config.has_encoder else None
         return DecoderLayer(config, index=block.index, dtype=dtype, name=name), (states, memory), f"{block.stack}/"
     if block.kind == "final_norm":
@@ -76,7 +77,7 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
     elif block.kind == "layer":
         t = tf.shape(x)[1]
         if block.stack == "encoder":
-            mask = attention_mask(padding_mask(ids["src"], config.pad_id), t, causal=config.causal_encoder)
+            mask = encoder_attention_masks(config, padding_mask(ids["src"], config.pad_id))[layer.kind]
             x, sublayers = layer(x, mask)
         else:
             self_mask = attention_mask(padding_mask(ids["tgt"], config.pad_id), t, causal=True,

@@ -147,7 +147,7 @@ class Encoder(ConfigSerializable, keras.layers.Layer):
     def __init__(self, config: TransformerConfig, impl: str = "explicit", name: str = "encoder", **kwargs):
         super().__init__(name=name, **kwargs)
         self.config, self.impl = config, impl
-        self.layers = [EncoderLayer(config, impl, dtype=self.dtype_policy, name=f"layers_{i}")
+        self.layers = [EncoderLayer(config, impl, i, dtype=self.dtype_policy, name=f"layers_{i}")
                        for i in range(config.encoder_weight_layers)]
         self.final_norm = (norm_layer(config, "final_norm", self.dtype_policy) if config.final_norm else None)
 
@@ -158,11 +158,12 @@ class Encoder(ConfigSerializable, keras.layers.Layer):
         if self.final_norm is not None:
             self.final_norm.build(x_shape)
 
-    def call(self, x, attention_mask=None, attention_weights: bool = False, training: bool = False):
+    def call(self, x, masks=None, attention_weights: bool = False, training: bool = False):
+        """`masks`: the self-attention mask of each layer kind the layers use (`encoder_attention_masks`)."""
         record: Record = {}
         for i in range(self.config.num_encoder_layers):
             layer = self.layers[min(i, len(self.layers) - 1)]  # shared_layers: the one layer, every time
-            x, sublayers = layer(x, attention_mask, attention_weights=attention_weights, training=training)
+            x, sublayers = layer(x, masks[layer.kind], attention_weights=attention_weights, training=training)
             record.update({f"{self.name}.layers.{i}.{k}": v for k, v in sublayers.items()})
             record[f"{self.name}.layers.{i}"] = x
         if self.final_norm is not None:
@@ -492,8 +493,8 @@ class Transformer(ConfigSerializable, keras.Model):
         type_ids = self._type_ids(src_type_ids, src_ids)
         x = self.src_embed(src_ids, type_ids=type_ids, training=training)
         record: Record = {"encoder.embed": x}
-        mask = attention_mask(src_mask, tf.shape(src_ids)[1], causal=self.config.causal_encoder)
-        memory, layers = self.encoder(x, mask, attention_weights=attention_weights, training=training)
+        masks = encoder_attention_masks(self.config, src_mask)
+        memory, layers = self.encoder(x, masks, attention_weights=attention_weights, training=training)
         return memory, {**record, **layers}
 
     def _decode(self, tgt_ids, memory, src_mask, tgt_mask, attention_weights, training, cache=None,
@@ -676,9 +677,20 @@ def last_positions(mask) -> tf.Tensor:
 def attention_mask(key_mask: tf.Tensor, query_len, causal: bool = False, first=None, window: int | None = None
                    ) -> tf.Tensor:
     """Key padding mask `(B, Tk)` (True = real token) -> `(B, 1, Tq, Tk)` attention mask, True = may attend.
-    `causal` with `first` and a sliding `window`: see `causal_mask`."""
+    `causal` with `first` and a sliding `window`: see `causal_mask`; not causal, a `window` is both ways
+    (|i - j| < window, the queries being the last Tq positions)."""
     shape = tf.shape(key_mask)
     mask = tf.broadcast_to(key_mask[:, None, None, :], (shape[0], 1, query_len, shape[1]))  # (B, 1, Tq, Tk)
     if causal:
         mask = tf.logical_and(mask, causal_mask(query_len, shape[1], first, window))
+    elif window is not None:
+        distance = tf.range(query_len)[:, None] + (shape[1] - query_len) - tf.range(shape[1])[None, :]  # (Tq, Tk)
+        mask = tf.logical_and(mask, tf.abs(distance) < window)
     return mask
+
+
+def encoder_attention_masks(config: TransformerConfig, key_mask: tf.Tensor) -> dict[str, tf.Tensor]:
+    """The encoder's self-attention mask `(B, 1, S, S)` of each layer kind its layers use
+    (`reference_numpy.model.encoder_attention_masks`)."""
+    return {kind: attention_mask(key_mask, tf.shape(key_mask)[1], causal=config.causal_encoder,
+                                 window=config.kind_window(kind)) for kind in config.encoder_kinds}

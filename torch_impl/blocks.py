@@ -15,7 +15,8 @@ from reference_numpy.blocks import Block, weight_layer
 from reference_numpy.schema import tied_output_embedding
 
 from .model import (Classifier, DecoderLayer, Embedding, EncoderLayer, HeadTransform, OutputProjection, Pooler,
-                    attention_mask, last_positions, norm_layer, padding_mask, weight_table)
+                    attention_mask, encoder_attention_masks, last_positions, norm_layer, padding_mask,
+                    weight_table)
 
 # The module a block's weights sit under in the whole model's state dict (`weight_table`).
 _PREFIX = {"embed": "{side}_embed.", "layer": "{stack}.layers.{index}.", "final_norm": "{stack}.final_norm.",
@@ -29,7 +30,8 @@ def _module(config, block: Block) -> nn.Module:
         return Embedding(config, block.side)
     if block.kind == "layer":
         name = f"{block.stack}.layers.{weight_layer(config, block)}"
-        return EncoderLayer(config, name) if block.stack == "encoder" else DecoderLayer(config, name, block.index)
+        return EncoderLayer(config, name, block.index) if block.stack == "encoder" else \
+            DecoderLayer(config, name, block.index)
     if block.kind == "final_norm":
         return norm_layer(config, config.d_model)
     if block.kind == "next_sentence":
@@ -77,7 +79,7 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
         elif block.kind == "layer":
             t = x.shape[1]
             if block.stack == "encoder":
-                mask = attention_mask(padding_mask(ids["src"], config.pad_id), t, causal=config.causal_encoder)
+                mask = encoder_attention_masks(config, padding_mask(ids["src"], config.pad_id))[module.kind]
                 x = module(x, mask, record, name=block.name)
             else:
                 self_mask = attention_mask(padding_mask(ids["tgt"], config.pad_id), t, causal=True,

@@ -70,12 +70,17 @@ class _ResidualLayer(nn.Module):
 
 
 class EncoderLayer(_ResidualLayer):
-    def __init__(self, config: TransformerConfig, name: str):
+    """`index`: which encoder layer it is, for its kind (`kind`: the mask it takes), its rotary base and, at 0,
+    whether its attention has a norm (`first_attn_norm`)."""
+
+    def __init__(self, config: TransformerConfig, name: str, index: int = 0):
         super().__init__()
-        self.config, self.name = config, name
+        self.config, self.name, self.kind = config, name, config.encoder_layer_kind(index)
         eps = config.layer_norm_eps
-        self.self_attn = MultiHeadAttention(config, f"{name}.self_attn", rotary=True)
-        self.norm1 = norm_layer(config, config.d_model, eps) if config.pre_norms else None
+        self.self_attn = MultiHeadAttention(config, f"{name}.self_attn", rotary=True,
+                                            local_rope=config.encoder_local_rope(index))
+        own_norm = config.pre_norms and (index > 0 or config.first_attn_norm)
+        self.norm1 = norm_layer(config, config.d_model, eps) if own_norm else None
         self.post_attn_norm = norm_layer(config, config.d_model, eps) if config.post_norms else None
         self.ffn = FeedForward(config, f"{name}.ffn")
         self.norm2 = norm_layer(config, config.d_model, eps) if config.pre_norms else None
@@ -227,15 +232,16 @@ class Encoder(nn.Module):
 
     def __init__(self, config: TransformerConfig, name: str = "encoder"):
         super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(config, f"{name}.layers.{i}")
+        self.layers = nn.ModuleList(EncoderLayer(config, f"{name}.layers.{i}", i)
                                     for i in range(config.encoder_weight_layers))
         self.final_norm = norm_layer(config, config.d_model) if config.final_norm else None
         self.name, self.depth = name, config.num_encoder_layers
 
-    def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False):
+    def forward(self, x, masks, record: Record | None = None, attention_weights: bool = False):
+        """`masks`: the self-attention mask of each layer kind the layers use (`encoder_attention_masks`)."""
         for i in range(self.depth):
             layer = self.layers[min(i, len(self.layers) - 1)]  # shared_layers: the one layer, every time
-            x = layer(x, mask, record, attention_weights, name=f"{self.name}.layers.{i}")
+            x = layer(x, masks[layer.kind], record, attention_weights, name=f"{self.name}.layers.{i}")
         if self.final_norm is not None:
             x = self.final_norm(x)
             if record is not None:
@@ -413,8 +419,7 @@ class Transformer(nn.Module):
         x = self.src_embed.dropout(self.src_embed(src_ids, type_ids=type_ids))
         if record is not None:
             record["encoder.embed"] = x
-        mask = attention_mask(src_mask, src_ids.shape[1], causal=self.config.causal_encoder)
-        return self.encoder(x, mask, record, attention_weights)
+        return self.encoder(x, encoder_attention_masks(self.config, src_mask), record, attention_weights)
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, record: Record | None = None,
                attention_weights: bool = False, cache: KVCache | None = None, *, last_only: bool = False,
@@ -565,12 +570,23 @@ def last_positions(mask: torch.Tensor) -> torch.Tensor:
 def attention_mask(key_mask: torch.Tensor, query_len: int, causal: bool = False, window: int | None = None
                    ) -> torch.Tensor:
     """Key padding mask `(B, Tk)` (True = real token) -> `(B, 1, Tq, Tk)` attention mask, True = may attend;
-    `causal` (the queries are the last Tq positions), within a sliding `window` if given (i - j < window)."""
+    `causal` (the queries are the last Tq positions), within a sliding `window` if given (i - j < window); not
+    causal, a `window` is both ways (|i - j| < window)."""
     mask = key_mask[:, None, None, :].expand(-1, 1, query_len, -1)  # (B, 1, Tq, Tk)
-    if causal:
-        tk = key_mask.shape[1]
+    tk = key_mask.shape[1]
+    if causal or window is not None:
         ones = torch.ones(query_len, tk, dtype=torch.bool, device=key_mask.device)
+    if causal:
         mask = mask & ones.tril(tk - query_len)
-        if window is not None:
-            mask = mask & ones.triu(tk - query_len - window + 1)
+    if window is not None:
+        mask = mask & ones.triu(tk - query_len - window + 1)
+        if not causal:
+            mask = mask & ones.tril(tk - query_len + window - 1)
     return mask
+
+
+def encoder_attention_masks(config: TransformerConfig, key_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The encoder's self-attention mask `(B, 1, S, S)` of each layer kind its layers use
+    (`reference_numpy.model.encoder_attention_masks`)."""
+    return {kind: attention_mask(key_mask, key_mask.shape[1], causal=config.causal_encoder,
+                                 window=config.kind_window(kind)) for kind in config.encoder_kinds}

@@ -149,6 +149,7 @@ FAMILY_ONLY = {
     "qk_norm_over": "q/k norms over all heads at once",
     "norm_affine": "norms without parameters",  # False: OLMo
     "norm_bias": "LayerNorms without a bias",  # False: ModernBERT, Cohere
+    "first_attn_norm": "a first layer whose attention has no norm",  # False: ModernBERT
     "clip_qkv": "q, k and v clamped",
     "embedding_multiplier": "token embeddings times a multiplier",
     "residual_multiplier": "sublayer outputs times a multiplier",
