@@ -68,6 +68,7 @@ HF_LAYOUTS = {
     "hf-codegen": "hf_codegen",
     "hf-falcon": "hf_falcon",
     "hf-cohere": "hf_cohere",
+    "hf-modernbert": "hf_modernbert",
 }
 # ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
 KERASHUB_PRESET_LAYOUTS = {

@@ -89,19 +89,11 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
     return hf, arch
 
 
-def exact_norms_and_rotation(model64, config: rn.TransformerConfig) -> None:
-    """In a float64 Cohere model: CohereLayerNorm in float64 (transformers casts to float32), and each attention's
-    rotation in its own dtype (its `apply_rotary_pos_emb` takes q and k to float32 first: the modeling module's
-    function is swapped for this instance's calls only and restored after each). The rotary angles are
-    `verify.source_hf.exact_float64`'s, adjacent pairs under `rotary_interleaved`."""
+def rotation_in_model_dtype(model64, attention: str) -> None:
+    """Each `attention` module (by class name) of a float64 model rotates q and k in their own dtype: its modeling
+    module's `apply_rotary_pos_emb`, which takes them to float32 first, is swapped for this instance's calls only
+    and restored after each (the modeling module's own `rotate_half` kept)."""
     import importlib
-
-    import torch
-
-    def norm(self, x):
-        mean = x.mean(-1, keepdim=True)
-        variance = (x - mean).pow(2).mean(-1, keepdim=True)
-        return self.weight * ((x - mean) * torch.rsqrt(variance + self.variance_epsilon))
 
     def rotate(modeling):
         def apply(q, k, cos, sin, unsqueeze_dim=1):
@@ -120,11 +112,25 @@ def exact_norms_and_rotation(model64, config: rn.TransformerConfig) -> None:
         return forward
 
     for module in model64.modules():
-        kind = type(module).__name__
-        if kind == "CohereLayerNorm":
-            module.forward = types.MethodType(norm, module)
-        elif kind == "CohereAttention":
+        if type(module).__name__ == attention:
             module.forward = swapped(module.forward, importlib.import_module(type(module).__module__))
+
+
+def exact_norms_and_rotation(model64, config: rn.TransformerConfig) -> None:
+    """In a float64 Cohere model: CohereLayerNorm in float64 (transformers casts to float32), and each attention's
+    rotation in its own dtype (`rotation_in_model_dtype`). The rotary angles are `verify.source_hf.exact_float64`'s,
+    adjacent pairs under `rotary_interleaved`."""
+    import torch
+
+    def norm(self, x):
+        mean = x.mean(-1, keepdim=True)
+        variance = (x - mean).pow(2).mean(-1, keepdim=True)
+        return self.weight * ((x - mean) * torch.rsqrt(variance + self.variance_epsilon))
+
+    for module in model64.modules():
+        if type(module).__name__ == "CohereLayerNorm":
+            module.forward = types.MethodType(norm, module)
+    rotation_in_model_dtype(model64, "CohereAttention")
 
 
 TASK_HEADS = ()  # transformers has no Cohere task classes
