@@ -129,3 +129,37 @@ def test_no_family_without_the_encoder_blocks_takes_them_silently(target, tmp_pa
         formats.save(out, LOCAL, rn.init_weights(LOCAL, 0), "nn-transformer" if target.endswith(".pt") else target)
     assert "first_attn_norm=False" in str(refused.value) and "layer_kinds" in str(refused.value), str(refused.value)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("classifier", ["sequence", "token"])
+def test_a_head_transform_before_a_classifier_in_every_implementation(classifier):
+    """ModernBERT's task heads: the head transform, then the classifier (position 0's scores, or every position's);
+    both twins and the streamed blocks compute what the reference does, recording `head` before `logits`."""
+    import torch
+
+    import tf_impl
+    import torch_impl
+    from reference_numpy import blocks
+
+    fields = {"classifier_input": "first"} if classifier == "sequence" else {}
+    config = LOCAL.replace(output_projection=False, classifier=classifier, num_labels=3, **fields)
+    weights = seeded_weights(config, 4)
+    src, _ = rn.sample_batch(config, batch=2, src_len=9, tgt_len=2, seed=2)
+    desired = rn.Transformer(config, weights).trace(src)
+    assert list(desired)[-2:] == ["head", "logits"]
+    with torch.no_grad():
+        twin = torch_impl.Transformer.from_reference(config, weights, dtype=torch.float64).trace(src)
+    keras = tf_impl.Transformer.from_reference(config, weights, dtype="float64").trace(src)
+    state, streamed = {"src_ids": src}, {}
+    for block in blocks.blocks(config):
+        blocks.begin(block, state)
+        own = {n: weights[n] for n in blocks.block_parameters(config, block)}
+        streamed.update(blocks.run_block(config, block, own, np.float64, state))
+    for name, value in desired.items():
+        np.testing.assert_allclose(twin[name].numpy(), value, rtol=0, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(np.asarray(keras[name]), value, rtol=0, atol=1e-12, err_msg=name)
+        np.testing.assert_array_equal(streamed[name], value, err_msg=name)
+    if classifier == "sequence":  # a pooler's output is not the head's
+        with pytest.raises(ValueError, match=r"head_transform before classifier='sequence' .* "
+                                             r"classifier_input='pooler'"):
+            config.replace(classifier_input="pooler", pooler=True)

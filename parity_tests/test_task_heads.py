@@ -38,6 +38,11 @@ FAMILIES = {  # each family's config class and settings; its task classes are th
                                             max_position_embeddings=40, pad_token_id=3)),
     "Albert": ("AlbertConfig", dict(ENCODER, embedding_size=16)),
     "Electra": ("ElectraConfig", dict(ENCODER, embedding_size=16)),
+    # a full and a sliding layer (a window of 2 each way), biases everywhere, the head's dense too
+    "ModernBert": ("ModernBertConfig", dict(ENCODER, global_attn_every_n_layers=2, local_attention=4,
+                                            bos_token_id=None, eos_token_id=None, cls_token_id=None,
+                                            sep_token_id=None, norm_bias=True, attention_bias=True, mlp_bias=True,
+                                            classifier_bias=True)),
     "GPT2": ("GPT2Config", dict(vocab_size=61, n_embd=48, n_head=6, n_layer=2, n_positions=64, pad_token_id=3,
                                 bos_token_id=1, eos_token_id=2)),
     "Llama": ("LlamaConfig", DECODER),
@@ -205,9 +210,8 @@ NOT_HERE = {f"{stem}{kind}" for stem in ("Bart", "Marian", "MBart", "Pegasus", "
                                                      "OPTForSequenceClassification", "OPTForQuestionAnswering",
                                                      "Gemma2ForSequenceClassification",
                                                      "Gemma2ForTokenClassification"} | {
-    # ModernBERT's pool (cls, or a masked mean) before the head transform: refused naming what is supported
-    f"ModernBertFor{kind}" for kind in ("SequenceClassification", "TokenClassification", "QuestionAnswering",
-                                        "MultipleChoice")}
+    # ModernBERT's multiple choice reads each row's first real position (attention_mask.argmax)
+    "ModernBertForMultipleChoice"}
 
 
 def test_every_task_class_transformers_has_for_our_families_is_read():

@@ -144,9 +144,10 @@ def check_config(cfg: Any) -> None:
                          f"num_decoder_layers={cfg.num_decoder_layers}")
     if (cfg.type_vocab_size or cfg.pooler) and not cfg.has_encoder:
         raise ValueError("type_vocab_size and pooler belong to an encoder; this model has num_encoder_layers=0")
-    if not cfg.output_projection and (cfg.tie_embeddings or cfg.head_transform or cfg.output_bias):
+    bare_head = cfg.head_transform and cfg.classifier is None  # a classifier may read the head's output
+    if not cfg.output_projection and (cfg.tie_embeddings or bare_head or cfg.output_bias):
         raise ValueError("output_projection=False (a bare backbone) cannot have tie_embeddings, head_transform "
-                         f"or output_bias, received tie_embeddings={cfg.tie_embeddings}, head_transform="
+                         f"(without a classifier) or output_bias, received tie_embeddings={cfg.tie_embeddings}, head_transform="
                          f"{cfg.head_transform}, output_bias={cfg.output_bias}")
 
 
@@ -329,9 +330,14 @@ def _check_classifier(cfg: Any) -> None:
     _check_int("num_labels", cfg.num_labels, minimum=1)
     if cfg.classifier_dense is not None:
         _check_choice("classifier_dense", cfg.classifier_dense, CLASSIFIER_DENSE)
-    if cfg.output_projection or cfg.head_transform:
+    if cfg.output_projection:
         raise ValueError(f"classifier={cfg.classifier!r} scores the final hidden states in place of the output "
-                         "projection: it needs output_projection=False and head_transform=False")
+                         "projection: it needs output_projection=False")
+    if cfg.head_transform and (cfg.embedding_size is not None or cfg.classifier_input == "pooler"
+                               and cfg.pooled_classifier):
+        raise ValueError(f"head_transform before classifier={cfg.classifier!r} (ModernBERT's task heads) needs the "
+                         f"head d_model wide and read by the classifier, received embedding_size="
+                         f"{cfg.embedding_size}, classifier_input={cfg.classifier_input!r}")
     if cfg.is_encoder_decoder and cfg.classifier == "choice":
         raise ValueError("classifier='choice' needs an encoder-only or a decoder-only model (no encoder-decoder "
                          "family has a multiple-choice class)")

@@ -550,6 +550,10 @@ class Transformer:
         """Final hidden states -> (head transform ->) logits, or a classifier's scores (`logits` too); a bare
         backbone returns the hidden states."""
         if self.classifier is not None:
+            if self.head is not None:  # ModernBERT's task heads: the head transform, then the classifier
+                x = self.head(x)
+                if record is not None:
+                    record["head"] = x
             logits = self.classifier(x, mask, pooled, record)
             if record is not None:
                 record["logits"] = logits

@@ -568,9 +568,12 @@ class Transformer(ConfigSerializable, keras.Model):
         """Final hidden states -> `(logits, record)` through the head transform and output projection, or a
         classifier's scores (`logits` too); a bare backbone returns the hidden states (`last_hidden_state`)."""
         if self.classifier is not None:
+            head = {}
+            if self.head is not None:  # ModernBERT's task heads: the head transform, then the classifier
+                x = head["head"] = self.head(x)
             logits, record = self.classifier(x, mask, pooled)
             record["logits"] = logits
-            return logits, record
+            return logits, {**head, **record}
         record: Record = {}
         if self.choice_head is not None and x.shape[1] == mask.shape[1]:
             record["choice"] = self.choice_head(tf.gather(x, last_positions(mask), axis=1, batch_dims=1))

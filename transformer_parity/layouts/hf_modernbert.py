@@ -15,8 +15,14 @@ within `local_attention // 2` positions both ways at their own base (canonical `
 
 transformers' unpadded (flash-attention) path is not taken on CPU: the padded model with its attention mask is the
 source; every padded position is masked as a key and computed as a query, as here. Its rotary tables and rotation are
-float32 even in a float64 model: verify's float64 run takes them in float64 (`exact_rotary_and_rotation`). The task
-classes pool (or not) before the head transform, which the canonical classifier does not compute: none is read yet.
+float32 even in a float64 model: verify's float64 run takes them in float64 (`exact_rotary_and_rotation`).
+
+The task classes put the head transform (`head`) before their `classifier` (canonical `head_transform` beside
+`classifier`): token and span scores at every position; sequence scores at position 0 (`classifier_pooling="cls"`,
+the head being position-wise, taking it before or after the pooling is the same). A masked mean
+(`classifier_pooling="mean"`) is refused, as is the multiple-choice class (it reads each row's first real position,
+`attention_mask.argmax`), and a head activation other than the encoder's GELU (the bare model it is read as holds
+none).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import reference_numpy as rn
 
 from . import hf_cohere, hf_gemma3_text
 from .family import Float64Fix, HFFamily
+from .hf_tasks import Head, linear
 from .hf import (TO_HF_ACTIVATION, activation, architecture, boolean, integer, number, prefix_rule, refuse,
                  token_id)
 
@@ -135,7 +142,7 @@ def config_from_hf(hf: Mapping[str, Any], keys: Collection[str]) -> tuple[rn.Tra
         layer_norm_eps=number(hf, "norm_eps", 1e-5), norm_bias=boolean(hf, "norm_bias", False), positional="rope",
         rope_theta=full if "full" in kinds else sliding, local_rope_theta=sliding if both else None,
         sliding_window=window, layer_kinds=kinds if both else None, first_attn_norm=False, scale_embedding=False,
-        embed_norm=True, ffn_gated=True, bias=mlm and boolean(hf, "classifier_bias", False),
+        embed_norm=True, ffn_gated=True, bias=boolean(hf, "classifier_bias", False),  # the head's dense
         attention_bias=boolean(hf, "attention_bias", False), ffn_bias=boolean(hf, "mlp_bias", False),
         tie_embeddings=mlm and boolean(hf, "tie_word_embeddings", True),
         output_bias=mlm and boolean(hf, "decoder_bias", True), output_projection=mlm, head_transform=mlm,
@@ -183,7 +190,7 @@ def config_to_hf(config: rn.TransformerConfig) -> tuple[dict[str, Any], str]:
           "local_attention": 2 * (config.sliding_window - 1) if config.sliding_window is not None else 128,
           "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": config.rope_theta},
                               "sliding_attention": {"rope_type": "default", "rope_theta": local}},
-          "classifier_bias": config.bias if config.head_transform else False,
+          "classifier_bias": config.bias,
           "classifier_activation": TO_HF_ACTIVATION[head], "decoder_bias": config.has_output_bias,
           "tie_word_embeddings": config.tie_embeddings if config.output_projection else True,
           "pad_token_id": config.pad_id, "bos_token_id": None, "eos_token_id": None, "cls_token_id": None,
@@ -199,6 +206,20 @@ def exact_rotary_and_rotation(model64, config: rn.TransformerConfig) -> None:
     hf_cohere.rotation_in_model_dtype(model64, "ModernBertAttention")
 
 
+# `hf_tasks`: the bare model's config.json keys a task class computes its head with, and the values it is read with
+_TASK_KEYS = {"classifier_pooling": ("cls", "cls"), "classifier_activation": ("gelu", "gelu"),
+              "hidden_activation": ("gelu", "gelu")}
+_BASE = ARCHITECTURES[1]
+TASK_HEADS = (
+    Head("ModernBertForSequenceClassification", _BASE, {"classifier": "sequence", "classifier_input": "first",
+                                                          "head_transform": True},
+         linear("classifier", "classifier"), {"head_transform": False}, hf_keys=_TASK_KEYS),
+    Head("ModernBertForTokenClassification", _BASE, {"classifier": "token", "head_transform": True},
+         linear("classifier", "classifier"), {"head_transform": False}, hf_keys=_TASK_KEYS),
+    Head("ModernBertForQuestionAnswering", _BASE, {"classifier": "span", "head_transform": True},
+         linear("classifier", "classifier"), {"head_transform": False}, hf_keys=_TASK_KEYS))
+
+
 # Where the ModernBertModel sits: under `model.` in the masked-LM class, at the top in the bare model; when reading,
 # wherever the saved keys put it.
 prefix = prefix_rule(BASE_PREFIX, lm=ARCHITECTURES[0])
@@ -211,7 +232,7 @@ FAMILY = HFFamily(
     transformers_classes=ARCHITECTURES,  # the source oracle: with an output projection, without one
     hooks={"encoder.layers.{i}.self_attn": "layers.{i}.attn", "encoder.layers.{i}.ffn": "layers.{i}.mlp",
            "encoder.layers.{i}": "layers.{i}", "encoder.final_norm": "final_norm"},
-    head_hook="head", task_heads=(),
+    head_hook="head", task_heads=TASK_HEADS,
     expresses=("norm_bias", "first_attn_norm", "layer_kinds", "local_rope_theta"),  # `layouts.FAMILY_ONLY` settings
     approximations=(),
     float64_fix=Float64Fix("ModernBERT's rotary tables and rotation, which transformers computes in float32, "

@@ -149,7 +149,8 @@ def _hf_forward(model, family, config: rn.TransformerConfig, batch: Batch, pad: 
     if not config.final_norm:
         wanted.pop("decoder.final_norm", None)
     modules = {name: base.get_submodule(module) for name, module in wanted.items()}
-    if family.head_hook is not None and config.head_transform:  # the head's dense -> activation -> norm
+    # the head's dense -> activation -> norm (a pooled classifier's may run on the pooled vector alone)
+    if family.head_hook is not None and config.head_transform and not config.pooled_classifier:
         modules["head"] = model.get_submodule(family.head_hook)
     if config.pooler and hf_tasks.has_head(config):  # a task class returns no pooler_output: its pooler is hooked
         modules["pooler"] = getattr(base, "pooler_activation", None) or base.pooler  # a tanh of its own, or none
