@@ -316,3 +316,18 @@ def test_a_head_keras_hub_has_no_class_for_is_refused_as_such_not_as_an_approxim
         err = capsys.readouterr().err
         assert "a choice head reading pooler (KerasHub AlbertTextClassifier has classifier='sequence'" in err, err
         assert not (tmp_path / "preset").exists()
+
+
+@pytest.mark.parametrize("key, value", [("classifier_pooling", "mean"), ("classifier_activation", "gelu_new")])
+def test_a_modernbert_head_computed_otherwise_is_refused_naming_the_key(key, value, tmp_path_factory, tmp_path,
+                                                                          capsys):
+    """ModernBERT's sequence head over a masked mean, or with an activation of its own, is refused in one line."""
+    import shutil
+
+    edited = shutil.copytree(task_dir("ModernBertForSequenceClassification", tmp_path_factory), tmp_path / "edited")
+    config = json.loads((edited / "config.json").read_text())
+    (edited / "config.json").write_text(json.dumps({**config, key: value}))
+    capsys.readouterr()
+    assert main(["convert", str(edited), str(tmp_path / "out.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f'config.json {key}="{value}"' in err, err
