@@ -13,7 +13,8 @@ import pytest
 
 import reference_numpy as rn
 from parity_tests.support.variants import VARIANTS
-from transformer_parity.verify import seeded_weights
+from transformer_parity import verify
+from transformer_parity.verify import Subject, seeded_weights
 
 NO_BIAS = VARIANTS["post-norms+soft-caps"]  # every LayerNorm without a bias
 LOCAL = VARIANTS["encoder-local-layers+head-norm-first"]  # ModernBERT's encoder blocks
@@ -131,7 +132,7 @@ def test_no_family_without_the_encoder_blocks_takes_them_silently(target, tmp_pa
     assert not out.exists()
 
 
-@pytest.mark.parametrize("classifier", ["sequence", "token"])
+@pytest.mark.parametrize("classifier", ["sequence"])  # token scores: test_task_heads (ModernBertForTokenClassification)
 def test_a_head_transform_before_a_classifier_in_every_implementation(classifier):
     """ModernBERT's task heads: the head transform, then the classifier (position 0's scores, or every position's);
     both twins and the streamed blocks compute what the reference does, recording `head` before `logits`."""
@@ -163,3 +164,17 @@ def test_a_head_transform_before_a_classifier_in_every_implementation(classifier
         with pytest.raises(ValueError, match=r"head_transform before classifier='sequence' .* "
                                              r"classifier_input='pooler'"):
             config.replace(classifier_input="pooler", pooler=True)
+
+
+@pytest.mark.parametrize("backend", ["torch", "keras"])
+@pytest.mark.parametrize("name", ["encoder-local-layers+head-norm-first", "post-norms+soft-caps"])
+def test_twins_pass_in_bfloat16(backend, name):
+    """The reduced-precision reference (`lowp`) holds the new blocks too: a first attention without a norm rounds
+    its residual sum like any other, a LayerNorm without a bias like one with."""
+    pytest.importorskip(backend)
+    config = VARIANTS[name]
+    weights = seeded_weights(config, 3)
+    report = verify.judge_subjects(Subject("reference", "numpy", config, weights),
+                                   [Subject(backend, backend, config, weights)], dtype="bfloat16", seed=3, batch=2,
+                                   src_len=9, tgt_len=7)
+    assert report.passed, report.first_divergence
