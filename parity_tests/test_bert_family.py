@@ -18,6 +18,7 @@ import pytest
 import reference_numpy as rn
 from transformer_parity import cli, formats
 from transformer_parity.layouts import hf_dir, hf_family
+from transformer_parity.verify.source_hf import exact_float64
 
 from .support.hf_models import perturbed
 from .tolerances import property_atol
@@ -33,6 +34,9 @@ ALBERT_SIZES = dict(SIZES, num_hidden_layers=3, embedding_size=20, pad_token_id=
 # DeBERTa: 5 heads of 8, 8 log buckets reaching distance 9 (shorter than the 13-token inputs), a normed relative table
 DEBERTA_SIZES = dict(SIZES, hidden_size=40, num_attention_heads=5, pad_token_id=3, relative_attention=True,
                      position_buckets=8, max_relative_positions=9, pos_att_type="p2c|c2p", norm_rel_ebd="layer_norm")
+MODERNBERT = dict(SIZES, num_hidden_layers=3, global_attn_every_n_layers=3, local_attention=4, pad_token_id=3,
+                  bos_token_id=None, eos_token_id=None, cls_token_id=None, sep_token_id=None,
+                  global_rope_theta=500.0, local_rope_theta=30.0)
 MODELS = {  # id -> (transformers class, config class, its settings, our format)
     # a tanh-GELU encoder: RobertaLMHead's exact GELU must come from the head, not hidden_act
     "roberta-mlm": ("RobertaForMaskedLM", "RobertaConfig", dict(SIZES, hidden_act="gelu_new"), "hf-roberta"),
@@ -63,6 +67,15 @@ MODELS = {  # id -> (transformers class, config class, its settings, our format)
     # MPNet: RoBERTa's positions and head, no segments, one relative position bias table for every layer (32
     # buckets to distance 128); a tanh-GELU encoder under the head's exact GELU
     "mpnet-mlm": ("MPNetForMaskedLM", "MPNetConfig", dict(SIZES, hidden_act="gelu_new"), "hf-mpnet"),
+    # ModernBERT: rotary positions, a gated GELU feed-forward, 3 layers (full, sliding, sliding: a window of 2 each
+    # way, shorter than the input) at two rotary bases, every bias there is (LayerNorms' too); the bare model
+    # without biases, norms without one, every third layer full
+    "modernbert-mlm": ("ModernBertForMaskedLM", "ModernBertConfig", dict(MODERNBERT, norm_bias=True,
+                                                                         attention_bias=True, mlp_bias=True,
+                                                                         classifier_bias=True,
+                                                                         classifier_activation="gelu_new"),
+                       "hf-modernbert"),
+    "modernbert": ("ModernBertModel", "ModernBertConfig", MODERNBERT, "hf-modernbert"),
 }
 _cache: dict = {}
 
@@ -100,6 +113,18 @@ def hf_output(model, hf_kwargs) -> np.ndarray:
     return (out.logits if hasattr(out, "logits") else out.last_hidden_state).double().numpy()
 
 
+def float64_model(model, loaded):
+    """A float64 copy of `model`, with what transformers keeps in float32 even then (ModernBERT's rotary tables and
+    rotation) computed in float64, as verify's built-in source does (`source_hf`)."""
+    model64 = copy.deepcopy(model).double()
+    fix = hf_family(loaded.format).float64_fix
+    if fix is not None:
+        fix.apply(model64, loaded.config)
+    if loaded.config.positional == "rope":
+        exact_float64(model64, loaded.config)
+    return model64
+
+
 def ours(loaded, ids, types, dtype=np.float64) -> np.ndarray:
     return rn.Transformer(loaded.config, loaded.weights, dtype)(ids, src_type_ids=types)
 
@@ -114,11 +139,7 @@ def test_float64_reference_matches_transformers_in_float32_and_float64(name, tmp
     ids, types, hf_kwargs = inputs(loaded.config)
     actual = ours(loaded, ids, types)
     np.testing.assert_allclose(actual, hf_output(model, hf_kwargs), rtol=0, atol=1e-4)
-    model64 = copy.deepcopy(model).double()
-    fix = hf_family(loaded.format).float64_fix  # what transformers keeps in float32 (DeBERTa's scale's square root)
-    if fix is not None:
-        fix.apply(model64, loaded.config)
-    np.testing.assert_allclose(actual, hf_output(model64, hf_kwargs), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(actual, hf_output(float64_model(model, loaded), hf_kwargs), rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("impl", ["torch_impl", "tf_impl"])
@@ -239,6 +260,9 @@ def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory
     ("mpnet-mlm", "relative_attention_num_buckets", 16, "config.json relative_attention_num_buckets=16 is not "
                                                          "supported (only 32)"),
     ("mpnet-mlm", "pad_token_id", 0, "config.json pad_token_id=0 is not supported (only 1)"),
+    ("modernbert", "rope_parameters", {"full_attention": {"rope_type": "linear", "rope_theta": 10.0, "factor": 2.0}},
+     "rope_parameters.full_attention={'rope_type': 'linear'"),
+    ("modernbert", "layer_types", ["full_attention", "chunked_attention", "full_attention"], "layer_types=["),
 ])
 def test_a_config_field_we_do_not_implement_is_refused(name, field, value, named, tmp_path_factory, tmp_path,
                                                        capsys):
@@ -308,6 +332,23 @@ def test_distilbert_export_refuses_what_it_cannot_hold(tmp_path_factory, tmp_pat
                   "pooler=True (transformers' bare DistilBERT model never has a pooler)"):
         assert named in str(info.value), str(info.value)
     assert not (tmp_path / "out").exists()
+
+
+# --- ModernBERT: a padded row computes on its real tokens what the row alone computes ----------------------------
+
+def test_modernbert_padded_rows_compute_what_the_unpadded_ones_do(tmp_path_factory):
+    """transformers' unpadded path (flash attention: the real tokens packed, no padding) is not run on CPU; what it
+    promises, that padding changes nothing at the real tokens, holds for the padded model here and in transformers:
+    the right-padded row, run alone without its pads, gives the same outputs at its 9 real tokens (its local layers'
+    windows reach past where the pads begin)."""
+    model, path = hf_model("modernbert-mlm", tmp_path_factory)
+    loaded = formats.load(path)
+    ids, types, hf_kwargs = inputs(loaded.config)
+    padded, alone = ours(loaded, ids, types)[1, :9], ours(loaded, ids[1:2, :9], None)[0]
+    np.testing.assert_allclose(padded, alone, rtol=0, atol=1e-12)
+    theirs = hf_output(model, {"input_ids": hf_kwargs["input_ids"][1:2, :9]})[0]
+    np.testing.assert_allclose(hf_output(model, hf_kwargs)[1, :9], theirs, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(theirs, alone, rtol=0, atol=1e-4)
 
 
 # --- ALBERT: factorized embeddings and one set of layer weights, in all three implementations ------------------------

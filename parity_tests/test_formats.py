@@ -51,7 +51,8 @@ def test_every_pair_round_trips_bit_exactly(tmp_path, source, target):
 
 
 @pytest.mark.parametrize("name", ["pre-ln+final-norm", "learned-pos", "tied", "no-bias-unscaled", "encoder-only",
-                                  "no-pad-id", "scale-by-d-model", "embed-bias", "head-norm-before-activation"])
+                                  "no-pad-id", "scale-by-d-model", "embed-bias",
+                                  "encoder-local-layers+head-norm-first"])
 @pytest.mark.parametrize("fmt", ["canonical", "torch", "keras"])
 def test_variants_round_trip(tmp_path, name, fmt):
     config = VARIANTS[name]
@@ -135,8 +136,8 @@ EMBED_BIAS = {"gpt2-like+embed-bias": FAMILIES["gpt2-like"].replace(embed_bias=T
 
 
 @pytest.mark.parametrize("name", ["post-ln", "pre-ln+final-norm", "learned-pos", "tied", "no-bias-unscaled",
-                                  "encoder-only", "asymmetric-depth", "embed-bias", "head-norm-before-activation",
-                                  *FAMILIES, *EMBED_BIAS])
+                                  "encoder-only", "asymmetric-depth", "embed-bias",
+                                  "encoder-local-layers+head-norm-first", *FAMILIES, *EMBED_BIAS])
 def test_keras_weights_h5_is_what_keras_writes_and_reads(tmp_path, name):
     from transformer_parity.formats import keras_file as kc
     from tf_impl.model import Transformer

@@ -114,6 +114,10 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     # 12 heads of 8, whose slopes transformers' Falcon rounds to bfloat16 (alibi_bfloat16)
     "falcon-rw-alibi-12": ("FalconForCausalLM", "FalconConfig", dict(FALCON, num_attention_heads=12, alibi=True,
                                                                      multi_query=False, parallel_attn=False)),
+    # one bias-free LayerNorm read side by side, adjacent-pair rotary, q/k/v/o biases, tied, logits times 0.25
+    # (Cohere)
+    "cohere": ("CohereForCausalLM", "CohereConfig", dict(rms_norm_eps=OMIT, layer_norm_eps=1e-5, attention_bias=True,
+                                                         tie_word_embeddings=True, logit_scale=0.25)),
     # what the KerasHub presets can hold (test_hf_to_kerashub.py): the llama3 rope without biases or a head_dim,
     # Gemma at its fixed eps of 1e-6, Phi-3 with full rotary and longrope (11 tokens take the long factors)
     "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(rope_parameters=LLAMA3)),
@@ -202,7 +206,7 @@ def test_float32_outputs_match_the_reference(name, impl, tmp_path_factory):
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma", "phi3", "starcoder2", "stablelm",
                                   "opt", "gpt-neox", "phi-qk-layernorm", "gptj", "stablelm-parallel", "codegen",
                                   "olmo", "olmo2", "granite", "gpt-neo", "falcon-7b", "falcon-40b", "bloom",
-                                  "falcon-rw-alibi", "falcon-rw-alibi-12"])
+                                  "falcon-rw-alibi", "falcon-rw-alibi-12", "cohere"])
 def test_verify_judges_the_directory_against_transformers(name, tmp_path_factory, tmp_path, capsys):
     _, path = hf_model(name, tmp_path_factory)
     report = tmp_path / "report.json"
@@ -227,7 +231,7 @@ def test_export_reloads_in_transformers_with_the_same_logits(name, tmp_path_fact
 @pytest.mark.parametrize("name", ["llama", "llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3", "gemma",
                                   "phi3", "starcoder2", "stablelm", "opt", "opt-post-ln", "gpt-neox", "phi", "gptj",
                                   "olmo", "olmo2", "granite", "gpt-neo", "falcon-7b", "bloom",
-                                  "falcon-rw-alibi"])
+                                  "falcon-rw-alibi", "cohere"])
 def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_factory):
     model, path = hf_model(name, tmp_path_factory)
     loaded = formats.load(path)
@@ -258,6 +262,7 @@ def test_greedy_generation_matches_transformers_for_32_tokens(name, tmp_path_fac
     ("n_head", 2, "n_head=2"),  # CodeGen: 4 shards of heads
     ("num_kv_heads", 3, "num_kv_heads=3"),  # Falcon-RW: groups only in new_decoder_architecture
     ("apply_residual_connection_post_layernorm", True, "apply_residual_connection_post_layernorm=true"),  # BLOOM
+    ("use_qk_norm", True, "use_qk_norm=True"),  # Cohere: per-head q/k norm weights
 ])
 def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_path_factory, tmp_path, capsys):
     import shutil
@@ -265,7 +270,7 @@ def test_a_config_field_we_do_not_implement_is_refused(field, value, named, tmp_
     owner = {"layer_types": "qwen2", "qk_layernorm": "stablelm", "num_key_value_heads": "gpt-neox",
              "head_dim": "phi-qk-layernorm", "rotary_dim": "gptj", "n_head": "codegen", "clip_qkv": "olmo",
              "use_sliding_window": "olmo2", "use_bidirectional_attention": "granite", "attention_types": "gpt-neo",
-             "num_kv_heads": "falcon-rw", "apply_residual_connection_post_layernorm": "bloom"}
+             "num_kv_heads": "falcon-rw", "apply_residual_connection_post_layernorm": "bloom", "use_qk_norm": "cohere"}
     _, path = hf_model(owner.get(field, "llama"), tmp_path_factory)
     copy = tmp_path / "edited"
     shutil.copytree(path, copy)

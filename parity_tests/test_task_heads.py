@@ -42,6 +42,11 @@ FAMILIES = {  # each family's config class and settings; its task classes are th
                                           position_buckets=8, max_relative_positions=7, pos_att_type="p2c|c2p",
                                           norm_rel_ebd="layer_norm")),
     "MPNet": ("MPNetConfig", dict(ENCODER, pad_token_id=1)),
+    # a full and a sliding layer (a window of 2 each way), biases everywhere, the head's dense too
+    "ModernBert": ("ModernBertConfig", dict(ENCODER, global_attn_every_n_layers=2, local_attention=4,
+                                            bos_token_id=None, eos_token_id=None, cls_token_id=None,
+                                            sep_token_id=None, norm_bias=True, attention_bias=True, mlp_bias=True,
+                                            classifier_bias=True)),
     "GPT2": ("GPT2Config", dict(vocab_size=61, n_embd=48, n_head=6, n_layer=2, n_positions=64, pad_token_id=3,
                                 bos_token_id=1, eos_token_id=2)),
     "Llama": ("LlamaConfig", DECODER),
@@ -226,11 +231,12 @@ def test_a_task_model_matches_transformers_and_goes_both_ways_with_its_labels(ar
 
 NOT_HERE = {f"{stem}{kind}" for stem in ("Bart", "Marian", "MBart", "Pegasus", "M2M100")  # refused, naming what is supported
             for kind in ("ForCausalLM", "Model")} | {"ElectraForPreTraining", "ElectraForCausalLM",
-                                                     "OPTForSequenceClassification", "OPTForQuestionAnswering",
-                                                     "Gemma2ForSequenceClassification",
-                                                     "Gemma2ForTokenClassification"} | {
+                                                     "OPTForSequenceClassification",
+                                                     "OPTForQuestionAnswering"} | {
     f"{stem}{kind}" for stem in ("T5", "MT5")  # not read yet: refused, naming what is supported
-    for kind in ("EncoderModel", "ForTokenClassification")}
+    for kind in ("EncoderModel", "ForTokenClassification")} | {
+    # ModernBERT's multiple choice reads each row's first real position (attention_mask.argmax)
+    "ModernBertForMultipleChoice"}
 
 
 def test_every_task_class_transformers_has_for_our_families_is_read():
@@ -335,3 +341,18 @@ def test_a_head_keras_hub_has_no_class_for_is_refused_as_such_not_as_an_approxim
         err = capsys.readouterr().err
         assert "a choice head reading pooler (KerasHub AlbertTextClassifier has classifier='sequence'" in err, err
         assert not (tmp_path / "preset").exists()
+
+
+@pytest.mark.parametrize("key, value", [("classifier_pooling", "mean"), ("classifier_activation", "gelu_new")])
+def test_a_modernbert_head_computed_otherwise_is_refused_naming_the_key(key, value, tmp_path_factory, tmp_path,
+                                                                          capsys):
+    """ModernBERT's sequence head over a masked mean, or with an activation of its own, is refused in one line."""
+    import shutil
+
+    edited = shutil.copytree(task_dir("ModernBertForSequenceClassification", tmp_path_factory), tmp_path / "edited")
+    config = json.loads((edited / "config.json").read_text())
+    (edited / "config.json").write_text(json.dumps({**config, key: value}))
+    capsys.readouterr()
+    assert main(["convert", str(edited), str(tmp_path / "out.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f'config.json {key}="{value}"' in err, err

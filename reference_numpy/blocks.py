@@ -149,8 +149,9 @@ def run_block(config: TransformerConfig, block: Block, weights: Mapping[str, np.
         x = state["x"]
         bias = m.stack_bias(config, w, block.stack, x.shape[1], x.shape[1])
         if block.stack == "encoder":
-            mask = m.encoder_mask(config, key_mask(config, state, "src"))
-            state["x"] = m.EncoderLayer(config, w, block.name)(x, mask, record, position_bias=bias)
+            layer = m.EncoderLayer(config, w, block.name, block.index)
+            mask = m.encoder_attention_masks(config, key_mask(config, state, "src"))[layer.kind]
+            state["x"] = layer(x, mask, record, position_bias=bias)
         else:
             self_mask = ops.attention_mask(key_mask(config, state, "tgt"), x.shape[1], causal=True,
                                            window=config.layer_window(block.index))

@@ -94,8 +94,8 @@ class TransformerConfig:
     # rotary positions turn adjacent dims (2i, 2i + 1) together (GPT-J's rotate_every_two), not dim i with dim
     # i + rotary_dim / 2 (transformers' rotate_half)
     rotary_interleaved: bool = False
-    # (Gemma 2/3) each decoder layer's attention: "sliding" (within `sliding_window`) or "full" (every earlier key);
-    # None = every layer as `sliding_window` says
+    # (Gemma 2/3, ModernBERT) each decoder layer's attention (an encoder-only model's: each encoder layer's):
+    # "sliding" (within `sliding_window`) or "full" (every key it may see); None = every layer as `sliding_window` says
     layer_kinds: tuple[str, ...] | None = None
     local_rope_theta: float | None = None  # (Gemma 3) the rotary base of the sliding layers, without rope_scaling
     # (SmolLM3) per decoder layer, whether rotary positions turn q and k there (False: no positional encoding at all
@@ -127,6 +127,8 @@ class TransformerConfig:
     pre_norms: bool = True  # False (OLMo 2): no norm before the sublayers, x + post_norm(f(x)) (needs post_norms)
     qk_norm_over: str = "head"  # qk_norm over each head's d_k (Qwen3) or "all" of q and of k at once (OLMo 2)
     norm_affine: bool = True  # False (OLMo): LayerNorms without gamma and beta, (x - mean) / sqrt(var + eps)
+    norm_bias: bool = True  # False (ModernBERT, Cohere): LayerNorms with gamma and no beta, normed(x) * gamma
+    first_attn_norm: bool = True  # False (ModernBERT): encoder layer 0's attention reads x itself (no norm1 there)
     clip_qkv: float | None = None  # (OLMo) q, k and v clamped to [-clip_qkv, clip_qkv] right after their projection
     embedding_multiplier: float = 1.0  # (Granite) the token embeddings times this
     residual_multiplier: float = 1.0  # (Granite) each sublayer's output times this before the residual add
@@ -196,9 +198,15 @@ class TransformerConfig:
     def ffn_norm(self) -> str:
         """The norm a decoder layer's feed-forward reads: `norm1` under `ffn_shares_norm`, else its own `norm3`."""
         return "norm1" if self.ffn_shares_norm else "norm3"
+    @property
+    def kinds_depth(self) -> int:
+        """How many layers `layer_kinds` lists: the decoder's, or an encoder-only model's encoder layers (whose
+        self-attention `sliding_window` then windows both ways)."""
+        return self.num_encoder_layers if self.is_encoder_only else self.num_decoder_layers
+
     def layer_window(self, i: int) -> int | None:
-        """The sliding window decoder layer `i` attends within: `sliding_window`, or None for a "full" layer of
-        `layer_kinds`."""
+        """The sliding window decoder layer `i` (an encoder-only model's encoder layer `i`) attends within:
+        `sliding_window`, or None for a "full" layer of `layer_kinds`."""
         return None if self.layer_kinds is not None and self.layer_kinds[i] == "full" else self.sliding_window
 
     def layer_kind(self, i: int) -> str:
@@ -211,6 +219,23 @@ class TransformerConfig:
         masks a decoder makes."""
         used = {self.layer_kind(i) for i in range(self.num_decoder_layers)}
         return tuple(kind for kind in LAYER_KINDS if kind in used)
+
+    @property
+    def encoder_kinds(self) -> tuple[str, ...]:
+        """The kinds the encoder's layers use, each once, in LAYER_KINDS order: an encoder-only model's as
+        `layer_kind` says, an encoder-decoder's encoder "full" (its window and kinds are the decoder's)."""
+        if not self.is_encoder_only:
+            return ("full",)
+        used = {self.layer_kind(i) for i in range(self.num_encoder_layers)}
+        return tuple(kind for kind in LAYER_KINDS if kind in used)
+
+    def encoder_layer_kind(self, i: int) -> str:
+        """How encoder layer `i` attends: `layer_kind(i)` in an encoder-only model, "full" beside a decoder."""
+        return self.layer_kind(i) if self.is_encoder_only else "full"
+
+    def encoder_local_rope(self, i: int) -> bool:
+        """Whether encoder layer `i` rotates by `local_rope_theta` (a sliding layer of an encoder-only model)."""
+        return self.is_encoder_only and self.layer_local_rope(i)
 
     def kind_window(self, kind: str) -> int | None:
         """The window of a layer kind: `sliding_window` for "sliding", None for "full"."""

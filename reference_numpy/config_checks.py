@@ -150,9 +150,10 @@ def check_config(cfg: Any) -> None:
                          f"num_decoder_layers={cfg.num_decoder_layers}")
     if (cfg.type_vocab_size or cfg.pooler) and not cfg.has_encoder:
         raise ValueError("type_vocab_size and pooler belong to an encoder; this model has num_encoder_layers=0")
-    if not cfg.output_projection and (cfg.tie_embeddings or cfg.head_transform or cfg.output_bias):
+    bare_head = cfg.head_transform and cfg.classifier is None  # a classifier may read the head's output
+    if not cfg.output_projection and (cfg.tie_embeddings or bare_head or cfg.output_bias):
         raise ValueError("output_projection=False (a bare backbone) cannot have tie_embeddings, head_transform "
-                         f"or output_bias, received tie_embeddings={cfg.tie_embeddings}, head_transform="
+                         f"(without a classifier) or output_bias, received tie_embeddings={cfg.tie_embeddings}, head_transform="
                          f"{cfg.head_transform}, output_bias={cfg.output_bias}")
 
 
@@ -194,7 +195,8 @@ def _check_llm_fields(cfg: Any) -> None:
 
 def _check_layer_fields(cfg: Any) -> None:
     """The soft caps, the post norms and the per-decoder-layer lists (`layer_kinds`, `rope_layers`): one entry
-    per decoder layer, each a kind or a bool; a list that says what None says is stored as None."""
+    per decoder layer (`layer_kinds`: per encoder layer in an encoder-only model), each a kind or a bool; a list that
+    says what None says is stored as None."""
     if not isinstance(cfg.post_norms, bool):
         raise ValueError(f"post_norms must be a bool, received {cfg.post_norms!r}")
     if cfg.post_norms and not cfg.norm_first:
@@ -209,16 +211,20 @@ def _check_layer_fields(cfg: Any) -> None:
                          "this model has output_projection=False")
     if cfg.layer_kinds is not None:
         kinds = cfg.layer_kinds
-        if not isinstance(kinds, (list, tuple)) or len(kinds) != cfg.num_decoder_layers or not all(
+        if not isinstance(kinds, (list, tuple)) or len(kinds) != cfg.kinds_depth or not all(
                 isinstance(k, str) and k in LAYER_KINDS for k in kinds):
-            raise ValueError(f"layer_kinds must name one of {', '.join(LAYER_KINDS)} per decoder layer "
-                             f"(num_decoder_layers={cfg.num_decoder_layers}), received {kinds!r}")
+            stack = "encoder" if cfg.is_encoder_only else "decoder"
+            raise ValueError(f"layer_kinds must name one of {', '.join(LAYER_KINDS)} per {stack} layer "
+                             f"(num_{stack}_layers={cfg.kinds_depth}), received {kinds!r}")
         if cfg.sliding_window is None:
             raise ValueError(f"layer_kinds={list(kinds)!r} says which decoder layers attend within the sliding "
                              "window; this model has sliding_window=None")
         if "sliding" not in kinds:
             raise ValueError(f"layer_kinds={list(kinds)!r} has no sliding layer, so sliding_window="
                              f"{cfg.sliding_window} would be unused (say sliding_window=None)")
+        if cfg.shared_layers:
+            raise ValueError(f"layer_kinds={list(kinds)!r} gives layers kinds of their own; this model has "
+                             "shared_layers=True (one layer's weights run as every layer)")
         object.__setattr__(cfg, "layer_kinds", None if "full" not in kinds else tuple(kinds))
     if cfg.local_rope_theta is not None:
         _check_finite("local_rope_theta", cfg.local_rope_theta, positive=True)
@@ -289,7 +295,7 @@ def _check_alibi(cfg: Any) -> None:
 def _check_scalings(cfg: Any) -> None:
     """The fields of OLMo, OLMo 2 and Granite: norms without parameters or only after the sublayers, q/k norms
     over all heads at once, clamped q/k/v, and three multipliers (each a positive finite number)."""
-    for name in ("pre_norms", "norm_affine"):
+    for name in ("pre_norms", "norm_affine", "norm_bias", "first_attn_norm"):
         if not isinstance(getattr(cfg, name), bool):
             raise ValueError(f"{name} must be a bool, received {getattr(cfg, name)!r}")
     _check_choice("qk_norm_over", cfg.qk_norm_over, QK_NORM_OVER)
@@ -303,6 +309,15 @@ def _check_scalings(cfg: Any) -> None:
     if not cfg.norm_affine and cfg.norm != "layer":
         raise ValueError(f"norm_affine=False (LayerNorms without gamma and beta) needs norm='layer', received "
                          f"norm={cfg.norm!r}")
+    if not cfg.first_attn_norm and not (cfg.is_encoder_only and cfg.norm_first and cfg.pre_norms
+                                        and not cfg.shared_layers):
+        raise ValueError("first_attn_norm=False leaves encoder layer 0's attention without its norm: it needs an "
+                         "encoder-only pre-norm model with its own weights per layer, received num_decoder_layers="
+                         f"{cfg.num_decoder_layers}, norm_first={cfg.norm_first}, pre_norms={cfg.pre_norms}, "
+                         f"shared_layers={cfg.shared_layers}")
+    if not cfg.norm_bias and (cfg.norm != "layer" or not cfg.norm_affine):
+        raise ValueError("norm_bias=False (LayerNorms with gamma and no beta) needs norm='layer' and "
+                         f"norm_affine=True, received norm={cfg.norm!r}, norm_affine={cfg.norm_affine}")
     if cfg.clip_qkv is not None:
         _check_finite("clip_qkv", cfg.clip_qkv, positive=True)
         object.__setattr__(cfg, "clip_qkv", float(cfg.clip_qkv))
@@ -348,9 +363,14 @@ def _check_classifier(cfg: Any) -> None:
     _check_int("num_labels", cfg.num_labels, minimum=1)
     if cfg.classifier_dense is not None:
         _check_choice("classifier_dense", cfg.classifier_dense, CLASSIFIER_DENSE)
-    if cfg.output_projection or cfg.head_transform:
+    if cfg.output_projection:
         raise ValueError(f"classifier={cfg.classifier!r} scores the final hidden states in place of the output "
-                         "projection: it needs output_projection=False and head_transform=False")
+                         "projection: it needs output_projection=False")
+    if cfg.head_transform and (cfg.embedding_size is not None or cfg.classifier_input == "pooler"
+                               and cfg.pooled_classifier):
+        raise ValueError(f"head_transform before classifier={cfg.classifier!r} (ModernBERT's task heads) needs the "
+                         f"head d_model wide and read by the classifier, received embedding_size="
+                         f"{cfg.embedding_size}, classifier_input={cfg.classifier_input!r}")
     if cfg.is_encoder_decoder and cfg.classifier == "choice":
         raise ValueError("classifier='choice' needs an encoder-only or a decoder-only model (no encoder-decoder "
                          "family has a multiple-choice class)")

@@ -160,11 +160,12 @@ class MixtureOfExperts(_Module):
 
 
 def _sublayer(x: np.ndarray, norm: LayerNorm | None, fn, config: TransformerConfig, record: Record | None, name: str,
-              attention_weights: bool, post_norm: LayerNorm | None = None):
+              attention_weights: bool, post_norm: LayerNorm | None = None, owner: _Module | None = None):
     """One residual block: post-LN `norm(x + f(x))` (the paper) or pre-LN `x + f(norm(x))`, with `post_norms`
     `x + post_norm(f(norm(x)))` (Gemma 2/3), the post norm's output traced under its own name; without a norm
     before it (`pre_norms=False`, OLMo 2) `x + post_norm(f(x))`; the output times `residual_multiplier` (Granite)
-    before the add."""
+    before the add. `owner`: the module whose `store` rounds the sum where the sublayer has no norm at all
+    (ModernBERT's first attention, `first_attn_norm=False`)."""
     out = fn(norm(x) if config.norm_first and norm is not None else x)
     if isinstance(out, tuple):
         out, weights = out
@@ -176,9 +177,9 @@ def _sublayer(x: np.ndarray, norm: LayerNorm | None, fn, config: TransformerConf
         out = post_norm(out)
         if record is not None:
             record[post_norm.name] = out
-    store = (norm or post_norm).store
+    store = (norm or post_norm or owner).store
     if config.residual_multiplier != 1.0:
-        out = _times(post_norm or norm, out, config.residual_multiplier)
+        out = _times(post_norm or norm or owner, out, config.residual_multiplier)
     return store(x + out) if config.norm_first else norm(store(x + out))
 
 
@@ -200,10 +201,16 @@ def _pre_norm(config: TransformerConfig, weights, name: str) -> LayerNorm | None
 
 
 class EncoderLayer(_Module):
-    def __init__(self, config, weights, name):
+    """Self-attention and feed-forward. `index`: which encoder layer it is, for its kind (`kind`: the mask it takes),
+    its rotary base and, at 0, whether its attention has a norm (`first_attn_norm`)."""
+
+    def __init__(self, config, weights, name, index: int = 0):
         super().__init__(config, weights, name)
-        self.self_attn = MultiHeadAttention(config, weights, f"{name}.self_attn", rotary=True, relative=True)
-        self.norm1 = _pre_norm(config, weights, f"{name}.norm1")
+        self.kind = config.encoder_layer_kind(index)
+        self.self_attn = MultiHeadAttention(config, weights, f"{name}.self_attn", rotary=True, relative=True,
+                                            local_rope=config.encoder_local_rope(index))
+        own_norm = index > 0 or config.first_attn_norm
+        self.norm1 = _pre_norm(config, weights, f"{name}.norm1") if own_norm else None
         self.post_attn_norm = _post_norm(config, weights, f"{name}.post_attn_norm")
         self.ffn = FeedForward(config, weights, f"{name}.ffn")
         self.norm2 = _pre_norm(config, weights, f"{name}.norm2")
@@ -212,7 +219,7 @@ class EncoderLayer(_Module):
     def __call__(self, x, mask, record: Record | None = None, attention_weights: bool = False, position_bias=None):
         c = self.config
         x = _sublayer(x, self.norm1, lambda y: self.self_attn(y, y, mask, position_bias), c, record,
-                      self.self_attn.name, attention_weights, self.post_attn_norm)
+                      self.self_attn.name, attention_weights, self.post_attn_norm, self)
         x = _sublayer(x, self.norm2, self.ffn, c, record, self.ffn.name, attention_weights, self.post_ffn_norm)
         if record is not None:
             record[self.name] = x
@@ -340,13 +347,14 @@ def stack_bias(config: TransformerConfig, weights, stack: str, query_len: int, k
 class Encoder(_Module):
     def __init__(self, config, weights, name="encoder"):
         super().__init__(config, weights, name)
-        self.layers = [EncoderLayer(config, weights, f"{name}.layers.{i}") for i in range(config.num_encoder_layers)]
+        self.layers = [EncoderLayer(config, weights, f"{name}.layers.{i}", i) for i in range(config.num_encoder_layers)]
         self.final_norm = LayerNorm(config, weights, f"{name}.final_norm") if config.final_norm else None
 
-    def __call__(self, x, mask, record: Record | None = None, attention_weights: bool = False):
+    def __call__(self, x, masks, record: Record | None = None, attention_weights: bool = False):
+        """`masks`: the self-attention mask of each layer kind the layers use (`encoder_attention_masks`)."""
         bias = stack_bias(self.config, self.weights, self.name, x.shape[1], x.shape[1])
         for layer in self.layers:
-            x = layer(x, mask, record, attention_weights, position_bias=bias)
+            x = layer(x, masks[layer.kind], record, attention_weights, position_bias=bias)
         if self.final_norm is not None:
             x = self.final_norm(x)
             if record is not None:
@@ -438,20 +446,26 @@ def eos_mask(config: TransformerConfig, src_ids, tgt_len: int) -> np.ndarray:
     return found
 
 
-def encoder_mask(config: TransformerConfig, key_mask: np.ndarray) -> np.ndarray:
-    """The encoder's self-attention mask `(B, 1, S, S)` from its padding mask `(B, S)`: every real key (causal under
-    `causal_encoder`); under `padded_queries="average"` (DeBERTa) a padding query attends no key, which
-    `empty_rows="average"` turns into equal weights on every key."""
-    mask = ops.attention_mask(key_mask, key_mask.shape[1], causal=config.causal_encoder)
-    return mask & key_mask[:, None, :, None] if config.padded_queries == "average" else mask
-
-
 def self_attention_masks(config: TransformerConfig, key_mask: np.ndarray, query_len: int) -> dict[str, np.ndarray]:
     """The decoder's causal self-attention masks `(B, 1, Tq, Tk)`, one per layer kind its layers use (`sliding`:
     within `sliding_window`; `full`), from the key padding mask `(B, Tk)`; the queries are the last `query_len`
     positions."""
     return {kind: ops.attention_mask(key_mask, query_len, causal=True, window=config.kind_window(kind))
             for kind in config.decoder_kinds}
+
+
+def encoder_attention_masks(config: TransformerConfig, key_mask: np.ndarray, padded_queries: bool = True
+                            ) -> dict[str, np.ndarray]:
+    """The encoder's self-attention masks `(B, 1, S, S)`, one per layer kind its layers use (`sliding`: within
+    `sliding_window` both ways, or back only under `causal_encoder`; `full`), from the key padding mask `(B, S)`.
+    Under `padded_queries="average"` (DeBERTa) a padding query attends no key, which `empty_rows="average"` turns
+    into equal weights on every key (`padded_queries=False`: the masks without that rule)."""
+    masks = {kind: ops.attention_mask(key_mask, key_mask.shape[1], causal=config.causal_encoder,
+                                      window=config.kind_window(kind))
+             for kind in config.encoder_kinds}
+    if padded_queries and config.padded_queries == "average":
+        masks = {kind: mask & key_mask[:, None, :, None] for kind, mask in masks.items()}
+    return masks
 
 
 def rows_seeing_no_key(config: TransformerConfig, src_mask: np.ndarray | None, tgt_mask: np.ndarray | None
@@ -463,11 +477,11 @@ def rows_seeing_no_key(config: TransformerConfig, src_mask: np.ndarray | None, t
     The contract gives such a query zero weights and a zero attention output; libraries differ there (transformers'
     eager attention spreads it evenly over the masked keys, sdpa gives zeros), and the position's later values with
     it. Only padded positions can be such rows, and no real query reads a padded key, so no real position's values
-    depend on them."""
+    depend on them. (Rows `padded_queries="average"` defines are the contract's own: not these.)"""
     stacks = {}
-    if src_mask is not None and config.has_encoder:  # padded_queries="average" rows: the contract's own, not these
-        mask = ops.attention_mask(src_mask, src_mask.shape[1], causal=config.causal_encoder)
-        stacks["encoder"] = ~mask.any(axis=-1)[:, 0]
+    if src_mask is not None and config.has_encoder:
+        masks = encoder_attention_masks(config, src_mask, padded_queries=False).values()
+        stacks["encoder"] = np.logical_or.reduce([~m.any(axis=-1)[:, 0] for m in masks])
     if tgt_mask is not None and config.has_decoder:
         masks = self_attention_masks(config, tgt_mask, tgt_mask.shape[1]).values()
         stacks["decoder"] = np.logical_or.reduce([~m.any(axis=-1)[:, 0] for m in masks])
@@ -545,7 +559,7 @@ class Transformer:
         x = self.src_embed(src_ids, type_ids=type_ids, mask=src_mask)
         if record is not None:
             record["encoder.embed"] = x
-        return self.encoder(x, encoder_mask(self.config, src_mask), record, attention_weights)
+        return self.encoder(x, encoder_attention_masks(self.config, src_mask), record, attention_weights)
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, record: Record | None = None,
                attention_weights: bool = False, *, last_only: bool = False, classifier_mask=None):
@@ -610,6 +624,10 @@ class Transformer:
         """Final hidden states -> (head transform ->) logits, or a classifier's scores (`logits` too); a bare
         backbone returns the hidden states."""
         if self.classifier is not None:
+            if self.head is not None:  # ModernBERT's task heads: the head transform, then the classifier
+                x = self.head(x)
+                if record is not None:
+                    record["head"] = x
             logits = self.classifier(x, mask, pooled, record)
             if record is not None:
                 record["logits"] = logits

@@ -22,11 +22,14 @@ def linear(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None) ->
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float) -> np.ndarray:
     """LayerNorm over the last axis with the biased variance, as torch.nn.LayerNorm and Keras compute it; without
-    gamma and beta (None: OLMo's, `norm_affine=False`) the normalized x alone."""
+    gamma and beta (None: OLMo's, `norm_affine=False`) the normalized x alone; without beta (None: `norm_bias=False`)
+    the normalized x times gamma."""
     mean = x.mean(axis=-1, keepdims=True)
     var = np.square(x - mean).mean(axis=-1, keepdims=True)
     normed = (x - mean) / np.sqrt(var + x.dtype.type(eps))
-    return normed if gamma is None else normed * gamma + beta
+    if gamma is None:
+        return normed
+    return normed * gamma if beta is None else normed * gamma + beta
 
 
 def rms_norm(x: np.ndarray, gamma: np.ndarray, eps: float, offset: float = 0.0) -> np.ndarray:
@@ -255,10 +258,15 @@ def causal_mask(query_len: int, key_len: int, window: int | None = None) -> np.n
 def attention_mask(key_mask: np.ndarray, query_len: int, causal: bool = False, window: int | None = None
                    ) -> np.ndarray:
     """Key padding mask `(B, Tk)` -> attention mask `(B, 1, Tq, Tk)` (True = may attend), optionally causal (and
-    windowed)."""
+    windowed: i - j < window); not causal, a `window` is both ways, |i - j| < window (ModernBERT's local layers:
+    transformers' `abs(q_idx - kv_idx) <= local_attention // 2`)."""
     mask = np.broadcast_to(key_mask[:, None, None, :], (key_mask.shape[0], 1, query_len, key_mask.shape[1]))
     if causal:
         mask = mask & causal_mask(query_len, key_mask.shape[1], window)
+    elif window is not None:
+        offset = key_mask.shape[1] - query_len  # the queries are the last Tq positions
+        distance = np.arange(query_len)[:, None] + offset - np.arange(key_mask.shape[1])[None, :]  # (Tq, Tk)
+        mask = mask & (np.abs(distance) < window)
     return mask
 
 

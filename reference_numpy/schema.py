@@ -52,11 +52,11 @@ def _attention(prefix: str, config: TransformerConfig) -> dict[str, tuple[int, .
 
 
 def _norm(prefix: str, width: int, config: TransformerConfig) -> dict[str, tuple[int, ...]]:
-    """A LayerNorm's gamma and beta, or an RMSNorm's gamma alone (`norm="rms"`); nothing under
-    `norm_affine=False`."""
+    """A LayerNorm's gamma and beta, or an RMSNorm's gamma alone (`norm="rms"`) as a LayerNorm's under
+    `norm_bias=False`; nothing under `norm_affine=False`."""
     if not config.norm_affine:
         return {}
-    if config.norm == "rms":
+    if config.norm == "rms" or not config.norm_bias:
         return {f"{prefix}.gamma": (width,)}
     return {f"{prefix}.gamma": (width,), f"{prefix}.beta": (width,)}
 
@@ -138,7 +138,8 @@ def parameter_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
         shapes["encoder.relative_bias.embedding"] = (config.relative_bias_buckets, config.num_heads)
     for i in range(config.encoder_weight_layers):  # one under shared_layers
         shapes.update(_attention(f"encoder.layers.{i}.self_attn", config))
-        shapes.update(_pre_norm(f"encoder.layers.{i}.norm1", config))
+        if i or config.first_attn_norm:  # ModernBERT's first layer has no attention norm
+            shapes.update(_pre_norm(f"encoder.layers.{i}.norm1", config))
         shapes.update(_post_norm(f"encoder.layers.{i}.post_attn_norm", config))
         shapes.update(_ffn(f"encoder.layers.{i}.ffn", config))
         shapes.update(_pre_norm(f"encoder.layers.{i}.norm2", config))

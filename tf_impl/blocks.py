@@ -16,7 +16,8 @@ from reference_numpy.schema import tied_output_embedding
 
 from .layers import relative_position_bias
 from .model import (Classifier, DecoderLayer, Embedding, EncoderLayer, HeadTransform, OutputProjection, Pooler,
-                    _zero_initializers, attention_mask, encoder_mask, last_positions, norm_layer, padding_mask, weight_table)
+                    _zero_initializers, attention_mask, encoder_attention_masks, last_positions, norm_layer,
+                    padding_mask, weight_table)
 
 
 def _layer(config, block: Block, dtype: str) -> tuple[keras.layers.Layer, tuple, str]:
@@ -28,7 +29,7 @@ def _layer(config, block: Block, dtype: str) -> tuple[keras.layers.Layer, tuple,
     if block.kind == "layer":
         name = f"layers_{weight_layer(config, block)}"
         if block.stack == "encoder":
-            return EncoderLayer(config, dtype=dtype, name=name), (states,), f"{block.stack}/"
+            return EncoderLayer(config, index=block.index, dtype=dtype, name=name), (states,), f"{block.stack}/"
         memory = states if config.has_encoder else None
         return DecoderLayer(config, index=block.index, dtype=dtype, name=name), (states, memory), f"{block.stack}/"
     if block.kind == "final_norm":
@@ -92,8 +93,8 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
         bias = None if table is None else relative_position_bias(table.astype(dtype), config,
                                                                  block.stack == "encoder", t, t)
         if block.stack == "encoder":
-            x, sublayers = layer(x, encoder_mask(config, padding_mask(ids["src"], config.pad_id)),
-                                 relative=_relative_table(config, other, dtype), position_bias=bias)
+            mask = encoder_attention_masks(config, padding_mask(ids["src"], config.pad_id))[layer.kind]
+            x, sublayers = layer(x, mask, relative=_relative_table(config, other, dtype), position_bias=bias)
         else:
             self_mask = attention_mask(padding_mask(ids["tgt"], config.pad_id), t, causal=True,
                                        window=config.layer_window(block.index))

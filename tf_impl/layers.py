@@ -149,13 +149,14 @@ class RMSNorm(keras.layers.Layer):
 
 def norm_layer(config: TransformerConfig, name: str, dtype, eps: float | None = None) -> keras.layers.Layer:
     """The model's norm: `LayerNormalization` with the config's epsilon (Keras defaults to 1e-3; the reference uses
-    the config's, PyTorch's 1e-5 by default; without gamma and beta under `norm_affine=False`), or `RMSNorm` under
-    `norm="rms"`."""
+    the config's, PyTorch's 1e-5 by default; without gamma and beta under `norm_affine=False`, without beta under
+    `norm_bias=False`), or `RMSNorm` under `norm="rms"`."""
     eps = config.layer_norm_eps if eps is None else eps
     if config.norm == "rms":
         return RMSNorm(eps, config.norm_weight_offset, dtype=dtype, name=name)
     affine = config.norm_affine
-    return keras.layers.LayerNormalization(epsilon=eps, center=affine, scale=affine, dtype=dtype, name=name)
+    return keras.layers.LayerNormalization(epsilon=eps, center=affine and config.norm_bias, scale=affine, dtype=dtype,
+                                           name=name)
 
 
 def rotate(x, start, config: TransformerConfig, local: bool = False):
@@ -444,14 +445,18 @@ class _ResidualLayer(ConfigSerializable, keras.layers.Layer):
 
 class EncoderLayer(_ResidualLayer):
     """Self-attention and feed-forward sublayers. `call(x, attention_mask)` -> `(x, record)`, `record` holding
-    `self_attn` (and `self_attn.weights`) and `ffn`."""
+    `self_attn` (and `self_attn.weights`) and `ffn`. `index`: which encoder layer it is, for its kind (`kind`: the
+    mask it takes), its rotary base and, at 0, whether its attention has a norm (`first_attn_norm`)."""
 
-    def __init__(self, config: TransformerConfig, impl: str = "explicit", **kwargs):
+    _CONFIG_ARGS = ("impl", "index")
+
+    def __init__(self, config: TransformerConfig, impl: str = "explicit", index: int = 0, **kwargs):
         super().__init__(**kwargs)
-        self.config, self.impl = config, impl
-        self.self_attn = MultiHeadAttention(config, impl, rotary=True, relative=True, dtype=self.dtype_policy,
+        self.config, self.impl, self.index, self.kind = config, impl, index, config.encoder_layer_kind(index)
+        self.self_attn = MultiHeadAttention(config, impl, rotary=True, relative=True,
+                                            local_rope=config.encoder_local_rope(index), dtype=self.dtype_policy,
                                             name="self_attn")
-        self.norm1 = self._pre_norm("norm1")
+        self.norm1 = self._pre_norm("norm1") if index > 0 or config.first_attn_norm else None
         self.post_attn_norm = self._post_norm("post_attn_norm")
         self.ffn = FeedForward(config, dtype=self.dtype_policy, name="ffn")
         self.norm2 = self._pre_norm("norm2")

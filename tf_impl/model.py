@@ -158,7 +158,7 @@ class Encoder(ConfigSerializable, keras.layers.Layer):
     def __init__(self, config: TransformerConfig, impl: str = "explicit", name: str = "encoder", **kwargs):
         super().__init__(name=name, **kwargs)
         self.config, self.impl = config, impl
-        self.layers = [EncoderLayer(config, impl, dtype=self.dtype_policy, name=f"layers_{i}")
+        self.layers = [EncoderLayer(config, impl, i, dtype=self.dtype_policy, name=f"layers_{i}")
                        for i in range(config.encoder_weight_layers)]
         self.final_norm = (norm_layer(config, "final_norm", self.dtype_policy) if config.final_norm else None)
         relative = config.relative_terms is not None  # DeBERTa: the relative positions' table all layers read
@@ -188,7 +188,8 @@ class Encoder(ConfigSerializable, keras.layers.Layer):
         table = tf.convert_to_tensor(self.rel_embed.embeddings)
         return table if self.rel_embed_norm is None else self.rel_embed_norm(table)
 
-    def call(self, x, attention_mask=None, attention_weights: bool = False, training: bool = False):
+    def call(self, x, masks=None, attention_weights: bool = False, training: bool = False):
+        """`masks`: the self-attention mask of each layer kind the layers use (`encoder_attention_masks`)."""
         record: Record = {}
         relative = self.relative_table()
         t = tf.shape(x)[1]
@@ -196,7 +197,7 @@ class Encoder(ConfigSerializable, keras.layers.Layer):
             self.relative_bias.embeddings, self.config, True, t, t)
         for i in range(self.config.num_encoder_layers):
             layer = self.layers[min(i, len(self.layers) - 1)]  # shared_layers: the one layer, every time
-            x, sublayers = layer(x, attention_mask, attention_weights=attention_weights, training=training,
+            x, sublayers = layer(x, masks[layer.kind], attention_weights=attention_weights, training=training,
                                  relative=relative, position_bias=bias)
             record.update({f"{self.name}.layers.{i}.{k}": v for k, v in sublayers.items()})
             record[f"{self.name}.layers.{i}"] = x
@@ -536,8 +537,8 @@ class Transformer(ConfigSerializable, keras.Model):
         type_ids = self._type_ids(src_type_ids, src_ids)
         x = self.src_embed(src_ids, type_ids=type_ids, training=training, mask=src_mask)
         record: Record = {"encoder.embed": x}
-        memory, layers = self.encoder(x, encoder_mask(self.config, src_mask), attention_weights=attention_weights,
-                                      training=training)
+        masks = encoder_attention_masks(self.config, src_mask)
+        memory, layers = self.encoder(x, masks, attention_weights=attention_weights, training=training)
         return memory, {**record, **layers}
 
     def _decode(self, tgt_ids, memory, src_mask, tgt_mask, attention_weights, training, cache=None,
@@ -611,9 +612,12 @@ class Transformer(ConfigSerializable, keras.Model):
         """Final hidden states -> `(logits, record)` through the head transform and output projection, or a
         classifier's scores (`logits` too); a bare backbone returns the hidden states (`last_hidden_state`)."""
         if self.classifier is not None:
+            head = {}
+            if self.head is not None:  # ModernBERT's task heads: the head transform, then the classifier
+                x = head["head"] = self.head(x)
             logits, record = self.classifier(x, mask, pooled)
             record["logits"] = logits
-            return logits, record
+            return logits, {**head, **record}
         record: Record = {}
         if self.choice_head is not None and x.shape[1] == mask.shape[1]:
             record["choice"] = self.choice_head(tf.gather(x, last_positions(mask), axis=1, batch_dims=1))
@@ -717,19 +721,26 @@ def last_positions(mask) -> tf.Tensor:
     return tf.argmax(positions[None] * tf.cast(mask, tf.int32), axis=-1, output_type=tf.int32)
 
 
-def encoder_mask(config: TransformerConfig, key_mask: tf.Tensor) -> tf.Tensor:
-    """The encoder's self-attention mask `(B, 1, S, S)` (`reference_numpy.model.encoder_mask`): every real key
-    (causal under `causal_encoder`); under `padded_queries="average"` no key for a padding query."""
-    mask = attention_mask(key_mask, tf.shape(key_mask)[1], causal=config.causal_encoder)
-    return tf.logical_and(mask, key_mask[:, None, :, None]) if config.padded_queries == "average" else mask
-
-
 def attention_mask(key_mask: tf.Tensor, query_len, causal: bool = False, first=None, window: int | None = None
                    ) -> tf.Tensor:
     """Key padding mask `(B, Tk)` (True = real token) -> `(B, 1, Tq, Tk)` attention mask, True = may attend.
-    `causal` with `first` and a sliding `window`: see `causal_mask`."""
+    `causal` with `first` and a sliding `window`: see `causal_mask`; not causal, a `window` is both ways
+    (|i - j| < window, the queries being the last Tq positions)."""
     shape = tf.shape(key_mask)
     mask = tf.broadcast_to(key_mask[:, None, None, :], (shape[0], 1, query_len, shape[1]))  # (B, 1, Tq, Tk)
     if causal:
         mask = tf.logical_and(mask, causal_mask(query_len, shape[1], first, window))
+    elif window is not None:
+        distance = tf.range(query_len)[:, None] + (shape[1] - query_len) - tf.range(shape[1])[None, :]  # (Tq, Tk)
+        mask = tf.logical_and(mask, tf.abs(distance) < window)
     return mask
+
+
+def encoder_attention_masks(config: TransformerConfig, key_mask: tf.Tensor) -> dict[str, tf.Tensor]:
+    """The encoder's self-attention mask `(B, 1, S, S)` of each layer kind its layers use
+    (`reference_numpy.model.encoder_attention_masks`)."""
+    masks = {kind: attention_mask(key_mask, tf.shape(key_mask)[1], causal=config.causal_encoder,
+                                  window=config.kind_window(kind)) for kind in config.encoder_kinds}
+    if config.padded_queries == "average":  # no key for a padding query
+        masks = {kind: tf.logical_and(mask, key_mask[:, None, :, None]) for kind, mask in masks.items()}
+    return masks

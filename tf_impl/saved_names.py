@@ -128,6 +128,8 @@ def layer_groups(config: TransformerConfig) -> dict[str, str]:
                 attention(f"{path}/cross_attn", "cross_attn")
             if stack == "decoder" and config.ffn_shares_norm:  # the feed-forward reads norm1 (parallel_residual)
                 norms = tuple(n for n in norms if n != "norm3")
+            if stack == "encoder" and i == 0 and not config.first_attn_norm:  # ModernBERT: no attention norm
+                norms = tuple(n for n in norms if n != "norm1")
             if config.pre_norms:  # OLMo 2 has none
                 groups.update({f"{path}/{norm}": norm for norm in norms})
     return groups

@@ -16,7 +16,8 @@ from reference_numpy.schema import tied_output_embedding
 
 from .layers import relative_position_bias
 from .model import (Classifier, DecoderLayer, Embedding, EncoderLayer, HeadTransform, OutputProjection, Pooler,
-                    attention_mask, encoder_mask, last_positions, norm_layer, padding_mask, weight_table)
+                    attention_mask, encoder_attention_masks, last_positions, norm_layer, padding_mask,
+                    weight_table)
 
 # The module a block's weights sit under in the whole model's state dict (`weight_table`).
 _PREFIX = {"embed": "{side}_embed.", "layer": "{stack}.layers.{index}.", "final_norm": "{stack}.final_norm.",
@@ -30,7 +31,8 @@ def _module(config, block: Block) -> nn.Module:
         return Embedding(config, block.side)
     if block.kind == "layer":
         name = f"{block.stack}.layers.{weight_layer(config, block)}"
-        return EncoderLayer(config, name) if block.stack == "encoder" else DecoderLayer(config, name, block.index)
+        return EncoderLayer(config, name, block.index) if block.stack == "encoder" else \
+            DecoderLayer(config, name, block.index)
     if block.kind == "final_norm":
         return norm_layer(config, config.d_model)
     if block.kind == "next_sentence":
@@ -92,8 +94,8 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
             table = other.get(f"{block.stack}.relative_bias.weight")  # T5: the stack's table, read by every layer
             bias = None if table is None else relative_position_bias(table, config, block.stack == "encoder", t, t)
             if block.stack == "encoder":
-                x = module(x, encoder_mask(config, padding_mask(ids["src"], config.pad_id)), record, name=block.name,
-                           relative=_relative_table(config, other), position_bias=bias)
+                mask = encoder_attention_masks(config, padding_mask(ids["src"], config.pad_id))[module.kind]
+                x = module(x, mask, record, name=block.name, relative=_relative_table(config, other), position_bias=bias)
             else:
                 self_mask = attention_mask(padding_mask(ids["tgt"], config.pad_id), t, causal=True,
                                            window=config.layer_window(block.index))

@@ -63,12 +63,12 @@ class RMSNorm(nn.Module):
 
 
 def norm_layer(config: TransformerConfig, width: int, eps: float | None = None) -> nn.Module:
-    """The model's norm over `width` features: `nn.LayerNorm` (without parameters under `norm_affine=False`), or
-    `RMSNorm` under `norm="rms"`."""
+    """The model's norm over `width` features: `nn.LayerNorm` (without parameters under `norm_affine=False`, without
+    a bias under `norm_bias=False`), or `RMSNorm` under `norm="rms"`."""
     eps = config.layer_norm_eps if eps is None else eps
     if config.norm == "rms":
         return RMSNorm(width, eps, config.norm_weight_offset)
-    return nn.LayerNorm(width, eps=eps, elementwise_affine=config.norm_affine)
+    return nn.LayerNorm(width, eps=eps, elementwise_affine=config.norm_affine, bias=config.norm_bias)
 
 
 # (id(config), start, length, dtype, device) -> (config, cos, sin): the rotary tables of one call's positions, made

@@ -71,12 +71,17 @@ class _ResidualLayer(nn.Module):
 
 
 class EncoderLayer(_ResidualLayer):
-    def __init__(self, config: TransformerConfig, name: str):
+    """`index`: which encoder layer it is, for its kind (`kind`: the mask it takes), its rotary base and, at 0,
+    whether its attention has a norm (`first_attn_norm`)."""
+
+    def __init__(self, config: TransformerConfig, name: str, index: int = 0):
         super().__init__()
-        self.config, self.name = config, name
+        self.config, self.name, self.kind = config, name, config.encoder_layer_kind(index)
         eps = config.layer_norm_eps
-        self.self_attn = MultiHeadAttention(config, f"{name}.self_attn", rotary=True, relative=True)
-        self.norm1 = norm_layer(config, config.d_model, eps) if config.pre_norms else None
+        self.self_attn = MultiHeadAttention(config, f"{name}.self_attn", rotary=True, relative=True,
+                                            local_rope=config.encoder_local_rope(index))
+        own_norm = config.pre_norms and (index > 0 or config.first_attn_norm)
+        self.norm1 = norm_layer(config, config.d_model, eps) if own_norm else None
         self.post_attn_norm = norm_layer(config, config.d_model, eps) if config.post_norms else None
         self.ffn = FeedForward(config, f"{name}.ffn")
         self.norm2 = norm_layer(config, config.d_model, eps) if config.pre_norms else None
@@ -237,7 +242,7 @@ class Encoder(nn.Module):
 
     def __init__(self, config: TransformerConfig, name: str = "encoder"):
         super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(config, f"{name}.layers.{i}")
+        self.layers = nn.ModuleList(EncoderLayer(config, f"{name}.layers.{i}", i)
                                     for i in range(config.encoder_weight_layers))
         self.final_norm = norm_layer(config, config.d_model) if config.final_norm else None
         self.name, self.depth, self.config = name, config.num_encoder_layers, config
@@ -253,14 +258,15 @@ class Encoder(nn.Module):
             return None
         return self.rel_embed.weight if self.rel_embed_norm is None else self.rel_embed_norm(self.rel_embed.weight)
 
-    def forward(self, x, mask, record: Record | None = None, attention_weights: bool = False):
+    def forward(self, x, masks, record: Record | None = None, attention_weights: bool = False):
+        """`masks`: the self-attention mask of each layer kind the layers use (`encoder_attention_masks`)."""
         relative = self.relative_table()
         bias = None if self.relative_bias is None else relative_position_bias(
             self.relative_bias.weight, self.config, True, x.shape[1], x.shape[1])
         for i in range(self.depth):
             layer = self.layers[min(i, len(self.layers) - 1)]  # shared_layers: the one layer, every time
-            x = layer(x, mask, record, attention_weights, name=f"{self.name}.layers.{i}", relative=relative,
-                      position_bias=bias)
+            x = layer(x, masks[layer.kind], record, attention_weights, name=f"{self.name}.layers.{i}",
+                      relative=relative, position_bias=bias)
         if self.final_norm is not None:
             x = self.final_norm(x)
             if record is not None:
@@ -444,7 +450,7 @@ class Transformer(nn.Module):
         x = self.src_embed.dropout(self.src_embed(src_ids, type_ids=type_ids, mask=src_mask))
         if record is not None:
             record["encoder.embed"] = x
-        return self.encoder(x, encoder_mask(self.config, src_mask), record, attention_weights)
+        return self.encoder(x, encoder_attention_masks(self.config, src_mask), record, attention_weights)
 
     def decode(self, tgt_ids, memory, src_mask, tgt_mask=None, record: Record | None = None,
                attention_weights: bool = False, cache: KVCache | None = None, *, last_only: bool = False,
@@ -534,6 +540,10 @@ class Transformer(nn.Module):
         """Final hidden states -> (head transform ->) logits, or a classifier's scores (`logits` too); a bare
         backbone returns the hidden states."""
         if self.classifier is not None:
+            if self.head is not None:  # ModernBERT's task heads: the head transform, then the classifier
+                x = self.head(x)
+                if record is not None:
+                    record["head"] = x
             logits = self.classifier(x, mask, pooled, record)
             if record is not None:
                 record["logits"] = logits
@@ -592,22 +602,29 @@ def last_positions(mask: torch.Tensor) -> torch.Tensor:
     return (torch.arange(mask.shape[1], device=mask.device) * mask.long()).argmax(-1)
 
 
-def encoder_mask(config: TransformerConfig, key_mask: torch.Tensor) -> torch.Tensor:
-    """The encoder's self-attention mask `(B, 1, S, S)` (`reference_numpy.model.encoder_mask`): every real key
-    (causal under `causal_encoder`); under `padded_queries="average"` no key for a padding query."""
-    mask = attention_mask(key_mask, key_mask.shape[1], causal=config.causal_encoder)
-    return mask & key_mask[:, None, :, None] if config.padded_queries == "average" else mask
-
-
 def attention_mask(key_mask: torch.Tensor, query_len: int, causal: bool = False, window: int | None = None
                    ) -> torch.Tensor:
     """Key padding mask `(B, Tk)` (True = real token) -> `(B, 1, Tq, Tk)` attention mask, True = may attend;
-    `causal` (the queries are the last Tq positions), within a sliding `window` if given (i - j < window)."""
+    `causal` (the queries are the last Tq positions), within a sliding `window` if given (i - j < window); not
+    causal, a `window` is both ways (|i - j| < window)."""
     mask = key_mask[:, None, None, :].expand(-1, 1, query_len, -1)  # (B, 1, Tq, Tk)
-    if causal:
-        tk = key_mask.shape[1]
+    tk = key_mask.shape[1]
+    if causal or window is not None:
         ones = torch.ones(query_len, tk, dtype=torch.bool, device=key_mask.device)
+    if causal:
         mask = mask & ones.tril(tk - query_len)
-        if window is not None:
-            mask = mask & ones.triu(tk - query_len - window + 1)
+    if window is not None:
+        mask = mask & ones.triu(tk - query_len - window + 1)
+        if not causal:
+            mask = mask & ones.tril(tk - query_len + window - 1)
     return mask
+
+
+def encoder_attention_masks(config: TransformerConfig, key_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The encoder's self-attention mask `(B, 1, S, S)` of each layer kind its layers use
+    (`reference_numpy.model.encoder_attention_masks`)."""
+    masks = {kind: attention_mask(key_mask, key_mask.shape[1], causal=config.causal_encoder,
+                                  window=config.kind_window(kind)) for kind in config.encoder_kinds}
+    if config.padded_queries == "average":  # no key for a padding query
+        masks = {kind: mask & key_mask[:, None, :, None] for kind, mask in masks.items()}
+    return masks

@@ -28,11 +28,17 @@ VARIANTS = {
     "no-pad-id": TINY.replace(pad_id=None),
     "scale-by-d-model": TINY.replace(attention_scale="model"),
     "embed-bias": TINY.replace(embed_bias=True),
-    "head-norm-before-activation": TINY.replace(num_decoder_layers=0, tgt_vocab_size=7, head_transform=True,
-                                                head_order="dense-norm-activation"),
-    # (Gemma 2/3) a norm after each sublayer too, soft-capped attention scores and logits
+    # the head transform's norm before its activation; (ModernBERT) a pre-norm encoder whose first layer's attention
+    # has no norm, a full and a sliding layer (a window both ways) at rotary bases of their own
+    "encoder-local-layers+head-norm-first": TINY.replace(num_decoder_layers=0, tgt_vocab_size=7, head_transform=True,
+                                                         head_order="dense-norm-activation", norm_first=True,
+                                                         positional="rope", sliding_window=3,
+                                                         layer_kinds=("full", "sliding"), local_rope_theta=100.0,
+                                                         first_attn_norm=False),
+    # (Gemma 2/3) a norm after each sublayer too, soft-capped attention scores and logits; (ModernBERT, Cohere)
+    # every LayerNorm without a bias
     "post-norms+soft-caps": TINY.replace(norm_first=True, post_norms=True, attn_logit_softcap=2.0,
-                                         final_logit_softcap=3.0),
+                                         final_logit_softcap=3.0, norm_bias=False),
     # (Gemma 3, SmolLM3) a sliding and a full decoder layer, the sliding one at its own rotary base, the full one
     # without positions
     "layer-kinds+nope": TINY.replace(positional="rope", sliding_window=3, layer_kinds=("sliding", "full"),

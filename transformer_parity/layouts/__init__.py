@@ -73,6 +73,8 @@ HF_LAYOUTS = {
     "hf-codegen": "hf_codegen",
     "hf-falcon": "hf_falcon",
     "hf-bloom": "hf_bloom",
+    "hf-cohere": "hf_cohere",
+    "hf-modernbert": "hf_modernbert",
 }
 # ... the KerasHub families (preset directories, `kerashub_preset.py` reads and writes them) ...
 KERASHUB_PRESET_LAYOUTS = {
@@ -159,6 +161,8 @@ FAMILY_ONLY = {
     "pre_norms": "no norm before the sublayers",  # False: OLMo 2
     "qk_norm_over": "q/k norms over all heads at once",
     "norm_affine": "norms without parameters",  # False: OLMo
+    "norm_bias": "LayerNorms without a bias",  # False: ModernBERT, Cohere
+    "first_attn_norm": "a first layer whose attention has no norm",  # False: ModernBERT
     "clip_qkv": "q, k and v clamped",
     "embedding_multiplier": "token embeddings times a multiplier",
     "residual_multiplier": "sublayer outputs times a multiplier",

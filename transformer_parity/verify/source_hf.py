@@ -92,7 +92,10 @@ def exact_float64(model64, config: rn.TransformerConfig) -> None:
     def rotary(self, x, position_ids, layer_type=None):
         inv_freq, scaling = rn.ops.rope_frequencies(config, int(position_ids.max()) + 1)
         freqs = position_ids[..., None].double() * torch.as_tensor(inv_freq)  # (B, T, r/2)
-        angles = torch.cat((freqs, freqs), dim=-1)
+        if config.rotary_interleaved:  # adjacent dims turn together: each pair's angle twice (B, T, r)
+            angles = torch.repeat_interleave(freqs, 2, dim=-1)
+        else:  # the two halves' angles (B, T, r)
+            angles = torch.cat((freqs, freqs), dim=-1)
         return (angles.cos() * scaling).to(x.dtype), (angles.sin() * scaling).to(x.dtype)
 
     def rms(self, x):
@@ -147,7 +150,8 @@ def _hf_forward(model, family, config: rn.TransformerConfig, batch: Batch, pad: 
     if not config.final_norm:
         wanted.pop("decoder.final_norm", None)
     modules = {name: base.get_submodule(module) for name, module in wanted.items()}
-    if family.head_hook is not None and config.head_transform:  # the head's dense -> activation -> norm
+    # the head's dense -> activation -> norm (a pooled classifier's may run on the pooled vector alone)
+    if family.head_hook is not None and config.head_transform and not config.pooled_classifier:
         modules["head"] = model.get_submodule(family.head_hook)
     if config.pooler and hf_tasks.has_head(config):  # a task class returns no pooler_output: its pooler is hooked
         modules["pooler"] = getattr(base, "pooler_activation", None) or base.pooler  # a tanh of its own, or none
