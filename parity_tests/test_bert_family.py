@@ -217,7 +217,7 @@ def test_round_trip_through_keras_is_bit_identical(name, tmp_path_factory, tmp_p
 def test_a_roberta_model_has_no_bert_or_distilbert_equivalent(tmp_path_factory, tmp_path, capsys):
     loaded = formats.load(hf_model("roberta-mlm", tmp_path_factory)[1])
     with pytest.raises(ValueError, match=r"as hf-bert: positions_skip_pad=True \(positions counted over non-pad "
-                                         r"ids, which hf-roberta, hf-xlm-roberta and hf-m2m-100 have; hf-bert has none\)"):
+                                         r"ids, which hf-roberta, hf-xlm-roberta, hf-mpnet and hf-m2m-100 have; hf-bert has none\)"):
         formats.save(tmp_path / "bert", loaded.config, dict(loaded.weights), "hf-bert")
     with pytest.raises(ValueError, match="as hf-distilbert: positions_skip_pad=True"):
         formats.save(tmp_path / "distil", loaded.config, dict(loaded.weights), "hf-distilbert")

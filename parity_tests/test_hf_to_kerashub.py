@@ -132,6 +132,9 @@ REFUSED = [  # (builders, model, --to, what the one line names)
     (encoders, "albert", "kerashub-albert", "gelu_tanh: KerasHub's AlbertBackbone computes tanh-approximated GELU"),
     (decoders, "falcon-7b-alibi", "kerashub-falcon", "parallel_residual=True (KerasHub Falcon has False)"),
     (decoders, "falcon-7b", "kerashub-falcon", "alibi=False (KerasHub Falcon has True)"),
+    # keras-hub 0.32's Falcon layers keep 1e-5 whatever layer_norm_epsilon says (1.5e-2 off in the logits at 2e-4)
+    (decoders, "falcon-rw-alibi-12", "kerashub-falcon", "layer_norm_eps=0.0002 (keras-hub 0.32's Falcon decoder layers "
+                                                        "normalize at 1e-05"),
     (mixtures, "mixtral", "kerashub-mixtral", "head_size=16 (KerasHub Mixtral: hidden_dim / heads)"),
     (mixtures, "qwen2-moe", "kerashub-qwen-moe", "head_size=16 (KerasHub QwenMoe: hidden_dim / heads)"),
     (mixtures, "qwen3-moe", "kerashub-qwen3-moe",  # and a dense layer between expert layers: keras_hub has that

@@ -496,7 +496,8 @@ def test_a_setting_keras_hub_032_does_not_write_is_refused_and_an_untied_head_is
 
 
 def test_what_the_alibi_presets_cannot_hold_is_refused_naming_it(tmp_path_factory, tmp_path):
-    """KerasHub's Falcon takes two dropout rates the canonical model holds as one, and computes ALiBi exactly where
+    """KerasHub's Falcon takes two dropout rates the canonical model holds as one, normalizes its layers at 1e-5
+    whatever layer_norm_epsilon says (its final norm only reads it), and computes ALiBi exactly where
     transformers' Falcon rounds it to bfloat16 (the same beyond 8 heads or 256 positions only); its BLOOM a
     feed-forward width transformers' BLOOM (4 * hidden) lacks; its Falcon always computes ALiBi, so a rotary Falcon
     has no preset."""
@@ -510,6 +511,11 @@ def test_what_the_alibi_presets_cannot_hold_is_refused_naming_it(tmp_path_factor
     config["config"]["attention_dropout_rate"] = 0.1
     (changed / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="attention_dropout_rate=0.1 beside feedforward_dropout_rate=0"):
+        formats.load(changed)
+    # keras-hub 0.32's FalconBackbone hands layer_norm_epsilon to its final norm only: its layers keep 1e-5
+    config["config"].update(attention_dropout_rate=0.0, layer_norm_epsilon=2e-4)
+    (changed / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"layer_norm_epsilon=0.0002 is not supported: .* final LayerNorm only"):
         formats.load(changed)
     loaded = formats.load(family_preset(tmp_path_factory, "bloom")[1])
     narrow = dataclasses.replace(loaded.config, d_ff=37)

@@ -108,8 +108,10 @@ MODELS = {  # id -> (transformers causal-LM class, config class, its settings)
     "bloom-untied": ("BloomForCausalLM", "BloomConfig", dict(BLOOM)),
     # ALiBi in place of rotary positions, added before the scaling, one sublayer after the other, tied (Falcon-RW-1B);
     # side by side on one key/value head, untied (Falcon-7B's form)
+    # (at 1e-5: keras-hub 0.32's Falcon layers normalize at 1e-5 whatever it says, test_hf_to_kerashub)
     "falcon-rw-alibi": ("FalconForCausalLM", "FalconConfig", dict(FALCON, multi_query=False, parallel_attn=False,
-                                                                  bias=True, alibi=True, tie_word_embeddings=True)),
+                                                                  bias=True, alibi=True, tie_word_embeddings=True,
+                                                                  layer_norm_epsilon=1e-5)),
     "falcon-7b-alibi": ("FalconForCausalLM", "FalconConfig", dict(FALCON, alibi=True)),
     # 12 heads of 8, whose slopes transformers' Falcon rounds to bfloat16 (alibi_bfloat16)
     "falcon-rw-alibi-12": ("FalconForCausalLM", "FalconConfig", dict(FALCON, num_attention_heads=12, alibi=True,

@@ -86,7 +86,7 @@ def run_block(config: rn.TransformerConfig, block: Block, weights: Mapping[str, 
         x = record[f"{block.stack}.embed"] = layer(
             ids[block.side], type_ids=None if types is None else tf.convert_to_tensor(types),
             token_table=None if shared is None else tf.convert_to_tensor(shared.astype(dtype)),
-            mask=padding_mask(ids[block.side], config.pad_id))
+            real=padding_mask(ids[block.side], config.pad_id))
     elif block.kind == "layer":
         t = tf.shape(x)[1]
         table = other.get(f"{block.stack}/relative_bias/embeddings")  # T5: the stack's table, read by every layer

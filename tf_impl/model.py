@@ -107,9 +107,10 @@ class Embedding(ConfigSerializable, keras.layers.Layer):
         if self.proj is not None:
             self.proj.build((*ids_shape, self.config.embed_width))
 
-    def call(self, ids, offset=0, type_ids=None, token_table=None, training: bool = False, mask=None):
+    def call(self, ids, offset=0, type_ids=None, token_table=None, training: bool = False, real=None):
         """`(B, T)` int ids -> `(B, T, D)`; positions start at `offset`. `token_table` `(V, D)`: the shared table
-        when this side has none of its own."""
+        when this side has none of its own. `real` `(B, T)`: the ids' padding mask, which `embed_zero_padding`
+        multiplies by (named so that Keras does not take it for a mask of its own)."""
         x = self.token(ids) if token_table is None else tf.gather(token_table, ids)  # (B, T, D)
         if self.bias is not None:
             x = x + self.bias
@@ -137,7 +138,7 @@ class Embedding(ConfigSerializable, keras.layers.Layer):
         if self.proj is not None:
             x = self.proj(x)
         if self.config.embed_zero_padding:
-            x = x * tf.cast(padding_mask(ids, self.config.pad_id) if mask is None else mask, x.dtype)[..., None]
+            x = x * tf.cast(padding_mask(ids, self.config.pad_id) if real is None else real, x.dtype)[..., None]
         return self.dropout(x, training=training)
 
 
@@ -535,7 +536,7 @@ class Transformer(ConfigSerializable, keras.Model):
         rn.check_stack(self.config, "encode")
         src_ids, src_mask = self._inputs("src", src_ids, src_mask, self.config.src_vocab_size)
         type_ids = self._type_ids(src_type_ids, src_ids)
-        x = self.src_embed(src_ids, type_ids=type_ids, training=training, mask=src_mask)
+        x = self.src_embed(src_ids, type_ids=type_ids, training=training, real=src_mask)  # not `mask`: Keras's own
         record: Record = {"encoder.embed": x}
         masks = encoder_attention_masks(self.config, src_mask)
         memory, layers = self.encoder(x, masks, attention_weights=attention_weights, training=training)

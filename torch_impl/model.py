@@ -139,7 +139,8 @@ class DecoderLayer(_ResidualLayer):
                 record[self.name] = x
             return x
         x = self._sublayer(x, self.norm1,
-                           lambda y: self.self_attn(y, y, self_mask, attention_weights, self_cache, position_bias),
+                           lambda y: self.self_attn(y, y, self_mask, attention_weights, self_cache,
+                                                     position_bias=position_bias),
                            self.self_attn.name, record, attention_weights, self.post_attn_norm,
                            f"{self.name}.post_attn_norm")
         if self.cross_attn is not None:
@@ -157,7 +158,7 @@ class DecoderLayer(_ResidualLayer):
         """`parallel_residual`: x + attn(norm1(x)) + ffn(norm3(x)), the feed-forward reading norm1(x) under
         `ffn_shares_norm` (one norm, computed once)."""
         y = self.norm1(x)
-        attn, weights = self.self_attn(y, y, self_mask, attention_weights, cache, position_bias)
+        attn, weights = self.self_attn(y, y, self_mask, attention_weights, cache, position_bias=position_bias)
         if record is not None:  # before the feed-forward's, which a mixture of experts precedes with its routing
             if attention_weights:
                 record[f"{self.self_attn.name}.weights"] = weights

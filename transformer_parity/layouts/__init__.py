@@ -199,8 +199,6 @@ def canonical_only(config, family: HFFamily | KerasHubFamily | None = None) -> l
     if config.attention_scale != "head" and "attention_scale" not in (family.expresses if family is not None else ()):
         problems.append(f"attention_scale={config.attention_scale!r} (scores scaled by 1/sqrt(d_head) there"
                         f"{_expressed_by('attention_scale')})")
-    if config.positional == "none" and "positional" not in (family.expresses if family is not None else ()):
-        problems.append(f"positional='none' (no absolute positions{_expressed_by('positional')})")
     if config.embed_bias:
         problems.append("embed_bias=True (no bias on the token embedding there)")
     if config.head_order != "dense-activation-norm":

@@ -52,6 +52,12 @@ def table(config: rn.TransformerConfig) -> list[tuple[str, str, str]]:
     return user.load(LAYOUT).table  # FalconCausalLM's head is the tied embedding: nothing to add
 
 
+# keras-hub 0.32's FalconBackbone builds its FalconTransformerDecoder layers without its layer_norm_epsilon: they
+# keep their default, 1e-5, and only the final LayerNorm reads the setting (measured: a transformers Falcon at 2e-4
+# written with it was 1.5e-2 from transformers in keras_hub's logits)
+LAYER_EPS = 1e-5
+
+
 def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn.TransformerConfig, list[str]]:
     """`(config, notes)` from `FalconBackbone.get_config()` (config.json) and the task class (task.json), if any."""
     from .hf import integer, number
@@ -63,12 +69,16 @@ def config_from_kerashub(backbone: dict[str, Any], task: str | None) -> tuple[rn
     if attention != feedforward:
         raise ValueError(f"config.json attention_dropout_rate={attention!r} beside feedforward_dropout_rate="
                          f"{feedforward!r} is not supported (one dropout rate)")
+    eps = number(backbone, "layer_norm_epsilon", LAYER_EPS)
+    if eps != LAYER_EPS:
+        raise ValueError(f"config.json layer_norm_epsilon={eps!r} is not supported: keras-hub 0.32's FalconBackbone "
+                         f"gives it to the final LayerNorm only, its decoder layers normalizing at {LAYER_EPS} "
+                         "(one epsilon for every norm here)")
     config = rn.TransformerConfig(
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=integer(backbone, "hidden_dim"),
         num_heads=integer(backbone, "num_attention_heads"), num_decoder_layers=integer(backbone, "num_layers"),
         d_ff=integer(backbone, "intermediate_dim"), max_len=DEFAULT_LENGTH, dropout=feedforward,
-        layer_norm_eps=number(backbone, "layer_norm_epsilon", 1e-5), tie_embeddings=False, output_projection=False,
-        **FIXED)
+        layer_norm_eps=eps, tie_embeddings=False, output_projection=False, **FIXED)
     if task is not None:
         config = config.replace(**CAUSAL_LM)
     return config, [LENGTH_NOTE]
@@ -84,6 +94,9 @@ def export_problems(config: rn.TransformerConfig) -> list[str]:
         problems.append("tie_embeddings=False (FalconCausalLM's logits reuse the token embedding)")
     if config.has_output_bias:
         problems.append("output_bias=True (FalconCausalLM's logits have no bias)")
+    if config.layer_norm_eps != LAYER_EPS:  # its layer_norm_epsilon reaches the final norm only
+        problems.append(f"layer_norm_eps={config.layer_norm_eps!r} (keras-hub 0.32's Falcon decoder layers normalize "
+                        f"at {LAYER_EPS} whatever layer_norm_epsilon says)")
     return problems
 
 
