@@ -22,7 +22,7 @@ import reference_numpy as rn
 from transformer_parity.verify import seeded_weights
 
 from .test_model_parity import assert_traces_match, floor_trace, reference_trace
-from .test_streamed_verify import run_blocks
+from .test_streamed_verify import assert_blocks_are_the_whole_model
 from .tolerances import atol
 
 VOCAB = 53
@@ -142,16 +142,9 @@ def test_twins_equal_the_reference_every_sublayer(backend, name, dtype):
 
 
 def test_blocks_compute_what_the_whole_model_computes():
-    from transformer_parity import backends
-
     config = CONFIGS["scaled+parallel"]
-    weights = seeded_weights(config, 3)
-    for backend, dtype in [("numpy", "float64"), ("torch", "float32"), ("keras", "float64")]:
-        whole = backends.get(backend).trace(config, weights, dtype, ids(), None)
-        blockwise = run_blocks(backend, config, weights, dtype, ids(), None, None)
-        assert list(blockwise) == list(whole), (backend, dtype)
-        for sublayer, value in whole.items():
-            np.testing.assert_array_equal(blockwise[sublayer], value, err_msg=f"{backend} {dtype} {sublayer}")
+    assert_blocks_are_the_whole_model(config, seeded_weights(config, 3),
+                                      [("numpy", "float64"), ("torch", "float32"), ("keras", "float64")], ids())
 
 
 @pytest.mark.parametrize("framework", ["torch", "tf"])

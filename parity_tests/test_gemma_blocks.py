@@ -24,7 +24,7 @@ import reference_numpy as rn
 from transformer_parity.verify import seeded_weights
 
 from .test_model_parity import assert_traces_match, floor_trace, reference_trace
-from .test_streamed_verify import run_blocks
+from .test_streamed_verify import assert_blocks_are_the_whole_model
 from .tolerances import atol
 
 VOCAB, WINDOW = 53, 4
@@ -238,18 +238,11 @@ def test_twins_equal_the_reference_every_sublayer(backend, name, dtype):
 def test_blocks_compute_what_the_whole_model_computes(name):
     """Layer-streamed verify's blocks (each decoder layer with its own kind, rotary base and post norms; the capped
     output block) are the whole model, bit for bit, in the reference and both twins."""
-    from transformer_parity import backends
-
     config = CONFIGS[name]
-    weights = seeded_weights(config, 3)
     src, tgt = inputs(config)
-    for backend, dtype in [("numpy", "float64"), ("numpy", "float32"), ("torch", "float32"), ("torch", "float64"),
-                           ("keras", "float32"), ("keras", "float64")]:
-        whole = backends.get(backend).trace(config, weights, dtype, src, tgt)
-        blockwise = run_blocks(backend, config, weights, dtype, src, tgt, None)
-        assert list(blockwise) == list(whole), (backend, dtype)
-        for sublayer, value in whole.items():
-            np.testing.assert_array_equal(blockwise[sublayer], value, err_msg=f"{backend} {dtype} {sublayer}")
+    assert_blocks_are_the_whole_model(config, seeded_weights(config, 3),
+                                      [(b, d) for b in ("numpy", "torch", "keras") for d in ("float32", "float64")],
+                                      src, tgt)
 
 
 def test_a_forgotten_post_norm_is_named_at_its_sublayer():

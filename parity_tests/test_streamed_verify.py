@@ -71,13 +71,9 @@ def run_blocks(backend: str, config, weights, dtype: str, src, tgt, types) -> di
     return {**record, **rb.final_record(config, state)}
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
-def test_blocks_compute_what_the_whole_model_computes_bit_for_bit(name):
-    config = CONFIGS[name]
-    weights = seeded_weights(config, 3)
-    src, tgt = rn.sample_batch(config, 2, 11, 7, 0)
-    types = rn.sample_type_ids(config, src, 0)
-    runs = RUNS + ([("torch", "float64"), ("keras", "float64")] if name in LLM else [])
+def assert_blocks_are_the_whole_model(config, weights, runs, src, tgt=None, types=None) -> None:
+    """For each `(backend, dtype)` of `runs`, every block in turn (`run_blocks`) records what the whole model's
+    trace records, bit for bit and in the same order."""
     for backend, dtype in runs:
         whole = backends.get(backend).trace(config, weights, dtype, src, tgt if config.is_encoder_decoder else None,
                                             types)
@@ -85,6 +81,16 @@ def test_blocks_compute_what_the_whole_model_computes_bit_for_bit(name):
         assert list(blockwise) == list(whole), (backend, dtype)
         for sublayer, value in whole.items():
             np.testing.assert_array_equal(blockwise[sublayer], value, err_msg=f"{backend} {dtype} {sublayer}")
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_blocks_compute_what_the_whole_model_computes_bit_for_bit(name):
+    config = CONFIGS[name]
+    weights = seeded_weights(config, 3)
+    src, tgt = rn.sample_batch(config, 2, 11, 7, 0)
+    types = rn.sample_type_ids(config, src, 0)
+    runs = RUNS + ([("torch", "float64"), ("keras", "float64")] if name in LLM else [])
+    assert_blocks_are_the_whole_model(config, weights, runs, src, tgt, types)
 
 
 def test_every_parameter_is_read_by_some_block_and_no_block_reads_another_layer():
