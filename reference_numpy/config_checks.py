@@ -50,11 +50,9 @@ def check_config(cfg: Any) -> None:
         _check_int("pad_id", cfg.pad_id, minimum=0, or_none=True)
     if cfg.num_encoder_layers == 0 and cfg.num_decoder_layers == 0:
         raise ValueError("a model needs at least one layer: num_encoder_layers and num_decoder_layers are both 0")
-    for name in ("norm_first", "final_norm", "scale_embedding", "bias", "tie_embeddings", "output_projection",
+    _check_bools(cfg, "norm_first", "final_norm", "scale_embedding", "bias", "tie_embeddings", "output_projection",
                  "share_embeddings", "embed_norm", "head_transform", "pooler", "embed_bias",
-                 "positions_skip_pad", "shared_layers", "causal_encoder"):
-        if not isinstance(getattr(cfg, name), bool):
-            raise ValueError(f"{name} must be a bool, received {getattr(cfg, name)!r}")
+                 "positions_skip_pad", "shared_layers", "causal_encoder")
     if cfg.output_bias is not None and not isinstance(cfg.output_bias, bool):
         raise ValueError(f"output_bias must be a bool or None (= same as bias), received {cfg.output_bias!r}")
     if cfg.d_model % cfg.num_heads and cfg.head_size is None:
@@ -160,9 +158,7 @@ def check_config(cfg: Any) -> None:
 def _check_llm_fields(cfg: Any) -> None:
     _check_choice("norm", cfg.norm, NORMS)
     _check_finite("norm_weight_offset", cfg.norm_weight_offset)
-    for name in ("ffn_gated", "qk_norm"):
-        if not isinstance(getattr(cfg, name), bool):
-            raise ValueError(f"{name} must be a bool, received {getattr(cfg, name)!r}")
+    _check_bools(cfg, "ffn_gated", "qk_norm")
     for name in ("attention_bias", "qkv_bias", "ffn_bias"):
         if getattr(cfg, name) is not None and not isinstance(getattr(cfg, name), bool):
             raise ValueError(f"{name} must be a bool or None (= the broader switch), received "
@@ -197,8 +193,7 @@ def _check_layer_fields(cfg: Any) -> None:
     """The soft caps, the post norms and the per-decoder-layer lists (`layer_kinds`, `rope_layers`): one entry
     per decoder layer (`layer_kinds`: per encoder layer in an encoder-only model), each a kind or a bool; a list that
     says what None says is stored as None."""
-    if not isinstance(cfg.post_norms, bool):
-        raise ValueError(f"post_norms must be a bool, received {cfg.post_norms!r}")
+    _check_bools(cfg, "post_norms")
     if cfg.post_norms and not cfg.norm_first:
         raise ValueError("post_norms=True normalizes each sublayer's output inside a pre-norm residual, x + "
                          "post_norm(f(norm(x))): it needs norm_first=True, received norm_first=False")
@@ -248,9 +243,7 @@ def _check_layer_fields(cfg: Any) -> None:
 def _check_parallel(cfg: Any) -> None:
     """`parallel_residual` (a pre-norm decoder-only layer without post norms) and `ffn_shares_norm` (which
     needs it); `rotary_interleaved` (which needs rotary positions)."""
-    for name in ("parallel_residual", "ffn_shares_norm", "rotary_interleaved"):
-        if not isinstance(getattr(cfg, name), bool):
-            raise ValueError(f"{name} must be a bool, received {getattr(cfg, name)!r}")
+    _check_bools(cfg, "parallel_residual", "ffn_shares_norm", "rotary_interleaved")
     if cfg.parallel_residual:
         if not cfg.norm_first or cfg.post_norms or not cfg.is_decoder_only:
             raise ValueError("parallel_residual=True adds attention and feed-forward of one normalized input "
@@ -273,9 +266,7 @@ ALIBI_EXACT_HEADS, ALIBI_EXACT_POSITIONS = 8, 256
 def _check_alibi(cfg: Any) -> None:
     """`alibi` (the biases of a decoder-only model whose only positions they are), `alibi_scaled` and
     `alibi_bfloat16` (which need it; stored as False where its rounding changes no bias)."""
-    for name in ("alibi", "alibi_scaled", "alibi_bfloat16"):
-        if not isinstance(getattr(cfg, name), bool):
-            raise ValueError(f"{name} must be a bool, received {getattr(cfg, name)!r}")
+    _check_bools(cfg, "alibi", "alibi_scaled", "alibi_bfloat16")
     if cfg.alibi and not (cfg.is_decoder_only and cfg.positional == "none"):
         raise ValueError("alibi=True biases a decoder-only model's causal self-attention by key position, its only "
                          "positions: it needs num_encoder_layers=0 and positional='none', received "
@@ -295,9 +286,7 @@ def _check_alibi(cfg: Any) -> None:
 def _check_scalings(cfg: Any) -> None:
     """The fields of OLMo, OLMo 2 and Granite: norms without parameters or only after the sublayers, q/k norms
     over all heads at once, clamped q/k/v, and three multipliers (each a positive finite number)."""
-    for name in ("pre_norms", "norm_affine", "norm_bias", "first_attn_norm"):
-        if not isinstance(getattr(cfg, name), bool):
-            raise ValueError(f"{name} must be a bool, received {getattr(cfg, name)!r}")
+    _check_bools(cfg, "pre_norms", "norm_affine", "norm_bias", "first_attn_norm")
     _check_choice("qk_norm_over", cfg.qk_norm_over, QK_NORM_OVER)
     if cfg.qk_norm_over != "head" and not cfg.qk_norm:
         raise ValueError(f"qk_norm_over={cfg.qk_norm_over!r} says what the q/k norms cover; this model has "
@@ -330,9 +319,7 @@ def _check_scalings(cfg: Any) -> None:
 
 
 def _check_classifier(cfg: Any) -> None:
-    for name in ("classifier_bias", "next_sentence", "choice_head"):
-        if not isinstance(getattr(cfg, name), bool):
-            raise ValueError(f"{name} must be a bool, received {getattr(cfg, name)!r}")
+    _check_bools(cfg, "classifier_bias", "next_sentence", "choice_head")
     if cfg.eos_id is not None:
         _check_int("eos_id", cfg.eos_id, minimum=0)
         if cfg.eos_id >= cfg.src_vocab_size:
@@ -408,9 +395,7 @@ def _check_experts(cfg: Any) -> None:
     _check_int("num_experts", cfg.num_experts, minimum=0)
     _check_int("experts_per_token", cfg.experts_per_token, minimum=0)
     _check_choice("router_softmax", cfg.router_softmax, ROUTER_SOFTMAX)
-    for name in ("router_renormalize", "router_bias"):
-        if not isinstance(getattr(cfg, name), bool):
-            raise ValueError(f"{name} must be a bool, received {getattr(cfg, name)!r}")
+    _check_bools(cfg, "router_renormalize", "router_bias")
     for name in ("expert_d_ff", "shared_expert_d_ff"):
         if getattr(cfg, name) is not None:
             _check_int(name, getattr(cfg, name), minimum=1, or_none=True)
@@ -443,8 +428,7 @@ def _check_experts(cfg: Any) -> None:
 def _check_sinks_and_glu(cfg: Any) -> None:
     """`attention_sinks` (a decoder-only model's self-attention) and the clamped GLU (`glu_limit`, `glu_alpha`,
     `glu_up_offset`: a gated feed-forward; a gain other than 1 on silu only)."""
-    if not isinstance(cfg.attention_sinks, bool):
-        raise ValueError(f"attention_sinks must be a bool, received {cfg.attention_sinks!r}")
+    _check_bools(cfg, "attention_sinks")
     if cfg.attention_sinks and not cfg.is_decoder_only:
         raise ValueError(f"attention_sinks=True (a learned logit per head in self-attention) needs a decoder-only "
                          f"model, received num_encoder_layers={cfg.num_encoder_layers}")
@@ -539,6 +523,12 @@ def _check_rope_scaling(value: Any) -> None:
             _check_finite(f"rope_scaling {key}", item)
 
 
+def _check_bools(cfg: Any, *names: str) -> None:
+    for name in names:
+        if not isinstance(getattr(cfg, name), bool):
+            raise ValueError(f"{name} must be a bool, received {getattr(cfg, name)!r}")
+
+
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(choices)}, received {value!r}")
@@ -547,9 +537,7 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
 def _check_relative(cfg: Any) -> None:
     """DeBERTa's fields: disentangled attention (`relative_terms` and the table's size, norm and projections),
     embeddings zeroed at padding, and padding queries that average every position."""
-    for name in ("relative_embed_norm", "relative_shares_qk", "embed_zero_padding"):
-        if not isinstance(getattr(cfg, name), bool):
-            raise ValueError(f"{name} must be a bool, received {getattr(cfg, name)!r}")
+    _check_bools(cfg, "relative_embed_norm", "relative_shares_qk", "embed_zero_padding")
     _check_choice("padded_queries", cfg.padded_queries, PADDED_QUERIES)
     if cfg.padded_queries != "attend" and not (cfg.is_encoder_only and not cfg.causal_encoder):
         raise ValueError(f"padded_queries={cfg.padded_queries!r} needs an encoder-only model without "
